@@ -1,0 +1,3 @@
+from spyrec.cli import main
+
+main()

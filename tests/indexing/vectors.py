@@ -1,0 +1,103 @@
+"""Test vectors for the index simplifier (reference/E-indexing-issues.md, appendix).
+
+Tuple layout: (id, source, ranges{var: (lo, hi)}, [inputs], [expected], kind); constraint tuples:
+(id, test, vars, [(expr, lo, hi)], expected_vars or None, expected_constraints or "EMPTY").
+Python `//` and `%` semantics. C07 carries the corrected answer (XLA expects [15, 35]).
+"""
+
+V = [
+ ("X01","DivsAndModsIfSmallerThanDivisor",{"d0":(0,7),"d1":(0,15)},["d0 + d1//16","d1 % 16"],["d0","d1"],"simplify"),
+ ("X02","docs/indexing.md example 1",{"d0":(0,6),"d1":(0,14)},["d0 + d1//16","d1 % 16"],["d0","d1"],"simplify"),
+ ("X03","DivsAndModsWithMultipliers",{"d0":(0,8),"d1":(0,8),"d2":(0,8)},["(100*d0+10*d1+d2)//100","((100*d0+10*d1+d2)%100)//10","d2%10"],["d0","d1","d2"],"simplify"),
+ ("X04","DivsAndModsWithDivisibleMultipliers",{"d0":(0,9),"d1":(0,9),"d2":(0,9)},["(16*d0+4*d1+d2)//8","(16*d0+4*d1+d2)%8"],["2*d0 + (4*d1+d2)//8","(4*d1+d2)%8"],"simplify"),
+ ("X05","DivsAndModsWithReverse",{"d0":(0,7),"d1":(0,8)},["-((-11*d0 - d1 + 109)//11) + 9","11*d0 + d1 + ((-11*d0 - d1 + 109)//11)*11 - 99"],["d0","d1"],"simplify"),
+ ("X06","SimplifyReshape",{"s0":(0,127)},["(128*s0)%715 + ((128*s0)//715)*715"],["128*s0"],"simplify"),
+ ("X07","SimplifyReshape2",{"d0":(0,1023),"d1":(0,127)},["(d0%8)*128 + d1 + (d0//8)*1024"],["128*d0 + d1"],"simplify"),
+ ("X08","SimplifyReshape3",{"d0":(0,127),"d1":(0,3071)},["((2*d1 + d0//64)%3)*256 + (d0%64)*4 + ((128*d1 + d0)//192)*768"],["4*d0 + 512*d1"],"simplify"),
+ ("X09","SimplifyBitcastAndBack",{"d0":(0,3071),"d1":(0,127)},["(d0//1536)*786432 + (((2*d0 + d1//64)//3)%1024)*768 + ((2*d0 + d1//64)%3)*256 + (d1%64)*4"],["512*d0 + 4*d1"],"simplify"),
+ ("X10","ModIsSub",{"d0":(53,71)},["d0 % 42"],["d0 - 42"],"simplify"),
+ ("X11","ModIsAdd",{"d0":(-5,-1)},["d0 % 5"],["d0 + 5"],"simplify"),
+ ("X12","ModIsNotAdd (a)",{"d0":(-4,0)},["d0 % 5"],["d0 % 5"],"unchanged"),
+ ("X13","ModIsNotAdd (b)",{"d0":(-6,-1)},["d0 % 5"],["d0 % 5"],"unchanged"),
+ ("X14","SubIsMod",{"d0":(0,1),"s0":(0,3)},["d0 - (s0//3)*3 + s0"],["s0%3 + d0"],"simplify"),
+ ("X15","SubIsModMultiplied",{"d0":(0,1),"s0":(0,3)},["d0 - (s0//3)*12 + 7*s0"],["(s0%3)*4 + 3*s0 + d0"],"simplify"),
+ ("X16","SubIsModSum",{"d0":(0,1),"s0":(0,3)},["1 + d0 - ((s0+1)//3)*3 + s0"],["(s0+1)%3 + d0"],"simplify"),
+ ("X17","FloorDivRegression",{"d0":(0,11),"d1":(0,5)},["((d0//3)*3 + d1//2)//6"],["d0//6"],"simplify"),
+ ("X18","ModWithNegativeMultiplierDoesNotGetSimplified",{"d0":(0,127)},["(-d0) % 2"],["(-d0) % 2"],"unchanged"),
+ ("X19","SimplifyReshape_Regression",{"s0":(0,127)},["(128*s0)%715 + ((64*s0)//715)*715"],["((64*s0)//715)*715 + (128*s0)%715"],"unchanged"),
+ ("X20","TilingOffsetCancellation",{"s0":(0,10000)},["-(s0//144) + (32*s0 + 4639)//4608"],["1"],"simplify"),
+ ("X21","NegativeTilingOffsetCancellation",{"s0":(0,10000)},["-(s0//315) + (2*s0 - 40319)//630 + 65"],["1"],"simplify"),
+ ("X22","DivsInSequence",{"s0":(0,1233)},["s0 - ((s0//2)//7)*14 + (s0//14)*14"],["s0"],"simplify"),
+ ("X23","ModAddDistributive",{"d0":(0,99),"d1":(0,99)},["(2*d0 + d1) % 2"],["d1 % 2"],"simplify"),
+ ("X24","FloorDivModLinear",{"d0":(0,99)},["(d0//16)*16 + d0%16"],["d0"],"simplify"),
+ ("X25","DivDiv",{"s0":(0,1233),"s1":(0,127)},["(2*s0 + s1//64)//3"],["(128*s0 + s1)//192"],"simplify"),
+ ("X26","DivSumConstant",{"s0":(0,1233)},["(6*s0 + 9)//18"],["(2*s0 + 3)//6"],"simplify"),
+ ("X27","DivSumDiv (must NOT become (s0+s1)//18)",{"s0":(0,1233),"s1":(0,127)},["(s0//3 + s1//3)//6"],["(s0//3 + s1//3)//6"],"unchanged"),
+ ("X28","SumDivToNegativeOne",{"s0":(0,4)},["(16*s0 - 497)//512"],["-1"],"simplify"),
+ ("X29","NegativeDiv (must NOT become s0//-14)",{"s0":(0,1233)},["(s0//2)//(-7)"],["(s0//2)//(-7)"],"unchanged"),
+ ("X30","ExtractFromMod",{"s0":(0,871),"s1":(0,3),"s2":(0,127),"s3":(0,895)},["(458752*s0 + s1 + 4*s2 + 512*s3) % 20000"],["((114688*s0 + 128*s3 + s2) % 5000)*4 + s1"],"simplify"),
+ ("X31","ExtractFromDiv_NegativeMultiplier",{"s0":(0,1),"s1":(0,127)},["(16*s0 - (s1//4)//2 + (s1//8)*2)//4"],["4*s0 + s1//32"],"simplify"),
+ ("X32","ConstantDims (point range)",{"d0":(5,5)},["d0"],["5"],"simplify"),
+ ("X33","MapVectorConstructorConstraintAffectsSimplification (d0 in [0,31] & constraint d0 in [0,7])",{"d0":(0,7)},["d0 % 16"],["d0"],"simplify"),
+ ("X34","SimplifyMin_Adjacent",{"d0":(0,10)},["Min(d0, d0 + 1)"],["d0"],"simplify"),
+ ("X35","SimplifyMin_Constant",{"d0":(0,5)},["Min(10, d0)"],["d0"],"simplify"),
+ ("X36","SimplifyMax_Adjacent",{"d0":(0,10)},["Max(d0, d0 - 1)"],["d0"],"simplify"),
+ ("X37","SimplifyMax_Constant",{"d0":(0,5)},["Max(10, d0)"],["10"],"simplify"),
+ ("X38","SimplifyMin_Complex",{"d0":(0,3),"d1":(0,2047)},["Min(128, 32*d0 + d1//64 + 1)"],["32*d0 + d1//64 + 1"],"simplify"),
+ ("X39","SimplifyMax_Complex",{"d0":(0,3),"d1":(0,2047)},["Max(128, 32*d0 + d1//64 + 1)"],["128"],"simplify"),
+ ("X40","ElideAddAndMulIdentity (old gpu/model simplifier test)",{"s0":(0,9),"s1":(0,0),"s2":(1,1)},["s0 + s1*s2"],["s0"],"simplify"),
+ ("X41","old TODO b/313840171 (now handled by SumDiv gcd rule)",{"d1":(0,3),"d2":(0,3)},["(4*d1 + d2)//8"],["d1//2"],"derived"),
+ ("X42","SumOrderRegression2 (idempotence; result derived)",{"d0":(0,9),"s0":(0,19)},["((s0 + d0) + d0)//2"],["d0 + s0//2"],"derived"),
+ ("X43","docs/indexing.md example 4",{"d0":(0,9),"d1":(0,10)},["-((-11*d0 - d1 + 109)//11) + 9"],["d0"],"simplify"),
+]
+
+S = [
+ ("S01","brief example: stick index of 64*a+b",{"a":(0,1023),"b":(0,63)},["(64*a + b)//64","(64*a + b) % 64"],["a","b"],"simplify"),
+ ("S02","stick roundtrip (host col -> (stick, lane) -> host col)",{"c":(0,4095)},["64*(c//64) + c % 64"],["c"],"simplify"),
+ ("S03","coarse tile t of width 1024 cols: stick coord of tile-local col",{"t":(0,3),"c":(0,1023)},["(1024*t + c)//64","(1024*t + c) % 64"],["16*t + c//64","c % 64"],"simplify"),
+ ("S04","work division: core k owns 128 cols, lane i",{"k":(0,31),"i":(0,127)},["(128*k + i)//64","((128*k + i)//64) % 2"],["2*k + i//64","i//64"],"simplify"),
+ ("S05","row-major [R,100] padded to 128 per row: stick of flat index, row known",{"r":(0,3),"c":(0,99)},["(128*r + c)//64 - 2*r"],["c//64"],"simplify"),
+ ("S06","tile advance with integer tile var (cf. torch-spyre #3413 floor(67109888*t))",{"t":(0,1)},["(67109888*t)//1"],["67109888*t"],"simplify"),
+ ("S07","restickify: elements of stick on dim0 regrouped, (64*s + l) within [0, 4095]",{"s":(0,63),"l":(0,63)},["((64*s + l) % 4096)//64","(64*s + l)//4096"],["s","0"],"simplify"),
+ ("S08","negative: lane of (c + 32) is NOT c%64 + 32 (partial-stick offset)",{"c":(0,127)},["(c + 32) % 64"],["(c + 32) % 64"],"unchanged"),
+]
+
+W=(0,20000)
+I = [
+ ("I01","test_indexing_simplification #1",{"i1":(0,63),"i2":(0,31),"r3":(0,2)},["128*i2 + i1 % 64 + 64*(((i1 + 64*r3)//64) % 2)"],["i1 + 128*i2 + 64*(r3 % 2)"],"simplify"),
+ ("I02","... with r3 range 2",{"i1":(0,63),"i2":(0,31),"r3":(0,1)},["128*i2 + i1 % 64 + 64*(((i1 + 64*r3)//64) % 2)"],["i1 + 128*i2 + 64*r3"],"simplify"),
+ ("I03","negative term in base kept",{"i1":(0,63)},["(i1 - 15) % 64"],["(i1 - 15) % 64"],"unchanged"),
+ ("I04","small terms kept when rest not divisible",{"i1":(0,63),"i2":(0,31),"r3":(0,1)},["(r3 + i2 + i1)//32"],["(r3 + i2 + i1)//32"],"unchanged"),
+ ("I05","mod removed when base < modulus",{"i2":(0,31),"r3":(0,1)},["(2*i2 + r3) % 64"],["2*i2 + r3"],"simplify"),
+ ("I06","multiple of modulus dropped (range-free)",{"i0":(0,200),"i1":(0,200)},["(i0 + 10*i1) % 10"],["i0 % 10"],"simplify"),
+ ("I07","multiple of divisor*modulus dropped",{"i0":(0,200),"i1":(0,200)},["((i0 + 20*i1)//2) % 10"],["(i0//2) % 10"],"simplify"),
+ ("I08","constant folded from divisor into base",{"i0":W},["((4*i0)//2) % 10","(4*i0)//2"],["(2*i0) % 10","2*i0"],"simplify"),
+ ("I09","nested mod: Inductor keeps; (x%784)%28 == x%28 since 28 divides 784",{"i1":(0,12),"i2":(0,120)},["((121*i1 + i2) % 784) % 28"],["(121*i1 + i2) % 28"],"derived"),
+ ("I10","FloorDiv(ModularIndexing) -> ModularIndexing",{"i2":(0,783)},["((i2 % 28)//7) % 4"],["(i2//7) % 4"],"simplify"),
+ ("I11","FloorDiv(ModularIndexing(b,d1,m),d2) rules",{"i0":W},["(i0 % 8192)//128","((i0//2) % 120)//6","(i0 % 28)//5","(i0 % 10)//10"],["(i0//128) % 64","(i0//12) % 20","(i0 % 28)//5","0"],"simplify"),
+ ("I12a","remove_zero_terms generalized",{"i0":(0,127),"i1":(0,3000)},["(i0 + 128*i1)//8192"],["i1//64"],"simplify"),
+ ("I12b","remove_zero_terms generalized",{"i0":(0,5),"i1":(0,3000)},["(i0 + 6*i1)//18"],["i1//3"],"simplify"),
+ ("I12c","v range exceeds gcd: keep",{"i0":(0,128),"i1":(0,3000)},["(i0 + 128*i1)//8192"],["(i0 + 128*i1)//8192"],"unchanged"),
+ ("I13a","join ModularIndexing pair",{"i0":W},["i0 % 32 + 32*((i0//32) % 4)"],["i0 % 128"],"simplify"),
+ ("I13b","join with divisor 3",{"i0":W},["(i0//3) % 32 + 32*((i0//96) % 4)"],["(i0//3) % 128"],"simplify"),
+ ("I13c","no join: wrong modulus",{"i0":W},["i0 % 30 + 32*((i0//32) % 4)"],["i0 % 30 + 32*((i0//32) % 4)"],"unchanged"),
+ ("I13d","join ModularIndexing + FloorDiv",{"i0":W},["197*(i0//197) + i0 % 197","197*(i0//591) + (i0//3) % 197"],["i0","i0//3"],"simplify"),
+]
+
+C = [
+ ("C01","ConstraintIntervalSimplification_Sum",{"d0":(0,99)},[("d0 % 8 + 5",6,10)],{"d0":(0,99)},[("d0 % 8",1,5)]),
+ ("C02","ConstraintIntervalSimplification_SumInfeasible",{"d0":(0,99)},[("d0 % 8 + 5",50,54)],None,"EMPTY"),
+ ("C03","Sum_IndependentOfSymbol",{"d0":(0,1999),"s0":(0,1),"s1":(0,2)},[("6*d0 + 3*s0 + s1",0,599)],{"d0":(0,99),"s0":(0,1),"s1":(0,2)},[]),
+ ("C04","Sum_NotIndependentOfSymbol (XLA leaves as is; TODO says d0 in [0,99] + keep constraint)",{"d0":(0,1999),"s0":(0,1),"s1":(0,2)},[("6*d0 + 3*s0 + s1",0,598)],{"d0":(0,99),"s0":(0,1),"s1":(0,2)},[("6*d0 + 3*s0 + s1",0,598)]),
+ ("C05","FloorDivPositiveDivisorPositiveBounds",{"d0":(0,99)},[("d0 // 8",5,11)],{"d0":(40,95)},[]),
+ ("C06","FloorDivPositiveDivisorNegativeBounds",{"s0":(-99,99)},[("s0 // 3",-11,-5)],{"s0":(-33,-13)},[]),
+ ("C07","FloorDivNegativeDivisorNegativeBounds (XLA claims [15,35]; correct under floor semantics: [13,33])",{"s0":(-99,99)},[("s0 // -3",-11,-5)],{"s0":(13,33)},[]),
+ ("C08","MulPositiveMultiplierPositiveBounds",{"d0":(0,99)},[("d0 * 8",14,33)],{"d0":(2,4)},[]),
+ ("C09","MulPositiveMultiplierNegativeBounds",{"s0":(-99,99)},[("s0 * 3",-11,-5)],{"s0":(-3,-2)},[]),
+ ("C10","MulNegativeMultiplierNegativeBounds",{"s0":(-99,99)},[("s0 * -3",-11,-5)],{"s0":(2,3)},[]),
+ ("C11","ConstraintMerge_Mod",{"d0":(0,3),"s0":(-21,-2),"s1":(0,10)},[("d0 % 3",0,0),("s0 % 2",0,0),("s0 % 3",0,0),("s1 % 5",1,1)],{"d0":(0,3),"s0":(-18,-6),"s1":(1,6)},[("d0 % 3",0,0),("s0 % 6",0,0),("s1 % 5",1,1)]),
+ ("C12","KnownEmpty_AddingConstraintOutOfRangeAfterSimplification",{"s1":(0,19)},[("s1 // 20",2,2)],None,"EMPTY"),
+ ("C13","Composition_ProducerAndConsumerHaveConstraints (after Simplify)",{"d0":(0,9),"s0":(0,69),"s2":(0,7)},[("d0 + s2",0,20),("d0 % 8",0,0),("s0 % 3",1,1),("s2 % 4",0,0)],{"d0":(0,8),"s0":(1,67),"s2":(0,4)},[("d0 % 8",0,0),("s0 % 3",1,1),("s2 % 4",0,0)]),
+ ("C14","Simplifier_Mod1 ((d0-5) mod 1 in [0,0] dropped)",{"d0":(0,99)},[("(d0 - 5) % 1",0,0)],{"d0":(0,99)},[]),
+ ("C15","MapVectorConstructorConstraintAffectsSimplification (d0 in [0,31], constraint d0 in [0,7])",{"d0":(0,31)},[("d0",0,7)],{"d0":(0,7)},[]),
+]
