@@ -99,11 +99,10 @@ class Indirect(Atom):
         return self._args[0]
 
 
-class FloorDiv(Atom):
-    """floor(num / divisor), divisor a non-zero integer other than +-1."""
+class _IntegerDivision(Atom):
+    """An atom over a numerator and a constant integer other than 0 and +-1."""
 
     __slots__ = ()
-    _rank = 2
 
     def __init__(self, num: "Lin", divisor: int) -> None:
         assert divisor not in (0, 1, -1), divisor
@@ -113,24 +112,23 @@ class FloorDiv(Atom):
     def num(self) -> "Lin":
         return self._args[0]
 
+
+class FloorDiv(_IntegerDivision):
+    """floor(num / divisor)."""
+
+    __slots__ = ()
+    _rank = 2
+
     @property
     def divisor(self) -> int:
         return self._args[1]
 
 
-class Mod(Atom):
+class Mod(_IntegerDivision):
     """num mod modulus with floor semantics (Python `%`: the result has the modulus' sign)."""
 
     __slots__ = ()
     _rank = 3
-
-    def __init__(self, num: "Lin", modulus: int) -> None:
-        assert modulus not in (0, 1, -1), modulus
-        super().__init__(num, modulus)
-
-    @property
-    def num(self) -> "Lin":
-        return self._args[0]
 
     @property
     def modulus(self) -> int:

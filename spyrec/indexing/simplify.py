@@ -84,18 +84,22 @@ def floordiv_common_factor(a: FloorDiv, r: Ranges) -> Lin | None:
     return floordiv(_exact_div(num, g), d // g)
 
 
+def _small_remainder_split(num: Lin, n: int, r: Ranges) -> tuple[int, Lin, Lin] | None:
+    """num = f*x + y with f | n, f > 1, x and y non-zero and 0 <= y < f: (f, x, y), largest f."""
+    for f in _gcd_candidates(num, n):
+        multiple, rest = _split(num, lambda c, f=f: c % f == 0)
+        if rest != ZERO and multiple != ZERO and _within(rest, 0, f - 1, r):
+            return f, _exact_div(multiple, f), rest
+    return None
+
+
 def floordiv_gcd_split(a: FloorDiv, r: Ranges) -> Lin | None:
     """(f*x + y) // (f*d) -> x // d   when 0 <= y < f (y cannot reach the next multiple of f)"""
-    d, num = a.divisor, a.num
-    if d < 0:
+    split = _small_remainder_split(a.num, a.divisor, r) if a.divisor > 0 else None
+    if split is None:
         return None
-    for f in _gcd_candidates(num, d):
-        multiple, rest = _split(num, lambda c, f=f: c % f == 0)
-        if rest == ZERO or multiple == ZERO:
-            continue
-        if _within(rest, 0, f - 1, r):
-            return floordiv(_exact_div(multiple, f), d // f)
-    return None
+    f, x, _ = split
+    return floordiv(x, a.divisor // f)
 
 
 def floordiv_of_mod(a: FloorDiv, r: Ranges) -> Lin | None:
@@ -156,16 +160,11 @@ def mod_of_inner_mod(a: Mod, r: Ranges) -> Lin | None:
 
 def mod_gcd_split(a: Mod, r: Ranges) -> Lin | None:
     """(f*x + y) mod (f*n) -> f*(x mod n) + y   when 0 <= y < f and y != 0"""
-    m, num = a.modulus, a.num
-    if m < 0:
+    split = _small_remainder_split(a.num, a.modulus, r) if a.modulus > 0 else None
+    if split is None:
         return None
-    for f in _gcd_candidates(num, m):
-        multiple, rest = _split(num, lambda c, f=f: c % f == 0)
-        if rest == ZERO or multiple == ZERO:
-            continue
-        if _within(rest, 0, f - 1, r):
-            return mod(_exact_div(multiple, f), m // f).scale(f) + rest
-    return None
+    f, x, y = split
+    return mod(x, a.modulus // f).scale(f) + y
 
 
 # --- Min / Max -------------------------------------------------------------------------------
