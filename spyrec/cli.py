@@ -7,6 +7,7 @@ a bug in spyrec and keeps its traceback.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -23,6 +24,50 @@ def cli() -> None:
     Commands arrive in this order: compile (a .pt2 into an output directory),
     run (simulate an output directory against inputs), inspect (layouts, plan, cost).
     """
+
+
+def _verbosity(verbose: int, quiet: bool) -> int:
+    return -1 if quiet else verbose
+
+
+@cli.command("compile")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Output directory (replaced atomically).")
+@click.option("--pipeline", type=click.Path(path_type=Path),
+              help="Pipeline YAML (default: configs/pipeline.yaml).")
+@click.option("--tiling", type=click.Path(path_type=Path), help="Tiling YAML (configs/tiling/).")
+@click.option("--layouts", type=click.Path(path_type=Path),
+              help="Stick-dim pins for inputs: {inputs: {NAME: {stick_dim: D}}}.")
+@click.option("--set", "sets", multiple=True, metavar="PASS.OPTION=VALUE",
+              help="Override one pipeline option (repeatable).")
+@click.option("--dump-after", metavar="PASS|all", help="Print the IR after a pass to stderr.")
+@click.option("--timings", is_flag=True, help="Print per-pass wall time to stderr.")
+@click.option("-v", "--verbose", count=True, help="Per-pass logging on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, timings,
+                    verbose, quiet):
+    """Compile MODEL.pt2 (from torch.export.save) into an output directory."""
+    from spyrec.compiler import CompileOptions, compile_program
+
+    opts = CompileOptions(pipeline, tiling, layouts, list(sets), dump_after, timings,
+                          _verbosity(verbose, quiet))
+    report = compile_program(model, out_dir, opts)
+    if opts.verbose >= 0:
+        r = report["restickify"]
+        click.echo(f"spyrec: wrote {out_dir} ({report['ops']} ops, {r['count']} restickify)",
+                   err=True)
+
+
+def _register_run_command() -> None:
+    try:
+        from spyrec.sim.command import run_command
+    except ImportError:  # the simulator is not built yet
+        return
+    cli.add_command(run_command, "run")
+
+
+_register_run_command()
 
 
 def main(argv: list[str] | None = None) -> None:

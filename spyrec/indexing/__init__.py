@@ -18,7 +18,7 @@ from spyrec.indexing.api import (
 from spyrec.indexing.constraints import Domain
 from spyrec.indexing.expr import (
     Atom, FloorDiv, Indirect, Lin, Max, Min, Mod, Prod, Var, as_lin, const, evaluate,
-    floordiv, indirect, maximum, minimum, mod, var,
+    floordiv, indirect, maximum, minimum, mod, substitute, var,
 )
 from spyrec.indexing.ranges import Ranges, bounds
 from spyrec.indexing.parser import ExprSyntaxError, parse_expr
@@ -28,5 +28,5 @@ __all__ = [
     "Atom", "Domain", "ExprSyntaxError", "FloorDiv", "Indirect", "IndirectAccess", "Lin", "Max", "Min", "Mod",
     "Prod", "Ranges", "Var", "as_lin", "bounds", "clear_caches", "const", "device_coordinates", "evaluate",
     "floordiv", "from_sympy", "indirect", "make_ranges", "maximum", "minimum", "mod",
-    "parse_expr", "simplify", "simplify_domain", "to_sympy", "value_range", "var",
+    "parse_expr", "simplify", "simplify_domain", "substitute", "to_sympy", "value_range", "var",
 ]

@@ -426,3 +426,32 @@ def _fold_minmax(values: list, is_min: bool) -> object:
     for v in values[1:]:
         out = fold(out, v)
     return out
+
+
+def substitute(e: Expr, mapping: Mapping[Atom, "Lin"]) -> Lin:
+    """`e` with every leaf in `mapping` replaced by its expression (rebuilt through the smart
+    constructors, so numbers fold on the way)."""
+    e = as_lin(e)
+    total = const(e.const)
+    for atom, coeff in e.terms:
+        total = total + _substitute_atom(atom, mapping).scale(coeff)
+    return total
+
+
+def _substitute_atom(a: Atom, mapping: Mapping[Atom, "Lin"]) -> Lin:
+    if isinstance(a, (Var, Indirect)):
+        return as_lin(mapping.get(a, a))
+    if isinstance(a, FloorDiv):
+        return floordiv(substitute(a.num, mapping), a.divisor)
+    if isinstance(a, Mod):
+        return mod(substitute(a.num, mapping), a.modulus)
+    if isinstance(a, Min):
+        return minimum(*(substitute(o, mapping) for o in a.operands))
+    if isinstance(a, Max):
+        return maximum(*(substitute(o, mapping) for o in a.operands))
+    if isinstance(a, Prod):
+        out = const(1)
+        for f in a.factors:
+            out = mul(out, _substitute_atom(f, mapping))
+        return out
+    raise TypeError(f"cannot substitute into {a!r}")

@@ -1,0 +1,93 @@
+"""OpSpec / TensorArg data for every op, and the self-contained per-op (`sdsc_<n>.json`) form.
+
+Pure data building from the finished Graph (layouts, core splits and addresses decided by the
+passes); `writer.py` serializes it. Field meanings: DESIGN §4 and docs/formats.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from spyrec.indexing import Indirect, Lin, evaluate
+from spyrec.ir import Access, Graph, Operation
+from spyrec.layout.sticks import access_coordinates
+
+SDSC_FORMAT = "spyrec-sdsc/1"
+
+
+def tensor_arg(graph: Graph, op: Operation, role: str, access: Access, arg_index: int) -> dict:
+    buf = graph.buffers[access.buffer]
+    coords = access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                                access.index)
+    return {
+        "name": buf.name,
+        "is_input": role != "output",
+        "arg_index": arg_index,
+        "device_dtype": buf.layout.device_dtype,
+        "device_size": list(buf.layout.device_size),
+        "stride_map": list(buf.layout.stride_map),
+        "device_coordinates": [str(c) for c in coords],
+        "allocation": {"hbm": buf.hbm_address},
+        "operand": None,
+        "per_tile_fixed": False,
+        "_coords": coords,  # stripped before writing
+    }
+
+
+def op_spec(graph: Graph, op: Operation) -> dict:
+    """The OpSpec of one op (DESIGN §4), with the per-core split."""
+    args = [tensor_arg(graph, op, role, a, i) for i, (role, a) in enumerate(op.accesses())]
+    splits = op.core_splits or {v: 1 for v, _ in op.ranges}
+    spec = {
+        "op": op.op,
+        "name": op.name,
+        "source": op.source,
+        "is_reduction": op.is_reduction,
+        "iteration_space": {v: [n, splits.get(v, 1)] for v, n in op.ranges},
+        "reduced": list(op.reduced),
+        "op_info": {"constants": dict(op.constants)},
+        "tiled_symbols": [],
+        "args": args,
+    }
+    spec["cores"] = _cores(graph, op, args, splits)
+    for a in args:
+        a.pop("_coords")
+    return spec
+
+
+def _cores(graph: Graph, op: Operation, args: list[dict], splits: dict[str, int]) -> list[dict]:
+    """Each core's slice of the iteration space and each arg's byte address at its start."""
+    per_var = []
+    for v, n in op.ranges:
+        k = splits.get(v, 1)
+        chunk = n // k
+        per_var.append([(v, i * chunk, (i + 1) * chunk) for i in range(k)])
+    cores = []
+    for core, combo in enumerate(itertools.product(*per_var)):
+        env = {v: lo for v, lo, _ in combo}
+        starts = [_start_address(graph, a, env) for a in args]
+        cores.append({"core": core, "ranges": {v: [lo, hi] for v, lo, hi in combo},
+                      "arg_start_bytes": starts})
+    return cores
+
+
+def _start_address(graph: Graph, arg: dict, env: dict) -> int | None:
+    coords: tuple[Lin, ...] = arg["_coords"]
+    if any(isinstance(leaf, Indirect) for c in coords for leaf in c.free_atoms()):
+        return None  # data-dependent: known only when the index tensor is read
+    buf = graph.buffers[arg["name"]]
+    strides = buf.layout.device_strides_elems
+    offset = sum(int(evaluate(c, env)) * s for c, s in zip(coords, strides))
+    return buf.hbm_address + offset * buf.layout.dtype.itemsize
+
+
+def sdsc_document(index: int, spec: dict) -> dict:
+    """`sdsc_<n>.json`: the op spec with concrete numbers, self-contained."""
+    keys = ("op", "name", "source", "is_reduction", "iteration_space", "reduced", "op_info",
+            "args", "cores")
+    return {"format": SDSC_FORMAT, "index": index, **{k: spec[k] for k in keys}}
+
+
+def total_cores(spec: dict) -> int:
+    return math.prod(split for _, split in spec["iteration_space"].values())

@@ -1,0 +1,116 @@
+"""Write the output directory (DESIGN §2) atomically and deterministically.
+
+Everything is built in a temporary sibling directory and renamed into place at the end, so a
+failed compile leaves no partial directory and never destroys an earlier good one. JSON is
+written with fixed formatting and `constants.npz` with fixed zip timestamps, so the same input
+gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from spyrec import __version__
+from spyrec.codegen.bundle import bundle_data, render_bundle
+from spyrec.codegen.opspec import op_spec, sdsc_document
+from spyrec.ir import Graph
+
+MANIFEST_FORMAT = "spyrec-manifest/1"
+OPSPECS_FORMAT = "spyrec-opspecs/1"
+
+
+def dump_json(obj) -> str:
+    return json.dumps(obj, indent=1, sort_keys=False) + "\n"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
+                  report: dict) -> dict[str, bytes | str]:
+    """Every file of the output directory, by name (pure: no disk writes)."""
+    specs = [op_spec(graph, op) for op in graph.ops]
+    files: dict[str, bytes | str] = {}
+    sdsc_names = []
+    for i, spec in enumerate(specs):
+        name = f"sdsc_{i}.json"
+        sdsc_names.append(name)
+        files[name] = dump_json(sdsc_document(i, spec))
+    files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
+                                       "kernels": [{"name": "main", "specs": specs}]})
+    files["bundle.mlir"] = render_bundle(bundle_data(sdsc_names))
+    files["manifest.json"] = dump_json(manifest(graph, source, pipeline, configs, sdsc_names,
+                                                report.get("hbm_bytes", 0)))
+    files["constants.npz"] = npz_bytes(graph.constants)
+    return files
+
+
+def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
+             sdsc_names: list[str], hbm_bytes: int) -> dict:
+    tensors = []
+    for buf in graph.buffers.values():
+        tensors.append({
+            "name": buf.name, "role": buf.role, "host_shape": list(buf.host_size),
+            "host_dtype": buf.host_dtype, **buf.layout.to_json(),
+            "hbm_address": buf.hbm_address, "device_bytes": buf.layout.device_bytes,
+            "source": buf.source})
+    return {
+        "format": MANIFEST_FORMAT, "spyrec_version": __version__,
+        "source": {"file": source.name, "sha256": sha256_of(source)},
+        "pipeline": pipeline, "configs": configs,
+        "inputs": list(graph.inputs), "outputs": list(graph.outputs),
+        "tensors": tensors,
+        "kernels": [{"name": "main", "bundle": "bundle.mlir", "ops": sdsc_names}],
+        "hbm_bytes": hbm_bytes,
+    }
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An .npz with fixed timestamps and sorted members (np.savez stamps the current time)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name in sorted(arrays):
+            payload = io.BytesIO()
+            np.lib.format.write_array(payload, np.ascontiguousarray(arrays[name]),
+                                      allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            zf.writestr(info, payload.getvalue())
+    return out.getvalue()
+
+
+def write_atomically(out_dir: Path, files: dict[str, bytes | str], source: Path) -> None:
+    out_dir = Path(out_dir)
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    old = parent / f".{out_dir.name}.old-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for name, content in files.items():
+            mode = "wb" if isinstance(content, bytes) else "w"
+            with open(tmp / name, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
+                f.write(content)
+        shutil.copyfile(source, tmp / "program.pt2")
+        if out_dir.exists():
+            out_dir.rename(old)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not out_dir.exists():
+            old.rename(out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

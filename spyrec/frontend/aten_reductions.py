@@ -1,0 +1,205 @@
+"""Lowerings of reductions, matmuls and composite ops (softmax, log_softmax, norms, linear).
+
+Composites become short chains of device ops, like the reference (softmax = max, sub, exp, sum,
+div). Their intermediates are fp32: eager PyTorch computes these ops in fp32 and rounds once, and
+fp16 intermediates would add a rounding per step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from spyrec.errors import UnsupportedProgram
+from spyrec.frontend.aten_ops import binary
+from spyrec.frontend.lower import LoweringContext, Scalar, iteration_vars, lowering, names_of
+from spyrec.frontend.views import TensorValue, broadcast_shapes
+from spyrec.indexing import const
+from spyrec.ir import Access
+
+FP32 = "float32"
+
+
+def _dims(dims, rank: int) -> list[int]:
+    if dims is None or dims == []:
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % rank for d in dims})
+
+
+def reduce(ctx: LoweringContext, op: str, x: TensorValue, dims, keepdim: bool,
+           out_dtype: str) -> TensorValue:
+    """Reduce `x` over `dims`: iteration = kept dims (c*) then reduced dims (r*)."""
+    dims = _dims(dims, x.rank)
+    kept = [i for i in range(x.rank) if i not in dims]
+    out_shape = [1 if i in dims else x.shape[i] for i in range(x.rank)] if keepdim \
+        else [x.shape[i] for i in kept]
+    out = ctx.new_value(out_shape, out_dtype)
+    cvars = iteration_vars(kept)
+    rvars = iteration_vars(dims, prefix="r")
+    x_idx = [None] * x.rank
+    for v, i in zip(cvars, kept):
+        x_idx[i] = v
+    for v, i in zip(rvars, dims):
+        x_idx[i] = v
+    if keepdim:
+        out_idx, it = [], iter(cvars)
+        for i in range(x.rank):
+            out_idx.append(const(0) if i in dims else next(it))
+    else:
+        out_idx = cvars
+    ranges = list(zip(names_of(cvars), [x.shape[i] for i in kept]))
+    ranges += list(zip(names_of(rvars), [x.shape[i] for i in dims]))
+    constants = {"scaling_factor": 1.0 / math.prod(x.shape[i] for i in dims)} if op == "mean" \
+        else {}
+    ctx.emit(op, out, ranges, [Access(x.buffer, x.at(x_idx))], out.at(out_idx),
+             reduced=names_of(rvars), constants=constants)
+    return out
+
+
+def _reduction(op: str):
+    def lower(ctx, node, x, dims=None, keepdim=False, **kwargs):
+        return reduce(ctx, op, x, dims, keepdim, ctx.out_meta()[1])
+    return lower
+
+
+for _op in ("sum", "mean", "amax", "amin"):
+    _device = {"amax": "max", "amin": "min"}.get(_op, _op)
+    lowering(f"aten.{_op}.dim_IntList", f"aten.{_op}.dim", f"aten.{_op}.default")(
+        _reduction(_device))
+
+
+@lowering("aten.max.default", "aten.min.default")
+def _max_all(ctx, node, x):
+    return reduce(ctx, str(node.target).split(".")[1], x, None, False, ctx.out_meta()[1])
+
+
+# --- matmul ----------------------------------------------------------------------------------
+
+
+def matmul(ctx: LoweringContext, a: TensorValue, b: TensorValue, out_dtype: str) -> TensorValue:
+    """Batched a @ b with broadcast batch dims (ranks >= 1, like torch.matmul)."""
+    if a.rank == 1:
+        return matmul(ctx, a.unsqueeze(0), b, out_dtype).squeeze([-2])
+    if b.rank == 1:
+        return matmul(ctx, a, b.unsqueeze(1), out_dtype).squeeze([-1])
+    m, k = a.shape[-2:]
+    k2, n = b.shape[-2:]
+    if k != k2:
+        raise UnsupportedProgram(f"{ctx.node.name}: matmul inner sizes differ ({k} vs {k2})")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = ctx.new_value(tuple(batch) + (m, n), out_dtype)
+    cvars = iteration_vars(tuple(batch) + (m, n))
+    kv = iteration_vars([k], prefix="r")[0]
+    bvars = cvars[:len(batch)]
+    a_idx = _batch_index(a, bvars) + [cvars[-2], kv]
+    b_idx = _batch_index(b, bvars) + [kv, cvars[-1]]
+    ranges = list(zip(names_of(cvars), tuple(batch) + (m, n))) + [("r0", k)]
+    ctx.emit("batchmatmul", out, ranges, [Access(a.buffer, a.at(a_idx)),
+                                          Access(b.buffer, b.at(b_idx))],
+             out.at(cvars), reduced=["r0"])
+    return out
+
+
+def _batch_index(x: TensorValue, bvars) -> list:
+    lead = len(bvars) - (x.rank - 2)
+    return [const(0) if n == 1 else bvars[lead + i] for i, n in enumerate(x.shape[:-2])]
+
+
+@lowering("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def _mm(ctx, node, a, b):
+    return matmul(ctx, a, b, ctx.out_meta()[1])
+
+
+@lowering("aten.addmm.default")
+def _addmm(ctx, node, bias, a, b, beta=1, alpha=1):
+    if beta != 1 or alpha != 1:
+        raise UnsupportedProgram(f"{node.name}: addmm with beta={beta}, alpha={alpha}")
+    dtype = ctx.out_meta()[1]
+    return binary(ctx, "add", matmul(ctx, a, b, dtype), bias)
+
+
+@lowering("aten.linear.default")
+def _linear(ctx, node, x, weight, bias=None):
+    dtype = ctx.out_meta()[1]
+    y = matmul(ctx, x, weight.transpose(0, 1) if weight.rank == 2 else weight, dtype)
+    return y if bias is None else binary(ctx, "add", y, bias)
+
+
+# --- composites ------------------------------------------------------------------------------
+
+
+@lowering("aten._softmax.default", "aten.softmax.int")
+def _softmax(ctx, node, x, dim, half_to_float=None, **kwargs):
+    out_dtype = ctx.out_meta()[1]
+    m = reduce(ctx, "max", x, [dim], True, FP32)
+    shifted = ctx.pointwise("sub", [x, m], out_dtype=FP32)
+    e = ctx.pointwise("exp", [shifted], out_dtype=FP32)
+    z = reduce(ctx, "sum", e, [dim], True, FP32)
+    return ctx.pointwise("realdiv", [e, z], out_dtype=out_dtype)
+
+
+@lowering("aten._log_softmax.default", "aten.log_softmax.int")
+def _log_softmax(ctx, node, x, dim, half_to_float=None, **kwargs):
+    out_dtype = ctx.out_meta()[1]
+    m = reduce(ctx, "max", x, [dim], True, FP32)
+    shifted = ctx.pointwise("sub", [x, m], out_dtype=FP32)
+    e = ctx.pointwise("exp", [shifted], out_dtype=FP32)
+    z = reduce(ctx, "sum", e, [dim], True, FP32)
+    log_z = ctx.pointwise("log", [z], out_dtype=FP32)
+    return ctx.pointwise("sub", [shifted, log_z], out_dtype=out_dtype)
+
+
+def _normalized_dims(x: TensorValue, normalized_shape: Sequence[int]) -> list[int]:
+    return list(range(x.rank - len(normalized_shape), x.rank))
+
+
+def _affine(ctx, y: TensorValue, weight, bias, out_dtype: str) -> TensorValue:
+    steps = [("mul", weight), ("add", bias)]
+    steps = [(op, t) for op, t in steps if t is not None]
+    for k, (op, t) in enumerate(steps):
+        y = ctx.pointwise(op, [y, t], out_dtype=out_dtype if k == len(steps) - 1 else FP32)
+    return y
+
+
+@lowering("aten.layer_norm.default", "aten.native_layer_norm.default")
+def _layer_norm(ctx, node, x, normalized_shape, weight=None, bias=None, eps=1e-5, *rest):
+    out_dtype = _first_dtype(node)
+    dims = _normalized_dims(x, normalized_shape)
+    mu = reduce(ctx, "mean", x, dims, True, FP32)
+    xc = ctx.pointwise("sub", [x, mu], out_dtype=FP32)
+    sq = ctx.pointwise("mul", [xc, xc], out_dtype=FP32)
+    var_ = reduce(ctx, "mean", sq, dims, True, FP32)
+    var_eps = ctx.pointwise("add", [var_, Scalar(eps)], out_dtype=FP32,
+                            constants={"scalar": float(eps), "scalar_side": "rhs"})
+    rstd = ctx.pointwise("rsqrt", [var_eps], out_dtype=FP32)
+    has_affine = weight is not None or bias is not None
+    y = ctx.pointwise("mul", [xc, rstd], out_dtype=FP32 if has_affine else out_dtype)
+    y = _affine(ctx, y, weight, bias, out_dtype) if has_affine else y
+    if str(node.target) == "aten.native_layer_norm.default":
+        return (y, mu, rstd)
+    return y
+
+
+def _first_dtype(node) -> str:
+    val = node.meta["val"]
+    val = val[0] if isinstance(val, (list, tuple)) else val
+    return str(val.dtype).removeprefix("torch.")
+
+
+@lowering("aten.rms_norm.default")
+def _rms_norm(ctx, node, x, normalized_shape, weight=None, eps=None):
+    import torch
+
+    out_dtype = ctx.out_meta()[1]
+    if eps is None:
+        eps = torch.finfo(getattr(torch, x.dtype)).eps
+    dims = _normalized_dims(x, normalized_shape)
+    sq = ctx.pointwise("mul", [x, x], out_dtype=FP32)
+    ms = reduce(ctx, "mean", sq, dims, True, FP32)
+    ms_eps = ctx.pointwise("add", [ms, Scalar(eps)], out_dtype=FP32,
+                           constants={"scalar": float(eps), "scalar_side": "rhs"})
+    r = ctx.pointwise("rsqrt", [ms_eps], out_dtype=FP32)
+    y = ctx.pointwise("mul", [x, r], out_dtype=FP32 if weight is not None else out_dtype)
+    return _affine(ctx, y, weight, None, out_dtype) if weight is not None else y

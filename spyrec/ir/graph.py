@@ -1,0 +1,124 @@
+"""The one intermediate representation: buffers, device operations, and the graph holding them.
+
+Every `Operation` is a single device op (one OpSpec): a named op from the device vocabulary
+(docs/formats.md), an iteration space, the accesses it reads and the one it writes. Views never
+become operations: they are folded into each access's index, a flat host-element index into the
+accessed buffer's contiguous storage, written in the op's iteration variables (`c0, c1, …` for
+output dims, then `r0, r1, …` for reduced dims). Gathers read index tensors through
+`index_inputs`; the gathered value appears in an input index as `Indirect('<index buffer>')`.
+
+What passes write are declared fields (`Buffer.layout`, `Buffer.hbm_address`,
+`Operation.core_splits`); nothing is attached at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from spyrec.indexing import Indirect, Lin, Ranges, Var
+from spyrec.layout import DeviceLayout, contiguous_strides
+
+ROLES = ("input", "constant", "intermediate", "output")
+
+
+@dataclass
+class Buffer:
+    """A tensor in device memory: host shape and dtype, and what the passes decide for it."""
+
+    name: str
+    host_size: tuple[int, ...]
+    host_dtype: str
+    role: str
+    source: str | None = None
+    layout: DeviceLayout | None = None      # written by stick_layout
+    hbm_address: int | None = None          # written by memory_planning
+
+    def __post_init__(self) -> None:
+        assert self.role in ROLES, self.role
+
+    @property
+    def host_strides(self) -> tuple[int, ...]:
+        return contiguous_strides(self.host_size)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.host_size)
+
+
+@dataclass(frozen=True)
+class Access:
+    """A read or write of `buffer` at flat host-element index `index` (iteration variables)."""
+
+    buffer: str
+    index: Lin
+
+
+@dataclass
+class Operation:
+    """One device op over an iteration space (see docs/formats.md for the op vocabulary)."""
+
+    name: str
+    op: str
+    ranges: tuple[tuple[str, int], ...]
+    inputs: tuple[Access, ...]
+    output: Access
+    reduced: tuple[str, ...] = ()
+    constants: dict = field(default_factory=dict)
+    index_inputs: tuple[Access, ...] = ()
+    source: str | None = None
+    core_splits: dict[str, int] | None = None   # written by work_division
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.reduced)
+
+    @property
+    def var_ranges(self) -> Ranges:
+        """Each iteration variable's inclusive range, plus each gathered value's (unknown here)."""
+        return Ranges({Var(v): (0, n - 1) for v, n in self.ranges})
+
+    def accesses(self) -> Iterator[tuple[str, Access]]:
+        """(role, access) in argument order: index tensors, inputs, then the output."""
+        for a in self.index_inputs:
+            yield "index", a
+        for a in self.inputs:
+            yield "input", a
+        yield "output", self.output
+
+    def gathered(self) -> set[str]:
+        """Names of the index buffers whose values appear in this op's input indices."""
+        return {leaf.tensor for a in self.inputs for leaf in a.index.free_atoms()
+                if isinstance(leaf, Indirect)}
+
+
+@dataclass
+class Graph:
+    """A whole program: buffers by name, operations in execution order, and its signature."""
+
+    buffers: dict[str, Buffer] = field(default_factory=dict)
+    ops: list[Operation] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add_buffer(self, buf: Buffer) -> Buffer:
+        assert buf.name not in self.buffers, buf.name
+        self.buffers[buf.name] = buf
+        return buf
+
+    def fresh_name(self, base: str) -> str:
+        """`base`, or `base_1`, `base_2`, … — the first name not yet used by a buffer."""
+        if base not in self.buffers:
+            return base
+        k = 1
+        while f"{base}_{k}" in self.buffers:
+            k += 1
+        return f"{base}_{k}"
+
+    def consumers(self, buffer: str) -> list[Operation]:
+        return [op for op in self.ops
+                if any(a.buffer == buffer for role, a in op.accesses() if role != "output")]

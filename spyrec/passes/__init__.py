@@ -1,0 +1,9 @@
+"""Passes over the Graph, one module each, behind one registry (`registry.py`).
+
+A pass is a frozen dataclass with a `name` and `run(graph, ctx)`; its fields are the options a
+pipeline YAML or `--set PASS.OPTION=VALUE` may set. `pipeline.py` reads and validates the YAML.
+"""
+
+from spyrec.passes.registry import PASSES, CompileContext, Pass, register_pass
+
+__all__ = ["PASSES", "CompileContext", "Pass", "register_pass"]
