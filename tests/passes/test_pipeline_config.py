@@ -1,0 +1,48 @@
+"""Pipeline YAML and --set: validation with the valid names in every message."""
+
+import pytest
+
+from spyrec.errors import ConfigError
+from spyrec.passes.pipeline import build_pipeline, describe, read_pipeline_file
+
+
+def test_default_pipeline_reads():
+    entries, where = read_pipeline_file(None)
+    names = [p.name for p in build_pipeline(entries, where=where)]
+    assert names == ["stick_layout", "work_division", "memory_planning"]
+
+
+def test_set_overrides_one_option():
+    entries, _ = read_pipeline_file(None)
+    pipeline = build_pipeline(entries, ["work_division.cores=8"])
+    assert describe(pipeline)[1] == {"pass": "work_division", "options": {"cores": 8}}
+
+
+def test_unknown_pass_lists_valid_names():
+    with pytest.raises(ConfigError, match=r"unknown pass 'stick_layuot' \(did you mean "
+                                          r"'stick_layout'\?\); valid passes: memory_planning"):
+        build_pipeline([{"pass": "stick_layuot"}])
+
+
+def test_unknown_option_lists_options():
+    with pytest.raises(ConfigError, match="work_division has no option 'core'.*options: cores"):
+        build_pipeline([{"pass": "work_division", "core": 4}])
+
+
+def test_wrong_type():
+    with pytest.raises(ConfigError, match="work_division.cores must be int, got 'many'"):
+        build_pipeline([{"pass": "work_division"}], ["work_division.cores=many"])
+
+
+def test_set_needs_pass_option_value():
+    with pytest.raises(ConfigError, match="expected PASS.OPTION=VALUE"):
+        build_pipeline([{"pass": "work_division"}], ["cores=4"])
+    with pytest.raises(ConfigError, match="pass 'tiling' is not in the pipeline"):
+        build_pipeline([{"pass": "work_division"}], ["tiling.x=4"])
+
+
+def test_bad_yaml_file(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("pass: stick_layout\n")
+    with pytest.raises(ConfigError, match="a pipeline is a YAML list"):
+        read_pipeline_file(f)

@@ -1,0 +1,40 @@
+"""Helpers for tests that go through torch.export: export a module, compile it in-process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from spyrec.compiler import CompileOptions, compile_program
+
+
+def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model") -> Path:
+    path = Path(tmp) / f"{name}.pt2"
+    torch.export.save(torch.export.export(module.eval(), inputs), str(path))
+    return path
+
+
+def compile_pt2(pt2: Path, out: Path | None = None, **options) -> Path:
+    out = out or pt2.with_suffix("")
+    opts = CompileOptions(verbose=-1, **options)
+    compile_program(pt2, out, opts)
+    return out
+
+
+def load_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+class Lambda(torch.nn.Module):
+    """Wrap a function as a module, for one-line test programs."""
+
+    def __init__(self, fn, **params):
+        super().__init__()
+        self.fn = fn
+        for k, v in params.items():
+            self.register_parameter(k, torch.nn.Parameter(v, requires_grad=False))
+
+    def forward(self, *args):
+        return self.fn(self, *args)
