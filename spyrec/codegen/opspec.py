@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
+
 from spyrec.indexing import Indirect, Lin, evaluate
 from spyrec.ir import Access, Graph, Operation
 from spyrec.layout.sticks import access_coordinates
@@ -57,29 +59,32 @@ def op_spec(graph: Graph, op: Operation) -> dict:
 
 
 def _cores(graph: Graph, op: Operation, args: list[dict], splits: dict[str, int]) -> list[dict]:
-    """Each core's slice of the iteration space and each arg's byte address at its start."""
+    """Each core's slice of the iteration space and each arg's byte address at its start.
+
+    Start addresses are evaluated for all cores at once (numpy arrays of slice starts)."""
     per_var = []
     for v, n in op.ranges:
         k = splits.get(v, 1)
         chunk = n // k
         per_var.append([(v, i * chunk, (i + 1) * chunk) for i in range(k)])
-    cores = []
-    for core, combo in enumerate(itertools.product(*per_var)):
-        env = {v: lo for v, lo, _ in combo}
-        starts = [_start_address(graph, a, env) for a in args]
-        cores.append({"core": core, "ranges": {v: [lo, hi] for v, lo, hi in combo},
-                      "arg_start_bytes": starts})
-    return cores
+    combos = list(itertools.product(*per_var))
+    env = {v: np.array([combo[j][1] for combo in combos], dtype=np.int64)
+           for j, (v, _) in enumerate(op.ranges)}
+    starts = [_start_addresses(graph, a, env, len(combos)) for a in args]
+    return [{"core": core, "ranges": {v: [lo, hi] for v, lo, hi in combo},
+             "arg_start_bytes": [s[core] for s in starts]}
+            for core, combo in enumerate(combos)]
 
 
-def _start_address(graph: Graph, arg: dict, env: dict) -> int | None:
+def _start_addresses(graph: Graph, arg: dict, env: dict, n: int) -> list:
     coords: tuple[Lin, ...] = arg["_coords"]
     if any(isinstance(leaf, Indirect) for c in coords for leaf in c.free_atoms()):
-        return None  # data-dependent: known only when the index tensor is read
+        return [None] * n  # data-dependent: known only when the index tensor is read
     buf = graph.buffers[arg["name"]]
-    strides = buf.layout.device_strides_elems
-    offset = sum(int(evaluate(c, env)) * s for c, s in zip(coords, strides))
-    return buf.hbm_address + offset * buf.layout.dtype.itemsize
+    offset = np.zeros(n, dtype=np.int64)
+    for c, stride in zip(coords, buf.layout.device_strides_elems):
+        offset = offset + np.asarray(evaluate(c, env), dtype=np.int64) * stride
+    return [int(x) for x in buf.hbm_address + offset * buf.layout.dtype.itemsize]
 
 
 def sdsc_document(index: int, spec: dict) -> dict:

@@ -28,7 +28,20 @@ OPSPECS_FORMAT = "spyrec-opspecs/1"
 
 
 def dump_json(obj) -> str:
-    return json.dumps(obj, indent=1, sort_keys=False) + "\n"
+    """Readable and fast: the outer two levels one entry per line, anything deeper compact
+    (json's C encoder runs only without `indent`; the indented encoder is pure Python)."""
+    return _pretty(obj, 0) + "\n"
+
+
+def _pretty(obj, depth: int) -> str:
+    pad = " " * (depth + 1)
+    if depth < 2 and isinstance(obj, dict) and obj:
+        items = [f"{pad}{json.dumps(k)}: {_pretty(v, depth + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+    if depth < 2 and isinstance(obj, list) and obj and isinstance(obj[0], (dict, list)):
+        items = [pad + _pretty(v, depth + 1) for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + " " * depth + "]"
+    return json.dumps(obj, separators=(", ", ": "))
 
 
 def sha256_of(path: Path) -> str:

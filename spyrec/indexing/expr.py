@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Iterable, Mapping, Union
 
 IntLike = int
 
 
+@lru_cache(maxsize=1 << 14)
 def _natural_key(name: str) -> tuple:
     """Sort `c2` before `c10`: split the name into text and number runs."""
     return tuple(int(tok) if tok.isdigit() else tok for tok in re.findall(r"\d+|\D+", name))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spyrec.indexing import Lin, Mod, Ranges, Var, floordiv, var
+from spyrec.indexing import Lin, Mod, Ranges, Var, substitute, var
+from spyrec.indexing.simplify import simplify_lin
 from spyrec.indexing.coordinates import device_coordinates_lin
 from spyrec.layout.device_layout import DeviceLayout
 
@@ -21,14 +22,26 @@ class StickInfo:
     coords: tuple[Lin, ...]
     stick_var: str | None     # the variable in a clean lane, else None
     clean: bool
+    ranges: Ranges
 
     def uses_outside_stick(self, v: str, elems_per_stick: int) -> bool:
-        """Does variable `v` appear in a coordinate other than the lane and its own tile
-        (`floor(v/E)`, possibly plus a constant)?"""
-        tile = floordiv(var(v), elems_per_stick)
+        """Does the in-stick part of `v` (v mod E) show up outside the lane?
+
+        Other coordinates may use `v` only through `v // E` (its tile, possibly split further
+        into several device dims, as when a [.., 4, 64] tensor is read as [.., 256]).
+        Checked exactly: substitute v = E*q + l and see whether l survives simplification.
+        """
+        lo, hi = self.ranges.get(Var(v))
+        if hi == float("inf"):
+            return any(Var(v) in c.free_atoms() for c in self.coords[:-1])
+        q, lane = Var(f"{v}__tile"), Var(f"{v}__lane")
+        split = {Var(v): var(q.name).scale(elems_per_stick) + var(lane.name)}
+        ranges = self.ranges.with_vars({q: (0, int(hi) // elems_per_stick),
+                                        lane: (0, elems_per_stick - 1)})
         for c in self.coords[:-1]:
-            names = {a.name for a in c.free_atoms() if isinstance(a, Var)}
-            if v in names and (v != self.stick_var or c - c.const != tile):
+            if Var(v) not in c.free_atoms():
+                continue
+            if lane in simplify_lin(substitute(c, split), ranges).free_atoms():
                 return True
         return False
 
@@ -45,11 +58,11 @@ def stick_info(host_size, host_strides, layout: DeviceLayout, ranges: Ranges,
     lane = coords[-1]
     e = layout.elems_per_stick
     if lane.is_const:
-        return StickInfo(coords, None, lane.const == 0)
+        return StickInfo(coords, None, lane.const == 0, ranges)
     atom = lane.as_atom()
     if isinstance(atom, Var):
         lo, hi = ranges.get(atom)
-        return StickInfo(coords, atom.name, hi < e)
+        return StickInfo(coords, atom.name, hi < e, ranges)
     if isinstance(atom, Mod) and atom.modulus == e and isinstance(atom.num.as_atom(), Var):
-        return StickInfo(coords, atom.num.as_atom().name, True)
-    return StickInfo(coords, None, False)
+        return StickInfo(coords, atom.num.as_atom().name, True, ranges)
+    return StickInfo(coords, None, False, ranges)

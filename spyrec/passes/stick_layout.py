@@ -138,9 +138,9 @@ class _Placer:
             return access
         if not buf.layout.is_sparse:
             for layout in candidates:
-                copy = self._restickified(buf, layout, op)
-                if self._ok(copy, access.index, target, op, ranges):
-                    return Access(copy.name, access.index)
+                trial = Buffer(buf.name, buf.host_size, buf.host_dtype, buf.role, layout=layout)
+                if self._ok(trial, access.index, target, op, ranges):
+                    return Access(self._restickified(buf, layout, op).name, access.index)
             materialized = self._materialize(op, access, target)
             if materialized is not None:
                 return materialized

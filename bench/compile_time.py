@@ -1,0 +1,53 @@
+"""Compile time of the sample decoder at depth 1, 2, 4, 8 (fp32, input (8, 127, 256)).
+
+Prints wall time per phase: torch's load + decomposition, then spyrec's own work (lowering,
+each pass, codegen). Target: spyrec's own passes under 1 s for 2 layers, growing linearly.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from samples.models import decoder  # noqa: E402
+from spyrec.compiler import CompileOptions, compile_program  # noqa: E402
+
+
+def line_counts() -> str:
+    rows = []
+    for pkg in sorted((ROOT / "spyrec").iterdir()):
+        if pkg.is_dir() and not pkg.name.startswith("__"):
+            n = sum(len(p.read_text().splitlines()) for p in pkg.rglob("*.py"))
+            rows.append(f"{pkg.name} {n}")
+    return ", ".join(rows)
+
+
+def main(depths=(1, 2, 4, 8)) -> None:
+    print("| depth | ops | load+decompose s | lower ms | stick_layout ms | work_division ms "
+          "| memory_planning ms | codegen ms | spyrec own s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for depth in depths:
+            module, inputs = decoder(depth)
+            pt2 = Path(tmp) / f"decoder{depth}.pt2"
+            torch.export.save(torch.export.export(module, inputs), str(pt2))
+            t0 = time.perf_counter()
+            report = compile_program(pt2, Path(tmp) / f"out{depth}", CompileOptions(verbose=-1))
+            _ = time.perf_counter() - t0
+            ms = {p["name"]: p["wall_ms"] for p in report["passes"]}
+            own = sum(v for k, v in ms.items() if k != "load_and_decompose") / 1e3
+            print(f"| {depth} | {report['ops']} | {ms['load_and_decompose'] / 1e3:.2f} "
+                  f"| {ms['lower']:.0f} | {ms['stick_layout']:.0f} | {ms['work_division']:.0f} "
+                  f"| {ms['memory_planning']:.1f} | {ms['codegen']:.0f} | {own:.2f} |")
+    print(f"\nlines of code per package: {line_counts()}")
+
+
+if __name__ == "__main__":
+    main()
