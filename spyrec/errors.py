@@ -27,3 +27,9 @@ class UnsupportedProgram(SpyrecError):
 
 class SimulatorFault(SpyrecError):
     """Out-of-range address, overlapping allocations, LX overflow, bad gather index."""
+
+
+class CheckMismatch(SpyrecError):
+    """`spyrec run --check`: a simulated output differs from PyTorch eager beyond tolerance."""
+
+    exit_code = 1
