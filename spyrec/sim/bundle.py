@@ -1,0 +1,225 @@
+"""Read `bundle.mlir`: parse and verify it with xDSL, then flatten it into an execution list.
+
+The bundle is a tiny program (docs/formats.md, DESIGN §5): `arith.constant`/`arith.addi` for
+addresses, nested `scf.for` with constant bounds, `affine.apply` for per-iteration tile bases,
+and one `sdscbundle.sdsc_execute` per device op. Interpreting it up front gives the simulator a
+flat list of `Execute(file, operands)` in execution order; the data work happens elsewhere.
+
+Why a real MLIR parser (xDSL) rather than regexes: the contract says the bundle must parse and
+verify with one, and a file that only our own regexes accept would not. xDSL keeps no source
+positions on ops and skips use-before-def checks, so `_LocatingParser` records where each op
+starts and we add the def-use walk; every error names `bundle.mlir:LINE:COL`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from xdsl.context import Context
+from xdsl.dialects import affine, arith, func, scf
+from xdsl.dialects.builtin import Builtin, IntegerAttr, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.parser import Parser
+from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.utils.lexer import Span
+
+from spyrec.errors import InputFileError
+from spyrec.sim.dialect import SdscBundle
+
+
+@dataclass(frozen=True)
+class Execute:
+    """One `sdsc_execute` as it runs: the op's JSON file and its operand values (addresses)."""
+
+    file: str
+    operands: tuple[int, ...]
+    location: str        # "bundle.mlir:LINE:COL" of the sdsc_execute, for messages
+
+
+def make_context() -> Context:
+    """The dialects a bundle may use; anything else fails to parse ("not registered")."""
+    ctx = Context()
+    for dialect in (Builtin, func.Func, arith.Arith, scf.Scf, affine.Affine, SdscBundle):
+        ctx.load_dialect(dialect)
+    return ctx
+
+
+class _LocatingParser(Parser):
+    """A Parser that remembers where each op starts, so later errors can point at it."""
+
+    def __init__(self, ctx: Context, text: str, name: str):
+        super().__init__(ctx, text, name)
+        self.op_start: dict[Operation, int] = {}
+
+    def location(self, op: Operation) -> str:
+        start = self.op_start.get(op)
+        if start is None:
+            return self.lexer.input.name
+        loc = Span(start, start, self.lexer.input).get_location()
+        return f"{loc.file}:{loc.line}:{loc.col}"
+
+    def parse_optional_operation(self) -> Operation | None:
+        start = self.pos
+        try:
+            op = super().parse_optional_operation()
+        except VerifyException as e:   # attribute constraints fail inside the parser, unplaced
+            self.raise_error(str(e), start, self.pos)
+        if op is not None:
+            self.op_start[op] = start
+        return op
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError:
+            # xDSL reports undefined values at end of file; point at the first user instead.
+            for name, refs in self.forward_ssa_references.items():
+                users = [use.operation for value in refs.values() for use in value.uses]
+                if users and users[0] in self.op_start:
+                    self.raise_error(f"use of undefined value %{name}", self.op_start[users[0]])
+            raise
+
+
+@dataclass(frozen=True)
+class ParsedBundle:
+    module: ModuleOp
+    locate: Callable[[Operation], str]
+
+
+def parse_bundle(text: str, name: str = "bundle.mlir") -> ParsedBundle:
+    """Parse and verify; an InputFileError with `name:LINE:COL` on any problem."""
+    parser = _LocatingParser(make_context(), text, name)
+    try:
+        module = parser.parse_module()
+    except ParseError as e:
+        raise InputFileError(f"{name} does not parse:\n{e}") from None
+
+    def fail(op: Operation, msg: str) -> None:
+        raise InputFileError(f"{parser.location(op)}: {op.name}: {msg}")
+
+    for op in module.walk():   # module.verify() would stop without saying where
+        try:
+            op.verify(verify_nested_ops=False)
+        except VerifyException as e:
+            fail(op, str(e))
+    _check_defs_before_uses(module.body.block, set(), fail)
+    return ParsedBundle(module, parser.location)
+
+
+def _check_defs_before_uses(block: Block, visible: set[SSAValue], fail) -> None:
+    visible = visible | set(block.args)
+    for op in block.ops:
+        for value in op.operands:
+            if value not in visible:
+                fail(op, f"operand %{value.name_hint} is used before its definition")
+        for region in op.regions:
+            for inner in region.blocks:
+                _check_defs_before_uses(inner, visible, fail)
+        visible |= set(op.results)
+
+
+# --- interpretation -------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    env: dict[SSAValue, int]
+    trace: list[Execute]
+    locate: Callable[[Operation], str]
+
+    def fail(self, op: Operation, msg: str) -> None:
+        raise InputFileError(f"{self.locate(op)}: {op.name}: {msg}")
+
+
+_Handler = Callable[[Operation, _State], None]
+_HANDLERS: dict[str, _Handler] = {}
+
+
+def _handles(*names: str):
+    def register(fn: _Handler) -> _Handler:
+        for name in names:
+            _HANDLERS[name] = fn
+        return fn
+    return register
+
+
+@_handles("arith.constant")
+def _constant(op: Operation, st: _State) -> None:
+    value = op.value  # type: ignore[attr-defined]
+    if not isinstance(value, IntegerAttr):
+        st.fail(op, f"only integer constants are executable, got {value}")
+    st.env[op.results[0]] = value.value.data
+
+
+@_handles("arith.addi")
+def _addi(op: Operation, st: _State) -> None:
+    st.env[op.results[0]] = st.env[op.operands[0]] + st.env[op.operands[1]]
+
+
+@_handles("affine.apply")
+def _affine_apply(op: Operation, st: _State) -> None:
+    amap = op.map.data  # type: ignore[attr-defined]
+    values = [st.env[v] for v in op.operands]          # dims first, then symbols
+    (st.env[op.results[0]],) = amap.eval(values[:amap.num_dims], values[amap.num_dims:])
+
+
+@_handles("scf.for")
+def _for(op: Operation, st: _State) -> None:
+    assert isinstance(op, scf.ForOp)
+    if op.iter_args:
+        st.fail(op, "loop-carried values (iter_args) are not part of the bundle format")
+    body = op.body.block
+    induction = body.args[0]
+    for i in range(st.env[op.lb], st.env[op.ub], st.env[op.step]):
+        st.env[induction] = i
+        _run_block(body, st)
+
+
+@_handles("sdscbundle.sdsc_execute")
+def _execute(op: Operation, st: _State) -> None:
+    filename = op.sdsc_filename.data  # type: ignore[attr-defined]
+    st.trace.append(Execute(filename, tuple(st.env[v] for v in op.operands), st.locate(op)))
+
+
+@_handles("scf.yield", "func.return")
+def _terminator(op: Operation, st: _State) -> None:
+    if op.operands:
+        st.fail(op, "returns values; the bundle function returns nothing")
+
+
+def _run_block(block: Block, st: _State) -> None:
+    for op in block.ops:
+        handler = _HANDLERS.get(op.name)
+        if handler is None:
+            st.fail(op, f"cannot execute this op (executable: {', '.join(sorted(_HANDLERS))})")
+        handler(op, st)
+
+
+def execute(parsed: ParsedBundle) -> list[Execute]:
+    """The flat execution list of a verified bundle, in textual/loop order."""
+    module = parsed.module
+    funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    others = [op for op in module.ops if not isinstance(op, func.FuncOp)]
+    state = _State({}, [], parsed.locate)
+    if others:
+        state.fail(others[0], "only func.func may appear at module level")
+    if len(funcs) != 1:
+        raise InputFileError(f"{parsed.locate(module)}: the bundle must define exactly one "
+                             f"func.func, found {len(funcs)}")
+    fn = funcs[0]
+    if fn.body.block.args:
+        state.fail(fn, "the bundle function takes arguments (the reference's symbolic form); "
+                       "spyrec bundles use concrete addresses")
+    _run_block(fn.body.block, state)
+    return state.trace
+
+
+def read_bundle(path: Path) -> list[Execute]:
+    """Parse, verify and interpret one bundle file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputFileError(f"cannot read {path}: {e.strerror}") from None
+    return execute(parse_bundle(text, str(path)))
