@@ -1,0 +1,244 @@
+"""Load an output directory: manifest.json, every sdsc_<n>.json and the bundles.
+
+Every JSON file goes through its schema in `spyrec/schemas/` first, so the format is defined in
+one place and a bad file gives one message naming the file and the JSON path
+(`sdsc_3.json: at $.args[1].device_size: ...`). Then the structural facts the schema cannot say
+(lengths that must agree, a stick dim of 128 bytes, coordinates that parse) are checked while
+building the `specs` dataclasses. Coordinate strings are parsed exactly once, here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+
+from spyrec.errors import InputFileError
+from spyrec.indexing import ExprSyntaxError, Indirect, Var, parse_expr
+from spyrec.layout import DeviceLayout
+from spyrec.layout.dtypes import DEVICE_DTYPES, device_dtype_for
+from spyrec.sim.bundle import Execute, read_bundle
+from spyrec.sim.specs import ArgSpec, CoreSplit, KernelSpec, Manifest, OpSpec, TensorSpec
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+_SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
+
+
+@dataclass(frozen=True)
+class Program:
+    """Everything the simulator needs from an output directory, loaded and checked."""
+
+    out_dir: Path
+    manifest: Manifest
+    ops: dict[str, OpSpec]                  # by file name
+    trace: tuple[tuple[str, Execute], ...]  # (kernel name, execute) in execution order
+
+
+@lru_cache(maxsize=None)
+def validator(schema_name: str) -> jsonschema.protocols.Validator:
+    """The validator of one schema file (`manifest`, `sdsc`, `report`), built once."""
+    path = SCHEMA_DIR / f"{schema_name}.schema.json"
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def validate(data: object, schema_name: str, label: str) -> None:
+    """InputFileError naming `label` and the JSON path of the most relevant violation."""
+    error = jsonschema.exceptions.best_match(validator(schema_name).iter_errors(data))
+    if error is not None:
+        raise InputFileError(f"{label}: at {error.json_path}: {error.message} "
+                             f"(schema {schema_name}.schema.json)")
+
+
+def read_json(path: Path, schema_name: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputFileError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputFileError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    validate(data, schema_name, str(path))
+    return data
+
+
+# --- manifest ---------------------------------------------------------------------------------
+
+
+def _layout(label: str, size: list, stride_map: list, device_dtype: str) -> DeviceLayout:
+    """A DeviceLayout, after the checks that DeviceLayout itself only asserts."""
+    if len(size) != len(stride_map):
+        raise InputFileError(f"{label}: device_size {size} and stride_map {stride_map} differ "
+                             f"in length")
+    lanes = DEVICE_DTYPES[device_dtype].elems_per_stick
+    if size[-1] != lanes:
+        raise InputFileError(f"{label}: the last device dim holds the stick lanes and must be "
+                             f"{lanes} for {device_dtype}, got device_size {size}")
+    return DeviceLayout(tuple(size), tuple(stride_map), device_dtype)
+
+
+def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
+    label = f"{path}: at $.tensors[{i}] ('{t['name']}')"
+    layout = _layout(label, t["device_size"], t["stride_map"], t["device_dtype"])
+    expected = device_dtype_for(t["host_dtype"]).name
+    if t["device_dtype"] != expected:
+        raise InputFileError(f"{label}: host dtype {t['host_dtype']} is stored as {expected} on "
+                             f"the device, not {t['device_dtype']}")
+    if t["device_bytes"] != layout.device_bytes:
+        raise InputFileError(f"{label}: device_bytes {t['device_bytes']} but the layout "
+                             f"{list(layout.device_size)} needs {layout.device_bytes}")
+    return TensorSpec(t["name"], t["role"], tuple(t["host_shape"]), t["host_dtype"], layout,
+                      t["hbm_address"], t["device_bytes"], t["source"])
+
+
+def load_manifest(out_dir: Path) -> Manifest:
+    path = out_dir / "manifest.json"
+    data = read_json(path, "manifest")
+    tensors: dict[str, TensorSpec] = {}
+    for i, t in enumerate(data["tensors"]):
+        if t["name"] in tensors:
+            raise InputFileError(f"{path}: at $.tensors[{i}]: tensor '{t['name']}' is listed "
+                                 f"twice")
+        tensors[t["name"]] = _tensor(path, i, t)
+    for key in ("inputs", "outputs"):
+        for i, name in enumerate(data[key]):
+            if name not in tensors:
+                raise InputFileError(f"{path}: at $.{key}[{i}]: no tensor named '{name}' in "
+                                     f"$.tensors")
+    for i, name in enumerate(data["inputs"]):
+        if tensors[name].role != "input":
+            raise InputFileError(f"{path}: at $.inputs[{i}]: tensor '{name}' has role "
+                                 f"{tensors[name].role}, not input")
+    kernels = tuple(KernelSpec(k["name"], k["bundle"], tuple(k["ops"]))
+                    for k in data["kernels"])
+    return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
+                    data["hbm_bytes"])
+
+
+# --- sdsc -------------------------------------------------------------------------------------
+
+
+def _coordinates(label: str, texts: list[str], layout: DeviceLayout) -> tuple:
+    if len(texts) != len(layout.device_size):
+        raise InputFileError(f"{label}.device_coordinates: {len(texts)} coordinates for "
+                             f"{len(layout.device_size)} device dims")
+    out = []
+    for j, text in enumerate(texts):
+        try:
+            out.append(parse_expr(text))
+        except ExprSyntaxError as e:
+            raise InputFileError(f"{label}.device_coordinates[{j}]: {e}") from None
+    return tuple(out)
+
+
+def _arg(label: str, a: dict, index_names: set[str]) -> ArgSpec:
+    layout = _layout(label, a["device_size"], a["stride_map"], a["device_dtype"])
+    alloc = a["allocation"]
+    return ArgSpec(
+        name=a["name"], is_input=a["is_input"], arg_index=a["arg_index"], layout=layout,
+        coordinates=_coordinates(label, a["device_coordinates"], layout),
+        coordinate_text=tuple(a["device_coordinates"]),
+        hbm_address=alloc.get("hbm"), lx_offset=alloc.get("lx"), operand=a["operand"],
+        per_tile_fixed=a["per_tile_fixed"], is_index=a["name"] in index_names)
+
+
+def _indirect_names(data: dict) -> set[str]:
+    names = set()
+    for a in data["args"]:
+        for text in a["device_coordinates"]:
+            names.update(re.findall(r"IndirectAccess\('([^']*)'\)", text))
+    return names
+
+
+def load_op(out_dir: Path, filename: str) -> OpSpec:
+    path = out_dir / filename
+    data = read_json(path, "sdsc")
+    m = _SDSC_NAME.match(filename)
+    if m and int(m.group(1)) != data["index"]:
+        raise InputFileError(f"{path}: at $.index: {data['index']} but the file is named "
+                             f"{filename}")
+    index_names = _indirect_names(data)
+    args = tuple(_arg(f"{path}: at $.args[{i}]", a, index_names)
+                 for i, a in enumerate(data["args"]))
+    space = {v: (n, k) for v, (n, k) in data["iteration_space"].items()}
+    cores = tuple(CoreSplit(c["core"], {v: (lo, hi) for v, (lo, hi) in c["ranges"].items()},
+                            tuple(c["arg_start_bytes"])) for c in data["cores"])
+    spec = OpSpec(file=filename, index=data["index"], op=data["op"], name=data["name"],
+                  source=data["source"], is_reduction=data["is_reduction"],
+                  iteration_space=space, reduced=tuple(data["reduced"]),
+                  constants=dict(data["op_info"].get("constants", {})), args=args, cores=cores)
+    _check_structure(path, spec)
+    return spec
+
+
+def _check_structure(path: Path, spec: OpSpec) -> None:
+    """Facts about args and vars that every later stage relies on."""
+    def fail(where: str, msg: str) -> None:
+        raise InputFileError(f"{path}: at $.{where}: {msg}")
+
+    names = [a.name for a in spec.args]
+    for i, a in enumerate(spec.args):
+        if a.arg_index != i:
+            fail(f"args[{i}].arg_index", f"{a.arg_index}, but arg_index is the position {i}")
+        if a.is_input != (i < len(spec.args) - 1):
+            fail(f"args[{i}].is_input", "args are the inputs followed by exactly one output")
+        for j, coord in enumerate(a.coordinates):
+            for leaf in coord.free_atoms():
+                if isinstance(leaf, Var) and leaf.name not in spec.iteration_space:
+                    fail(f"args[{i}].device_coordinates[{j}]",
+                         f"'{leaf.name}' is not an iteration variable ({', '.join(spec.vars)})")
+                if isinstance(leaf, Indirect) and (
+                        leaf.tensor not in names or not spec.args[names.index(leaf.tensor)]
+                        .is_input or leaf.tensor == a.name):
+                    fail(f"args[{i}].device_coordinates[{j}]",
+                         f"IndirectAccess('{leaf.tensor}') must name another input arg")
+    seen_value = False
+    for i, a in enumerate(spec.args[:-1]):
+        if a.is_index and seen_value:
+            fail(f"args[{i}]", f"index tensor '{a.name}' must come before the value inputs")
+        seen_value = seen_value or not a.is_index
+        if a.is_index and any(isinstance(x, Indirect) for c in a.coordinates
+                              for x in c.free_atoms()):
+            fail(f"args[{i}]", "an index tensor cannot itself be gathered")
+    for v in spec.reduced:
+        if v not in spec.iteration_space:
+            fail("reduced", f"'{v}' is not an iteration variable")
+    for k, core in enumerate(spec.cores):
+        if set(core.ranges) != set(spec.iteration_space):
+            fail(f"cores[{k}].ranges", f"vars {sorted(core.ranges)}, expected "
+                                       f"{list(spec.vars)}")
+        if len(core.arg_start_bytes) != len(spec.args):
+            fail(f"cores[{k}].arg_start_bytes", f"{len(core.arg_start_bytes)} entries for "
+                                                f"{len(spec.args)} args")
+
+
+# --- directory --------------------------------------------------------------------------------
+
+
+def load_directory(out_dir: str | Path) -> Program:
+    """Manifest, every op listed by a kernel, and the flattened bundles, all checked."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise InputFileError(f"{out_dir} is not a directory (expected a `spyrec compile` "
+                             f"output directory)")
+    manifest = load_manifest(out_dir)
+    ops: dict[str, OpSpec] = {}
+    trace: list[tuple[str, Execute]] = []
+    for kernel in manifest.kernels:
+        for filename in kernel.ops:
+            if filename not in ops:
+                ops[filename] = load_op(out_dir, filename)
+        listed = set(kernel.ops)
+        for ex in read_bundle(out_dir / kernel.bundle):
+            if ex.file not in listed:
+                raise InputFileError(f"{ex.location}: executes {ex.file}, which kernel "
+                                     f"'{kernel.name}' of manifest.json does not list in ops")
+            trace.append((kernel.name, ex))
+    return Program(out_dir, manifest, ops, tuple(trace))

@@ -1,0 +1,142 @@
+"""The loaded, validated form of an output directory: what the simulator executes from.
+
+`loader` builds these from `manifest.json` and `sdsc_<n>.json` (docs/formats.md) after schema
+validation; everything downstream (memory, transfer, kernels, cost) reads only these objects.
+Coordinate strings are parsed once here into `Lin` expressions, so no kernel ever parses text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from spyrec.indexing import Lin
+from spyrec.layout import DeviceLayout
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One program tensor of `manifest.json`: its host form and where it lives on the device."""
+
+    name: str
+    role: str                   # input | constant | intermediate | output
+    host_shape: tuple[int, ...]
+    host_dtype: str             # torch name without the prefix: float16, bfloat16, int64, ...
+    layout: DeviceLayout
+    hbm_address: int
+    device_bytes: int
+    source: str | None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.host_shape)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    bundle: str                 # file name of the bundle, relative to the output directory
+    ops: tuple[str, ...]        # the sdsc files this kernel's bundle may execute
+
+
+@dataclass(frozen=True)
+class Manifest:
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    tensors: dict[str, TensorSpec]   # manifest order
+    kernels: tuple[KernelSpec, ...]
+    hbm_bytes: int
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One tensor argument of a device op (formats.md `args[]`)."""
+
+    name: str
+    is_input: bool
+    arg_index: int
+    layout: DeviceLayout
+    coordinates: tuple[Lin, ...]     # one per device dim, relative to the arg's base
+    coordinate_text: tuple[str, ...]
+    hbm_address: int | None          # byte address of device element 0 (None for LX)
+    lx_offset: int | None
+    operand: int | None              # sdsc_execute operand that supplies the base, if any
+    per_tile_fixed: bool
+    is_index: bool = False           # read through IndirectAccess by another arg
+
+    @property
+    def itemsize(self) -> int:
+        return self.layout.dtype.itemsize
+
+    @property
+    def device_dtype(self) -> str:
+        return self.layout.device_dtype
+
+    @property
+    def device_elems(self) -> int:
+        return self.layout.device_elems
+
+    @property
+    def extent_bytes(self) -> int:
+        """Bytes from the base to the end of the last stick of the arg's device layout."""
+        return self.layout.device_bytes
+
+
+@dataclass(frozen=True)
+class CoreSplit:
+    """The slice of the iteration space one core runs (half-open ranges per var)."""
+
+    core: int
+    ranges: dict[str, tuple[int, int]]
+    arg_start_bytes: tuple[int, ...]
+
+    @property
+    def points(self) -> int:
+        return math.prod(hi - lo for lo, hi in self.ranges.values())
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One executed device op (`sdsc_<n>.json`)."""
+
+    file: str
+    index: int
+    op: str
+    name: str
+    source: str | None
+    is_reduction: bool
+    iteration_space: dict[str, tuple[int, int]]   # var -> (range, core slices), JSON order
+    reduced: tuple[str, ...]
+    constants: dict = field(default_factory=dict)
+    args: tuple[ArgSpec, ...] = ()
+    cores: tuple[CoreSplit, ...] = ()
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        """Iteration variables in axis order: the order every kernel array uses."""
+        return tuple(self.iteration_space)
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return tuple(n for n, _ in self.iteration_space.values())
+
+    @property
+    def points(self) -> int:
+        return math.prod(self.extents)
+
+    @property
+    def index_args(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if a.is_index)
+
+    @property
+    def value_inputs(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if a.is_input and not a.is_index)
+
+    @property
+    def output(self) -> ArgSpec:
+        return self.args[-1]
+
+    def describe(self) -> str:
+        """How messages name this op: file, op kind, FX name and source line."""
+        where = f", {self.source}" if self.source else ""
+        return f"{self.file} ({self.op} '{self.name}'{where})"

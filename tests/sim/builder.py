@@ -1,0 +1,165 @@
+"""Hand-written output directories for simulator tests, straight from docs/formats.md.
+
+No compiler imports (spyrec.ir, passes, codegen, frontend): a test states the layouts and the
+device coordinates itself, as text, so each fixture reads like the files it writes. Defaults
+fill in what is mechanical: default layouts (`spyrec.layout.default_layout`), 128-byte aligned
+addresses packed in declaration order, a product core split, each core's `arg_start_bytes`,
+and a flat bundle executing the ops in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from spyrec.indexing import Var, evaluate, parse_expr
+from spyrec.layout import default_layout
+from spyrec.layout.dtypes import device_dtype_for
+
+
+def dump(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+class OutDir:
+    """An output directory under construction: tensors, ops, then `write()`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tensors: dict[str, dict] = {}
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.constants: dict[str, np.ndarray] = {}
+        self.ops: list[dict] = []
+        self.next_address = 0
+        self.hbm_bytes: int | None = None
+
+    # --- tensors ------------------------------------------------------------------------------
+    def tensor(self, name: str, shape, dtype: str = "float16", role: str = "intermediate",
+               device_size=None, stride_map=None, address: int | None = None) -> str:
+        layout = default_layout(list(shape), dtype)
+        device_size = list(device_size or layout.device_size)
+        stride_map = list(stride_map or layout.stride_map)
+        device_dtype = device_dtype_for(dtype).name
+        nbytes = math.prod(device_size[:-1]) * 128
+        if address is None:
+            address = self.next_address
+        self.next_address = max(self.next_address, -(-(address + nbytes) // 128) * 128)
+        self.tensors[name] = {
+            "name": name, "role": role, "host_shape": list(shape), "host_dtype": dtype,
+            "device_size": device_size, "stride_map": stride_map, "device_dtype": device_dtype,
+            "hbm_address": address, "device_bytes": nbytes, "source": None}
+        return name
+
+    def input(self, name: str, shape, dtype: str = "float16", **kw) -> str:
+        self.inputs.append(name)
+        return self.tensor(name, shape, dtype, role="input", **kw)
+
+    def output(self, name: str, shape, dtype: str = "float16", **kw) -> str:
+        self.outputs.append(name)
+        return self.tensor(name, shape, dtype, role="output", **kw)
+
+    def constant(self, name: str, value: np.ndarray, dtype: str, **kw) -> str:
+        self.constants[name] = value
+        return self.tensor(name, value.shape, dtype, role="constant", **kw)
+
+    # --- ops ----------------------------------------------------------------------------------
+    def op(self, op: str, space: dict[str, int], args: list, reduced=(), constants=None,
+           split: dict[str, int] | None = None, name: str | None = None,
+           is_reduction: bool | None = None) -> str:
+        """Add sdsc_<n>.json. `args`: (tensor, [coords]) or (tensor, [coords], operand);
+        inputs first, the output last. `split`: core slices per var (product split)."""
+        index = len(self.ops)
+        split = split or {}
+        arg_list = []
+        for i, a in enumerate(args):
+            tensor, coords = a[0], list(a[1])
+            t = self.tensors[tensor]
+            arg_list.append({
+                "name": tensor, "is_input": i < len(args) - 1, "arg_index": i,
+                "device_dtype": t["device_dtype"], "device_size": t["device_size"],
+                "stride_map": t["stride_map"], "device_coordinates": coords,
+                "allocation": {"hbm": t["hbm_address"]},
+                "operand": a[2] if len(a) > 2 else None, "per_tile_fixed": False})
+        spec = {
+            "format": "spyrec-sdsc/1", "index": index, "op": op, "name": name or f"{op}_{index}",
+            "source": f"model.py:{10 + index} in forward",
+            "is_reduction": bool(reduced) if is_reduction is None else is_reduction,
+            "iteration_space": {v: [n, split.get(v, 1)] for v, n in space.items()},
+            "reduced": list(reduced), "op_info": {"constants": dict(constants or {})},
+            "args": arg_list, "cores": core_split(space, split, arg_list)}
+        self.ops.append(spec)
+        return f"sdsc_{index}.json"
+
+    # --- files --------------------------------------------------------------------------------
+    def manifest(self) -> dict:
+        return {
+            "format": "spyrec-manifest/1", "spyrec_version": "0.1.0",
+            "source": {"file": "model.pt2", "sha256": "0" * 64},
+            "pipeline": [{"pass": "stick_layout", "options": {}}],
+            "configs": {"pipeline": "configs/pipeline.yaml", "tiling": None, "layouts": None},
+            "inputs": self.inputs, "outputs": self.outputs,
+            "tensors": list(self.tensors.values()),
+            "kernels": [{"name": "main", "bundle": "bundle.mlir",
+                         "ops": [f"sdsc_{i}.json" for i in range(len(self.ops))]}],
+            "hbm_bytes": self.hbm_bytes if self.hbm_bytes is not None else self.next_address}
+
+    def write(self, bundle: str | None = None) -> Path:
+        self.path.mkdir(parents=True, exist_ok=True)
+        dump(self.path / "manifest.json", self.manifest())
+        for spec in self.ops:
+            dump(self.path / f"sdsc_{spec['index']}.json", spec)
+        (self.path / "bundle.mlir").write_text(bundle or flat_bundle(len(self.ops)))
+        if self.constants:
+            np.savez(self.path / "constants.npz", **self.constants)
+        return self.path
+
+
+def flat_bundle(n_ops: int) -> str:
+    lines = ["module {", "  func.func @sdsc_bundle() {"]
+    lines += [f'    sdscbundle.sdsc_execute () {{sdsc_filename = "sdsc_{i}.json"}}'
+              for i in range(n_ops)]
+    lines += ["    func.return", "  }", "}", ""]
+    return "\n".join(lines)
+
+
+def _slices(n: int, k: int) -> list[tuple[int, int]]:
+    """k contiguous slices of range(n), the remainder to the last ones (formats.md cores)."""
+    base, extra = divmod(n, k)
+    bounds = [0]
+    for i in range(k):
+        bounds.append(bounds[-1] + base + (1 if i >= k - extra else 0))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def start_bytes(arg: dict, point: dict[str, int]) -> int:
+    """Byte address of the arg's element at `point` (base from allocation.hbm)."""
+    strides = [math.prod(arg["device_size"][j + 1:]) for j in range(len(arg["device_size"]))]
+    itemsize = 128 // arg["device_size"][-1]
+    env = {Var(v): x for v, x in point.items()}
+    total = 0
+    for text, stride in zip(arg["device_coordinates"], strides):
+        if "IndirectAccess" in text:
+            return arg["allocation"]["hbm"]
+        total += int(evaluate(parse_expr(text), env)) * stride
+    return arg["allocation"]["hbm"] + itemsize * total
+
+
+def core_split(space: dict[str, int], split: dict[str, int], args: list[dict]) -> list[dict]:
+    per_var = [_slices(n, split.get(v, 1)) for v, n in space.items()]
+    cores = []
+    for core, box in enumerate(itertools.product(*per_var)):
+        ranges = {v: list(r) for v, r in zip(space, box)}
+        point = {v: lo for v, (lo, _) in ranges.items()}
+        cores.append({"core": core, "ranges": ranges,
+                      "arg_start_bytes": [start_bytes(a, point) for a in args]})
+    return cores
+
+
+# Coordinates of the default 2-D layout [ceil(b/E), a, E] for an access (c0, c1) and E lanes.
+def rowmajor2d(e: int = 64, row: str = "c0", col: str = "c1") -> list[str]:
+    return [f"floor({col}/{e})", row, f"Mod({col}, {e})"]

@@ -1,0 +1,103 @@
+"""Loading an output directory: schemas first, then the structural facts, one message each."""
+
+import json
+
+import pytest
+
+from spyrec.errors import InputFileError
+from spyrec.indexing import parse_expr
+from spyrec.sim.loader import load_directory, validate
+from tests.sim.builder import rowmajor2d
+
+
+def add_program(out):
+    out.input("x", [4, 100])
+    out.input("y", [4, 100])
+    out.output("z", [4, 100])
+    out.op("add", {"c0": 4, "c1": 100},
+           [("x", rowmajor2d()), ("y", rowmajor2d()), ("z", rowmajor2d())], split={"c0": 2})
+    return out
+
+
+def edit(path, fn):
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def test_loads_specs_and_parses_coordinates_once(out):
+    program = load_directory(add_program(out).write())
+    spec = program.ops["sdsc_0.json"]
+    assert spec.vars == ("c0", "c1") and spec.extents == (4, 100)
+    assert spec.args[0].coordinates == tuple(parse_expr(c) for c in rowmajor2d())
+    assert spec.output.name == "z" and not spec.output.is_input
+    assert [c.ranges for c in spec.cores] == [{"c0": (0, 2), "c1": (0, 100)},
+                                              {"c0": (2, 4), "c1": (0, 100)}]
+    assert program.manifest.tensors["x"].layout.device_size == (2, 4, 64)
+    assert [(k, e.file) for k, e in program.trace] == [("main", "sdsc_0.json")]
+
+
+def test_written_fixtures_satisfy_the_schemas(out):
+    path = add_program(out).write()
+    validate(json.loads((path / "manifest.json").read_text()), "manifest", "manifest.json")
+    validate(json.loads((path / "sdsc_0.json").read_text()), "sdsc", "sdsc_0.json")
+
+
+@pytest.mark.parametrize("file, change, message", [
+    ("manifest.json", lambda d: d["tensors"][0].pop("stride_map"),
+     r"manifest.json: at \$.tensors\[0\]: 'stride_map' is a required property"),
+    ("manifest.json", lambda d: d.update(format="spyrec-manifest/2"),
+     r"manifest.json: at \$.format: 'spyrec-manifest/1' was expected"),
+    ("sdsc_0.json", lambda d: d["args"][1].update(device_size=[2, 4, "64"]),
+     r"sdsc_0.json: at \$.args\[1\].device_size\[2\]: '64' is not of type 'integer'"),
+    ("sdsc_0.json", lambda d: d["args"][1].update(allocation={"dram": 0}),
+     r"sdsc_0.json: at \$.args\[1\].allocation"),
+    ("sdsc_0.json", lambda d: d.update(extra=1),
+     r"sdsc_0.json: at \$: Additional properties are not allowed \('extra' was unexpected\)"),
+])
+def test_schema_violations_name_file_and_json_path(out, file, change, message):
+    path = add_program(out).write()
+    edit(path / file, change)
+    with pytest.raises(InputFileError, match=message):
+        load_directory(path)
+
+
+@pytest.mark.parametrize("file, change, message", [
+    ("sdsc_0.json", lambda d: d["args"][0].update(device_coordinates=["floor(c1/64", "c0", "0"]),
+     r"sdsc_0.json: at \$.args\[0\].device_coordinates\[0\]"),
+    ("sdsc_0.json", lambda d: d["args"][0].update(device_coordinates=["c7", "c0", "0"]),
+     r"'c7' is not an iteration variable \(c0, c1\)"),
+    ("sdsc_0.json", lambda d: d["args"][0].update(device_coordinates=["c0", "c1"]),
+     r"2 coordinates for 3 device dims"),
+    ("sdsc_0.json", lambda d: d.update(index=3), r"at \$.index: 3 but the file is named"),
+    ("sdsc_0.json", lambda d: d["args"][1].update(arg_index=0),
+     r"at \$.args\[1\].arg_index: 0, but arg_index is the position 1"),
+    ("sdsc_0.json", lambda d: d["args"][2].update(is_input=True),
+     r"args are the inputs followed by exactly one output"),
+    ("sdsc_0.json", lambda d: d["args"][0].update(device_size=[2, 4, 32]),
+     r"must be 64 for fp16"),
+    ("manifest.json", lambda d: d["tensors"][0].update(device_bytes=100),
+     r"device_bytes 100 but the layout \[2, 4, 64\] needs 1024"),
+    ("manifest.json", lambda d: d["tensors"][0].update(device_dtype="fp32", device_size=[4, 4, 32]),
+     r"host dtype float16 is stored as fp16 on the device, not fp32"),
+    ("manifest.json", lambda d: d["inputs"].append("w"), r"no tensor named 'w'"),
+    ("manifest.json", lambda d: d["kernels"][0].update(ops=[]),
+     r"executes sdsc_0.json, which kernel 'main' of manifest.json does not list"),
+])
+def test_structural_errors(out, file, change, message):
+    path = add_program(out).write()
+    edit(path / file, change)
+    with pytest.raises(InputFileError, match=message):
+        load_directory(path)
+
+
+def test_bad_json_names_line_and_column(out):
+    path = add_program(out).write()
+    (path / "sdsc_0.json").write_text('{\n "format": "spyrec-sdsc/1",\n "index": 0,,\n}')
+    with pytest.raises(InputFileError, match=r"sdsc_0.json:3:13: not valid JSON"):
+        load_directory(path)
+
+
+def test_not_a_directory(tmp_path):
+    with pytest.raises(InputFileError, match="is not a directory"):
+        load_directory(tmp_path / "nope")
