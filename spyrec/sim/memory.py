@@ -1,0 +1,100 @@
+"""Device memory ("HBM" in the formats): one byte arena with typed views.
+
+One arena rather than one array per tensor because the formats speak in byte addresses: an op
+reads `base + itemsize * offset`, tiles start at addresses computed in `bundle.mlir`, and a wrong
+address must land in the wrong place (or outside every tensor) exactly as it would on the device.
+Typed views (`view("fp16")`) are numpy views of the same bytes, so ops gather with `np.take` on
+element offsets = byte address / itemsize.
+
+Allocations come from the manifest. Every base is 128-byte aligned and inside `hbm_bytes`; two
+tensors may share bytes only if their live ranges (first to last use in execution order) do not
+overlap, which lets a compiler reuse memory for intermediates while catching real clashes.
+Every allocation starts filled with NaN (ints: the most negative value) so a read of padding or
+of never-written memory shows up in the results instead of passing as zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spyrec.errors import SimulatorFault
+from spyrec.layout import STICK_BYTES
+from spyrec.sim.numerics import FILL_VALUE, storage_dtype
+
+ALWAYS_LIVE = (-1, 1 << 62)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    name: str
+    address: int         # bytes
+    nbytes: int
+    device_dtype: str
+    live: tuple[int, int]  # first and last execution index that uses it (inclusive)
+
+    @property
+    def end(self) -> int:
+        return self.address + self.nbytes
+
+    def contains(self, address: int, nbytes: int) -> bool:
+        return self.address <= address and address + nbytes <= self.end
+
+
+class Hbm:
+    """The byte arena plus the table of allocations that may be addressed."""
+
+    def __init__(self, size_bytes: int):
+        self.size_bytes = size_bytes
+        padded = -(-max(size_bytes, 1) // STICK_BYTES) * STICK_BYTES  # every typed view fits
+        self.arena = np.zeros(padded, dtype=np.uint8)
+        self.allocations: list[Allocation] = []
+        self._views: dict[str, np.ndarray] = {}
+
+    def view(self, device_dtype: str) -> np.ndarray:
+        """The whole arena as elements of `device_dtype` (element i = bytes [i*size, ...))."""
+        if device_dtype not in self._views:
+            self._views[device_dtype] = self.arena.view(storage_dtype(device_dtype))
+        return self._views[device_dtype]
+
+    def allocate(self, name: str, address: int, nbytes: int, device_dtype: str,
+                 live: tuple[int, int] = ALWAYS_LIVE) -> Allocation:
+        """Register a tensor's bytes and fill them with its dtype's NaN/sentinel."""
+        if address % STICK_BYTES:
+            raise SimulatorFault(f"tensor '{name}': HBM address {address} is not "
+                                 f"{STICK_BYTES}-byte aligned")
+        if address < 0 or address + nbytes > self.size_bytes:
+            raise SimulatorFault(f"tensor '{name}': bytes [{address}, {address + nbytes}) are "
+                                 f"outside device memory [0, {self.size_bytes}) (manifest "
+                                 f"hbm_bytes)")
+        alloc = Allocation(name, address, nbytes, device_dtype, live)
+        for other in self.allocations:
+            if _overlap(alloc, other):
+                raise SimulatorFault(
+                    f"tensors '{other.name}' [{other.address}, {other.end}) and '{name}' "
+                    f"[{address}, {alloc.end}) overlap in HBM while both are live "
+                    f"(executions {_span(other.live)} and {_span(live)})")
+        self.allocations.append(alloc)
+        itemsize = storage_dtype(device_dtype).itemsize
+        self.view(device_dtype)[address // itemsize:alloc.end // itemsize] = \
+            FILL_VALUE[device_dtype]
+        return alloc
+
+    def find(self, address: int, nbytes: int, name: str | None = None) -> Allocation | None:
+        """The allocation holding bytes [address, address+nbytes); `name` breaks ties."""
+        hits = [a for a in self.allocations if a.contains(address, nbytes)]
+        named = [a for a in hits if a.name == name]
+        return (named or hits or [None])[0]
+
+
+def _overlap(a: Allocation, b: Allocation) -> bool:
+    bytes_overlap = a.address < b.end and b.address < a.end
+    live_overlap = a.live[0] <= b.live[1] and b.live[0] <= a.live[1]
+    return bytes_overlap and live_overlap and a.nbytes > 0 and b.nbytes > 0
+
+
+def _span(live: tuple[int, int]) -> str:
+    lo = "start" if live[0] < 0 else str(live[0])
+    hi = "end" if live[1] >= ALWAYS_LIVE[1] else str(live[1])
+    return f"{lo}..{hi}"

@@ -1,0 +1,104 @@
+"""Numeric storage rules of the simulated device: numpy dtypes, fill patterns, one rounding.
+
+Every op computes in float32 (integers in int64) and rounds **once** when it stores to the
+output's device dtype (DESIGN §8). That single store is `to_storage`, so the rounding rule lives
+in one place: IEEE half for fp16 (what PyTorch eager does on CPU; the hardware's DLFloat16 is
+not emulated, reference/C-simulator.md §5.7), truncation toward zero for float → int (torch
+`.to(int)`), and an error instead of a silent wrap when an integer does not fit.
+
+bf16 never exists on the device (it is stored as fp16); it only appears at the host edge, as
+uint16 bit patterns, because numpy has no bfloat16 dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spyrec.errors import SimulatorFault
+
+# Device dtypes the simulator can store. fp8 formats are in the contract but not simulated yet.
+STORAGE: dict[str, np.dtype] = {
+    "fp16": np.dtype(np.float16),
+    "fp32": np.dtype(np.float32),
+    "int32": np.dtype(np.int32),
+    "int8": np.dtype(np.int8),
+}
+
+# What unwritten device memory holds: NaN for floats (any read of padding or of a never-written
+# element shows up in the result), the most negative value for ints (an index read from it is
+# out of range, so gathers fault).
+FILL_VALUE: dict[str, object] = {
+    "fp16": np.float16(np.nan),
+    "fp32": np.float32(np.nan),
+    "int32": np.int32(np.iinfo(np.int32).min),
+    "int8": np.int8(np.iinfo(np.int8).min),
+}
+
+
+def storage_dtype(device_dtype: str) -> np.dtype:
+    """The numpy dtype that holds `device_dtype` elements; a fault for formats not simulated."""
+    try:
+        return STORAGE[device_dtype]
+    except KeyError:
+        raise SimulatorFault(
+            f"device dtype {device_dtype} is not simulated yet (supported: "
+            f"{', '.join(STORAGE)})") from None
+
+
+def is_integer(device_dtype: str) -> bool:
+    return storage_dtype(device_dtype).kind == "i"
+
+
+def compute_dtype(device_dtype: str) -> np.dtype:
+    """The dtype an op computes in when it reads this device dtype."""
+    return np.dtype(np.int64) if is_integer(device_dtype) else np.dtype(np.float32)
+
+
+def to_storage(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:
+    """`values` rounded once to the device storage dtype.
+
+    `what` names the destination in error messages (for example "output 'add_1' of
+    sdsc_3.json"). Floats go to ints by truncation toward zero, as torch's `.to(int)`; NaN,
+    infinities and values out of range are faults rather than a silent wrap.
+    """
+    target = storage_dtype(device_dtype)
+    values = np.asarray(values)
+    if target.kind == "f":
+        if values.dtype.kind in "iub":
+            values = values.astype(np.float64)  # ints > 2**24 round once, not twice
+        with np.errstate(over="ignore", invalid="ignore"):
+            return values.astype(target)
+    if values.dtype.kind == "f":
+        if values.size and not np.isfinite(values).all():
+            raise SimulatorFault(f"{what}: a NaN or infinite value cannot be stored as "
+                                 f"{device_dtype}")
+        values = np.trunc(values)
+    _check_int_range(values, target, device_dtype, what)
+    return values.astype(target)
+
+
+def _check_int_range(values: np.ndarray, target: np.dtype, device_dtype: str,
+                     what: str) -> None:
+    if not values.size or values.dtype.kind == "b":
+        return
+    info = np.iinfo(target)
+    lo, hi = values.min(), values.max()
+    if lo < info.min or hi > info.max:
+        bad = lo if lo < info.min else hi
+        raise SimulatorFault(f"{what}: value {int(bad)} does not fit {device_dtype} "
+                             f"[{info.min}, {info.max}] (the device stores int64 as int32; "
+                             f"values are never wrapped)")
+
+
+def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> the float32 values they denote (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns, round to nearest even (torch's rounding); NaN stays NaN."""
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (u + (((u >> 16) & 1) + 0x7FFF)) >> 16
+    nan = np.isnan(values)
+    rounded = np.where(nan, (u >> 16) | 0x0040, rounded)
+    return rounded.astype(np.uint16)

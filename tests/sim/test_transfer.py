@@ -1,0 +1,112 @@
+"""Host <-> device transfers through layouts: padding stays NaN, dtypes convert, round trips."""
+
+import numpy as np
+import pytest
+
+from spyrec.errors import InputFileError, SimulatorFault
+from spyrec.layout import DeviceLayout
+from spyrec.sim.memory import Hbm
+from spyrec.sim.numerics import bf16_bits_to_float32, float32_to_bf16_bits
+from spyrec.sim.specs import TensorSpec
+from spyrec.sim.transfer import element_offsets, read_tensor, write_tensor
+
+
+def tensor(shape, host_dtype, size, stride_map, device_dtype, address=0, name="t"):
+    layout = DeviceLayout(tuple(size), tuple(stride_map), device_dtype)
+    return TensorSpec(name, "input", tuple(shape), host_dtype, layout, address,
+                      layout.device_bytes, None)
+
+
+def test_fp16_4x100_lands_at_the_documented_coordinates(rng):
+    t = tensor([4, 100], "float16", [2, 4, 64], [64, 100, 1], "fp16", address=128)
+    hbm = Hbm(128 + t.device_bytes)
+    hbm.allocate("t", 128, t.device_bytes, "fp16")
+    x = rng.standard_normal((4, 100)).astype(np.float16)
+    write_tensor(hbm, t, x)
+    dev = hbm.view("fp16")[64:].reshape(2, 4, 64)   # element (r, c) at [c // 64, r, c % 64]
+    assert np.array_equal(dev[0, 3, :], x[3, :64])
+    assert np.array_equal(dev[1, 2, :36], x[2, 64:])
+    assert np.isnan(dev[1, :, 36:]).all()            # the partial stick's padding
+    assert np.array_equal(read_tensor(hbm, t), x)
+
+
+def test_stick_on_dim0_layout_transposes(rng):
+    # host [128, 256] stored with the stick on dim 0: device [2, 256, 64], stride_map [16384, 1, 256]
+    t = tensor([128, 256], "float32", [4, 256, 32], [8192, 1, 256], "fp32")
+    hbm = Hbm(t.device_bytes)
+    hbm.allocate("t", 0, t.device_bytes, "fp32")
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    write_tensor(hbm, t, x)
+    dev = hbm.view("fp32").reshape(4, 256, 32)
+    assert np.array_equal(dev[1, 7, :], x[32:64, 7])
+    assert np.array_equal(read_tensor(hbm, t), x)
+
+
+def test_sparse_layout_uses_lane_zero_only(rng):
+    t = tensor([64], "float16", [1, 64, 64], [-1, 1, -1], "fp16")
+    hbm = Hbm(t.device_bytes)
+    hbm.allocate("t", 0, t.device_bytes, "fp16")
+    x = rng.standard_normal(64).astype(np.float16)
+    write_tensor(hbm, t, x)
+    dev = hbm.view("fp16").reshape(64, 64)
+    assert np.array_equal(dev[:, 0], x) and np.isnan(dev[:, 1:]).all()
+    assert np.array_equal(element_offsets(t), np.arange(64) * 64)
+
+
+def test_broadcast_dim_writes_every_replica():
+    t = tensor([4], "float32", [3, 1, 32], [0, -1, 1], "fp32")
+    hbm = Hbm(t.device_bytes)
+    hbm.allocate("t", 0, t.device_bytes, "fp32")
+    write_tensor(hbm, t, np.arange(4, dtype=np.float32))
+    dev = hbm.view("fp32").reshape(3, 32)
+    assert np.array_equal(dev[:, :4], np.tile(np.arange(4), (3, 1)))
+
+
+def test_bf16_bool_int64_conversions():
+    hbm = Hbm(3 * 128)
+    bf = tensor([3], "bfloat16", [1, 64], [-1, 1], "fp16", 0, "bf")
+    b = tensor([3], "bool", [1, 64], [-1, 1], "fp16", 128, "b")
+    i = tensor([3], "int64", [1, 32], [-1, 1], "int32", 256, "i")
+    for t in (bf, b, i):
+        hbm.allocate(t.name, t.hbm_address, t.device_bytes, t.layout.device_dtype)
+    bits = float32_to_bf16_bits(np.array([1.5, -2.25, 30720.0], dtype=np.float32))
+    write_tensor(hbm, bf, bits)
+    write_tensor(hbm, b, np.array([True, False, True]))
+    write_tensor(hbm, i, np.array([-5, 0, 2**31 - 1], dtype=np.int64))
+    assert np.array_equal(hbm.view("fp16")[:3], np.array([1.5, -2.25, 30720.0], dtype=np.float16))
+    assert np.array_equal(hbm.view("fp16")[64:67], [1, 0, 1])
+    assert np.array_equal(read_tensor(hbm, bf), bits)
+    assert read_tensor(hbm, b).dtype == np.bool_
+    assert np.array_equal(read_tensor(hbm, b), [True, False, True])
+    out = read_tensor(hbm, i)
+    assert out.dtype == np.int64 and np.array_equal(out, [-5, 0, 2**31 - 1])
+
+
+def test_int64_that_does_not_fit_int32_is_an_error():
+    t = tensor([2], "int64", [1, 32], [-1, 1], "int32")
+    hbm = Hbm(128)
+    hbm.allocate("t", 0, 128, "int32")
+    with pytest.raises(InputFileError, match=r"input 't': value 4294967296 does not fit int32"):
+        write_tensor(hbm, t, np.array([1, 2**32], dtype=np.int64))
+
+
+def test_bool_output_never_written_is_reported():
+    t = tensor([3], "bool", [1, 64], [-1, 1], "fp16")
+    hbm = Hbm(128)
+    hbm.allocate("t", 0, 128, "fp16")
+    with pytest.raises(SimulatorFault, match="holds NaN on the device"):
+        read_tensor(hbm, t)
+
+
+def test_layout_that_collides_is_a_fault():
+    t = tensor([4, 64], "float16", [1, 2, 64], [-1, 1, 1], "fp16")   # rows fold onto 2
+    with pytest.raises(SimulatorFault, match=r"tensor .t.: device layout \[1, 2, 64\]"):
+        element_offsets(t)
+
+
+def test_bf16_bits_round_to_nearest_even():
+    values = np.array([1.0, 1.00390625, 1.01171875, -0.0, np.inf, np.nan], dtype=np.float32)
+    bits = float32_to_bf16_bits(values)
+    assert list(bits[:5]) == [0x3F80, 0x3F80, 0x3F82, 0x8000, 0x7F80]
+    assert np.isnan(bf16_bits_to_float32(bits[5:])).all()
+
