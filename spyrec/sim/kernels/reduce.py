@@ -1,0 +1,103 @@
+"""Reduction kernels: sum, max, min, mean over the `reduced` vars, and batchmatmul.
+
+The reduced vars are axes of the iteration space, so a reduction is one numpy reduction over
+those axes with `keepdims` (the output offsets have size 1 there). Accumulation is float32
+(ints: int64) as in eager; max/min propagate NaN. `mean` multiplies by the spec's
+`scaling_factor` (1 / product of the real reduced sizes), never by padded extents.
+
+batchmatmul: roles come from which operand varies along which axis (reference/C-simulator.md
+§5.4): axes where both vary and the output does too are batch, only x varies are M, only y are
+N, reduced axes where both vary are K. Operands are gathered in float32, arranged as
+(B, M, K) @ (B, K, N) and multiplied with `np.matmul` (BLAS sgemm: fp32 accumulation; numpy's
+half matmul is unusably slow and rounds differently).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spyrec.sim.kernels.registry import MATMUL, KernelContext, kernel
+
+
+def _broadcast_factor(ctx: KernelContext, x: np.ndarray) -> int:
+    """How many times each value of `x` is counted: reduced axes it does not vary along."""
+    return math.prod(ctx.shape[a] for a in ctx.reduced_axes if x.shape[a] == 1)
+
+
+@kernel("mean", arity=1, float_only=True, requires=("scaling_factor",))
+@kernel("sum", arity=1)
+def sum_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
+    (x,) = inputs
+    total = np.sum(x, axis=ctx.reduced_axes, keepdims=True, dtype=ctx.compute)
+    factor = _broadcast_factor(ctx, x)
+    if factor != 1:
+        total = total * ctx.compute.type(factor)
+    if ctx.op == "mean":
+        total = total * np.float32(ctx.constant("scaling_factor"))
+    return total
+
+
+@kernel("max", arity=1)
+def max_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
+    (x,) = inputs
+    return np.max(x, axis=ctx.reduced_axes, keepdims=True)
+
+
+@kernel("min", arity=1)
+def min_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
+    (x,) = inputs
+    return np.min(x, axis=ctx.reduced_axes, keepdims=True)
+
+
+@kernel("batchmatmul", arity=2, cost=MATMUL)
+def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
+    """sum over the reduced axes of x*y, as one batched sgemm."""
+    x, y = (np.asarray(v, dtype=ctx.compute) for v in inputs)
+    rank = len(ctx.shape)
+    reduced = set(ctx.reduced_axes)
+    # A reduced axis only one operand varies along is summed out first (and an axis neither
+    # varies along multiplies the result), so K is always shared.
+    x, y, scale = _presum(ctx, x, y, reduced)
+    varies_x = {a for a in range(rank) if x.shape[a] > 1}
+    varies_y = {a for a in range(rank) if y.shape[a] > 1}
+    k_axes = sorted(reduced & varies_x & varies_y)
+    free = [a for a in range(rank) if a not in reduced]
+    batch = [a for a in free if a in varies_x and a in varies_y]
+    m_axes = [a for a in free if a in varies_x and a not in varies_y]
+    n_axes = [a for a in free if a in varies_y and a not in varies_x]
+    size = lambda axes: math.prod(ctx.shape[a] for a in axes)  # noqa: E731
+    xs = _arrange(x, batch + m_axes + k_axes).reshape(size(batch), size(m_axes), size(k_axes))
+    ys = _arrange(y, batch + k_axes + n_axes).reshape(size(batch), size(k_axes), size(n_axes))
+    out = np.matmul(xs, ys)
+    if scale != 1:
+        out = out * ctx.compute.type(scale)
+    # back to iteration axes: (batch, m, n) in that order, then to axis order with size-1 gaps
+    order = batch + m_axes + n_axes
+    out = out.reshape([ctx.shape[a] for a in order])
+    out = np.transpose(out, np.argsort(order))
+    shape = [ctx.shape[a] if a in order else 1 for a in range(rank)]
+    return out.reshape(shape)
+
+
+def _presum(ctx: KernelContext, x: np.ndarray, y: np.ndarray,
+            reduced: set[int]) -> tuple[np.ndarray, np.ndarray, int]:
+    scale = 1
+    for a in sorted(reduced):
+        in_x, in_y = x.shape[a] > 1, y.shape[a] > 1
+        if in_x and not in_y:
+            x = np.sum(x, axis=a, keepdims=True, dtype=ctx.compute)
+        elif in_y and not in_x:
+            y = np.sum(y, axis=a, keepdims=True, dtype=ctx.compute)
+        elif not in_x and not in_y:
+            scale *= ctx.shape[a]
+    return x, y, scale
+
+
+def _arrange(a: np.ndarray, axes: list[int]) -> np.ndarray:
+    """`a` with `axes` first in that order (full extents), every other axis size 1 dropped."""
+    rest = [i for i in range(a.ndim) if i not in axes]
+    assert all(a.shape[i] == 1 for i in rest), (a.shape, axes)
+    return np.transpose(a, axes + rest).reshape([a.shape[i] for i in axes])
+
