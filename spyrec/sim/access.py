@@ -1,0 +1,177 @@
+"""Where each arg's elements are, for every point of an op's iteration space, vectorized.
+
+Every iteration variable gets a numpy arange on its own axis (`Chunk`); evaluating an arg's
+device coordinates on those aranges gives arrays that broadcast over the whole space, and the
+element offset is `base + sum(coord_j * device_stride_j)` (docs/formats.md). Reading is then one
+`np.take` per arg, with no Python loop over elements, cores or tiles (reference/C-simulator.md
+§5.3, the "offset" path; closed-form strided views are a later optimisation).
+
+Bounds are checked per device dim, not on the flat offset: a coordinate that wraps into the next
+dim (lane 64 of a 64-lane stick) stays inside the allocation yet reads the wrong element, and
+only a per-dim check catches it. Gathers (`IndirectAccess`) read the index arg at the same point
+first; a bad index value is reported with the index tensor's name and the value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from spyrec.errors import SimulatorFault
+from spyrec.indexing import Indirect, Lin, Var, evaluate
+from spyrec.layout import STICK_BYTES
+from spyrec.sim.memory import Hbm
+from spyrec.sim.specs import ArgSpec, OpSpec
+
+MAX_CHUNK_POINTS = 1 << 22   # bounds the int64 offset arrays to ~32 MiB each
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A box of the iteration space: [lo, hi) per var, each var an arange on its own axis."""
+
+    vars: tuple[str, ...]
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(h - lo for lo, h in zip(self.lo, self.hi))
+
+    def env(self) -> dict:
+        rank = len(self.vars)
+        env = {}
+        for axis, (name, lo, hi) in enumerate(zip(self.vars, self.lo, self.hi)):
+            shape = [1] * rank
+            shape[axis] = hi - lo
+            env[Var(name)] = np.arange(lo, hi, dtype=np.int64).reshape(shape)
+        return env
+
+    def point(self, index: tuple[int, ...], shape: tuple[int, ...]) -> str:
+        """The iteration point at `index` of an array of `shape` (size-1 axes: any value)."""
+        parts = [f"{v}={lo + i}" for v, lo, i, n in zip(self.vars, self.lo, index, shape)
+                 if n > 1 or self.hi[self.vars.index(v)] - lo == 1]
+        return ", ".join(parts) if parts else "every point"
+
+
+def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
+    """The iteration space in boxes of at most ~max_points, split along one output var.
+
+    The split var is the outermost non-reduced var the output is indexed by, so chunks write
+    disjoint output elements and a reduction never straddles two chunks.
+    """
+    vars_, extents = spec.vars, spec.extents
+    out_vars = {leaf.name for c in spec.output.coordinates for leaf in c.free_atoms()
+                if isinstance(leaf, Var)}
+    split = next((i for i, v in enumerate(vars_)
+                  if v not in spec.reduced and v in out_vars and extents[i] > 1), None)
+    total = math.prod(extents)
+    if split is None or total <= max_points:
+        yield Chunk(vars_, (0,) * len(vars_), extents)
+        return
+    step = max(1, max_points // (total // extents[split]))
+    for start in range(0, extents[split], step):
+        lo = [0] * len(vars_)
+        hi = list(extents)
+        lo[split], hi[split] = start, min(start + step, extents[split])
+        yield Chunk(vars_, tuple(lo), tuple(hi))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One arg of one execution: its base in the typed arena view and in device coordinates."""
+
+    arg: ArgSpec
+    base_elems: int                # element offset of the arg's device element 0
+    tile_coords: tuple[int, ...]   # device coordinates of the tile base (all 0 without a tile)
+
+
+def bind(spec: OpSpec, operands: tuple[int, ...], hbm: Hbm, location: str) -> list[Binding]:
+    """Resolve every arg's base address for one `sdsc_execute` and check it is addressable."""
+    out = []
+    for arg in spec.args:
+        what = f"{spec.describe()}, arg '{arg.name}'"
+        if arg.hbm_address is None:
+            raise SimulatorFault(f"{what}: LX allocations are not simulated yet (HBM only)")
+        if hbm.find(arg.hbm_address, arg.extent_bytes, arg.name) is None:
+            raise SimulatorFault(
+                f"{what}: bytes [{arg.hbm_address}, {arg.hbm_address + arg.extent_bytes}) of "
+                f"its layout {list(arg.layout.device_size)} are not inside one tensor of "
+                f"manifest.json")
+        tile = (0,) * len(arg.layout.device_size)
+        if arg.operand is not None:
+            tile = _tile_coords(what, arg, operands, location)
+        out.append(Binding(arg, arg.hbm_address // arg.itemsize, tile))
+    return out
+
+
+def _tile_coords(what: str, arg: ArgSpec, operands: tuple[int, ...],
+                 location: str) -> tuple[int, ...]:
+    if arg.operand >= len(operands):
+        raise SimulatorFault(f"{what}: takes its base from operand {arg.operand}, but "
+                             f"{location} passes {len(operands)} operands")
+    base = operands[arg.operand]
+    rel = base - arg.hbm_address
+    if base % STICK_BYTES or rel < 0 or rel >= arg.extent_bytes or rel % arg.itemsize:
+        raise SimulatorFault(
+            f"{what}: tile base {base} from operand {arg.operand} at {location} is not a "
+            f"stick-aligned address inside the tensor [{arg.hbm_address}, "
+            f"{arg.hbm_address + arg.extent_bytes})")
+    coords = np.unravel_index(rel // arg.itemsize, arg.layout.device_size)
+    return tuple(int(c) for c in coords)
+
+
+def _leaves(coord: Lin) -> set:
+    return coord.free_atoms()
+
+
+def offsets(spec: OpSpec, b: Binding, chunk: Chunk, env: dict) -> np.ndarray:
+    """Element offsets (typed arena view) of arg `b` at every point of `chunk`, broadcastable.
+
+    `env` holds the chunk's var aranges plus the values of every index arg this arg gathers
+    through (`Indirect` keys). Raises SimulatorFault on any coordinate outside its device dim.
+    """
+    arg = b.arg
+    total = np.int64(b.base_elems)
+    for j, (coord, size, stride) in enumerate(zip(arg.coordinates, arg.layout.device_size,
+                                                  arg.layout.device_strides_elems)):
+        value = np.asarray(evaluate(coord, env), dtype=np.int64) + b.tile_coords[j]
+        if value.size and (value.min() < 0 or value.max() >= size):
+            _out_of_range(spec, b, chunk, env, j, value)
+        total = total + value * stride
+    return np.asarray(total)
+
+
+def _out_of_range(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, dim: int,
+                  value: np.ndarray) -> None:
+    arg = b.arg
+    size = arg.layout.device_size[dim]
+    bad = np.argwhere((value < 0) | (value >= size))[0]
+    at = chunk.point(tuple(bad), value.shape)
+    coord = arg.coordinate_text[dim]
+    gathers = [leaf for leaf in _leaves(arg.coordinates[dim]) if isinstance(leaf, Indirect)]
+    if gathers:
+        idx = np.broadcast_to(env[gathers[0]], value.shape)[tuple(bad)]
+        raise SimulatorFault(
+            f"{spec.describe()}: gather index {int(idx)} read from index tensor "
+            f"'{gathers[0].tensor}' is out of range for arg '{arg.name}' device dim {dim} "
+            f"(coordinate {coord}, valid 0..{size - 1}) at {at}")
+    tile = f" (tile base adds {b.tile_coords[dim]})" if any(b.tile_coords) else ""
+    raise SimulatorFault(
+        f"{spec.describe()}: arg '{arg.name}' device dim {dim} coordinate {coord} = "
+        f"{int(value[tuple(bad)])}{tile} is outside 0..{size - 1} of device_size "
+        f"{list(arg.layout.device_size)} at {at}")
+
+
+def gather_env(spec: OpSpec, bindings: list[Binding], chunk: Chunk, hbm: Hbm) -> dict:
+    """The chunk's var aranges plus every index arg's values (int64) at each point."""
+    env = chunk.env()
+    for b in bindings:
+        if b.arg.is_index:
+            where = offsets(spec, b, chunk, env)
+            values = np.take(hbm.view(b.arg.device_dtype), where).astype(np.int64)
+            env[Indirect(b.arg.name)] = values
+    return env

@@ -1,0 +1,85 @@
+"""Execute one `sdsc_execute`: read the inputs, run the kernel, round once, write the output.
+
+The whole iteration space runs at once (in a few large chunks), not core by core: cores run
+disjoint slices of the same computation, so the numbers are the same (reference/C-simulator.md
+§5.4), and the per-core split is checked statically (`verify`) and costed (`cost`) instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spyrec.errors import SimulatorFault
+from spyrec.sim.access import Binding, Chunk, bind, chunks, gather_env, offsets
+from spyrec.sim.bundle import Execute
+from spyrec.sim.kernels import KERNELS, Kernel, KernelContext
+from spyrec.sim.memory import Hbm
+from spyrec.sim.numerics import is_integer, to_storage
+from spyrec.sim.specs import OpSpec
+
+
+def compute_dtype(spec: OpSpec, kern: Kernel) -> np.dtype:
+    """float32 unless every operand that picks the type is an integer (then int64).
+
+    Torch promotes int op float to float, and a float scalar counts as float; comparisons of
+    ints stay integer. `fill` has no inputs: its output dtype decides.
+    """
+    if kern.float_only:
+        return np.dtype(np.float32)
+    dtypes = [a.device_dtype for a in spec.value_inputs[kern.conditions:]]
+    if not spec.value_inputs:
+        dtypes = [spec.output.device_dtype]
+    floats = any(not is_integer(d) for d in dtypes) or any(
+        isinstance(v, float) for v in spec.constants.values())
+    return np.dtype(np.float32 if floats else np.int64)
+
+
+def run_op(spec: OpSpec, ex: Execute, hbm: Hbm) -> None:
+    """Execute `spec` once with the operands of `ex` (tile bases) on the arena `hbm`."""
+    kern = KERNELS[spec.op]
+    bindings = bind(spec, ex.operands, hbm, ex.location)
+    compute = compute_dtype(spec, kern)
+    reduced_axes = tuple(spec.vars.index(v) for v in spec.reduced)
+    values_in = [b for b in bindings[:-1] if not b.arg.is_index]
+    with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
+        for chunk in chunks(spec):
+            env = gather_env(spec, bindings, chunk, hbm)
+            inputs = [_read(spec, b, chunk, env, hbm, compute) for b in values_in]
+            ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
+                                spec.describe())
+            result = kern.fn(ctx, inputs)
+            _write(spec, bindings[-1], chunk, env, hbm, result, reduced_axes)
+
+
+def _read(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, hbm: Hbm,
+          compute: np.dtype) -> np.ndarray:
+    stored = np.take(hbm.view(b.arg.device_dtype), offsets(spec, b, chunk, env))
+    return stored.astype(compute)
+
+
+def _write(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, hbm: Hbm, result: np.ndarray,
+           reduced_axes: tuple[int, ...]) -> None:
+    shape = tuple(1 if a in reduced_axes else n for a, n in enumerate(chunk.shape))
+    where = np.broadcast_to(offsets(spec, b, chunk, env), shape)
+    result = np.asarray(result)
+    assert np.broadcast_shapes(result.shape, shape) == shape, (spec.op, result.shape, shape)
+    _check_unique(spec, b, chunk, where)
+    what = f"output '{b.arg.name}' of {spec.describe()}"
+    stored = to_storage(np.broadcast_to(result, shape), b.arg.device_dtype, what)
+    hbm.view(b.arg.device_dtype)[where] = stored
+
+
+def _check_unique(spec: OpSpec, b: Binding, chunk: Chunk, where: np.ndarray) -> None:
+    """Two iteration points writing one element is a codegen bug, never a valid program."""
+    if where.size < 2:
+        return
+    flat = where.ravel()
+    lo = flat.min()
+    counts = np.bincount(flat - lo)
+    if counts.max() > 1:
+        dup = int(np.argmax(counts > 1)) + lo
+        first = np.unravel_index(int(np.argmax(flat == dup)), where.shape)
+        raise SimulatorFault(
+            f"{spec.describe()}: output '{b.arg.name}' writes device element {dup} more than "
+            f"once (first at {chunk.point(tuple(int(i) for i in first), where.shape)}); its "
+            f"coordinates {list(b.arg.coordinate_text)} are not one-to-one")

@@ -1,0 +1,151 @@
+"""Static checks of a loaded program: what must hold before any data moves.
+
+The schema says what each file looks like; these checks say the files agree with each other and
+with the op table (docs/formats.md): the op exists with the right number of inputs and the
+constants it needs, outputs are indexed by every output var and by no reduced var, index
+tensors are integers, the per-core split covers the iteration space exactly once, and every
+`arg_start_bytes` is the address the arg's coordinates give at its core's first point. The last
+two cost nothing at run time and catch work-division and codegen bugs that a vectorized
+simulation (which ignores cores) would otherwise hide.
+
+`op_problems` returns the reasons as text (tests compare them); `verify_program` raises one
+InputFileError listing every problem of every op.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spyrec.errors import InputFileError
+from spyrec.indexing import Indirect, Var, evaluate
+from spyrec.sim.kernels import KERNELS
+from spyrec.sim.loader import Program
+from spyrec.sim.numerics import is_integer
+from spyrec.sim.specs import CoreSplit, OpSpec
+
+MAX_CORES = 32
+_MAX_COVERAGE_CELLS = 1 << 20
+
+
+def verify_program(program: Program) -> None:
+    problems = []
+    for spec in program.ops.values():
+        problems += [f"{spec.file}: {p}" for p in op_problems(spec)]
+    if problems:
+        raise InputFileError(f"{program.out_dir} is not a consistent spyrec output directory:\n"
+                             + "\n".join(f"  - {p}" for p in problems))
+
+
+def op_problems(spec: OpSpec) -> list[str]:
+    kern = KERNELS.get(spec.op)
+    if kern is None:
+        return [f"op '{spec.op}' is not in the op table (known: {', '.join(sorted(KERNELS))})"]
+    out = []
+    expected = kern.inputs_expected(spec.constants)
+    if len(spec.value_inputs) != expected:
+        out.append(f"op '{spec.op}' takes {expected} value input(s) with constants "
+                   f"{sorted(spec.constants)}, got {len(spec.value_inputs)}")
+    missing = [k for k in kern.requires if k not in spec.constants]
+    if missing:
+        out.append(f"op '{spec.op}' needs op_info.constants {missing}")
+    if spec.reduced and not spec.is_reduction:
+        out.append(f"reduced vars {list(spec.reduced)} on an op with is_reduction false")
+    out += _output_problems(spec)
+    for a in spec.index_args:
+        if not is_integer(a.device_dtype):
+            out.append(f"index tensor '{a.name}' has device dtype {a.device_dtype}, not an "
+                       f"integer")
+    out += _core_problems(spec)
+    return out
+
+
+def _output_problems(spec: OpSpec) -> list[str]:
+    used = {leaf for c in spec.output.coordinates for leaf in c.free_atoms()}
+    out = []
+    if any(isinstance(leaf, Indirect) for leaf in used):
+        out.append("the output uses IndirectAccess (scatter), which the format does not define")
+    names = {leaf.name for leaf in used if isinstance(leaf, Var)}
+    for v in spec.reduced:
+        if v in names:
+            out.append(f"reduced var {v} indexes the output")
+    for v, (n, _) in spec.iteration_space.items():
+        if v not in spec.reduced and n > 1 and v not in names:
+            out.append(f"output var {v} (range {n}) does not index the output, so every "
+                       f"output element would be written {n} times")
+    return out
+
+
+def _core_problems(spec: OpSpec) -> list[str]:
+    slices = math.prod(k for _, k in spec.iteration_space.values())
+    out = []
+    if slices > MAX_CORES:
+        out.append(f"iteration_space asks for {slices} core slices; the device has {MAX_CORES}")
+    if len(spec.cores) != slices:
+        out.append(f"iteration_space asks for {slices} core slices, cores lists "
+                   f"{len(spec.cores)}")
+    ids = [c.core for c in spec.cores]
+    if len(set(ids)) != len(ids):
+        out.append(f"a core appears twice in cores: {ids}")
+    for c in spec.cores:
+        for v, (lo, hi) in c.ranges.items():
+            if not 0 <= lo <= hi <= spec.iteration_space[v][0]:
+                out.append(f"core {c.core}: range {v} [{lo}, {hi}) is outside "
+                           f"[0, {spec.iteration_space[v][0]})")
+    if not out:
+        out += _coverage_problems(spec)
+        out += _start_problems(spec)
+    return out
+
+
+def _coverage_problems(spec: OpSpec) -> list[str]:
+    """The core boxes must tile the iteration space: every point run by exactly one core."""
+    cuts = []
+    for v, (n, _) in spec.iteration_space.items():
+        points = {0, n} | {b for c in spec.cores for b in c.ranges[v]}
+        cuts.append(np.array(sorted(points)))
+    cells = math.prod(len(c) - 1 for c in cuts)
+    if cells > _MAX_COVERAGE_CELLS:   # not a product split: settle for the volume
+        covered = sum(c.points for c in spec.cores)
+        return [] if covered == spec.points else [
+            f"cores cover {covered} iteration points, the space has {spec.points}"]
+    count = np.zeros([len(c) - 1 for c in cuts], dtype=np.int32)
+    for c in spec.cores:
+        box = tuple(slice(int(np.searchsorted(cut, c.ranges[v][0])),
+                          int(np.searchsorted(cut, c.ranges[v][1])))
+                    for v, cut in zip(spec.vars, cuts))
+        count[box] += 1
+    if (count == 1).all():
+        return []
+    kind = "twice" if (count > 1).any() else "by no core"
+    bad = np.argwhere(count != 1)[0]
+    at = ", ".join(f"{v}={int(cut[i])}" for v, cut, i in zip(spec.vars, cuts, bad))
+    return [f"the cores do not split the iteration space exactly: the point {at} is run {kind}"]
+
+
+def _start_problems(spec: OpSpec) -> list[str]:
+    out = []
+    for c in spec.cores:
+        if c.points == 0:
+            continue
+        for i, arg in enumerate(spec.args):
+            expected = _start_bytes(arg, c)
+            if expected is not None and expected != c.arg_start_bytes[i]:
+                out.append(f"core {c.core}: arg_start_bytes[{i}] ('{arg.name}') is "
+                           f"{c.arg_start_bytes[i]}, but its coordinates at the core's first "
+                           f"point give {expected}")
+    return out
+
+
+def _start_bytes(arg, c: CoreSplit) -> int | None:
+    """HBM address of the arg's element at the core's first point; None if data-dependent."""
+    if arg.hbm_address is None:
+        return None
+    env = {Var(v): lo for v, (lo, _) in c.ranges.items()}
+    total = 0
+    for coord, stride in zip(arg.coordinates, arg.layout.device_strides_elems):
+        if any(isinstance(leaf, Indirect) for leaf in coord.free_atoms()):
+            return None
+        total += int(evaluate(coord, env)) * stride
+    return arg.hbm_address + total * arg.itemsize
