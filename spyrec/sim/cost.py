@@ -1,0 +1,190 @@
+"""Cost model: estimated time and HBM traffic per op and per core, from the specs alone.
+
+Data-independent (only sdsc JSON and the bundle's execution counts), so it runs in milliseconds
+at any size and `spyrec compile` can put it in report.json. Per op and core c (the `cores`
+split of the sdsc file), following reference/C-simulator.md §5.9:
+
+- HBM bytes: distinct 128-byte sticks each HBM arg touches in c's slice × 128 (`footprint`);
+  inputs are reads, the output a write. Useful bytes (elements × itemsize) give the stick
+  efficiency (a stick-sparse output moves 64× its data).
+- compute: vector ops `points × w / (lanes × clock)` with w = 1, or the transcendental factor;
+  matmul `MACs / (per-core PT MAC rate × eff)` with eff = min(1, sqrt(max(1, M_c/8)/8)); data
+  movement (identity, restickify, fill) costs no compute.
+- memory: HBM bytes / (aggregate bandwidth / active cores) — cores share the bandwidth.
+- ring: a reduction split over k cores pays (k − 1) hops × output elements × PSUM cost.
+- op time = max over cores of max(compute, memory) (overlapped; `serial_us` adds them) + ring
+  + per-op overhead. Bundle time = Σ op time × executions + per-bundle overhead.
+
+Every parameter is a named constant below with its source and confidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from spyrec.sim.footprint import distinct_sticks, support, useful_elements
+from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
+from spyrec.sim.specs import CoreSplit, OpSpec
+
+# --- parameters (reference/C-simulator.md §5.9; TS = torch-spyre, KC = ktir-cpu) -------------
+CORES = 32                          # TS docs (SENCORES default) — firm
+STICK_BYTES = 128                   # TS docs — firm
+HBM_BYTES_PER_S = 204.8e9           # TS work_division.py _HBM_BW_GBS, LPDDR5 aggregate — medium
+PT_PEAK_FLOPS_PER_CARD = 98.304e12  # TS work_division.py "DL16 peak", fp16 — medium
+PT_ROWS_PER_PASS = 8                # TS work_division.py, M streamed 8 rows per pass — fitted
+PT_FULL_EFFICIENCY_PASSES = 8       # TS work_division.py, efficiency sqrt(passes/8) — fitted
+VECTOR_ELEMS_PER_CYCLE = 64         # KC estimate: one fp16 stick per cycle per core — low
+CLOCK_HZ = 1.0e9                    # KC convention, a unit only (no public clock) — unknown
+TRANSCENDENTAL_FACTOR = 4.0         # KC "common heuristic" — low
+PSUM_US_PER_ELEM_HOP = 1.4e-4       # TS work_division.py, K-split ring reduction — fitted
+OP_OVERHEAD_US = 0.0                # t_op: not separable from t_bundle in the only data — low
+BUNDLE_OVERHEAD_US = 21.0           # t_bundle: fit to TS softmax timings (C-sim §1.3) — low
+
+
+@dataclass(frozen=True)
+class CostParams:
+    cores: int = CORES
+    hbm_bytes_per_s: float = HBM_BYTES_PER_S
+    pt_peak_flops_per_card: float = PT_PEAK_FLOPS_PER_CARD
+    pt_rows_per_pass: int = PT_ROWS_PER_PASS
+    pt_full_efficiency_passes: int = PT_FULL_EFFICIENCY_PASSES
+    vector_elems_per_cycle: int = VECTOR_ELEMS_PER_CYCLE
+    clock_hz: float = CLOCK_HZ
+    transcendental_factor: float = TRANSCENDENTAL_FACTOR
+    psum_us_per_elem_hop: float = PSUM_US_PER_ELEM_HOP
+    op_overhead_us: float = OP_OVERHEAD_US
+    bundle_overhead_us: float = BUNDLE_OVERHEAD_US
+
+    @property
+    def pt_macs_per_s_per_core(self) -> float:
+        return self.pt_peak_flops_per_card / self.cores / 2
+
+
+DEFAULT_PARAMS = CostParams()
+
+
+def _us(x: float) -> float:
+    return round(x, 6)
+
+
+def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams) -> dict:
+    """Traffic and time of one core's slice of one op execution."""
+    kern = KERNELS[spec.op]
+    reads = writes = useful = 0
+    for arg in spec.args:
+        if arg.hbm_address is None:      # LX traffic is free in this model (KC default)
+            continue
+        moved = distinct_sticks(spec, arg, core.ranges) * STICK_BYTES
+        if arg.is_input:
+            reads += moved
+        else:
+            writes += moved
+        useful += useful_elements(spec, arg, core.ranges) * arg.itemsize
+    points = core.points
+    if kern.cost_class == MOVE:
+        compute_s = 0.0
+    elif kern.cost_class == MATMUL:
+        m_rows = math.prod(hi - lo for v, (lo, hi) in core.ranges.items()
+                           if v in _m_vars(spec))
+        passes = max(1.0, m_rows / p.pt_rows_per_pass)
+        eff = min(1.0, math.sqrt(passes / p.pt_full_efficiency_passes))
+        compute_s = points / (p.pt_macs_per_s_per_core * eff)
+    else:
+        weight = p.transcendental_factor if kern.cost_class == TRANSCENDENTAL else 1.0
+        compute_s = points * weight / (p.vector_elems_per_cycle * p.clock_hz)
+    memory_s = (reads + writes) / (p.hbm_bytes_per_s / max(active, 1))
+    return {"core": core.core, "points": points, "hbm_read_bytes": reads,
+            "hbm_write_bytes": writes, "useful_bytes": useful,
+            "compute_us": _us(compute_s * 1e6), "memory_us": _us(memory_s * 1e6)}
+
+
+def _m_vars(spec: OpSpec) -> set[str]:
+    """Matmul M: vars of the first operand and the output that the second does not use."""
+    x, y = spec.value_inputs[:2]
+    in_x = set().union(*(support(spec, c) for c in x.coordinates))
+    in_y = set().union(*(support(spec, c) for c in y.coordinates))
+    return (in_x - in_y) - set(spec.reduced)
+
+
+def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> dict:
+    """Cost of one execution of `spec` (per core and combined), and how often it runs."""
+    active = sum(1 for c in spec.cores if c.points)
+    cores = [core_cost(spec, c, active, p) for c in spec.cores]
+    used = [c for c in cores if c["points"]] or cores
+    k_split = math.prod(k for v, (_, k) in spec.iteration_space.items() if v in spec.reduced)
+    out_elems = math.prod(n for v, (n, _) in spec.iteration_space.items()
+                          if v not in spec.reduced)
+    ring = (k_split - 1) * out_elems * p.psum_us_per_elem_hop
+    overlapped = max(max(c["compute_us"], c["memory_us"]) for c in used)
+    serial = max(c["compute_us"] + c["memory_us"] for c in used)
+    parts = {"compute": max(c["compute_us"] for c in used),
+             "memory": max(c["memory_us"] for c in used), "ring": ring,
+             "overhead": p.op_overhead_us}
+    mean = sum(max(c["compute_us"], c["memory_us"]) for c in used) / len(used)
+    flops = spec.points * (2 if KERNELS[spec.op].cost_class == MATMUL else 1)
+    if KERNELS[spec.op].cost_class == MOVE:
+        flops = 0
+    reads = sum(c["hbm_read_bytes"] for c in cores)
+    writes = sum(c["hbm_write_bytes"] for c in cores)
+    useful = sum(c["useful_bytes"] for c in cores)
+    return {
+        "file": spec.file, "index": spec.index, "op": spec.op, "name": spec.name,
+        "source": spec.source, "executions": executions, "class": KERNELS[spec.op].cost_class,
+        "cores_used": active, "points": spec.points, "flops": flops,
+        "hbm_read_bytes": reads, "hbm_write_bytes": writes, "useful_bytes": useful,
+        "stick_efficiency": round(useful / (reads + writes), 6) if reads + writes else 1.0,
+        "compute_us": _us(parts["compute"]), "memory_us": _us(parts["memory"]),
+        "ring_us": _us(ring), "overhead_us": _us(p.op_overhead_us),
+        "time_us": _us(overlapped + ring + p.op_overhead_us),
+        "serial_us": _us(serial + ring + p.op_overhead_us),
+        "bound": max(parts, key=parts.get),
+        "imbalance": round(max(max(c["compute_us"], c["memory_us"]) for c in used) / mean, 6)
+        if mean else 1.0,
+        "per_core": cores,
+    }
+
+
+def estimate(ops: dict[str, OpSpec], executions: dict[str, int], bundles: int,
+             p: CostParams = DEFAULT_PARAMS) -> dict:
+    """The cost section of report.json: parameters, every op, and totals over the bundles."""
+    rows = [op_cost(spec, executions.get(f, 0), p)
+            for f, spec in sorted(ops.items(), key=lambda kv: kv[1].index)]
+    totals = {"bundles": bundles, "executions": sum(r["executions"] for r in rows)}
+    for key in ("time_us", "serial_us", "compute_us", "memory_us", "ring_us", "overhead_us"):
+        totals[key] = _us(sum(r[key] * r["executions"] for r in rows))
+    for key in ("time_us", "serial_us", "overhead_us"):
+        totals[key] = _us(totals[key] + bundles * p.bundle_overhead_us)
+    for key in ("hbm_read_bytes", "hbm_write_bytes", "useful_bytes", "flops"):
+        totals[key] = sum(r[key] * r["executions"] for r in rows)
+    by_op: dict[str, float] = {}
+    for r in rows:
+        by_op[r["op"]] = _us(by_op.get(r["op"], 0.0) + r["time_us"] * r["executions"])
+    totals["time_us_by_op"] = by_op
+    return {"model": "spyrec-cost/1", "params": asdict(p), "ops": rows, "totals": totals}
+
+
+def format_table(cost: dict) -> str:
+    """The cost as a readable table (one row per op file, then totals)."""
+    head = (f"{'#':>3}  {'file':<14} {'op':<15} {'name':<16} {'runs':>4} {'cores':>5} "
+            f"{'HBM rd KiB':>10} {'HBM wr KiB':>10} {'compute us':>10} {'memory us':>10} "
+            f"{'time us':>10}  bound")
+    lines = [head, "-" * len(head)]
+    for r in cost["ops"]:
+        lines.append(
+            f"{r['index']:>3}  {r['file']:<14} {r['op']:<15.15} {r['name']:<16.16} "
+            f"{r['executions']:>4} {r['cores_used']:>5} {r['hbm_read_bytes'] / 1024:>10.1f} "
+            f"{r['hbm_write_bytes'] / 1024:>10.1f} {r['compute_us']:>10.3f} "
+            f"{r['memory_us']:>10.3f} {r['time_us']:>10.3f}  {r['bound']}")
+    t = cost["totals"]
+    lines.append("-" * len(head))
+    lines.append(
+        f"total: {t['executions']} op executions in {t['bundles']} bundle(s), "
+        f"{t['time_us']:.3f} us estimated ({t['serial_us']:.3f} us without overlap), "
+        f"HBM {t['hbm_read_bytes'] / 1024:.1f} KiB read / {t['hbm_write_bytes'] / 1024:.1f} KiB "
+        f"written, {t['flops']} flops")
+    lines.append(f"model: {cost['model']}; HBM {cost['params']['hbm_bytes_per_s'] / 1e9:g} GB/s, "
+                 f"{cost['params']['cores']} cores, PT peak "
+                 f"{cost['params']['pt_peak_flops_per_card'] / 1e12:g} TFLOP/s, bundle overhead "
+                 f"{cost['params']['bundle_overhead_us']:g} us (estimates; see sim/cost.py)")
+    return "\n".join(lines)
