@@ -163,3 +163,20 @@ def core_split(space: dict[str, int], split: dict[str, int], args: list[dict]) -
 # Coordinates of the default 2-D layout [ceil(b/E), a, E] for an access (c0, c1) and E lanes.
 def rowmajor2d(e: int = 64, row: str = "c0", col: str = "c1") -> list[str]:
     return [f"floor({col}/{e})", row, f"Mod({col}, {e})"]
+
+
+LANES = {"float16": 64, "bfloat16": 64, "bool": 64, "float32": 32, "int32": 32, "int64": 32}
+
+
+def elementwise(out: OutDir, op: str, inputs: dict[str, str], out_dtype: str,
+                shape=(4, 100), constants=None, split=None) -> OutDir:
+    """One 2-D elementwise op over default layouts: inputs {name: host dtype} -> 'out'."""
+    args = []
+    for name, dtype in inputs.items():
+        out.input(name, list(shape), dtype)
+        args.append((name, rowmajor2d(LANES[dtype])))
+    out.output("out", list(shape), out_dtype)
+    args.append(("out", rowmajor2d(LANES[out_dtype])))
+    out.op(op, {"c0": shape[0], "c1": shape[1]}, args, constants=constants,
+           split=split or {"c0": 2})
+    return out

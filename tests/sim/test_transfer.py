@@ -31,7 +31,7 @@ def test_fp16_4x100_lands_at_the_documented_coordinates(rng):
 
 
 def test_stick_on_dim0_layout_transposes(rng):
-    # host [128, 256] stored with the stick on dim 0: device [2, 256, 64], stride_map [16384, 1, 256]
+    # fp32 host [128, 256] with the stick on dim 0: device [4, 256, 32] / [8192, 1, 256]
     t = tensor([128, 256], "float32", [4, 256, 32], [8192, 1, 256], "fp32")
     hbm = Hbm(t.device_bytes)
     hbm.allocate("t", 0, t.device_bytes, "fp32")

@@ -1,0 +1,115 @@
+"""simulate(): execute a compiled output directory on host arrays.
+
+Order of work, each step able to fail with a message that names the file: load and validate the
+directory (schemas, structure), verify it statically (op table, core splits, start addresses),
+check the inputs, place every tensor in HBM (alignment, bounds, live overlaps), transfer inputs
+and constants into their layouts (padding stays NaN), run every `sdsc_execute` in bundle order,
+read the outputs back, and estimate the cost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
+from spyrec.sim.executor import run_op
+from spyrec.sim.inputs import check_inputs, read_constants
+from spyrec.sim.loader import Program, load_directory
+from spyrec.sim.memory import ALWAYS_LIVE, Hbm
+from spyrec.sim.transfer import read_tensor, write_tensor
+from spyrec.sim.verify import verify_program
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outputs in program order, host form (bf16 as uint16 bits; `output_dtypes` says which)."""
+
+    outputs: list[np.ndarray]
+    output_dtypes: list[str]
+    cost: dict
+    wall_s: float
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def load_program(out_dir: str | Path) -> Program:
+    """Load and statically verify an output directory."""
+    program = load_directory(out_dir)
+    verify_program(program)
+    return program
+
+
+def program_cost(program: Program, params: CostParams = DEFAULT_PARAMS) -> dict:
+    """The data-independent cost estimate (the `cost` section of report.json)."""
+    counts = Counter(ex.file for _, ex in program.trace)
+    return estimate(program.ops, dict(counts), len(program.manifest.kernels), params)
+
+
+def cost_for_directory(out_dir: str | Path, params: CostParams = DEFAULT_PARAMS) -> dict:
+    """Cost estimate of an output directory, no inputs needed (for `spyrec compile`)."""
+    return program_cost(load_program(out_dir), params)
+
+
+def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
+    """First and last execution that touches each tensor; inputs, constants and outputs are
+    live throughout. Args are matched to tensors by name, else by address."""
+    manifest = program.manifest
+    live: dict[str, tuple[int, int]] = {}
+    by_address = sorted(manifest.tensors.values(), key=lambda t: t.hbm_address)
+    for i, (_, ex) in enumerate(program.trace):
+        for arg in program.ops[ex.file].args:
+            name = arg.name if arg.name in manifest.tensors else next(
+                (t.name for t in by_address if arg.hbm_address is not None and
+                 t.hbm_address <= arg.hbm_address < t.hbm_address + t.device_bytes), None)
+            if name is not None:
+                lo, hi = live.get(name, (i, i))
+                live[name] = (min(lo, i), max(hi, i))
+    for t in manifest.tensors.values():
+        if t.role in ("input", "constant") or t.name in manifest.outputs:
+            live[t.name] = ALWAYS_LIVE
+    return live
+
+
+def place_tensors(program: Program) -> Hbm:
+    """An arena with every manifest tensor allocated (and NaN-filled)."""
+    hbm = Hbm(program.manifest.hbm_bytes)
+    live = live_ranges(program)
+    for t in program.manifest.tensors.values():
+        hbm.allocate(t.name, t.hbm_address, t.device_bytes, t.layout.device_dtype,
+                     live.get(t.name, (1 << 62, -1)))
+    return hbm
+
+
+def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
+             program: Program | None = None) -> SimResult:
+    """Run the compiled program in `out_dir` on `inputs` (name -> host array)."""
+    start = time.perf_counter()
+    program = program or load_program(out_dir)
+    manifest = program.manifest
+    host_inputs = check_inputs(manifest, inputs)
+    constants = read_constants(manifest, program.out_dir)
+    hbm = place_tensors(program)
+    for name, array in {**host_inputs, **constants}.items():
+        write_tensor(hbm, manifest.tensors[name], array)
+    log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
+        f"{manifest.hbm_bytes} bytes of HBM")
+    for i, (kernel, ex) in enumerate(program.trace):
+        spec = program.ops[ex.file]
+        t0 = time.perf_counter()
+        run_op(spec, ex, hbm)
+        log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
+            f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+    outputs = [read_tensor(hbm, manifest.tensors[name]) for name in manifest.outputs]
+    dtypes = [manifest.tensors[name].host_dtype for name in manifest.outputs]
+    cost = program_cost(program)
+    return SimResult(outputs, dtypes, cost, time.perf_counter() - start)

@@ -1,0 +1,131 @@
+"""Programs that must not run: every fault names the op, the sdsc file, the arg and the value."""
+
+import json
+
+import numpy as np
+import pytest
+
+from spyrec.errors import InputFileError, SimulatorFault
+from spyrec.sim import simulate
+from spyrec.sim.runner import load_program
+from spyrec.sim.verify import op_problems
+from tests.sim.builder import elementwise, rowmajor2d
+
+X = np.ones((4, 100), dtype=np.float16)
+
+
+def edit(path, fn):
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def test_coordinate_outside_its_device_dim(out):
+    out.input("x", [4, 100])
+    out.output("y", [4, 100])
+    out.op("neg", {"c0": 4, "c1": 100}, [("x", ["floor(c1/64)", "c0 + 1", "Mod(c1, 64)"]),
+                                         ("y", rowmajor2d())])
+    with pytest.raises(SimulatorFault, match=(
+            r"sdsc_0.json \(neg 'neg_0', model.py:10 in forward\): arg 'x' device dim 1 "
+            r"coordinate c0 \+ 1 = 4 is outside 0..3 of device_size \[2, 4, 64\] at c0=3")):
+        simulate(out.write(), {"x": X})
+
+
+def test_arg_outside_every_tensor(out):
+    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+    def move(d):
+        d["args"][0]["allocation"] = {"hbm": 768}
+        for core in d["cores"]:
+            core["arg_start_bytes"][0] += 768
+    edit(path / "sdsc_0.json", move)
+    with pytest.raises(SimulatorFault, match=r"arg 'x': bytes \[768, 1792\) of its layout "
+                                             r"\[2, 4, 64\] are not inside one tensor"):
+        simulate(path, {"x": X})
+
+
+def test_overlapping_allocations_in_the_manifest(out):
+    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+    edit(path / "manifest.json", lambda d: d["tensors"][1].update(hbm_address=512))
+    with pytest.raises(SimulatorFault, match=r"tensors 'x' \[0, 1024\) and 'out' \[512, 1536\) "
+                                             r"overlap in HBM while both are live"):
+        simulate(path, {"x": X})
+
+
+def test_misaligned_tensor(out):
+    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+    edit(path / "manifest.json", lambda d: d["tensors"][1].update(hbm_address=1088))
+    with pytest.raises(SimulatorFault, match="tensor 'out': HBM address 1088 is not 128-byte"):
+        simulate(path, {"x": X})
+
+
+def test_output_written_twice_within_an_op(out):
+    out.input("x", [4, 100])
+    out.output("y", [4, 100])
+    out.op("neg", {"c0": 4, "c1": 100},
+           [("x", rowmajor2d()), ("y", ["floor(c1/64)", "Mod(c0, 2)", "Mod(c1, 64)"])])
+    with pytest.raises(SimulatorFault, match=r"output 'y' writes device element \d+ more than "
+                                             r"once \(first at c0=\d, c1=\d+\)"):
+        simulate(out.write(), {"x": X})
+
+
+def test_operand_missing_from_the_bundle(out):
+    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+    edit(path / "sdsc_0.json", lambda d: d["args"][0].update(operand=1))
+    with pytest.raises(SimulatorFault, match=r"arg 'x': takes its base from operand 1, but "
+                                             r".*bundle.mlir:3:5 passes 0 operands"):
+        simulate(path, {"x": X})
+
+
+def test_lx_arguments_are_not_simulated_yet(out):
+    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+    edit(path / "sdsc_0.json", lambda d: d["args"][1].update(allocation={"lx": 0}))
+    with pytest.raises(SimulatorFault, match="arg 'out': LX allocations are not simulated yet"):
+        simulate(path, {"x": X})
+
+
+# --- static verification ------------------------------------------------------------------------
+
+
+def problems(out, change=None, **kw):
+    path = elementwise(out, **kw).write()
+    if change:
+        edit(path / "sdsc_0.json", change)
+    from spyrec.sim.loader import load_directory
+    return op_problems(load_directory(path).ops["sdsc_0.json"])
+
+
+def neg(**kw):
+    return dict(op="neg", inputs={"x": "float16"}, out_dtype="float16", **kw)
+
+
+def test_a_consistent_op_has_no_problems(out):
+    assert problems(out, **neg(split={"c0": 2, "c1": 2})) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(op="frobnicate"), "op 'frobnicate' is not in the op table (known: "),
+    (lambda d: d.update(op="add"), "op 'add' takes 2 value input(s) with constants [], got 1"),
+    (lambda d: d.update(op="pow"), "op 'pow' needs op_info.constants ['exponent']"),
+    (lambda d: d.update(reduced=["c1"]), "reduced vars ['c1'] on an op with is_reduction false"),
+    (lambda d: d["cores"][1]["ranges"].update(c0=[1, 4]),
+     "the cores do not split the iteration space exactly: the point c0=1, c1=0 is run twice"),
+    (lambda d: d["cores"][1]["ranges"].update(c0=[3, 4]),
+     "the cores do not split the iteration space exactly: the point c0=2, c1=0 is run by no "
+     "core"),
+    (lambda d: d["cores"].pop(), "iteration_space asks for 2 core slices, cores lists 1"),
+    (lambda d: d["cores"][1]["arg_start_bytes"].__setitem__(0, 0),
+     "core 1: arg_start_bytes[0] ('x') is 0, but its coordinates at the core's first point "
+     "give 256"),
+])
+def test_static_problems(out, change, message):
+    found = problems(out, change, **neg())
+    assert any(message in p for p in found), found
+
+
+def test_verify_lists_every_problem_at_once(out):
+    path = elementwise(out, **neg()).write()
+    edit(path / "sdsc_0.json", lambda d: (d.update(op="pow"), d["cores"].pop()))
+    with pytest.raises(InputFileError) as e:
+        load_program(path)
+    assert "needs op_info.constants ['exponent']" in str(e.value)
+    assert "cores lists 1" in str(e.value)
