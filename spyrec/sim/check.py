@@ -1,0 +1,139 @@
+"""`--check`: run the source program in PyTorch eager and compare every output.
+
+The output directory carries `program.pt2`, so the reference needs nothing else:
+`torch.export.load(...).module()(*inputs in manifest order)`. Comparison uses torch.testing's
+allclose rule `|sim - eager| <= atol + rtol * |eager|` with atol = rtol = the dtype's tolerance
+(DESIGN §9: fp32 1e-4, fp16/bf16 1e-2; integers and bools exact). NaN matches only NaN and an
+infinity only the same infinity, so a padding leak (NaN where eager is finite) is a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spyrec.errors import InputFileError
+from spyrec.sim.numerics import bf16_bits_to_float32
+
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    index: int
+    name: str
+    dtype: str
+    tolerance: float
+    max_abs: float
+    max_rel: float
+    mismatches: int
+    total: int
+    problem: str | None = None    # shape or count mismatch: no element comparison possible
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.mismatches == 0
+
+
+def to_torch(array: np.ndarray, host_dtype: str):
+    import torch
+
+    if host_dtype == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _flatten(value) -> list:
+    """Tensors of an eager result in pytree order (tensor, tuple/list, dict by insertion)."""
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flatten(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flatten(v)]
+    return [value]
+
+
+def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, str],
+                  inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays."""
+    import torch
+
+    path = Path(out_dir) / "program.pt2"
+    try:
+        module = torch.export.load(str(path)).module()
+    except (OSError, RuntimeError) as e:
+        raise InputFileError(f"{path}: cannot load the program for --check ({e})") from None
+    args = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
+    with torch.no_grad():
+        result = module(*args)
+    return [_to_numpy(t) for t in _flatten(result)]
+
+
+def _to_numpy(t) -> np.ndarray:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    t = t.detach().cpu()
+    if t.is_floating_point():
+        return t.to(torch.float64).numpy()
+    return t.numpy()
+
+
+def comparable(array: np.ndarray, host_dtype: str) -> np.ndarray:
+    """A simulated output in the same numeric form as `_to_numpy` gives for eager."""
+    if host_dtype == "bfloat16":
+        return bf16_bits_to_float32(array).astype(np.float64)
+    if array.dtype.kind == "f":
+        return array.astype(np.float64)
+    return array
+
+
+def compare(index: int, name: str, host_dtype: str, sim: np.ndarray,
+            eager: np.ndarray) -> OutputCheck:
+    tol = TOLERANCE.get(host_dtype, 0.0)
+    sim = comparable(sim, host_dtype)
+    eager = np.asarray(eager)
+    if sim.shape != eager.shape:
+        return OutputCheck(index, name, host_dtype, tol, np.nan, np.nan, sim.size, sim.size,
+                           f"shape {list(sim.shape)}, eager gives {list(eager.shape)}")
+    if sim.dtype.kind in "iub" and eager.dtype.kind in "iub":
+        bad = int(np.count_nonzero(sim != eager))
+        diff = np.abs(sim.astype(np.int64) - eager.astype(np.int64)) if sim.size else sim
+        worst = float(diff.max()) if sim.size else 0.0
+        return OutputCheck(index, name, host_dtype, tol, worst, worst, bad, sim.size)
+    a, b = sim.astype(np.float64), eager.astype(np.float64)
+    close = np.isclose(a, b, rtol=tol, atol=tol, equal_nan=True)
+    finite = np.isfinite(a) & np.isfinite(b)
+    diff = np.abs(a - b)[finite]
+    rel = diff / np.maximum(np.abs(b[finite]), np.finfo(np.float64).tiny)
+    return OutputCheck(index, name, host_dtype, tol, float(diff.max()) if diff.size else 0.0,
+                       float(rel.max()) if rel.size else 0.0,
+                       int(np.count_nonzero(~close)), a.size)
+
+
+def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
+                  sim_outputs: list[np.ndarray]) -> list[OutputCheck]:
+    """Compare every simulated output with eager PyTorch on the same inputs."""
+    host = {n: t.host_dtype for n, t in manifest.tensors.items()}
+    eager = eager_outputs(out_dir, list(manifest.inputs), host, inputs)
+    checks = []
+    for i, name in enumerate(manifest.outputs):
+        if i >= len(eager):
+            checks.append(OutputCheck(i, name, host[name], 0.0, np.nan, np.nan, 0, 0,
+                                      f"eager returns only {len(eager)} outputs"))
+            continue
+        checks.append(compare(i, name, host[name], sim_outputs[i], eager[i]))
+    return checks
+
+
+def format_checks(checks: list[OutputCheck]) -> str:
+    lines = [f"{'output':<10} {'tensor':<16} {'dtype':<9} {'max abs err':>12} "
+             f"{'max rel err':>12} {'tolerance':>9} {'mismatches':>12}  result"]
+    for c in checks:
+        verdict = "ok" if c.ok else "MISMATCH" + (f": {c.problem}" if c.problem else "")
+        lines.append(f"output_{c.index:<3} {c.name:<16.16} {c.dtype:<9} {c.max_abs:>12.4g} "
+                     f"{c.max_rel:>12.4g} {c.tolerance:>9.0e} {c.mismatches:>5}/{c.total:<6}  "
+                     f"{verdict}")
+    return "\n".join(lines)

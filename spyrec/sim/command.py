@@ -1,0 +1,64 @@
+"""`spyrec run OUT --inputs DATA.npz [-o OUTPUTS.npz] [--check] [--report] [-v|-q]`.
+
+A thin click command over `runner.simulate` (DESIGN §1). The results a user asked for (the
+`--check` table, the `--report` cost table) go to stdout; progress goes to stderr, so stdout
+stays clean for pipes. Errors are SpyrecError subclasses and `cli.main` maps them to exit codes:
+2 for a bad input file or directory, 1 (CheckMismatch) when `--check` finds a difference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+from spyrec.errors import CheckMismatch
+from spyrec.sim.check import check_outputs, format_checks
+from spyrec.sim.cost import format_table
+from spyrec.sim.inputs import npz_arrays, read_inputs
+from spyrec.sim.runner import load_program, simulate
+
+
+@click.command("run")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--inputs", "inputs_path", required=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Input arrays (.npz); keys are the program's input names.")
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the outputs (.npz, keys output_0, …); "
+                   "default OUT/outputs.npz.")
+@click.option("--check", is_flag=True,
+              help="Also run program.pt2 in PyTorch eager and compare; exit 1 on a mismatch.")
+@click.option("--report", is_flag=True, help="Print the estimated cost per op.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every op as it runs.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: bool,
+                report: bool, verbose: bool, quiet: bool) -> None:
+    """Simulate the compiled program in OUT on the inputs in an .npz file."""
+    def progress(msg: str) -> None:
+        if not quiet:
+            click.echo(f"spyrec run: {msg}", err=True)
+
+    def detail(msg: str) -> None:
+        if verbose and not quiet:
+            click.echo(f"spyrec run: {msg}", err=True)
+
+    program = load_program(out)
+    inputs = read_inputs(program.manifest, inputs_path)
+    result = simulate(out, inputs, log=detail, program=program)
+    output_path = output_path or out / "outputs.npz"
+    np.savez(output_path, **npz_arrays(result.outputs, result.output_dtypes))
+    progress(f"{len(result.outputs)} output(s) written to {output_path} "
+             f"({result.wall_s:.2f} s)")
+    if report:
+        click.echo(format_table(result.cost))
+    if check:
+        progress("running program.pt2 in PyTorch eager for --check")
+        checks = check_outputs(out, program.manifest, inputs, result.outputs)
+        click.echo(format_checks(checks))
+        bad = [c for c in checks if not c.ok]
+        if bad:
+            names = ", ".join(f"output_{c.index} ({c.name})" for c in bad)
+            raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from PyTorch "
+                                f"eager beyond tolerance: {names}")
