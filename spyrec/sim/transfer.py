@@ -60,7 +60,8 @@ def _relative_offsets(host_shape: tuple[int, ...], layout: DeviceLayout) -> np.n
         value = np.asarray(evaluate(coord, env), dtype=np.int64)
         if value.size and (value.min() < 0 or value.max() >= dev_size):
             raise SimulatorFault(f"layout {layout.to_json()} of a {list(host_shape)} tensor "
-                                 f"puts device dim {j} coordinate {coord} outside 0..{dev_size - 1}")
+                                 f"puts device dim {j} coordinate {coord} outside "
+                                 f"0..{dev_size - 1}")
         offsets = offsets + value * dev_stride
     # One-to-one by construction: device_coordinates rejects a layout that does not tile the
     # host dims (each read at granularity 1, extents that fit), so no duplicate check here.
