@@ -124,25 +124,86 @@ def _tile_coords(what: str, arg: ArgSpec, operands: tuple[int, ...],
     return tuple(int(c) for c in coords)
 
 
-def _leaves(coord: Lin) -> set:
-    return coord.free_atoms()
+class ChunkAccess:
+    """Where every arg's elements are over one chunk, each distinct access computed once.
 
-
-def offsets(spec: OpSpec, b: Binding, chunk: Chunk, env: dict) -> np.ndarray:
-    """Element offsets (typed arena view) of arg `b` at every point of `chunk`, broadcastable.
-
-    `env` holds the chunk's var aranges plus the values of every index arg this arg gathers
-    through (`Indirect` keys). Raises SimulatorFault on any coordinate outside its device dim.
+    Offsets are relative to the arg's base, and reads index a view that starts at the base, so
+    args that share coordinates and layout (x, y and the output of most elementwise ops) share
+    one offset array. `env` holds the chunk's var aranges plus the values (int64) of every
+    index arg, read first, under `Indirect` keys.
     """
-    arg = b.arg
-    total = np.int64(b.base_elems)
-    for j, (coord, size, stride) in enumerate(zip(arg.coordinates, arg.layout.device_size,
-                                                  arg.layout.device_strides_elems)):
-        value = np.asarray(evaluate(coord, env), dtype=np.int64) + b.tile_coords[j]
-        if value.size and (value.min() < 0 or value.max() >= size):
-            _out_of_range(spec, b, chunk, env, j, value)
-        total = total + value * stride
-    return np.asarray(total)
+
+    def __init__(self, spec: OpSpec, bindings: list[Binding], chunk: Chunk, hbm: Hbm):
+        self.spec, self.chunk, self.hbm = spec, chunk, hbm
+        self.env = chunk.env()
+        self._relative: dict[tuple, np.ndarray] = {}
+        for b in bindings:
+            if b.arg.is_index:
+                self.env[Indirect(b.arg.name)] = self.read(b).astype(np.int64)
+
+    def base_view(self, b: Binding) -> np.ndarray:
+        """The arena as the arg's dtype, starting at the arg's device element 0."""
+        return self.hbm.view(b.arg.device_dtype)[b.base_elems:]
+
+    def read(self, b: Binding) -> np.ndarray:
+        return np.take(self.base_view(b), self.relative(b))
+
+    def relative(self, b: Binding) -> np.ndarray:
+        """Element offsets from the arg's base at every point (broadcastable), bounds-checked."""
+        arg = b.arg
+        key = (arg.coordinates, arg.layout.device_size, b.tile_coords)
+        if key not in self._relative:
+            parts = []
+            for j, (coord, size, stride) in enumerate(zip(
+                    arg.coordinates, arg.layout.device_size, arg.layout.device_strides_elems)):
+                value = np.asarray(evaluate(coord, self.env), dtype=np.int64) + b.tile_coords[j]
+                if value.size and (value.min() < 0 or value.max() >= size):
+                    _out_of_range(self.spec, b, self.chunk, self.env, j, value)
+                parts.append(value * stride)
+            self._relative[key] = _broadcast_sum(parts)
+        return self._relative[key]
+
+
+def _broadcast_sum(parts: list[np.ndarray]) -> np.ndarray:
+    """Sum of broadcastable arrays, smallest first: terms over the same axes are added while
+    still small, so only the last additions are full size."""
+    by_shape: dict[tuple, np.ndarray] = {}
+    for part in parts:
+        by_shape[part.shape] = by_shape[part.shape] + part if part.shape in by_shape else part
+    total = np.zeros((), dtype=np.int64)
+    for shape in sorted(by_shape, key=lambda s: int(np.prod(s))):
+        total = total + by_shape[shape]
+    return total
+
+
+def one_to_one(spec: OpSpec, b: Binding, chunk: Chunk) -> bool | None:
+    """Whether the arg's coordinates map the chunk's points one-to-one (reduced vars excluded);
+    None when no cheap proof applies.
+
+    Proof used: every coordinate depends on at most one var, and for each var the coordinates
+    that use it take distinct value tuples along its range; the device coordinate tuple then
+    splits into independent per-var blocks. That covers every layout-derived access; anything
+    else is left to an exact count.
+    """
+    by_var: dict[str, list[Lin]] = {}
+    for coord in b.arg.coordinates:
+        leaves = coord.free_atoms()
+        if any(not isinstance(leaf, Var) for leaf in leaves) or len(leaves) > 1:
+            return None
+        for leaf in leaves:
+            by_var.setdefault(leaf.name, []).append(coord)
+    for v, lo, hi in zip(chunk.vars, chunk.lo, chunk.hi):
+        if v in spec.reduced or hi - lo < 2:
+            continue
+        coords = by_var.get(v)
+        if not coords:
+            return False
+        values = np.arange(lo, hi, dtype=np.int64)
+        table = np.stack([np.broadcast_to(evaluate(c, {Var(v): values}), values.shape)
+                          for c in coords], axis=1)
+        if len(np.unique(table, axis=0)) != len(values):
+            return False
+    return True
 
 
 def _out_of_range(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, dim: int,
@@ -152,7 +213,7 @@ def _out_of_range(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, dim: int,
     bad = np.argwhere((value < 0) | (value >= size))[0]
     at = chunk.point(tuple(bad), value.shape)
     coord = arg.coordinate_text[dim]
-    gathers = [leaf for leaf in _leaves(arg.coordinates[dim]) if isinstance(leaf, Indirect)]
+    gathers = [leaf for leaf in arg.coordinates[dim].free_atoms() if isinstance(leaf, Indirect)]
     if gathers:
         idx = np.broadcast_to(env[gathers[0]], value.shape)[tuple(bad)]
         raise SimulatorFault(
@@ -164,14 +225,3 @@ def _out_of_range(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, dim: int,
         f"{spec.describe()}: arg '{arg.name}' device dim {dim} coordinate {coord} = "
         f"{int(value[tuple(bad)])}{tile} is outside 0..{size - 1} of device_size "
         f"{list(arg.layout.device_size)} at {at}")
-
-
-def gather_env(spec: OpSpec, bindings: list[Binding], chunk: Chunk, hbm: Hbm) -> dict:
-    """The chunk's var aranges plus every index arg's values (int64) at each point."""
-    env = chunk.env()
-    for b in bindings:
-        if b.arg.is_index:
-            where = offsets(spec, b, chunk, env)
-            values = np.take(hbm.view(b.arg.device_dtype), where).astype(np.int64)
-            env[Indirect(b.arg.name)] = values
-    return env

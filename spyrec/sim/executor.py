@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import SimulatorFault
-from spyrec.sim.access import Binding, Chunk, bind, chunks, gather_env, offsets
+from spyrec.sim.access import Binding, Chunk, ChunkAccess, bind, chunks, one_to_one
 from spyrec.sim.bundle import Execute
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext
 from spyrec.sim.memory import Hbm
@@ -43,30 +43,26 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm) -> None:
     values_in = [b for b in bindings[:-1] if not b.arg.is_index]
     with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
         for chunk in chunks(spec):
-            env = gather_env(spec, bindings, chunk, hbm)
-            inputs = [_read(spec, b, chunk, env, hbm, compute) for b in values_in]
+            access = ChunkAccess(spec, bindings, chunk, hbm)
+            inputs = [access.read(b).astype(compute) for b in values_in]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
                                 spec.describe())
             result = kern.fn(ctx, inputs)
-            _write(spec, bindings[-1], chunk, env, hbm, result, reduced_axes)
+            _write(spec, bindings[-1], access, result, reduced_axes)
 
 
-def _read(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, hbm: Hbm,
-          compute: np.dtype) -> np.ndarray:
-    stored = np.take(hbm.view(b.arg.device_dtype), offsets(spec, b, chunk, env))
-    return stored.astype(compute)
-
-
-def _write(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, hbm: Hbm, result: np.ndarray,
+def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
            reduced_axes: tuple[int, ...]) -> None:
+    chunk = access.chunk
     shape = tuple(1 if a in reduced_axes else n for a, n in enumerate(chunk.shape))
-    where = np.broadcast_to(offsets(spec, b, chunk, env), shape)
+    where = np.broadcast_to(access.relative(b), shape)
     result = np.asarray(result)
     assert np.broadcast_shapes(result.shape, shape) == shape, (spec.op, result.shape, shape)
-    _check_unique(spec, b, chunk, where)
+    if not one_to_one(spec, b, chunk):
+        _check_unique(spec, b, chunk, where)
     what = f"output '{b.arg.name}' of {spec.describe()}"
     stored = to_storage(np.broadcast_to(result, shape), b.arg.device_dtype, what)
-    hbm.view(b.arg.device_dtype)[where] = stored
+    access.base_view(b)[where] = stored
 
 
 def _check_unique(spec: OpSpec, b: Binding, chunk: Chunk, where: np.ndarray) -> None:
@@ -80,6 +76,7 @@ def _check_unique(spec: OpSpec, b: Binding, chunk: Chunk, where: np.ndarray) -> 
         dup = int(np.argmax(counts > 1)) + lo
         first = np.unravel_index(int(np.argmax(flat == dup)), where.shape)
         raise SimulatorFault(
-            f"{spec.describe()}: output '{b.arg.name}' writes device element {dup} more than "
-            f"once (first at {chunk.point(tuple(int(i) for i in first), where.shape)}); its "
-            f"coordinates {list(b.arg.coordinate_text)} are not one-to-one")
+            f"{spec.describe()}: output '{b.arg.name}' writes device element "
+            f"{dup + b.base_elems} more than once (first at "
+            f"{chunk.point(tuple(int(i) for i in first), where.shape)}); its coordinates "
+            f"{list(b.arg.coordinate_text)} are not one-to-one")

@@ -58,14 +58,38 @@ def test_misaligned_tensor(out):
         simulate(path, {"x": X})
 
 
-def test_output_written_twice_within_an_op(out):
+@pytest.mark.parametrize("coords", [
+    ["floor(c1/64)", "Mod(c0, 2)", "Mod(c1, 64)"],            # disproved per var
+    ["floor((c0 + c1)/64)", "0", "Mod(c0 + c1, 64)"],          # mixes vars: exact count
+])
+def test_output_written_twice_within_an_op(out, coords):
     out.input("x", [4, 100])
     out.output("y", [4, 100])
-    out.op("neg", {"c0": 4, "c1": 100},
-           [("x", rowmajor2d()), ("y", ["floor(c1/64)", "Mod(c0, 2)", "Mod(c1, 64)"])])
+    out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", coords)])
     with pytest.raises(SimulatorFault, match=r"output 'y' writes device element \d+ more than "
                                              r"once \(first at c0=\d, c1=\d+\)"):
         simulate(out.write(), {"x": X})
+
+
+def test_one_to_one_proofs(out):
+    from spyrec.sim.access import Binding, Chunk, one_to_one
+    from spyrec.sim.loader import load_directory
+    out.input("x", [4, 100])
+    out.output("y", [4, 100])
+    out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
+    spec = load_directory(out.write()).ops["sdsc_0.json"]
+    chunk = Chunk(("c0", "c1"), (0, 0), (4, 100))
+    from dataclasses import replace
+    from spyrec.indexing import parse_expr
+
+    def verdict(coords):
+        arg = replace(spec.output, coordinates=tuple(parse_expr(c) for c in coords))
+        return one_to_one(spec, Binding(arg, 0, (0, 0, 0)), chunk)
+
+    assert verdict(rowmajor2d()) is True
+    assert verdict(["floor(c1/64)", "Mod(c0, 2)", "Mod(c1, 64)"]) is False
+    assert verdict(["floor(c1/64)", "0", "Mod(c1, 64)"]) is False
+    assert verdict(["floor((c0 + c1)/64)", "0", "Mod(c0 + c1, 64)"]) is None
 
 
 def test_operand_missing_from_the_bundle(out):
