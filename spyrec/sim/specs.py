@@ -88,7 +88,7 @@ class CoreSplit:
 
     core: int
     ranges: dict[str, tuple[int, int]]
-    arg_start_bytes: tuple[int, ...]
+    arg_start_bytes: tuple[int | None, ...]   # None: data-dependent (gathered arg)
 
     @property
     def points(self) -> int:

@@ -131,10 +131,15 @@ def _start_problems(spec: OpSpec) -> list[str]:
             continue
         for i, arg in enumerate(spec.args):
             expected = _start_bytes(arg, c)
-            if expected is not None and expected != c.arg_start_bytes[i]:
+            if expected is None or expected == c.arg_start_bytes[i]:
+                continue
+            if c.arg_start_bytes[i] is None:
+                out.append(f"core {c.core}: arg_start_bytes[{i}] ('{arg.name}') is null, but "
+                           f"its address does not depend on data: {expected}")
+            else:
                 out.append(f"core {c.core}: arg_start_bytes[{i}] ('{arg.name}') is "
-                           f"{c.arg_start_bytes[i]}, but its coordinates at the core's first "
-                           f"point give {expected}")
+                           f"{c.arg_start_bytes[i]}, but its coordinates at the core's "
+                           f"first point give {expected}")
     return out
 
 

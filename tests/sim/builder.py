@@ -136,15 +136,16 @@ def _slices(n: int, k: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def start_bytes(arg: dict, point: dict[str, int]) -> int:
-    """Byte address of the arg's element at `point` (base from allocation.hbm)."""
+def start_bytes(arg: dict, point: dict[str, int]) -> int | None:
+    """Byte address of the arg's element at `point` (base from allocation.hbm); None where
+    it depends on data (a gathered arg)."""
     strides = [math.prod(arg["device_size"][j + 1:]) for j in range(len(arg["device_size"]))]
     itemsize = 128 // arg["device_size"][-1]
     env = {Var(v): x for v, x in point.items()}
     total = 0
     for text, stride in zip(arg["device_coordinates"], strides):
         if "IndirectAccess" in text:
-            return arg["allocation"]["hbm"]
+            return None
         total += int(evaluate(parse_expr(text), env)) * stride
     return arg["allocation"]["hbm"] + itemsize * total
 

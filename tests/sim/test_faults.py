@@ -153,3 +153,10 @@ def test_verify_lists_every_problem_at_once(out):
         load_program(path)
     assert "needs op_info.constants ['exponent']" in str(e.value)
     assert "cores lists 1" in str(e.value)
+
+
+def test_null_start_bytes_only_for_gathered_args(out):
+    found = problems(out, lambda d: d["cores"][0]["arg_start_bytes"].__setitem__(0, None),
+                     **neg())
+    assert found == ["core 0: arg_start_bytes[0] ('x') is null, but its address does not "
+                     "depend on data: 0"]
