@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.spyrec-installed
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench snapshots clean
 
 setup: $(STAMP)
 
@@ -18,11 +18,20 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+DEMO := build/demo
 demo: $(STAMP)
-	$(PY) samples/index_demo.py
+	$(PY) samples/export.py mlp_fp16 $(DEMO)
+	$(VENV)/bin/spyrec compile $(DEMO)/mlp_fp16.pt2 -o $(DEMO)/out
+	$(VENV)/bin/spyrec run $(DEMO)/out --inputs $(DEMO)/mlp_fp16.npz --check --report
+	cat $(DEMO)/out/report.txt
+
+snapshots: $(STAMP)
+	SPYREC_UPDATE_SNAPSHOTS=1 $(PY) -m pytest -q tests/snapshots
 
 bench: $(STAMP)
 	$(PY) bench/index_bench.py
+	$(PY) bench/compile_time.py
+	$(PY) bench/sim_vs_eager.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -75,6 +75,8 @@ class LoweringContext:
              constants: dict | None = None, index_inputs: Sequence[Access] = ()) -> None:
         name = out.buffer if not any(o.name == out.buffer for o in self.graph.ops) else \
             f"{out.buffer}.{sum(o.output.buffer == out.buffer for o in self.graph.ops)}"
+        ranges, inputs, out_index, reduced, index_inputs, op = _drop_unit_vars(
+            op, list(ranges), list(inputs), out_index, list(reduced), list(index_inputs))
         self.graph.ops.append(Operation(
             name=name, op=op, ranges=tuple((v, int(n)) for v, n in ranges),
             inputs=tuple(inputs), output=Access(out.buffer, out_index),
@@ -234,3 +236,29 @@ def _lower_outputs(ep, graph: Graph, ctx: LoweringContext, env: dict) -> None:
         if buf.role == "intermediate":
             buf.role = "output"
         graph.outputs.append(buf.name)
+
+
+def _drop_unit_vars(op, ranges, inputs, out_index, reduced, index_inputs):
+    """Remove size-1 iteration variables (the reference omits them): each is the constant 0.
+
+    A reduction left with no reduced variable is a copy; one variable always remains, so an
+    op over a single element still has an iteration space.
+    """
+    from spyrec.indexing import Var, substitute
+
+    unit = [v for v, n in ranges if n == 1]
+    if op == "batchmatmul":
+        unit = [v for v in unit if v not in reduced]
+    if len(unit) == len(ranges):
+        unit = unit[1:]
+    if not unit:
+        return ranges, inputs, out_index, reduced, index_inputs, op
+    zero = {Var(v): Lin() for v in unit}
+    inputs = [Access(a.buffer, substitute(a.index, zero)) for a in inputs]
+    index_inputs = [Access(a.buffer, substitute(a.index, zero)) for a in index_inputs]
+    out_index = substitute(out_index, zero)
+    kept_reduced = [v for v in reduced if v not in unit]
+    if reduced and not kept_reduced and op in ("sum", "max", "min", "mean"):
+        op = "identity"
+    return ([(v, n) for v, n in ranges if v not in unit], inputs, out_index, kept_reduced,
+            index_inputs, op)

@@ -1,0 +1,48 @@
+"""Compile a module, simulate it, and compare with PyTorch eager (DESIGN §9 tolerances)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from spyrec.sim.runner import simulate
+from tests.programs import compile_pt2, export, load_json
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def host_array(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def as_float(a: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    if dtype == torch.bfloat16 and a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float64) if a.dtype.kind == "f" else a
+
+
+def run_and_compare(tmp: Path, module: torch.nn.Module, inputs: tuple, **compile_opts) -> Path:
+    module = module.eval()
+    pt2 = export(tmp, module, inputs)
+    out = compile_pt2(pt2, Path(tmp) / "out", **compile_opts)
+    names = load_json(out / "manifest.json")["inputs"]
+    result = simulate(out, {n: host_array(t) for n, t in zip(names, inputs)})
+    with torch.no_grad():
+        expected = module(*inputs)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    assert len(result.outputs) == len(expected)
+    for i, (got, want) in enumerate(zip(result.outputs, expected)):
+        assert tuple(got.shape) == tuple(want.shape), (i, got.shape, want.shape)
+        if want.dtype.is_floating_point:
+            tol = TOLERANCE[want.dtype]
+            w = want.to(torch.float32).numpy().astype(np.float64)
+            np.testing.assert_allclose(as_float(got, want.dtype), w, rtol=tol, atol=tol,
+                                       err_msg=f"output {i}")
+        else:
+            np.testing.assert_array_equal(got.astype(np.int64), want.numpy().astype(np.int64),
+                                          err_msg=f"output {i}")
+    return out

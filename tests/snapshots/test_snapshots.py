@@ -1,0 +1,72 @@
+"""Snapshots of the samples' bundle.mlir and normalized opspecs.json (DESIGN §9).
+
+A difference fails and shows a unified diff; `make snapshots` rewrites the files after an
+intended change (SPYREC_UPDATE_SNAPSHOTS=1).
+"""
+
+import difflib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from samples.models import SAMPLES
+from tests.programs import compile_pt2
+
+HERE = Path(__file__).resolve().parent
+UPDATE = os.environ.get("SPYREC_UPDATE_SNAPSHOTS") == "1"
+SNAPSHOT_SAMPLES = ["add_mul_fp16", "mlp_fp16", "attention_fp32", "layernorm_fp16",
+                    "decoder_fp32"]
+
+
+def normalized_opspecs(text: str) -> str:
+    """opspecs.json without the per-core tables (derived data, very long)."""
+    doc = json.loads(text)
+    for kernel in doc["kernels"]:
+        for spec in kernel["specs"]:
+            spec.pop("cores", None)
+    return json.dumps(doc, indent=1) + "\n"
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("snap")
+    built = {}
+    for name in SNAPSHOT_SAMPLES:
+        module, inputs = SAMPLES[name]()
+        pt2 = tmp / f"{name}.pt2"
+        torch.export.save(torch.export.export(module, inputs), str(pt2))
+        built[name] = compile_pt2(pt2, tmp / name)
+    return built
+
+
+@pytest.mark.parametrize("sample", SNAPSHOT_SAMPLES)
+@pytest.mark.parametrize("kind", ["bundle.mlir", "opspecs.json"])
+def test_snapshot(outputs, sample, kind):
+    text = (outputs[sample] / kind).read_text()
+    if kind == "opspecs.json":
+        text = normalized_opspecs(text)
+    path = HERE / sample / kind
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.exists(), f"no snapshot {path}; run `make snapshots`"
+    expected = path.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            f"snapshot/{sample}/{kind}", f"now/{sample}/{kind}",
+                                            n=2))
+        pytest.fail(f"{sample}/{kind} differs from its snapshot (make snapshots to accept):\n"
+                    f"{diff[:6000]}")
+
+
+@pytest.mark.parametrize("sample", SNAPSHOT_SAMPLES)
+def test_bundle_parses_and_verifies_with_xdsl(outputs, sample):
+    from spyrec.sim.bundle import read_bundle
+
+    executes = read_bundle(outputs[sample] / "bundle.mlir")
+    n_ops = len(json.loads((outputs[sample] / "manifest.json").read_text())["kernels"][0]["ops"])
+    assert [e.filename for e in executes] == [f"sdsc_{i}.json" for i in range(n_ops)]
