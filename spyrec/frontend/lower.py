@@ -17,7 +17,7 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
 from spyrec.indexing import Lin, var
-from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.ir import DEVICE_OPS, Access, Buffer, Graph, Operation
 from spyrec.layout.dtypes import HOST_TO_DEVICE
 
 Lowering = Callable[..., object]
@@ -75,6 +75,7 @@ class LoweringContext:
              constants: dict | None = None, index_inputs: Sequence[Access] = ()) -> None:
         name = out.buffer if not any(o.name == out.buffer for o in self.graph.ops) else \
             f"{out.buffer}.{sum(o.output.buffer == out.buffer for o in self.graph.ops)}"
+        assert op in DEVICE_OPS, f"lowering emitted unknown device op {op}"
         ranges, inputs, out_index, reduced, index_inputs, op = _drop_unit_vars(
             op, list(ranges), list(inputs), out_index, list(reduced), list(index_inputs))
         self.graph.ops.append(Operation(

@@ -1,5 +1,7 @@
-"""The intermediate representation: Buffer, Access, Operation, Graph."""
+"""The intermediate representation: Buffer, Access, Operation, Graph, and op bodies."""
 
 from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation
+from spyrec.ir.ops import DEVICE_OPS, OpsHandler, format_body, reads_and_writes, run_body
 
-__all__ = ["ROLES", "Access", "Buffer", "Graph", "Operation"]
+__all__ = ["DEVICE_OPS", "ROLES", "Access", "Buffer", "Graph", "OpsHandler", "Operation",
+           "format_body", "reads_and_writes", "run_body"]

@@ -120,5 +120,7 @@ class Graph:
         return f"{base}_{k}"
 
     def consumers(self, buffer: str) -> list[Operation]:
+        from spyrec.ir.ops import reads_and_writes
+
         return [op for op in self.ops
-                if any(a.buffer == buffer for role, a in op.accesses() if role != "output")]
+                if any(b == buffer for b, _ in reads_and_writes(op).reads)]

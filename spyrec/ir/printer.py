@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from spyrec.ir.graph import Graph
+from spyrec.ir.ops import format_body
 
 
 def format_graph(graph: Graph) -> str:
@@ -17,14 +18,11 @@ def format_graph(graph: Graph) -> str:
                      f"{layout}{addr}")
     for op in graph.ops:
         space = ", ".join(f"{v}<{n}" for v, n in op.ranges)
-        reads = ", ".join(f"{a.buffer}[{a.index}]" for _, a in op.accesses() if _ != "output")
-        extra = f" reduce({', '.join(op.reduced)})" if op.reduced else ""
-        consts = f" {op.constants}" if op.constants else ""
+        gathers = "".join(f" gather {a.buffer}[{a.index}]" for a in op.index_inputs)
         cores = ""
         if op.core_splits:
             cores = " cores(" + ", ".join(f"{v}:{k}" for v, k in op.core_splits.items()
                                           if k > 1) + ")"
-        lines.append(f"{op.output.buffer}[{op.output.index}] = {op.op}({reads}) over "
-                     f"[{space}]{extra}{consts}{cores}")
+        lines.append(f"{format_body(op)} over [{space}]{gathers}{cores}")
     lines.append(f"inputs {graph.inputs} outputs {graph.outputs}")
     return "\n".join(lines) + "\n"
