@@ -231,6 +231,10 @@ def _lower_outputs(ep, graph: Graph, ctx: LoweringContext, env: dict) -> None:
         if isinstance(value, Scalar) or not isinstance(value, TensorValue):
             raise UnsupportedProgram(f"output {arg.name} is not a tensor ({value!r})")
         buf = graph.buffers[value.buffer]
+        reshaped = Buffer(buf.name, value.shape, buf.host_dtype, buf.role)
+        if (value != contiguous_value(buf) and buf.role == "intermediate"
+                and buf.numel == value.numel and value == contiguous_value(reshaped)):
+            buf.host_size = value.shape  # a pure reshape: same storage, flat indices still hold
         if value != contiguous_value(buf):  # a view of a buffer: materialize it
             value = ctx.pointwise("identity", [value], out_dtype=value.dtype, shape=value.shape)
             buf = graph.buffers[value.buffer]
