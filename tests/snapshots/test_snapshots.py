@@ -69,4 +69,4 @@ def test_bundle_parses_and_verifies_with_xdsl(outputs, sample):
 
     executes = read_bundle(outputs[sample] / "bundle.mlir")
     n_ops = len(json.loads((outputs[sample] / "manifest.json").read_text())["kernels"][0]["ops"])
-    assert [e.filename for e in executes] == [f"sdsc_{i}.json" for i in range(n_ops)]
+    assert [e.file for e in executes] == [f"sdsc_{i}.json" for i in range(n_ops)]
