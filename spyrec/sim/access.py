@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterator
 
 import numpy as np
@@ -195,15 +196,20 @@ def one_to_one(spec: OpSpec, b: Binding, chunk: Chunk) -> bool | None:
     for v, lo, hi in zip(chunk.vars, chunk.lo, chunk.hi):
         if v in spec.reduced or hi - lo < 2:
             continue
-        coords = by_var.get(v)
-        if not coords:
-            return False
-        values = np.arange(lo, hi, dtype=np.int64)
-        table = np.stack([np.broadcast_to(evaluate(c, {Var(v): values}), values.shape)
-                          for c in coords], axis=1)
-        if len(np.unique(table, axis=0)) != len(values):
+        if not _var_one_to_one(tuple(by_var.get(v, ())), v, lo, hi):
             return False
     return True
+
+
+@lru_cache(maxsize=1 << 12)
+def _var_one_to_one(coords: tuple[Lin, ...], v: str, lo: int, hi: int) -> bool:
+    """Whether `coords` (each over var v alone) take distinct value tuples on [lo, hi)."""
+    if not coords:
+        return False
+    values = np.arange(lo, hi, dtype=np.int64)
+    table = np.stack([np.broadcast_to(evaluate(c, {Var(v): values}), values.shape)
+                      for c in coords], axis=1)
+    return len(np.unique(table, axis=0)) == len(values)
 
 
 def _out_of_range(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, dim: int,

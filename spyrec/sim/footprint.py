@@ -4,11 +4,14 @@ HBM traffic is charged in whole 128-byte sticks (reference/C-simulator.md §5.9,
 the cost model needs "unique sticks touched by core c", computed from the specs alone. A stick
 is identified by all device coordinates except the lanes (the last dim is the stick).
 
-Counting distinct keys over every point would sort millions of values per op. Instead, a var
-whose every atom depends on that var alone (the usual `floor(c1/64)`, `Mod(c1,64)`, `c0`) is
-first reduced to one representative per distinct value of its atoms: for stick ids `c1` enters
-only through `floor(c1/64)`, so 4096 values of c1 collapse to 64. Vars in atoms that mix vars
-fall back to their full range, which is exact, just slower.
+Counting distinct tuples over every point would sort millions of values per op and core. Two
+exact shortcuts make it cheap:
+- Components: coordinates are grouped by the vars they share (`4*c0 + c1` ties c0 and c1;
+  `floor(c2/64)` stands alone). Distinct tuples = product over components of the distinct
+  tuples of each component over its own vars, so each count is small and cached.
+- Representatives: inside a component, a var whose atoms each depend on that var alone is
+  reduced to one value per distinct value of its atoms (for stick ids `c1` enters only through
+  `floor(c1/64)`, so 4096 values collapse to 64).
 
 Gathers: the rows an `IndirectAccess` reads depend on data. The footprint assumes every element
 of the index tensor selects a different row (its own element offset stands in for the value),
@@ -18,21 +21,33 @@ an upper bound that is exact for gathers without repeated indices.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
 from spyrec.indexing import Indirect, Lin, Var, as_lin, evaluate
 from spyrec.sim.specs import ArgSpec, OpSpec
 
+Box = dict[str, tuple[int, int]]
 _BOOL_MARK_LIMIT = 1 << 26   # keys below this are counted with a bitmap, not a sort
 
 
-def distinct_sticks(spec: OpSpec, arg: ArgSpec, box: dict[str, tuple[int, int]]) -> int:
+def distinct_sticks(spec: OpSpec, arg: ArgSpec, box: Box) -> int:
     """Distinct sticks of `arg` touched by the points of `box` (half-open range per var)."""
-    return _distinct(spec, arg.coordinates[:-1], box)
+    if any(hi <= lo for lo, hi in box.values()):
+        return 0
+    coords = arg.coordinates[:-1]
+    total = 1
+    for vars_, group in _components(spec, coords):
+        ranges = tuple(box[v] for v in vars_)
+        if any(_leaf_names(c)[1] for c in group):
+            total *= _count(spec, group, dict(zip(vars_, ranges)))
+        else:
+            total *= _count_plain(group, vars_, ranges)
+    return total
 
 
-def useful_elements(spec: OpSpec, arg: ArgSpec, box: dict[str, tuple[int, int]]) -> int:
+def useful_elements(spec: OpSpec, arg: ArgSpec, box: Box) -> int:
     """Elements of `arg` the points of `box` use: the product of the extents of its vars.
 
     Exact when the access is one-to-one in the vars it depends on, which holds for every
@@ -45,68 +60,101 @@ def useful_elements(spec: OpSpec, arg: ArgSpec, box: dict[str, tuple[int, int]])
 
 def support(spec: OpSpec, expr: Lin) -> frozenset[str]:
     """Iteration vars an expression depends on; a gathered value depends on its index's vars."""
-    out: set[str] = set()
-    for leaf in expr.free_atoms():
-        if isinstance(leaf, Var):
-            out.add(leaf.name)
-        elif isinstance(leaf, Indirect):
-            index = _index_arg(spec, leaf.tensor)
-            for c in index.coordinates:
-                out |= support(spec, c)
+    names, gathers = _leaf_names(expr)
+    out = set(names)
+    for tensor in gathers:
+        for c in _index_arg(spec, tensor).coordinates:
+            out |= support(spec, c)
     return frozenset(out)
+
+
+@lru_cache(maxsize=1 << 14)
+def _leaf_names(expr: Lin) -> tuple[frozenset[str], frozenset[str]]:
+    """(var names, gathered tensor names) inside an expression."""
+    leaves = expr.free_atoms()
+    return (frozenset(x.name for x in leaves if isinstance(x, Var)),
+            frozenset(x.tensor for x in leaves if isinstance(x, Indirect)))
 
 
 def _index_arg(spec: OpSpec, name: str) -> ArgSpec:
     return next(a for a in spec.args if a.name == name)
 
 
-def _distinct(spec: OpSpec, coords: tuple[Lin, ...], box: dict[str, tuple[int, int]]) -> int:
-    if any(hi <= lo for lo, hi in box.values()):
-        return 0
-    if not coords:
-        return 1
-    values = {v: _representatives(spec, coords, v, lo, hi) for v, (lo, hi) in box.items()}
-    env = _env(spec, values)
-    columns = [np.asarray(evaluate(c, env), dtype=np.int64) for c in coords]
-    shape = np.broadcast_shapes(*(c.shape for c in columns))
-    columns = [np.broadcast_to(c, shape).ravel() for c in columns]
-    return _count_rows(columns)
+def _components(spec: OpSpec, coords: tuple[Lin, ...]) -> list[tuple[tuple[str, ...], tuple]]:
+    """Coordinates grouped into sets that share no var: [(vars in spec order, coords)]."""
+    if not any(_leaf_names(c)[1] for c in coords):
+        return _plain_components(coords, spec.vars)
+    return _group(coords, spec.vars, lambda c: support(spec, c))
 
 
-def _representatives(spec: OpSpec, coords: tuple[Lin, ...], v: str, lo: int,
-                     hi: int) -> np.ndarray:
+@lru_cache(maxsize=1 << 12)
+def _plain_components(coords: tuple[Lin, ...], order: tuple[str, ...]) -> list:
+    return _group(coords, order, lambda c: _leaf_names(c)[0])
+
+
+def _group(coords: tuple[Lin, ...], order: tuple[str, ...], uses) -> list:
+    groups: list[tuple[set[str], list[Lin]]] = []
+    for coord in coords:
+        used = set(uses(coord))
+        if not used:
+            continue                          # a constant coordinate: one value
+        merged = [g for g in groups if g[0] & used]
+        for g in merged:
+            groups.remove(g)
+            used |= g[0]
+        groups.append((used, [c for g in merged for c in g[1]] + [coord]))
+    return [(tuple(v for v in order if v in vs), tuple(cs)) for vs, cs in groups]
+
+
+@lru_cache(maxsize=1 << 14)
+def _count_plain(coords: tuple[Lin, ...], vars_: tuple[str, ...],
+                 ranges: tuple[tuple[int, int], ...]) -> int:
+    """Distinct tuples of gather-free `coords` over the box `vars_` x `ranges` (cached)."""
+    values = {v: _representatives(coords, v, lo, hi) for v, (lo, hi) in zip(vars_, ranges)}
+    return _count_on(coords, _env(vars_, values))
+
+
+def _count(spec: OpSpec, coords: tuple[Lin, ...], box: Box) -> int:
+    """Distinct tuples of coords that gather: every var in full, index offsets as values."""
+    vars_ = tuple(box)
+    env = _env(vars_, {v: np.arange(lo, hi, dtype=np.int64) for v, (lo, hi) in box.items()})
+    gathered = set().union(*(_leaf_names(c)[1] for c in coords))
+    for index in (a for a in spec.index_args if a.name in gathered):
+        offset = sum((np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s in
+                      zip(index.coordinates, index.layout.device_strides_elems)), np.int64(0))
+        env[Indirect(index.name)] = offset
+    return _count_on(coords, env)
+
+
+def _representatives(coords: tuple[Lin, ...], v: str, lo: int, hi: int) -> np.ndarray:
     """Values of var v in [lo, hi), one per distinct value of the atoms that use v."""
     full = np.arange(lo, hi, dtype=np.int64)
-    atoms = {atom for c in coords for atom, _ in c.terms if v in support(spec, as_lin(atom))}
+    atoms = {atom for c in coords for atom, _ in c.terms if v in _leaf_names(as_lin(atom))[0]}
     if not atoms:
-        return full[:1]                     # v does not matter: any single value will do
-    if any(support(spec, as_lin(a)) != {v} for a in atoms):
-        return full                         # mixes vars: no shortcut, exact anyway
-    env = _env(spec, {v: full})
-    table = np.stack([np.broadcast_to(np.asarray(evaluate(as_lin(a), env)).reshape(-1),
-                                      full.shape)
+        return full[:1]
+    if any(_leaf_names(as_lin(a))[0] != {v} for a in atoms):
+        return full                           # an atom mixes vars: no shortcut, exact anyway
+    env = {Var(v): full}
+    table = np.stack([np.broadcast_to(np.asarray(evaluate(as_lin(a), env)), full.shape)
                       for a in sorted(atoms, key=lambda a: a.key)], axis=1)
     _, first = np.unique(table, axis=0, return_index=True)
     return full[np.sort(first)]
 
 
-def _env(spec: OpSpec, values: dict[str, np.ndarray]) -> dict:
-    """Vars on their own axes (in spec order) plus a stand-in value for each gather."""
-    rank = len(spec.vars)
+def _env(vars_: tuple[str, ...], values: dict[str, np.ndarray]) -> dict:
+    """Each var's values on its own axis."""
     env: dict = {}
-    for axis, v in enumerate(spec.vars):
-        if v in values:
-            shape = [1] * rank
-            shape[axis] = len(values[v])
-            env[Var(v)] = values[v].reshape(shape)
-    for index in spec.index_args:
-        if all(name in values for name in
-               set().union(*(support(spec, c) for c in index.coordinates))):
-            offset = sum((np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s in
-                          zip(index.coordinates, index.layout.device_strides_elems)),
-                         np.int64(0))
-            env[Indirect(index.name)] = offset
+    for axis, v in enumerate(vars_):
+        shape = [1] * len(vars_)
+        shape[axis] = len(values[v])
+        env[Var(v)] = values[v].reshape(shape)
     return env
+
+
+def _count_on(coords: tuple[Lin, ...], env: dict) -> int:
+    columns = [np.asarray(evaluate(c, env), dtype=np.int64) for c in coords]
+    shape = np.broadcast_shapes(*(c.shape for c in columns))
+    return _count_rows([np.broadcast_to(c, shape).ravel() for c in columns])
 
 
 def _count_rows(columns: list[np.ndarray]) -> int:

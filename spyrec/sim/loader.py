@@ -9,6 +9,7 @@ building the `specs` dataclasses. Coordinate strings are parsed exactly once, he
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -56,6 +57,11 @@ def validate(data: object, schema_name: str, label: str) -> None:
                              f"(schema {schema_name}.schema.json)")
 
 
+# Digests of texts that already passed their schema: jsonschema costs ~10 ms per sdsc file,
+# and tests and benchmarks load the same directory many times in one process.
+_VALID: set[tuple[str, bytes]] = set()
+
+
 def read_json(path: Path, schema_name: str) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
@@ -65,7 +71,10 @@ def read_json(path: Path, schema_name: str) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputFileError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
-    validate(data, schema_name, str(path))
+    key = (schema_name, hashlib.blake2b(text.encode("utf-8"), digest_size=20).digest())
+    if key not in _VALID:
+        validate(data, schema_name, str(path))
+        _VALID.add(key)
     return data
 
 

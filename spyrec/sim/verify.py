@@ -23,7 +23,7 @@ from spyrec.indexing import Indirect, Var, evaluate
 from spyrec.sim.kernels import KERNELS
 from spyrec.sim.loader import Program
 from spyrec.sim.numerics import is_integer
-from spyrec.sim.specs import CoreSplit, OpSpec
+from spyrec.sim.specs import OpSpec
 
 MAX_CORES = 32
 _MAX_COVERAGE_CELLS = 1 << 20
@@ -125,32 +125,27 @@ def _coverage_problems(spec: OpSpec) -> list[str]:
 
 
 def _start_problems(spec: OpSpec) -> list[str]:
+    """Each core's arg_start_bytes against the arg's coordinates at the core's first point,
+    evaluated for all cores at once (one numpy evaluation per coordinate)."""
+    cores = [c for c in spec.cores if c.points]
+    if not cores:
+        return []
+    env = {Var(v): np.array([c.ranges[v][0] for c in cores], dtype=np.int64) for v in spec.vars}
     out = []
-    for c in spec.cores:
-        if c.points == 0:
+    for i, arg in enumerate(spec.args):
+        if arg.hbm_address is None:
             continue
-        for i, arg in enumerate(spec.args):
-            expected = _start_bytes(arg, c)
-            if expected is None or expected == c.arg_start_bytes[i]:
-                continue
-            if c.arg_start_bytes[i] is None:
-                out.append(f"core {c.core}: arg_start_bytes[{i}] ('{arg.name}') is null, but "
-                           f"its address does not depend on data: {expected}")
-            else:
-                out.append(f"core {c.core}: arg_start_bytes[{i}] ('{arg.name}') is "
-                           f"{c.arg_start_bytes[i]}, but its coordinates at the core's "
-                           f"first point give {expected}")
+        if any(isinstance(leaf, Indirect) for c in arg.coordinates for leaf in c.free_atoms()):
+            continue                      # data-dependent: null or any value is accepted
+        offset = sum((np.asarray(evaluate(c, env), dtype=np.int64) * stride for c, stride in
+                      zip(arg.coordinates, arg.layout.device_strides_elems)), np.int64(0))
+        expected = np.broadcast_to(arg.hbm_address + offset * arg.itemsize, (len(cores),))
+        for core, want in zip(cores, expected.tolist()):
+            given = core.arg_start_bytes[i]
+            if given is None:
+                out.append(f"core {core.core}: arg_start_bytes[{i}] ('{arg.name}') is null, "
+                           f"but its address does not depend on data: {want}")
+            elif given != want:
+                out.append(f"core {core.core}: arg_start_bytes[{i}] ('{arg.name}') is "
+                           f"{given}, but its coordinates at the core's first point give {want}")
     return out
-
-
-def _start_bytes(arg, c: CoreSplit) -> int | None:
-    """HBM address of the arg's element at the core's first point; None if data-dependent."""
-    if arg.hbm_address is None:
-        return None
-    env = {Var(v): lo for v, (lo, _) in c.ranges.items()}
-    total = 0
-    for coord, stride in zip(arg.coordinates, arg.layout.device_strides_elems):
-        if any(isinstance(leaf, Indirect) for leaf in coord.free_atoms()):
-            return None
-        total += int(evaluate(coord, env)) * stride
-    return arg.hbm_address + total * arg.itemsize

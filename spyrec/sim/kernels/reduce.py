@@ -8,8 +8,8 @@ those axes with `keepdims` (the output offsets have size 1 there). Accumulation 
 batchmatmul: roles come from which operand varies along which axis (reference/C-simulator.md
 §5.4): axes where both vary and the output does too are batch, only x varies are M, only y are
 N, reduced axes where both vary are K. Operands are gathered in float32, arranged as
-(B, M, K) @ (B, K, N) and multiplied with `np.matmul` (BLAS sgemm: fp32 accumulation; numpy's
-half matmul is unusably slow and rounds differently).
+(B, M, K) @ (B, K, N) and multiplied in float32 (torch's CPU GEMM, fp32 accumulation as in eager; half-precision
+matmul in numpy is unusably slow and rounds differently).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     size = lambda axes: math.prod(ctx.shape[a] for a in axes)  # noqa: E731
     xs = _arrange(x, batch + m_axes + k_axes).reshape(size(batch), size(m_axes), size(k_axes))
     ys = _arrange(y, batch + k_axes + n_axes).reshape(size(batch), size(k_axes), size(n_axes))
-    out = np.matmul(xs, ys)
+    out = _matmul(xs, ys)
     if scale != 1:
         out = out * ctx.compute.type(scale)
     # back to iteration axes: (batch, m, n) in that order, then to axis order with size-1 gaps
@@ -79,6 +79,18 @@ def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     out = np.transpose(out, np.argsort(order))
     shape = [ctx.shape[a] if a in order else 1 for a in range(rank)]
     return out.reshape(shape)
+
+
+def _matmul(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Batched matmul through torch (zero-copy views): fp32 in, fp32 accumulation, and the
+    same CPU GEMM eager uses. numpy's OpenBLAS pool degrades by orders of magnitude on small
+    batched products when the cores are busy (60 ms for 4 x 127x64x127 here)."""
+    import torch
+
+    if xs.dtype != np.float32:          # integer matmul: exact in int64
+        return np.matmul(xs, ys)
+    return torch.matmul(torch.from_numpy(np.ascontiguousarray(xs)),
+                        torch.from_numpy(np.ascontiguousarray(ys))).numpy()
 
 
 def _presum(ctx: KernelContext, x: np.ndarray, y: np.ndarray,
