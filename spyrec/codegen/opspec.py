@@ -96,3 +96,34 @@ def sdsc_document(index: int, spec: dict) -> dict:
 
 def total_cores(spec: dict) -> int:
     return math.prod(split for _, split in spec["iteration_space"].values())
+
+
+def spec_tree(ops: list[Operation], specs: list[dict]) -> list[dict]:
+    """Nest op specs in LoopSpecs by their enclosing loops (DESIGN §4).
+
+    Consecutive ops sharing an outer loop share one `{"loop": {count, tiled_symbols, body}}`;
+    a LoopSpec's `tiled_symbols` are the vars divided at that level, and each OpSpec's
+    `tiled_symbols` lists all levels, outermost first.
+    """
+    return _nest(list(zip(ops, specs)), 0)
+
+
+def _nest(items: list[tuple[Operation, dict]], depth: int) -> list[dict]:
+    out: list[dict] = []
+    i = 0
+    while i < len(items):
+        op, spec = items[i]
+        if len(op.loops) <= depth:
+            tiled = [v for loop in op.loops for v in loop.tiled]
+            out.append({**spec, "tiled_symbols": tiled})
+            i += 1
+            continue
+        loop = op.loops[depth]
+        j = i
+        while j < len(items) and len(items[j][0].loops) > depth and \
+                items[j][0].loops[:depth + 1] == op.loops[:depth + 1]:
+            j += 1
+        out.append({"loop": {"count": loop.count, "tiled_symbols": list(loop.tiled),
+                             "body": _nest(items[i:j], depth + 1)}})
+        i = j
+    return out

@@ -20,7 +20,7 @@ import numpy as np
 
 from spyrec import __version__
 from spyrec.codegen.bundle import bundle_data, render_bundle
-from spyrec.codegen.opspec import op_spec, sdsc_document
+from spyrec.codegen.opspec import op_spec, sdsc_document, spec_tree
 from spyrec.ir import Graph
 
 MANIFEST_FORMAT = "spyrec-manifest/1"
@@ -62,8 +62,9 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
         name = f"sdsc_{i}.json"
         sdsc_names.append(name)
         files[name] = dump_json(sdsc_document(i, spec))
+    tree = spec_tree(graph.ops, specs)
     files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
-                                       "kernels": [{"name": "main", "specs": specs}]})
+                                       "kernels": [{"name": "main", "specs": tree}]})
     files["bundle.mlir"] = render_bundle(bundle_data(sdsc_names))
     files["manifest.json"] = dump_json(manifest(graph, source, pipeline, configs, sdsc_names,
                                                 report.get("hbm_bytes", 0)))

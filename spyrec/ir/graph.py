@@ -57,6 +57,14 @@ class Access:
     index: Lin
 
 
+@dataclass(frozen=True)
+class Loop:
+    """One counted loop around ops (coarse tiling): `count` iterations over `tiled` vars."""
+
+    count: int
+    tiled: tuple[str, ...]
+
+
 @dataclass
 class Operation:
     """One device op over an iteration space (see docs/formats.md for the op vocabulary)."""
@@ -71,6 +79,7 @@ class Operation:
     index_inputs: tuple[Access, ...] = ()
     source: str | None = None
     core_splits: dict[str, int] | None = None   # written by work_division
+    loops: tuple[Loop, ...] = ()                 # enclosing loops, outermost first (tiling)
 
     @property
     def is_reduction(self) -> bool:

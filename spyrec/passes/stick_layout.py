@@ -18,7 +18,7 @@ variable has no mechanism on the device: that is an `UnsupportedProgram` naming 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import Lin, Ranges, Var, var
@@ -90,8 +90,7 @@ class _Placer:
         for k, access in enumerate(inputs):
             target = self._target(op, k, out_info)
             inputs[k] = self._fix(op, access, target, ranges)
-        return Operation(op.name, op.op, op.ranges, tuple(inputs), op.output, op.reduced,
-                         op.constants, op.index_inputs, op.source, op.core_splits)
+        return replace(op, inputs=tuple(inputs))
 
     def _target(self, op: Operation, k: int, out_info: StickInfo) -> str | None:
         if op.op == "batchmatmul":
@@ -231,9 +230,7 @@ def _rename_restickifies(graph: Graph) -> dict:
         b = stick_info(dst.host_size, dst.host_strides, dst.layout, ranges, op.output.index)
         if a.clean and b.clean and a.stick_var == b.stick_var:
             continue
-        graph.ops[i] = Operation(op.name, "ReStickifyOpHBM", op.ranges, op.inputs, op.output,
-                                 op.reduced, op.constants, op.index_inputs, op.source,
-                                 op.core_splits)
+        graph.ops[i] = replace(op, op="ReStickifyOpHBM")
         elements = dst.layout.device_elems
         total += elements
         rows.append({"tensor": src.name, "copy": dst.name, "from_stick": a.stick_var,
