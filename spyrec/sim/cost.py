@@ -145,23 +145,40 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
     }
 
 
-def estimate(ops: dict[str, OpSpec], executions: dict[str, int], bundles: int,
+def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
              p: CostParams = DEFAULT_PARAMS) -> dict:
-    """The cost section of report.json: parameters, every op, and totals over the bundles."""
-    rows = [op_cost(spec, executions.get(f, 0), p)
+    """The cost section of report.json: parameters, every op, totals per bundle and overall.
+
+    `bundles` maps each bundle (kernel) name to how often it executes each sdsc file.
+    """
+    counts: dict[str, int] = {}
+    for per_file in bundles.values():
+        for f, n in per_file.items():
+            counts[f] = counts.get(f, 0) + n
+    rows = [op_cost(spec, counts.get(f, 0), p)
             for f, spec in sorted(ops.items(), key=lambda kv: kv[1].index)]
-    totals = {"bundles": bundles, "executions": sum(r["executions"] for r in rows)}
-    for key in ("time_us", "serial_us", "compute_us", "memory_us", "ring_us", "overhead_us"):
-        totals[key] = _us(sum(r[key] * r["executions"] for r in rows))
-    for key in ("time_us", "serial_us", "overhead_us"):
-        totals[key] = _us(totals[key] + bundles * p.bundle_overhead_us)
-    for key in ("hbm_read_bytes", "hbm_write_bytes", "useful_bytes", "flops"):
-        totals[key] = sum(r[key] * r["executions"] for r in rows)
+    by_file = {r["file"]: r for r in rows}
+    per_bundle = [dict(name=name, **_totals([(by_file[f], n) for f, n in per_file.items()], 1, p))
+                  for name, per_file in bundles.items()]
+    totals = _totals([(r, r["executions"]) for r in rows], len(bundles), p)
     by_op: dict[str, float] = {}
     for r in rows:
         by_op[r["op"]] = _us(by_op.get(r["op"], 0.0) + r["time_us"] * r["executions"])
     totals["time_us_by_op"] = by_op
+    totals["per_bundle"] = per_bundle
     return {"model": "spyrec-cost/1", "params": asdict(p), "ops": rows, "totals": totals}
+
+
+def _totals(runs: list[tuple[dict, int]], bundles: int, p: CostParams) -> dict:
+    """Sums over (op row, executions) pairs plus the per-bundle overhead."""
+    totals: dict = {"bundles": bundles, "executions": sum(n for _, n in runs)}
+    for key in ("time_us", "serial_us", "compute_us", "memory_us", "ring_us", "overhead_us"):
+        totals[key] = _us(sum(r[key] * n for r, n in runs))
+    for key in ("time_us", "serial_us", "overhead_us"):
+        totals[key] = _us(totals[key] + bundles * p.bundle_overhead_us)
+    for key in ("hbm_read_bytes", "hbm_write_bytes", "useful_bytes", "flops"):
+        totals[key] = sum(r[key] * n for r, n in runs)
+    return totals
 
 
 def format_table(cost: dict) -> str:
@@ -183,6 +200,10 @@ def format_table(cost: dict) -> str:
         f"{t['time_us']:.3f} us estimated ({t['serial_us']:.3f} us without overlap), "
         f"HBM {t['hbm_read_bytes'] / 1024:.1f} KiB read / {t['hbm_write_bytes'] / 1024:.1f} KiB "
         f"written, {t['flops']} flops")
+    if len(t["per_bundle"]) > 1:
+        for b in t["per_bundle"]:
+            lines.append(f"  bundle {b['name']}: {b['executions']} op executions, "
+                         f"{b['time_us']:.3f} us")
     lines.append(f"model: {cost['model']}; HBM {cost['params']['hbm_bytes_per_s'] / 1e9:g} GB/s, "
                  f"{cost['params']['cores']} cores, PT peak "
                  f"{cost['params']['pt_peak_flops_per_card'] / 1e12:g} TFLOP/s, bundle overhead "

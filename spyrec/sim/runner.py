@@ -51,8 +51,10 @@ def load_program(out_dir: str | Path) -> Program:
 
 def program_cost(program: Program, params: CostParams = DEFAULT_PARAMS) -> dict:
     """The data-independent cost estimate (the `cost` section of report.json)."""
-    counts = Counter(ex.file for _, ex in program.trace)
-    return estimate(program.ops, dict(counts), len(program.manifest.kernels), params)
+    bundles = {k.name: Counter() for k in program.manifest.kernels}
+    for kernel, ex in program.trace:
+        bundles[kernel][ex.file] += 1
+    return estimate(program.ops, {k: dict(c) for k, c in bundles.items()}, params)
 
 
 def cost_for_directory(out_dir: str | Path, params: CostParams = DEFAULT_PARAMS) -> dict:

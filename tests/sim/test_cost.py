@@ -93,3 +93,25 @@ def test_cost_fits_the_report_schema_and_prints(out):
     validate(report, "report", "report.json")
     table = format_table(cost)
     assert "sdsc_0.json" in table and "memory" in table and "total: 1 op executions" in table
+
+
+def test_totals_per_bundle(out):
+    """Two kernels: each bundle's totals carry its own overhead; the sum is the grand total."""
+    path = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16").write()
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["kernels"].append({"name": "second", "bundle": "bundle2.mlir",
+                                "ops": ["sdsc_0.json"]})
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    text = (path / "bundle.mlir").read_text()
+    execute = '    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}\n'
+    (path / "bundle2.mlir").write_text(text.replace(execute, execute * 2))
+    cost = cost_for_directory(path)
+    first, second = cost["totals"]["per_bundle"]
+    op_time = cost["ops"][0]["time_us"]
+    assert (first["name"], first["executions"]) == ("main", 1)
+    assert (second["name"], second["executions"]) == ("second", 2)
+    assert second["time_us"] == pytest.approx(2 * op_time + BUNDLE_OVERHEAD_US)
+    assert cost["ops"][0]["executions"] == 3
+    assert cost["totals"]["time_us"] == pytest.approx(first["time_us"] + second["time_us"])
+    assert cost["totals"]["hbm_read_bytes"] == 3 * cost["ops"][0]["hbm_read_bytes"]
+    assert "  bundle second: 2 op executions" in format_table(cost)
