@@ -97,6 +97,9 @@ def bind(spec: OpSpec, operands: tuple[int, ...], hbm: Hbm, location: str) -> li
         what = f"{spec.describe()}, arg '{arg.name}'"
         if arg.hbm_address is None:
             raise SimulatorFault(f"{what}: LX allocations are not simulated yet (HBM only)")
+        if arg.hbm_address % STICK_BYTES:
+            raise SimulatorFault(f"{what}: allocation.hbm {arg.hbm_address} is not "
+                                 f"{STICK_BYTES}-byte aligned")
         if hbm.find(arg.hbm_address, arg.extent_bytes, arg.name) is None:
             raise SimulatorFault(
                 f"{what}: bytes [{arg.hbm_address}, {arg.hbm_address + arg.extent_bytes}) of "

@@ -43,6 +43,19 @@ def test_arg_outside_every_tensor(out):
         simulate(path, {"x": X})
 
 
+def test_misaligned_arg_base(out):
+    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+
+    def move(d):
+        d["args"][0]["allocation"] = {"hbm": 2}
+        for core in d["cores"]:
+            core["arg_start_bytes"][0] += 2
+    edit(path / "sdsc_0.json", move)
+    with pytest.raises(SimulatorFault, match=r"arg 'x': allocation.hbm 2 is not 128-byte "
+                                             r"aligned"):
+        simulate(path, {"x": X})
+
+
 def test_overlapping_allocations_in_the_manifest(out):
     path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
     edit(path / "manifest.json", lambda d: d["tensors"][1].update(hbm_address=512))
