@@ -106,7 +106,7 @@ def compare(index: int, name: str, host_dtype: str, sim: np.ndarray,
     a, b = sim.astype(np.float64), eager.astype(np.float64)
     close = np.isclose(a, b, rtol=tol, atol=tol, equal_nan=True)
     finite = np.isfinite(a) & np.isfinite(b)
-    diff = np.abs(a - b)[finite]
+    diff = np.abs(a[finite] - b[finite])
     rel = diff / np.maximum(np.abs(b[finite]), np.finfo(np.float64).tiny)
     return OutputCheck(index, name, host_dtype, tol, float(diff.max()) if diff.size else 0.0,
                        float(rel.max()) if rel.size else 0.0,
