@@ -45,8 +45,7 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm) -> None:
         for chunk in chunks(spec):
             access = ChunkAccess(spec, bindings, chunk, hbm)
             inputs = [access.read(b).astype(compute) for b in values_in]
-            ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
-                                spec.describe())
+            ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute)
             result = kern.fn(ctx, inputs)
             _write(spec, bindings[-1], access, result, reduced_axes)
 

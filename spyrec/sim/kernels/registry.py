@@ -32,7 +32,6 @@ class KernelContext:
     shape: tuple[int, ...]             # iteration extents of this chunk, axis per var
     reduced_axes: tuple[int, ...]
     compute: np.dtype                  # float32, or int64 when every operand is an integer
-    what: str                          # names the op in messages
 
     def constant(self, key: str, default: object = None) -> object:
         return self.constants.get(key, default)
