@@ -117,6 +117,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "format": "spyrec-report/1",
         "passes": timings,
         "restickify": restick,
+        "layout_search": ctx.report.get("layout_search"),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
@@ -127,11 +128,13 @@ def report_text(report: dict) -> str:
     lines = ["spyrec compile report", "", "passes:"]
     lines += [f"  {p['name']:<20} {p['wall_ms']:>10.1f} ms" for p in report["passes"]]
     r = report["restickify"]
-    lines += ["", f"restickify: {r['count']} copies, {r['elements']} device elements moved"]
+    lines += ["", f"restickify: {r['count']} copies inserted, {r['elements']} device elements "
+                  f"moved"]
     for row in r["list"]:
-        lines.append(f"  {row['tensor']} -> {row['copy']}: stick {row['from_stick']} -> "
-                     f"{row['to_stick']}, {row['elements']} elements, for "
-                     f"{', '.join(row['consumers'])}")
+        lines.append(f"  {'' if row['inserted'] else '(program copy) '}"
+                     f"{row['tensor']} -> {row['copy']}: stick dim {row['from_stick_dim']} -> "
+                     f"{row['to_stick_dim']} ({row['from_stick_var']} -> {row['to_stick_var']}), "
+                     f"{row['elements']} elements, for {', '.join(row['consumers']) or '-'}")
     lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes", "",
               "layouts:"]
     for name, lay in report["layouts"].items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator
 
 import numpy as np
@@ -85,7 +86,7 @@ class Operation:
     def is_reduction(self) -> bool:
         return bool(self.reduced)
 
-    @property
+    @cached_property
     def var_ranges(self) -> Ranges:
         """Each iteration variable's inclusive range, plus each gathered value's (unknown here)."""
         return Ranges({Var(v): (0, n - 1) for v, n in self.ranges})

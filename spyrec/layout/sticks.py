@@ -10,6 +10,7 @@ without first moving the data.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from spyrec.indexing import Lin, Mod, Ranges, Var, substitute, var
 from spyrec.indexing.simplify import simplify_lin
@@ -52,8 +53,10 @@ def access_coordinates(host_size: tuple[int, ...], host_strides: tuple[int, ...]
                                         layout.stride_map, ranges, index))
 
 
-def stick_info(host_size, host_strides, layout: DeviceLayout, ranges: Ranges,
-               index: Lin) -> StickInfo:
+@lru_cache(maxsize=1 << 15)
+def stick_info(host_size: tuple[int, ...], host_strides: tuple[int, ...], layout: DeviceLayout,
+               ranges: Ranges, index: Lin) -> StickInfo:
+    """Coordinates and stick variable of one access (memoized: the layout search asks often)."""
     coords = access_coordinates(tuple(host_size), tuple(host_strides), layout, ranges, index)
     lane = coords[-1]
     e = layout.elems_per_stick
@@ -66,3 +69,20 @@ def stick_info(host_size, host_strides, layout: DeviceLayout, ranges: Ranges,
     if isinstance(atom, Mod) and atom.modulus == e and isinstance(atom.num.as_atom(), Var):
         return StickInfo(coords, atom.num.as_atom().name, True, ranges)
     return StickInfo(coords, None, False, ranges)
+
+
+@lru_cache(maxsize=1 << 15)
+def compatible(info: StickInfo, target: str | None, reduced: tuple[str, ...], e: int) -> bool:
+    """Can a compute op whose stick variable is `target` read this access as it is?
+
+    A clean lane on the target var, used elsewhere only through its tile; or no stick var
+    (sparse, broadcast) with the target var absent from the other coordinates; or, when the
+    op's output has no stick var (a reduction along the stick), a stick var that is reduced.
+    """
+    if not info.clean:
+        return False
+    if info.stick_var is None:
+        return target is None or not info.uses_outside_stick(target, e)
+    if target is None:
+        return info.stick_var in reduced
+    return info.stick_var == target and not info.uses_outside_stick(target, e)

@@ -8,7 +8,6 @@ module {
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_5.json"}
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_6.json"}
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_7.json"}
-    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_8.json"}
     func.return
   }
 }

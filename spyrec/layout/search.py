@@ -1,0 +1,284 @@
+"""The layout search behind the `stick_layout` pass: beam search over per-op layout choices.
+
+A state holds the layout chosen for every buffer decided so far, the restickified copies made
+so far (shared by later consumers at no extra cost), the per-input decisions, and its cost in
+device element slots moved. Ops are visited in program order; each state branches over the
+op's candidate output layouts (A-layout §4.3); for each candidate every operand is read
+directly when stick-compatible, else through an existing copy, else through a new restickified
+copy (cost: the source's device slots), else through a copy of just the accessed view. States
+with the same layouts and copies for every buffer still to be read are merged; the cheapest
+`beam_width` survive, ties broken by first-found (candidate order), so the result is
+deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from spyrec.errors import UnsupportedProgram
+from spyrec.indexing import Var
+from spyrec.indexing.coordinates import host_coordinates
+from spyrec.indexing.simplify import simplify_lin
+from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.layout.device_layout import SPARSE, DeviceLayout, default_layout, stick_layout
+from spyrec.layout.sticks import compatible, stick_info
+
+COPY_OPS = ("identity", "ReStickifyOpHBM")
+
+
+def layout_with_stick(buf: Buffer, stick_dim: int | None) -> DeviceLayout:
+    """Dense layout sticked on host dim `stick_dim`, or stick-sparse when it is None."""
+    rank = len(buf.host_size)
+    order = list(range(rank)) + [SPARSE] if stick_dim is None else \
+        [d for d in range(rank) if d != stick_dim] + [stick_dim]
+    return stick_layout(buf.host_size, buf.host_strides, buf.host_dtype, order)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How one operand is read: through a restickified `copy` or a materialized `view`."""
+
+    kind: str
+    layout: DeviceLayout | None = None
+    order: tuple[str, ...] = ()
+
+
+@dataclass
+class State:
+    cost: int = 0                 # device element slots moved by restickifies
+    inserted: int = 0             # copies the pass adds (ties: fewer ops win)
+    layouts: dict[str, DeviceLayout] = field(default_factory=dict)
+    copies: frozenset = frozenset()
+    decisions: dict[int, dict[int, Decision]] = field(default_factory=dict)
+
+    def branch(self) -> "State":
+        return State(self.cost, self.inserted, dict(self.layouts), self.copies,
+                     {k: dict(v) for k, v in self.decisions.items()})
+
+
+class LayoutSearch:
+    def __init__(self, graph: Graph, pins: dict[str, DeviceLayout], free_inputs: bool,
+                 beam_width: int) -> None:
+        self.graph = graph
+        self.beam_width = beam_width
+        self.free = {n for n, b in graph.buffers.items() if b.role == "constant"}
+        self.free |= {op.output.buffer for op in graph.ops if op.op == "fill"}
+        start = State()
+        for name in graph.inputs:
+            if name in pins:
+                start.layouts[name] = pins[name]
+            elif free_inputs:
+                self.free.add(name)
+            else:
+                buf = graph.buffers[name]
+                start.layouts[name] = default_layout(buf.host_size, buf.host_dtype)
+        self.start = start
+        self.last_read = _last_reads(graph)
+
+    # --- the search --------------------------------------------------------------------------
+    def run(self) -> State:
+        beam = [self.start]
+        for i, op in enumerate(self.graph.ops):
+            expanded: list[State] = []
+            for state in beam:
+                expanded.extend(self._expand(i, op, state))
+            if not expanded:
+                raise self._infeasible(op, beam[0])
+            beam = self._prune(i, expanded) if len(expanded) > 1 else expanded
+        return beam[0]
+
+    def _prune(self, i: int, states: list[State]) -> list[State]:
+        live = [n for n, last in self.last_read.items() if last > i]
+        best: dict[tuple, State] = {}
+        for s in sorted(states, key=lambda s: (s.cost, s.inserted)):  # stable: first found wins
+            key = (tuple(s.layouts.get(n) for n in live),
+                   frozenset(c for c in s.copies if self.last_read.get(c[0], -1) > i))
+            if key not in best:
+                best[key] = s
+        return list(best.values())[: self.beam_width]
+
+    def _expand(self, i: int, op: Operation, state: State) -> list[State]:
+        if op.op == "fill":
+            return [state]
+        out = []
+        for candidate in self._output_candidates(op, state):
+            s = state.branch()
+            s.layouts.setdefault(op.output.buffer, candidate)
+            if self._place_inputs(i, op, s):
+                out.append(s)
+        return out
+
+    # --- candidates ----------------------------------------------------------------------------
+    def _output_candidates(self, op: Operation, s: State) -> list[DeviceLayout]:
+        out = self.graph.buffers[op.output.buffer]
+        if op.output.buffer in s.layouts:
+            return [s.layouts[op.output.buffer]]
+        if op.op == "batchmatmul":
+            return [default_layout(out.host_size, out.host_dtype)]
+        e = default_layout(out.host_size, out.host_dtype).elems_per_stick
+        host = _host_coords(out, op.output.index, op)
+        dims: list[int | None] = []
+        sticks = [self._stick_var(op, a, s) for a in op.inputs]
+        if op.is_reduction and any(v in op.reduced for v in sticks if v):
+            dims.append(None)  # reduction along the stick: a stick-sparse output
+        for v in sorted({v for v in sticks if v and v not in op.reduced}, key=_var_order):
+            dims += [d for d, c in enumerate(host) if Var(v) in c.free_atoms()]
+        last = len(out.host_size) - 1
+        dims.append(last)
+        dims += [d for d, n in enumerate(out.host_size) if d != last and n > 1 and n % e == 0]
+        if out.host_size and not any(sticks):
+            dims.append(None)  # no operand has a stick var: a sparse output is legal
+        allowed = [d for d in dict.fromkeys(dims)
+                   if d is None or d == last or out.host_size[d] % e == 0]
+        if not out.host_size:
+            return [default_layout(out.host_size, out.host_dtype)]
+        return [layout_with_stick(out, d) for d in allowed]
+
+    def _stick_var(self, op: Operation, access: Access, s: State) -> str | None:
+        layout = s.layouts.get(access.buffer)
+        if layout is None:
+            return None
+        buf = self.graph.buffers[access.buffer]
+        return stick_info(buf.host_size, buf.host_strides, layout, op.var_ranges,
+                          access.index).stick_var
+
+    # --- operands ----------------------------------------------------------------------------
+    def _place_inputs(self, i: int, op: Operation, s: State) -> bool:
+        for a in op.index_inputs:
+            self._decide_free(a, s, None, op, any_layout=True)
+        out = self.graph.buffers[op.output.buffer]
+        out_info = stick_info(out.host_size, out.host_strides, s.layouts[op.output.buffer],
+                              op.var_ranges, op.output.index)
+        if op.op in COPY_OPS and not op.index_inputs:
+            # A copy the program makes anyway can change the stick for free (A §4.3 AnyIn).
+            self._decide_free(op.inputs[0], s, out_info.stick_var, op)
+            return True
+        for k, access in enumerate(op.inputs):
+            target = op.reduced[0] if op.op == "batchmatmul" and k == 0 else out_info.stick_var
+            decision = self._place_operand(op, access, target, s)
+            if decision is False:
+                return False
+            if decision is not None:
+                s.decisions.setdefault(i, {})[k] = decision
+        return True
+
+    def _clean(self, op: Operation, access: Access, s: State) -> bool:
+        buf = self.graph.buffers[access.buffer]
+        return stick_info(buf.host_size, buf.host_strides, s.layouts[access.buffer],
+                          op.var_ranges, access.index).clean
+
+    def _fits(self, op: Operation, access: Access, layout: DeviceLayout, target) -> bool:
+        buf = self.graph.buffers[access.buffer]
+        info = stick_info(buf.host_size, buf.host_strides, layout, op.var_ranges, access.index)
+        return compatible(info, target, op.reduced, layout.elems_per_stick)
+
+    def _decide_free(self, access: Access, s: State, target, op: Operation,
+                     any_layout: bool = False) -> None:
+        """A free buffer's first consumer picks its layout (compile-time layout, no cost)."""
+        if access.buffer in s.layouts:
+            return
+        buf = self.graph.buffers[access.buffer]
+        if access.buffer in self.free and not any_layout:
+            for layout in self._candidates(buf, access, target, op):
+                if self._fits(op, access, layout, target):
+                    s.layouts[access.buffer] = layout
+                    return
+        s.layouts[access.buffer] = default_layout(buf.host_size, buf.host_dtype)
+
+    def _place_operand(self, op: Operation, access: Access, target, s: State):
+        """None: read directly; a Decision: read through a copy; False: impossible."""
+        self._decide_free(access, s, target, op)
+        if self._fits(op, access, s.layouts[access.buffer], target):
+            return None
+        for name, layout in s.copies:
+            if name == access.buffer and self._fits(op, access, layout, target):
+                return Decision("copy", layout)
+        source = s.layouts[access.buffer]
+        if not source.is_sparse:
+            buf = self.graph.buffers[access.buffer]
+            for layout in self._candidates(buf, access, target, op):
+                if layout != source and self._fits(op, access, layout, target):
+                    s.copies = s.copies | {(access.buffer, layout)}
+                    s.cost += source.device_elems
+                    s.inserted += 1
+                    return Decision("copy", layout)
+            view = self._view_copy(op, access, target)
+            if view is not None:
+                s.cost += view[1]
+                s.inserted += 1
+                return Decision("view", order=view[0])
+        return False
+
+    def _candidates(self, buf: Buffer, access: Access, target, op: Operation):
+        """Layouts to try for `buf`: stick on the dim carrying `target`, sparse, the rest."""
+        host = _host_coords(buf, access.index, op)
+        carrying = [d for d, c in enumerate(host)
+                    if target is not None and Var(target) in c.free_atoms()]
+        rest = [d for d, n in enumerate(buf.host_size) if d not in carrying and n > 1]
+        layouts = [layout_with_stick(buf, d) for d in carrying]
+        if buf.host_size:
+            layouts.append(layout_with_stick(buf, None))
+        layouts += [layout_with_stick(buf, d) for d in rest]
+        if not buf.host_size:
+            layouts.append(default_layout(buf.host_size, buf.host_dtype))
+        return layouts
+
+    def _view_copy(self, op: Operation, access: Access, target):
+        """A fresh buffer over the vars the access uses, target last: (var order, elements)."""
+        used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+        order = [v for v, _ in op.ranges if v in used and v != target]
+        if target in used:
+            order.append(target)
+        sizes = dict(op.ranges)
+        src = self.graph.buffers[access.buffer]
+        buf = Buffer("view", tuple(sizes[v] for v in order), src.host_dtype, "intermediate")
+        layout = default_layout(buf.host_size, buf.host_dtype)
+        from spyrec.indexing import Lin, var
+
+        index = sum((var(v).scale(st) for v, st, n in zip(order, buf.host_strides,
+                                                            buf.host_size) if n > 1), Lin())
+        info = stick_info(buf.host_size, buf.host_strides, layout, op.var_ranges, index)
+        if not compatible(info, target, op.reduced, layout.elems_per_stick):
+            return None
+        return tuple(order), layout.device_elems
+
+    # --- failure -----------------------------------------------------------------------------
+    def _infeasible(self, op: Operation, s: State) -> UnsupportedProgram:
+        out = self.graph.buffers[op.output.buffer]
+        blocking = []
+        for access in op.inputs:
+            layout = s.layouts.get(access.buffer)
+            buf = self.graph.buffers[access.buffer]
+            if layout is None:
+                continue
+            info = stick_info(buf.host_size, buf.host_strides, layout, op.var_ranges,
+                              access.index)
+            coords = ", ".join(str(c) for c in info.coords)
+            kind = "stick-sparse" if layout.is_sparse else "laid out"
+            blocking.append(f"{buf.name} {list(buf.host_size)} ({kind}, device coordinates "
+                            f"[{coords}])")
+        return UnsupportedProgram(
+            f"no device layout works for op {op.name} ({op.op}) at "
+            f"{op.source or 'unknown source line'}, output {out.name} "
+            f"{list(out.host_size)}: input {'; '.join(blocking)} is read across the op's "
+            f"stick, and there is no mechanism to gather elements from multiple sticks into a "
+            f"single stick (a stick-sparse tensor cannot be restickified). Keep the reduced dim "
+            f"(keepdim=True) or reduce along a non-stick dim.")
+
+
+def _host_coords(buf: Buffer, index, op: Operation):
+    return [simplify_lin(c, op.var_ranges)
+            for c in host_coordinates(buf.host_size, buf.host_strides, index)]
+
+
+def _var_order(name: str) -> tuple:
+    return (name[0] != "c", int(name[1:]) if name[1:].isdigit() else 0, name)
+
+
+def _last_reads(graph: Graph) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        for role, a in op.accesses():
+            if role != "output":
+                last[a.buffer] = i
+    return last
