@@ -81,9 +81,16 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
                "layouts": str(opts.layouts) if opts.layouts else None}
     files = build_outputs(graph, source, describe(pipeline), configs, ctx.report)
     timings.append({"name": "codegen", "wall_ms": _ms(t0)})
-    files["report.json"] = _json(report)
-    files["report.txt"] = report_text(report)
-    write_atomically(out_dir, files, source)
+
+    def finalize(tmp: Path) -> dict[str, str]:
+        from spyrec.sim.cost import format_table
+        from spyrec.sim.runner import cost_for_directory
+
+        report["cost"] = cost_for_directory(tmp)
+        return {"report.json": _json(report),
+                "report.txt": report_text(report) + "\n" + format_table(report["cost"])}
+
+    write_atomically(out_dir, files, source, finalize)
     if opts.timings:
         for row in timings:
             _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")

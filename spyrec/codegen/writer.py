@@ -105,7 +105,13 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return out.getvalue()
 
 
-def write_atomically(out_dir: Path, files: dict[str, bytes | str], source: Path) -> None:
+def write_atomically(out_dir: Path, files: dict[str, bytes | str], source: Path,
+                     finalize=None) -> None:
+    """Write `files` (and a copy of `source` as program.pt2) as `out_dir`, all or nothing.
+
+    `finalize(tmp_dir) -> {name: text}` runs on the complete temporary directory before the
+    rename, for files computed from the others (the report's cost estimate).
+    """
     out_dir = Path(out_dir)
     parent = out_dir.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +125,8 @@ def write_atomically(out_dir: Path, files: dict[str, bytes | str], source: Path)
             with open(tmp / name, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
                 f.write(content)
         shutil.copyfile(source, tmp / "program.pt2")
+        for name, content in (finalize(tmp) if finalize else {}).items():
+            (tmp / name).write_text(content, encoding="utf-8")
         if out_dir.exists():
             out_dir.rename(old)
         tmp.rename(out_dir)

@@ -40,13 +40,25 @@ class Program:
 
 
 @lru_cache(maxsize=None)
+def _registry():
+    """Every schema by its $id, so one schema can refer to another (opspecs -> sdsc args)."""
+    from referencing import Registry, Resource
+
+    resources = []
+    for path in sorted(SCHEMA_DIR.glob("*.schema.json")):
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        resources.append((schema["$id"], Resource.from_contents(schema)))
+    return Registry().with_resources(resources)
+
+
+@lru_cache(maxsize=None)
 def validator(schema_name: str) -> jsonschema.protocols.Validator:
-    """The validator of one schema file (`manifest`, `sdsc`, `report`), built once."""
+    """The validator of one schema file (`manifest`, `sdsc`, `opspecs`, `report`), built once."""
     path = SCHEMA_DIR / f"{schema_name}.schema.json"
     schema = json.loads(path.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(schema, registry=_registry())
 
 
 def validate(data: object, schema_name: str, label: str) -> None:
