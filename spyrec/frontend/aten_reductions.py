@@ -130,25 +130,25 @@ def _linear(ctx, node, x, weight, bias=None):
 # --- composites ------------------------------------------------------------------------------
 
 
-@lowering("aten._softmax.default", "aten.softmax.int")
-def _softmax(ctx, node, x, dim, half_to_float=None, **kwargs):
-    out_dtype = ctx.out_meta()[1]
+def _shifted_exp_sum(ctx, x: TensorValue, dim: int):
+    """x - max(x), its exp, and the sum of the exp along `dim` (all fp32, keepdim)."""
     m = reduce(ctx, "max", x, [dim], True, FP32)
     shifted = ctx.pointwise("sub", [x, m], out_dtype=FP32)
     e = ctx.pointwise("exp", [shifted], out_dtype=FP32)
-    z = reduce(ctx, "sum", e, [dim], True, FP32)
-    return ctx.pointwise("realdiv", [e, z], out_dtype=out_dtype)
+    return shifted, e, reduce(ctx, "sum", e, [dim], True, FP32)
+
+
+@lowering("aten._softmax.default", "aten.softmax.int")
+def _softmax(ctx, node, x, dim, half_to_float=None, **kwargs):
+    _, e, z = _shifted_exp_sum(ctx, x, dim)
+    return ctx.pointwise("realdiv", [e, z], out_dtype=ctx.out_meta()[1])
 
 
 @lowering("aten._log_softmax.default", "aten.log_softmax.int")
 def _log_softmax(ctx, node, x, dim, half_to_float=None, **kwargs):
-    out_dtype = ctx.out_meta()[1]
-    m = reduce(ctx, "max", x, [dim], True, FP32)
-    shifted = ctx.pointwise("sub", [x, m], out_dtype=FP32)
-    e = ctx.pointwise("exp", [shifted], out_dtype=FP32)
-    z = reduce(ctx, "sum", e, [dim], True, FP32)
+    shifted, _, z = _shifted_exp_sum(ctx, x, dim)
     log_z = ctx.pointwise("log", [z], out_dtype=FP32)
-    return ctx.pointwise("sub", [shifted, log_z], out_dtype=out_dtype)
+    return ctx.pointwise("sub", [shifted, log_z], out_dtype=ctx.out_meta()[1])
 
 
 def _normalized_dims(x: TensorValue, normalized_shape: Sequence[int]) -> list[int]:
