@@ -125,6 +125,8 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "passes": timings,
         "restickify": restick,
         "layout_search": ctx.report.get("layout_search"),
+        "matmul_padding": ctx.report.get("matmul_padding",
+                                         {"count": 0, "elements": 0, "list": []}),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
@@ -142,6 +144,10 @@ def report_text(report: dict) -> str:
                      f"{row['tensor']} -> {row['copy']}: stick dim {row['from_stick_dim']} -> "
                      f"{row['to_stick_dim']} ({row['from_stick_var']} -> {row['to_stick_var']}), "
                      f"{row['elements']} elements, for {', '.join(row['consumers']) or '-'}")
+    pad = report["matmul_padding"]
+    lines += ["", f"matmul K padding: {pad['count']} operands, {pad['elements']} device elements"]
+    lines += [f"  {row['tensor']} -> {row['padded']}: K {row['k']} -> {row['k_padded']} for "
+              f"{row['op']}" for row in pad["list"]]
     lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes", "",
               "layouts:"]
     for name, lay in report["layouts"].items():

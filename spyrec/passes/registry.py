@@ -36,6 +36,8 @@ def register_pass(name: str):
 
 def load_all() -> dict[str, type[Pass]]:
     """Import every pass module (registration happens on import)."""
-    from spyrec.passes import memory_planning, stick_layout, work_division  # noqa: F401
+    from spyrec.passes import (  # noqa: F401
+        matmul_padding, memory_planning, stick_layout, work_division,
+    )
 
     return PASSES

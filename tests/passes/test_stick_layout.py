@@ -169,3 +169,27 @@ def test_reduction_along_the_stick_then_broadcast_across_it_restickifies_first(t
 def test_option_errors(tmp_path):
     with pytest.raises(ConfigError, match="input_layouts must be one of free, default"):
         _compile(tmp_path, lambda mod, x: x + 1, ss(1), sets=["stick_layout.input_layouts=x"])
+
+
+def test_matmul_k_padding_pads_only_the_operand_carrying_n(tmp_path):
+    """A-layout §6.2 E: [55,67] @ [67,128] pads y to [128,128] = [2,128,64] / [64,128,1]."""
+    m, r = _compile(tmp_path, lambda mod, x, y: x @ y, (h(55, 67), h(67, 128, seed=1)))
+    pad = r["matmul_padding"]
+    assert pad["count"] == 1 and pad["list"][0]["tensor"] == "args_1"
+    y_pad = _tensor(m, pad["list"][0]["padded"])
+    assert (y_pad["host_shape"], y_pad["device_size"], y_pad["stride_map"]) == \
+        ([128, 128], [2, 128, 64], [64, 128, 1])
+    x = _tensor(m, "args_0")
+    assert x["host_shape"] == [55, 67]
+
+
+def test_batched_matmul_k_padding_layout(tmp_path):
+    m, r = _compile(tmp_path, lambda mod, x, y: torch.bmm(x, y),
+                    (h(2, 55, 67), h(2, 67, 128, seed=1)))
+    y_pad = _tensor(m, r["matmul_padding"]["list"][0]["padded"])
+    assert (y_pad["device_size"], y_pad["stride_map"]) == ([128, 2, 2, 64], [128, 64, 16384, 1])
+
+
+def test_aligned_k_needs_no_padding(tmp_path):
+    _, r = _compile(tmp_path, lambda mod, x, y: x @ y, ss(2))
+    assert r["matmul_padding"]["count"] == 0

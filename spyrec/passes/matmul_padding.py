@@ -1,0 +1,63 @@
+"""matmul_padding — zero-pad K of the matmul operand that carries N (A-layout §3.6).
+
+Reads: batchmatmul ops and their operands' layouts (after stick_layout).
+Writes: for each matmul whose K is not a multiple of the stick size E, a buffer `<y>_kpad`
+with K rounded up to whole sticks, a `fill` of zeros and an `identity` copy of y into it; the
+matmul then reads the padded buffer. The `matmul_padding` report (count, elements).
+Guarantees: only y is padded, along K (a non-stick dim of y, so its layout keeps the stick on
+N); x is untouched — its lanes past K are padding the hardware masks. The op's iteration
+range stays K (iteration spaces count real elements); the device's padded K reads zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from spyrec.indexing import Lin, Var, var
+from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.layout import default_layout
+from spyrec.passes.registry import CompileContext, Pass, register_pass
+
+
+@register_pass("matmul_padding")
+@dataclass(frozen=True)
+class MatmulPadding(Pass):
+    def run(self, graph: Graph, ctx: CompileContext) -> None:
+        new_ops: list[Operation] = []
+        rows: list[dict] = []
+        for op in graph.ops:
+            if op.op == "batchmatmul":
+                op = self._pad(graph, op, new_ops, rows)
+            new_ops.append(op)
+        graph.ops = new_ops
+        ctx.report["matmul_padding"] = {"count": len(rows),
+                                        "elements": sum(r["elements"] for r in rows),
+                                        "list": rows}
+
+    def _pad(self, graph: Graph, op: Operation, new_ops: list, rows: list) -> Operation:
+        x, y = op.inputs
+        k = op.reduced[0]
+        sizes = dict(op.ranges)
+        e = graph.buffers[x.buffer].layout.elems_per_stick
+        if sizes[k] % e == 0:
+            return op
+        n_var = [v for v, _ in op.ranges if v not in op.reduced][-1]
+        used = {a.name for a in y.index.free_atoms() if isinstance(a, Var)}
+        order = [v for v, _ in op.ranges if v in used and v not in (k, n_var)] + [k, n_var]
+        k_pad = -(-sizes[k] // e) * e
+        src = graph.buffers[y.buffer]
+        shape = tuple(k_pad if v == k else sizes[v] for v in order)
+        buf = graph.add_buffer(Buffer(graph.fresh_name(f"{y.buffer}_kpad"), shape,
+                                      src.host_dtype, "intermediate", source=op.source))
+        buf.layout = default_layout(shape, src.host_dtype)
+        index = sum((var(v).scale(s) for v, s, n in zip(order, buf.host_strides, shape)
+                     if n > 1), Lin())
+        padded_ranges = tuple((v, n) for v, n in zip(order, shape))
+        new_ops.append(Operation(buf.name, "fill", padded_ranges, (), Access(buf.name, index),
+                                 constants={"value": 0.0}, source=op.source, loops=op.loops))
+        new_ops.append(Operation(f"{buf.name}.1", "identity",
+                                 tuple((v, sizes[v]) for v in order), (y,),
+                                 Access(buf.name, index), source=op.source, loops=op.loops))
+        rows.append({"tensor": y.buffer, "padded": buf.name, "k": sizes[k], "k_padded": k_pad,
+                     "elements": buf.layout.device_elems, "op": op.name})
+        return replace(op, inputs=(x, Access(buf.name, index)))
