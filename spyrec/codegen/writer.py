@@ -68,7 +68,9 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     files["bundle.mlir"] = render_bundle(bundle_data(sdsc_names))
     files["manifest.json"] = dump_json(manifest(graph, source, pipeline, configs, sdsc_names,
                                                 report.get("hbm_bytes", 0)))
-    files["constants.npz"] = npz_bytes(graph.constants)
+    tags = {f"__dtype__.{n}": np.array("bfloat16") for n in graph.constants
+            if graph.buffers[n].host_dtype == "bfloat16"}
+    files["constants.npz"] = npz_bytes({**graph.constants, **tags})
     return files
 
 
@@ -98,8 +100,9 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
         for name in sorted(arrays):
             payload = io.BytesIO()
-            np.lib.format.write_array(payload, np.ascontiguousarray(arrays[name]),
-                                      allow_pickle=False)
+            array = np.asarray(arrays[name])  # ascontiguousarray would make 0-d arrays 1-d
+            array = array if array.flags.c_contiguous else np.ascontiguousarray(array)
+            np.lib.format.write_array(payload, array, allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             zf.writestr(info, payload.getvalue())
     return out.getvalue()

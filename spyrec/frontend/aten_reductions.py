@@ -12,7 +12,9 @@ from typing import Sequence
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary
-from spyrec.frontend.lower import LoweringContext, Scalar, iteration_vars, lowering, names_of
+from spyrec.frontend.lower import (
+    LoweringContext, Scalar, Unlowered, iteration_vars, lowering, names_of,
+)
 from spyrec.frontend.views import TensorValue, broadcast_shapes
 from spyrec.indexing import const
 from spyrec.ir import Access
@@ -68,6 +70,14 @@ for _op in ("sum", "mean", "amax", "amin"):
     _device = {"amax": "max", "amin": "min"}.get(_op, _op)
     lowering(f"aten.{_op}.dim_IntList", f"aten.{_op}.dim", f"aten.{_op}.default")(
         _reduction(_device))
+
+
+@lowering("aten.max.dim", "aten.min.dim")
+def _max_dim(ctx, node, x, dim, keepdim=False):
+    """(values, indices): the values are a reduction; the indices are not supported."""
+    values = reduce(ctx, str(node.target).split(".")[1], x, [dim], keepdim, _first_dtype(node))
+    return (values, Unlowered(f"{node.name}: the indices of {node.target} (argmax/argmin) are "
+                              f"not supported; use .values or torch.amax/amin"))
 
 
 @lowering("aten.max.default", "aten.min.default")

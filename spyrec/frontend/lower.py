@@ -56,6 +56,13 @@ class Scalar:
     value: float | int | bool
 
 
+@dataclass
+class Unlowered:
+    """A value spyrec cannot produce (argmax indices); using it is an UnsupportedProgram."""
+
+    reason: str
+
+
 class LoweringContext:
     """What lowering functions use: the graph being built and helpers to emit ops."""
 
@@ -150,7 +157,10 @@ def _resolve(arg, env):
     import torch
 
     if isinstance(arg, torch.fx.Node):
-        return env[arg.name]
+        value = env[arg.name]
+        if isinstance(value, Unlowered):
+            raise UnsupportedProgram(value.reason)
+        return value
     if isinstance(arg, (list, tuple)):
         return type(arg)(_resolve(a, env) for a in arg)
     return arg
@@ -215,10 +225,11 @@ def _lower_placeholders(ep, graph: Graph, env: dict) -> None:
 
 
 def _to_numpy(tensor) -> np.ndarray:
+    """Host form of a constant; bf16 as its uint16 bit patterns (numpy has no bfloat16)."""
     import torch
 
     if tensor.dtype == torch.bfloat16:
-        return tensor.to(torch.float32).numpy()
+        return tensor.view(torch.int16).numpy().view(np.uint16).copy()
     return tensor.numpy().copy()
 
 
@@ -228,6 +239,8 @@ def _lower_outputs(ep, graph: Graph, ctx: LoweringContext, env: dict) -> None:
     for arg in out_node.args[0]:
         value = env[arg.name]
         ctx.node = arg
+        if isinstance(value, Unlowered):
+            raise UnsupportedProgram(value.reason)
         if isinstance(value, Scalar) or not isinstance(value, TensorValue):
             raise UnsupportedProgram(f"output {arg.name} is not a tensor ({value!r})")
         buf = graph.buffers[value.buffer]

@@ -70,6 +70,14 @@ PROGRAMS = {
     "padded_3d": (lambda m, x, y: (x * y).sum(-1), (r(3, 5, 70), r(5, 70, seed=1))),
     "linear_addmm": (lambda m, x: torch.nn.functional.linear(x, m.w, m.b),
                      (r(10, 48),), {"w": r(24, 48, seed=2), "b": r(24, seed=3)}),
+    # bf16 lives as fp16 on the device, so bf16 intermediates carry fp16 precision: compare
+    # bf16 results at bf16 tolerance (a .float() of a bf16 product would differ from eager).
+    "bf16_params_and_casts": (lambda m, x: (x * m.w + 1, (x.float() * 2).to(torch.bfloat16)),
+                              (r(8, 100, dtype=torch.bfloat16),),
+                              {"w": r(100, dtype=torch.bfloat16, seed=4)}),
+    "int32_and_bool_casts": (lambda m, x: ((x * 10).to(torch.int32).float() + (x > 0).half(),
+                                           (x * 3).to(torch.int32) + 1), (r(6, 70),)),
+    "max_min_values": (lambda m, x: (x.max(dim=1).values, x.min(0).values), (r(9, 130),)),
     "attention_scaled": (lambda m, q, k, v: torch.softmax(q @ k.transpose(-1, -2)
                                                           / math.sqrt(32), -1) @ v,
                          (r(2, 2, 20, 32), r(2, 2, 20, 32, seed=1), r(2, 2, 20, 32, seed=2))),

@@ -100,3 +100,15 @@ def test_dynamic_shapes_say_how_to_reexport(tmp_path):
     torch.export.save(ep, str(pt2))
     with pytest.raises(UnsupportedProgram, match="re-export with static shapes"):
         load_program(pt2)
+
+
+class UsesArgmax(torch.nn.Module):
+    def forward(self, x):
+        return x.max(dim=1).indices.float() + 1
+
+
+def test_argmax_indices_are_refused_with_a_reason(tmp_path):
+    pt2 = export(tmp_path, UsesArgmax(), (torch.randn(4, 8),))
+    with pytest.raises(UnsupportedProgram, match=r"indices of aten.max.dim \(argmax/argmin\) "
+                                                 r"are not supported"):
+        lower_program(load_program(pt2))
