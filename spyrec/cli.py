@@ -36,7 +36,8 @@ def _verbosity(verbose: int, quiet: bool) -> int:
               help="Output directory (replaced atomically).")
 @click.option("--pipeline", type=click.Path(path_type=Path),
               help="Pipeline YAML (default: configs/pipeline.yaml).")
-@click.option("--tiling", type=click.Path(path_type=Path), help="Tiling YAML (configs/tiling/).")
+@click.option("--tiling", type=click.Path(path_type=Path),
+              help="Tiling YAML (configs/tiling/); coarse tiling is not implemented yet.")
 @click.option("--layouts", type=click.Path(path_type=Path),
               help="Stick-dim pins for inputs: {inputs: {NAME: {stick_dim: D}}}.")
 @click.option("--set", "sets", multiple=True, metavar="PASS.OPTION=VALUE",
