@@ -60,6 +60,16 @@ def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after,
                    err=True)
 
 
+@cli.command("inspect")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.argument("tensor", required=False)
+def inspect_command(out_dir, tensor):
+    """Show the layouts, restickifies and cost in OUT, or how TENSOR is laid out and accessed."""
+    from spyrec.inspect_dir import inspect_directory
+
+    click.echo(inspect_directory(out_dir, tensor), nl=False)
+
+
 def _register_run_command() -> None:
     try:
         from spyrec.sim.command import run_command
