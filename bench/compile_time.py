@@ -33,8 +33,9 @@ def line_counts() -> str:
 
 def main(depths=(1, 2, 4, 8)) -> None:
     print("| depth | ops | load+decompose s | lower ms | stick_layout ms | work_division ms "
-          "| memory_planning ms | codegen ms | spyrec own s | total wall s | layout share |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| memory_planning ms | codegen ms | cost estimate ms | spyrec own s | total wall s "
+          "| layout share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for depth in depths:
             module, inputs = decoder(depth)
@@ -47,7 +48,8 @@ def main(depths=(1, 2, 4, 8)) -> None:
             own = sum(v for k, v in ms.items() if k != "load_and_decompose") / 1e3
             print(f"| {depth} | {report['ops']} | {ms['load_and_decompose'] / 1e3:.2f} "
                   f"| {ms['lower']:.0f} | {ms['stick_layout']:.0f} | {ms['work_division']:.0f} "
-                  f"| {ms['memory_planning']:.1f} | {ms['codegen']:.0f} | {own:.2f} "
+                  f"| {ms['memory_planning']:.1f} | {ms['codegen']:.0f} "
+                  f"| {ms['cost_estimate']:.0f} | {own:.2f} "
                   f"| {wall:.2f} | {ms['stick_layout'] / 1e3 / wall:.1%} |")
     print(f"\nlines of code per package: {line_counts()}")
 

@@ -86,7 +86,9 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
         from spyrec.sim.cost import format_table
         from spyrec.sim.runner import cost_for_directory
 
+        t_cost = time.perf_counter()
         report["cost"] = cost_for_directory(tmp)
+        timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
         return {"report.json": _json(report),
                 "report.txt": report_text(report) + "\n" + format_table(report["cost"])}
 
