@@ -1,18 +1,18 @@
 """Load a `.pt2` file and bring it to the aten form the lowering understands.
 
 Every failure a user can cause (missing file, not an archive, an AOTInductor package, a custom op
-that is not registered, dynamic shapes) becomes one `InputFileError` or `UnsupportedProgram`
-that says what the file is and what spyrec expected.
+that is not registered, a pickled member, an op this torch does not have, dynamic shapes) becomes
+one `InputFileError` or `UnsupportedProgram` that says what the file is and what spyrec expected.
+torch only ever sees the sanitized copy `spyrec.pt2archive` makes, so nothing in the file is unpickled.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
-import zipfile
 from pathlib import Path
 
 from spyrec.errors import InputFileError, UnsupportedProgram
+from spyrec.pt2archive import Archive, open_archive, sanitized_copy
 
 # Composite ops we lower ourselves (one device op each, or our own decomposition with fp32
 # intermediates): keep them out of torch's default decomposition table.
@@ -32,11 +32,12 @@ def load_program(path: str | Path):
     import torch
 
     path = Path(path)
-    _check_archive(path)
+    archive = open_archive(path)  # torch-free; refuses every member torch would unpickle
+    _check_ops_exist(archive)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations, not the user's
         try:
-            ep = torch.export.load(str(path))
+            ep = torch.export.load(sanitized_copy(archive))
         except Exception as e:  # torch raises many types here; all mean "not loadable"
             raise InputFileError(f"{path}: torch.export.load failed: {_first_line(e)}. "
                                  f"Expected a file written by torch.export.save.") from None
@@ -44,38 +45,30 @@ def load_program(path: str | Path):
         return ep.run_decompositions(_decomposition_table())
 
 
-def _check_archive(path: Path) -> None:
-    """Say what the file is when it is not an exported program, without importing torch."""
-    if not path.exists():
-        raise InputFileError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputFileError(f"{path}: is a directory, expected a .pt2 file from torch.export.save")
-    if not zipfile.is_zipfile(path):
-        raise InputFileError(f"{path}: not a .pt2 archive (not a zip file). Expected a file "
-                             f"written by torch.export.save(exported_program, path).")
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
-        if any("/data/aotinductor/" in n for n in names):
-            raise InputFileError(f"{path}: is an AOTInductor package (compiled code), not an "
-                                 f"exported program. Save the torch.export.export(...) result "
-                                 f"with torch.export.save instead of aoti_compile_and_package.")
-        models = [n for n in names if n.split("/")[-2:-1] == ["models"] and n.endswith(".json")]
-        if not models:
-            raise InputFileError(f"{path}: a zip archive without an exported program in it "
-                                 f"(no models/*.json). Expected a file written by "
-                                 f"torch.export.save.")
-        try:
-            model = json.loads(zf.read(models[0]))
-            nodes = model["graph_module"]["graph"]["nodes"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise InputFileError(f"{path}: damaged exported program ({models[0]}: "
-                                 f"{type(e).__name__}: {e}). Export and save it again.") from None
-    custom = sorted({n.get("target", "") for n in nodes} - {""})
-    custom = [t for t in custom if not t.startswith(("torch.ops.aten.", "_operator.",
-                                                      "torch.ops.prims."))]
-    if custom:
-        raise InputFileError(f"{path}: uses custom ops spyrec cannot read: {', '.join(custom)}. "
-                             f"Export the model with these ops decomposed into aten ops.")
+def _check_ops_exist(archive: Archive) -> None:
+    """An op name this torch does not know means a damaged file or a newer exporter; say which
+    node, instead of torch's deserializer failing deep inside."""
+    import torch
+
+    for node in archive.nodes:
+        target = node.get("target")
+        if isinstance(target, str) and target.startswith("torch.ops.") and \
+                not _resolves(torch, target):
+            raise InputFileError(
+                f"{archive.path}: node {node.get('name', '?')!r} calls {target}, which torch "
+                f"{torch.__version__} does not have. The file is damaged or was exported by "
+                f"another torch version: export it again with torch {torch.__version__}.")
+
+
+def _resolves(torch, target: str) -> bool:
+    parts = target.split(".")[2:]  # torch.ops.<namespace>.<op>[.<overload>]
+    obj = torch.ops
+    try:
+        for part in parts:
+            obj = getattr(obj, part)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
 
 def _decomposition_table():

@@ -59,9 +59,11 @@ def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, 
     """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays."""
     import torch
 
+    from spyrec.pt2archive import load_exported
+
     path = Path(out_dir) / "program.pt2"
     try:
-        module = torch.export.load(str(path)).module()
+        module = load_exported(path).module()
     except (OSError, RuntimeError) as e:
         raise InputFileError(f"{path}: cannot load the program for --check ({e})") from None
     args = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
