@@ -52,7 +52,9 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     """Compile `source` into `out_dir`; returns the report."""
     from spyrec.codegen import build_outputs, write_atomically
     from spyrec.frontend import load_program, lower_program
+    from spyrec.outdir import check_output_dir
 
+    check_output_dir(out_dir)  # refuse an -o spyrec may not replace before any work
     entries, pipeline_path = read_pipeline_file(opts.pipeline)
     pipeline = build_pipeline(entries, opts.sets, where=pipeline_path)
     layouts = read_layouts(opts.layouts)

@@ -15,6 +15,10 @@ class InputFileError(SpyrecError):
     """A bad .pt2, .npz or YAML file."""
 
 
+class OutputDirError(SpyrecError):
+    """An `-o` spyrec may not replace (a file, a directory it did not write) or cannot write."""
+
+
 class ConfigError(SpyrecError):
     """An unknown pass, option or dim, or a wrong type; the message suggests near names."""
 

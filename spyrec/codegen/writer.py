@@ -1,7 +1,8 @@
 """Write the output directory (DESIGN §2) atomically and deterministically.
 
-Everything is built in a temporary sibling directory and renamed into place at the end, so a
-failed compile leaves no partial directory and never destroys an earlier good one. JSON is
+Everything is built in a temporary sibling directory and swapped into place at the end
+(`spyrec.outdir`, which also decides what may be replaced), so a failed compile leaves no partial
+directory and never destroys an earlier good one. JSON is
 written with fixed formatting and `constants.npz` with fixed zip timestamps, so the same input
 gives byte-identical files.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -22,6 +22,7 @@ from spyrec import __version__
 from spyrec.codegen.bundle import bundle_data, render_bundle
 from spyrec.codegen.opspec import op_spec, sdsc_document, spec_tree
 from spyrec.ir import Graph
+from spyrec.outdir import check_output_dir, replace_directory
 
 MANIFEST_FORMAT = "spyrec-manifest/1"
 OPSPECS_FORMAT = "spyrec-opspecs/1"
@@ -112,30 +113,22 @@ def write_atomically(out_dir: Path, files: dict[str, bytes | str], source: Path,
                      finalize=None) -> None:
     """Write `files` (and a copy of `source` as program.pt2) as `out_dir`, all or nothing.
 
-    `finalize(tmp_dir) -> {name: text}` runs on the complete temporary directory before the
-    rename, for files computed from the others (the report's cost estimate).
+    `spyrec.outdir` decides whether `out_dir` may be replaced and swaps the finished directory
+    in. `finalize(tmp_dir) -> {name: text}` runs on the complete temporary directory before the
+    swap, for files computed from the others (the report's cost estimate).
     """
-    out_dir = Path(out_dir)
-    parent = out_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    old = parent / f".{out_dir.name}.old-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
+    def build(tmp: Path) -> None:
         for name, content in files.items():
-            mode = "wb" if isinstance(content, bytes) else "w"
-            with open(tmp / name, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
-                f.write(content)
+            _write_file(tmp / name, content)
         shutil.copyfile(source, tmp / "program.pt2")
         for name, content in (finalize(tmp) if finalize else {}).items():
-            (tmp / name).write_text(content, encoding="utf-8")
-        if out_dir.exists():
-            out_dir.rename(old)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not out_dir.exists():
-            old.rename(out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+            _write_file(tmp / name, content)
+
+    replace_directory(check_output_dir(out_dir), build)
+
+
+def _write_file(path: Path, content: bytes | str) -> None:
+    if isinstance(content, str):
+        content = content.encode("utf-8")
+    with open(path, "xb") as f:  # a fresh directory: never follow or reuse an existing entry
+        f.write(content)

@@ -1,0 +1,225 @@
+"""The output directory's safety rules: spyrec replaces only what it recognisably wrote.
+
+`-o OUT` may name a missing path, an empty directory, or a directory spyrec wrote earlier (its
+`manifest.json` says `spyrec-manifest/...` and every entry is a file spyrec writes). Anything
+else — a regular file (the source `.pt2` included), the current directory, a directory holding
+files spyrec did not write — is refused with one message before any work starts, and checked
+again just before the replacement, so a file that appears during a long compile is safe too.
+
+A symlinked `OUT` is *followed*: the real directory it points at is replaced, the link stays,
+and the temporary directory is made beside the real directory (same filesystem, so the final
+rename never crosses devices). The new directory is built in a hidden sibling
+`.OUT.spyrec-tmp-<pid>-<n>` and swapped in with one atomic exchange (Linux `renameat2`), or two
+renames where that is unavailable. A process killed mid-write leaves that sibling behind; the
+next compile into the same `OUT` removes it (its pid is gone, or it is a day old), and restores
+a previous output that was moved aside but not yet replaced.
+
+Stdlib only: `spyrec compile` checks `-o` before importing anything heavy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fnmatch
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from spyrec.errors import OutputDirError
+
+MANIFEST_FORMAT_PREFIX = "spyrec-manifest/"
+# Every name spyrec writes into an output directory (`outputs.npz` is `spyrec run`'s default).
+OWN_FILES = ("manifest.json", "opspecs.json", "bundle.mlir", "constants.npz",
+             "constants.safetensors", "program.pt2", "report.json", "report.txt", "tiling.yaml",
+             "outputs.npz", "sdsc_*.json")
+STALE_AFTER_SECONDS = 24 * 3600
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?:spyrec-)?(?P<kind>tmp|old)-(?P<pid>\d+)(?:-\d+)?$")
+_MAX_MANIFEST_BYTES = 64 << 20
+_counter = iter(range(1 << 62))
+
+
+def check_output_dir(out: str | Path) -> Path:
+    """The real path `out` names, if spyrec may (re)place a directory there; else refuse."""
+    out = Path(out)
+    target = out.resolve()
+    if target.exists() and not target.is_dir():
+        raise OutputDirError(f"-o {out}: is a file{_via(out, target)}; -o names the output "
+                             f"directory. Choose a directory path (it is created if missing).")
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise OutputDirError(f"-o {out}: is the current directory{'' if target == cwd else ' or contains it'}; "
+                             f"spyrec replaces its output directory as a whole. Choose a new "
+                             f"directory, e.g. -o out/.")
+    _check_ancestors(out, target)
+    if target.is_dir():
+        _check_replaceable(out, target)
+    return target
+
+
+def replace_directory(target: Path, build: Callable[[Path], None]) -> None:
+    """Build a new directory with `build(tmp)` and put it at `target`, all or nothing.
+
+    `target` is what `check_output_dir` returned. On any failure the temporary directory is
+    removed and an earlier `target` is left as it was."""
+    parent = target.parent
+    remove_stale_temporaries(target)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = parent / f".{target.name}.spyrec-tmp-{os.getpid()}-{next(_counter)}"
+        tmp.mkdir()
+    except OSError as e:
+        raise OutputDirError(f"-o {target}: cannot create the output directory "
+                             f"({_reason(e)}). Choose a writable location.") from None
+    try:
+        build(tmp)
+        if target.is_dir():
+            check_output_dir(target)  # still ours? (a long compile leaves time for changes)
+            _swap_in(tmp, target)
+        else:
+            os.rename(tmp, target)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputDirError(f"-o {target}: could not write the output directory "
+                             f"({_reason(e)}); nothing was changed.") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def remove_stale_temporaries(target: Path) -> list[str]:
+    """Remove this `target`'s temporaries left by dead processes; names of what was removed.
+
+    A moved-aside earlier output (`old`) whose replacement never arrived is put back first."""
+    parent, removed = target.parent, []
+    try:
+        entries = sorted(parent.iterdir()) if parent.is_dir() else []
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _TEMP.match(entry.name)
+        if not m or m["name"] != target.name or not _is_stale(entry, int(m["pid"])):
+            continue
+        if entry.is_symlink() or not entry.is_dir() or not _only_own_files(entry):
+            continue  # not recognisably ours: leave it alone
+        if m["kind"] == "old" and not target.exists():
+            os.rename(entry, target)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
+
+
+def is_own_file(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in OWN_FILES)
+
+
+def _check_replaceable(out: Path, target: Path) -> None:
+    entries = sorted(target.iterdir())
+    if not entries:
+        return
+    if not _has_spyrec_manifest(target):
+        names = ", ".join(e.name for e in entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise OutputDirError(
+            f"-o {out}: the directory{_via(out, target)} exists and is not a spyrec output "
+            f"directory (it holds {names}); spyrec replaces only an empty directory or one it "
+            f"wrote. Choose a new directory, e.g. -o {out / 'spyrec-out'}.")
+    foreign = [e.name for e in entries if e.is_symlink() or not e.is_file()
+               or not is_own_file(e.name)]
+    if foreign:
+        raise OutputDirError(
+            f"-o {out}: this spyrec output directory also holds {', '.join(foreign[:4])}"
+            f"{', ...' if len(foreign) > 4 else ''}, which spyrec did not write; replacing the "
+            f"directory would delete them. Move them out, or choose another -o.")
+
+
+def _has_spyrec_manifest(directory: Path) -> bool:
+    manifest = directory / "manifest.json"
+    try:
+        if manifest.is_symlink() or not manifest.is_file() or \
+                manifest.stat().st_size > _MAX_MANIFEST_BYTES:
+            return False
+        fmt = json.loads(manifest.read_bytes()).get("format")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(fmt, str) and fmt.startswith(MANIFEST_FORMAT_PREFIX)
+
+
+def _check_ancestors(out: Path, target: Path) -> None:
+    """The nearest existing ancestor must be a directory (a file there makes mkdir fail)."""
+    for ancestor in target.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise OutputDirError(f"-o {out}: {ancestor} is a file, not a directory; "
+                                     f"choose an output path under a directory.")
+            return
+
+
+def _swap_in(tmp: Path, target: Path) -> None:
+    """Exchange `tmp` and `target` atomically, then delete what is now the old output."""
+    if _exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = target.parent / f".{target.name}.spyrec-old-{os.getpid()}-{next(_counter)}"
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """renameat2(RENAME_EXCHANGE): False where the C library or filesystem lacks it."""
+    renameat2 = getattr(_libc(), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: not supported here
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _is_stale(entry: Path, pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        if time.time() - entry.lstat().st_mtime > STALE_AFTER_SECONDS:
+            return True
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: the pid is alive, owned by someone else
+        return False
+    return False
+
+
+def _only_own_files(directory: Path) -> bool:
+    try:
+        return all(e.is_file() and not e.is_symlink() and is_own_file(e.name)
+                   for e in directory.iterdir())
+    except OSError:
+        return False
+
+
+def _via(out: Path, target: Path) -> str:
+    return f" (the link points to {target})" if out.is_symlink() else ""
+
+
+def _reason(e: OSError) -> str:
+    where = f": {e.filename}" if e.filename else ""
+    return f"{e.strerror or e}{where}"

@@ -1,0 +1,205 @@
+"""`-o OUT` never loses a user's file: spyrec replaces only an empty directory or its own output.
+
+Every refusal is exit 2 with one message naming the path, and leaves the file system exactly as
+it was; every success leaves no temporary behind.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import spyrec.codegen.writer as writer
+from spyrec.errors import OutputDirError
+from spyrec.outdir import check_output_dir, remove_stale_temporaries
+from tests.programs import Lambda, compile_pt2, export
+
+
+@pytest.fixture(scope="module")
+def pt2(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("model")
+    return export(tmp, Lambda(lambda m, x: x * 2 + 1), (torch.randn(4, 8),))
+
+
+def _spyrec(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    return subprocess.run([sys.executable, "-m", "spyrec", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env=env)
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every entry below `root` with its bytes (None for a directory or a link)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink()
+                                       else None) for p in sorted(root.rglob("*"))}
+
+
+def _assert_refused(result, *words):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spyrec: -o "), result.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_the_models_own_directory_is_never_wiped(pt2, tmp_path):
+    home = tmp_path / "project"
+    home.mkdir()
+    (home / "m.pt2").write_bytes(pt2.read_bytes())
+    (home / "data.npz").write_bytes(b"user data")
+    (home / "notes.txt").write_text("mine")
+    before = _tree(tmp_path)
+    _assert_refused(_spyrec("compile", home / "m.pt2", "-o", home), str(home),
+                    "not a spyrec output directory", "data.npz")
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("which", ["other", "source"])
+def test_a_file_is_never_an_output(pt2, tmp_path, which):
+    src = tmp_path / "m.pt2"
+    src.write_bytes(pt2.read_bytes())
+    target = src if which == "source" else tmp_path / "results.json"
+    if which == "other":
+        target.write_text("{}")
+    before = _tree(tmp_path)
+    _assert_refused(_spyrec("compile", src, "-o", target), "is a file")
+    assert _tree(tmp_path) == before
+
+
+def test_a_spyrec_output_with_a_foreign_file_is_kept(pt2, tmp_path):
+    out = compile_pt2(pt2, tmp_path / "out")
+    (out / "my-notes.txt").write_text("keep me")
+    before = _tree(tmp_path)
+    with pytest.raises(OutputDirError, match="also holds my-notes.txt"):
+        compile_pt2(pt2, out)
+    assert _tree(tmp_path) == before
+
+
+def test_an_empty_directory_and_an_earlier_output_are_replaced(pt2, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    compile_pt2(pt2, out)
+    (out / "outputs.npz").write_bytes(b"from spyrec run")  # spyrec's own: replaced
+    compile_pt2(pt2, out)
+    assert not (out / "outputs.npz").exists() and (out / "manifest.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_the_current_directory_is_refused(pt2, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    _assert_refused(_spyrec("compile", pt2, "-o", ".", cwd=work), "current directory")
+    _assert_refused(_spyrec("compile", pt2, "-o", "..", cwd=work), "contains it")
+    assert list(work.iterdir()) == []
+
+
+def test_a_parent_that_is_a_file(pt2, tmp_path):
+    (tmp_path / "f").write_text("x")
+    _assert_refused(_spyrec("compile", pt2, "-o", tmp_path / "f" / "out"), "is a file")
+    assert (tmp_path / "f").read_text() == "x"
+
+
+def test_an_unwritable_location_is_one_message(pt2):
+    # /sys refuses mkdir even for root, which ignores file modes
+    _assert_refused(_spyrec("compile", pt2, "-o", "/sys/spyrec-test-out"),
+                    "cannot create the output directory")
+
+
+@pytest.mark.parametrize("where", ["same filesystem", "other filesystem"])
+def test_a_symlinked_output_is_followed_without_debris(pt2, tmp_path, where):
+    base = Path("/dev/shm") if where == "other filesystem" else tmp_path
+    if not base.is_dir():
+        pytest.skip("no /dev/shm")
+    real_parent = base / f"spyrec-test-{os.getpid()}-{tmp_path.name}"
+    real_parent.mkdir()
+    try:
+        (real_parent / "real").mkdir()
+        links = tmp_path / "links"
+        links.mkdir()
+        link = links / "link"
+        link.symlink_to(real_parent / "real")
+        for _ in range(2):  # the second compile replaces an earlier output through the link
+            r = _spyrec("compile", pt2, "-o", link)
+            assert r.returncode == 0, r.stderr
+        assert link.is_symlink() and (link / "manifest.json").is_file()
+        assert sorted(p.name for p in real_parent.iterdir()) == ["real"]
+        assert sorted(p.name for p in links.iterdir()) == ["link"]
+    finally:
+        import shutil
+        shutil.rmtree(real_parent)
+
+
+def test_a_failure_in_the_middle_of_the_write_keeps_the_previous_output(pt2, tmp_path,
+                                                                        monkeypatch):
+    out = compile_pt2(pt2, tmp_path / "out")
+    before = _tree(tmp_path)
+    real_write, written = writer._write_file, []
+
+    def failing_write(path, content):
+        if len(written) == 3:
+            raise OSError(28, "No space left on device", str(path))
+        written.append(path.name)
+        real_write(path, content)
+
+    monkeypatch.setattr(writer, "_write_file", failing_write)
+    with pytest.raises(OutputDirError, match="No space left on device.*nothing was changed"):
+        compile_pt2(pt2, out)
+    assert len(written) == 3
+    assert _tree(tmp_path) == before
+
+
+def test_an_interrupt_in_the_middle_of_the_write_keeps_the_previous_output(pt2, tmp_path,
+                                                                           monkeypatch):
+    out = compile_pt2(pt2, tmp_path / "out")
+    before = _tree(tmp_path)
+
+    def interrupted(path, content):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "_write_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compile_pt2(pt2, out)
+    assert _tree(tmp_path) == before
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _leftover(parent: Path, name: str, files=("manifest.json", "sdsc_0.json")) -> Path:
+    d = parent / name
+    d.mkdir()
+    for f in files:
+        (d / f).write_text("partial")
+    return d
+
+
+def test_temporaries_of_killed_compiles_are_removed(pt2, tmp_path):
+    dead = _dead_pid()
+    stale = [_leftover(tmp_path, f".out.spyrec-tmp-{dead}-0"),
+             _leftover(tmp_path, f".out.tmp-{dead}")]  # the name older spyrec versions used
+    alive = _leftover(tmp_path, f".out.spyrec-tmp-{os.getppid()}-0")  # a compile still running
+    foreign = _leftover(tmp_path, f".out.spyrec-tmp-{dead}-1", files=("thesis.tex",))
+    other = _leftover(tmp_path, f".other.spyrec-tmp-{dead}-0")  # another OUT's: not ours to judge
+    compile_pt2(pt2, tmp_path / "out")
+    assert not any(s.exists() for s in stale)
+    assert alive.exists() and foreign.exists() and other.exists()
+
+
+def test_an_output_moved_aside_by_a_killed_compile_is_restored(tmp_path):
+    dead = _dead_pid()
+    old = _leftover(tmp_path, f".out.spyrec-old-{dead}-0")
+    assert remove_stale_temporaries(tmp_path / "out") == [old.name]
+    assert (tmp_path / "out" / "manifest.json").read_text() == "partial"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_check_output_dir_returns_the_real_directory(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert check_output_dir(tmp_path / "link") == (tmp_path / "real").resolve()
+    assert check_output_dir(tmp_path / "new" / "deeper") == (tmp_path / "new" / "deeper").resolve()
