@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -36,6 +37,7 @@ TENSOR_CONSTANT_PREFIX = "tensor_"
 PICKLED_CONSTANT_PREFIXES = {"custom_obj_": "a torchbind object (pickled)",
                              "opaque_obj_": "an opaque Python object (pickled)"}
 FOREIGN_OP_PREFIXES = ("torch.ops.aten.", "_operator.", "torch.ops.prims.")
+MAX_JSON_MEMBER_BYTES = 1 << 30  # a graph or config larger than this is a crafted file
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,9 @@ def sanitized_copy(archive: Archive) -> io.BytesIO:
     out = io.BytesIO()
     with zipfile.ZipFile(archive.path) as src, \
             zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as dst:
-        for name in archive.safe_members:
-            dst.writestr(name, src.read(name))
+        for name in archive.safe_members:  # streamed: weights can be gigabytes
+            with src.open(name) as r, dst.open(src.getinfo(name), "w", force_zip64=True) as w:
+                shutil.copyfileobj(r, w, 1 << 20)
         for name in src.namelist():
             if name.startswith(archive.root + SAMPLE_INPUTS_DIR) and not name.endswith("/"):
                 dst.writestr(name, b"")
@@ -134,9 +137,17 @@ def _model_member(path: Path, names: list[str]) -> str:
     return models[0]
 
 
+def _read_json(path: Path, zf: zipfile.ZipFile, member: str):
+    size = zf.getinfo(member).file_size
+    if size > MAX_JSON_MEMBER_BYTES:
+        raise InputFileError(f"{path}: member {member!r} claims {size} bytes of JSON, more than "
+                             f"any exported program needs; refusing the archive.")
+    return json.loads(zf.read(member))
+
+
 def _read_nodes(path: Path, zf: zipfile.ZipFile, member: str) -> list[dict]:
     try:
-        model = json.loads(zf.read(member))
+        model = _read_json(path, zf, member)
         nodes = model["graph_module"]["graph"]["nodes"]
         if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
             raise TypeError("graph nodes are not a list of objects")
@@ -179,7 +190,7 @@ def _payload_members(path: Path, zf: zipfile.ZipFile, root: str, present: set[st
 
 def _read_config(path: Path, zf: zipfile.ZipFile, member: str) -> dict:
     try:
-        config = json.loads(zf.read(member))["config"]
+        config = _read_json(path, zf, member)["config"]
         if not isinstance(config, dict) or not all(isinstance(v, dict)
                                                    for v in config.values()):
             raise TypeError("'config' is not an object of objects")

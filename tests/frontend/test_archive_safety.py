@@ -160,3 +160,21 @@ def test_sanitized_copy_keeps_only_what_torch_needs(good):
     assert archive.model_member in names
     assert {n.rsplit("/", 1)[-1] for n in names} >= {"model_weights_config.json",
                                                       "model_constants_config.json", "weight_0"}
+
+
+def test_an_oversized_json_member_is_refused_before_reading(good, monkeypatch):
+    import spyrec.pt2archive as pt2archive
+
+    monkeypatch.setattr(pt2archive, "MAX_JSON_MEMBER_BYTES", 100)
+    with pytest.raises(InputFileError, match=r"models/model.json' claims \d+ bytes of JSON"):
+        open_archive(good)
+
+
+def test_a_corrupted_member_is_a_damaged_archive(good, tmp_path):
+    data = bytearray(good.read_bytes())
+    at = data.find(b'"graph_module"')
+    data[at + 1: at + 6] = b"XXXXX"  # the CRC no longer matches
+    bad = tmp_path / "crc.pt2"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(InputFileError, match="damaged .pt2 archive"):
+        load_program(bad)
