@@ -1,0 +1,99 @@
+"""The exported program as the lowering sees it: plain data, no torch objects.
+
+Two front ends produce a `Program`: `pt2json.read_program` reads the archive's graph JSON and
+raw weights without importing torch (the default), and `from_torch.program_of` converts a
+`torch.export.ExportedProgram` (after `torch.export.load` and, where needed, decompositions).
+Both spell everything the same way, so the lowering — and therefore the output directory —
+cannot tell them apart:
+
+- an op target is its aten name without the `torch.ops.` prefix (`aten.add.Tensor`), a Python
+  operator is `_operator.getitem`, a higher-order op `higher_order.<name>`;
+- an argument that is another node's value is a `Ref`; dtypes, devices, layouts and memory
+  formats are torch's names without the `torch.` prefix (`float16`, `cpu`, `strided`,
+  `contiguous_format`);
+- `meta["val"]` is a `TensorMeta` (or a list of them for multi-output nodes), `meta` also holds
+  `stack_trace` and `nn_module_stack` when the exporter recorded them;
+- weights and constants are numpy arrays keyed by FQN (bf16 as uint16 bit patterns, with their
+  host dtype in `state_dtypes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Ref:
+    """The value of node `name`, used as an argument."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Static shape and host dtype of a tensor value (`dtype` is torch's name: `float16`)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class Node:
+    """One node of the exported graph, in the FX vocabulary (`placeholder`, `call_function`,
+    `output`)."""
+
+    name: str
+    op: str
+    target: str = ""
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """`kind`: user_input, parameter, buffer, constant (a lifted tensor constant).
+    `target`: the FQN of a parameter, buffer or constant; None for a user input."""
+
+    kind: str
+    name: str
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """`kind`: user_output, buffer_mutation, user_input_mutation (and others spyrec refuses).
+    `target`: the mutated buffer's FQN or user input's name."""
+
+    kind: str
+    name: str
+    target: str | None = None
+
+
+@dataclass
+class Program:
+    nodes: list[Node]
+    inputs: list[InputSpec]
+    outputs: list[OutputSpec]
+    state: dict[str, np.ndarray]
+    state_dtypes: dict[str, str]
+    frontend: str = ""
+
+    def node(self, name: str) -> Node:
+        return self._by_name()[name]
+
+    def _by_name(self) -> dict[str, Node]:
+        cache = self.__dict__.get("_nodes_by_name")
+        if cache is None or len(cache) != len(self.nodes):
+            cache = {n.name: n for n in self.nodes}
+            self.__dict__["_nodes_by_name"] = cache
+        return cache
+
+
+def tensor_values(node: Node) -> list[TensorMeta]:
+    """The tensor values a node produces (one, several, or none)."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return [v for v in vals if isinstance(v, TensorMeta)]

@@ -1,0 +1,324 @@
+"""Read a `.pt2` into a `Program` without torch: the graph JSON and the raw weight payloads.
+
+`torch.export.save` stores the graph as JSON (`models/<name>.json`, schema version in the file)
+and every ordinary tensor as raw bytes described by a config (`dtype`, `sizes`, `strides`,
+`storage_offset`). Reading those takes milliseconds, where `import torch` and
+`torch.export.load` take seconds. `spyrec.pt2archive` has already refused anything pickled; this
+module never unpickles either.
+
+What the JSON cannot express without torch (a graph argument of a higher-order op, a symbolic
+size, a script object) raises `NeedsTorch`, so `--frontend auto` can fall back to the torch front
+end and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from spyrec.errors import InputFileError, UnsupportedProgram
+from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta
+from spyrec.pt2archive import CONSTANTS_CONFIG, WEIGHTS_CONFIG, Archive, open_archive
+
+# torch/_export/serde/schema.py: the serialized format this reader understands.
+SUPPORTED_SCHEMA_MAJOR = 8
+# ScalarType code -> (torch's dtype name, numpy storage dtype). bf16 and fp8 travel as bits.
+SCALAR_TYPES = {
+    1: ("uint8", "u1"), 2: ("int8", "i1"), 3: ("int16", "i2"), 4: ("int32", "i4"),
+    5: ("int64", "i8"), 6: ("float16", "f2"), 7: ("float32", "f4"), 8: ("float64", "f8"),
+    9: ("complex32", None), 10: ("complex64", "c8"), 11: ("complex128", "c16"),
+    12: ("bool", "?"), 13: ("bfloat16", "u2"), 28: ("uint16", "u2"),
+    29: ("float8_e4m3fn", "u1"), 30: ("float8_e5m2", "u1"), 31: ("float8_e4m3fnuz", "u1"),
+    32: ("float8_e5m2fnuz", "u1"), 33: ("float8_e8m0fnu", "u1"), 34: ("uint32", "u4"),
+    35: ("uint64", "u8"),
+}
+MEMORY_FORMATS = {0: "unknown", 1: "contiguous_format", 2: "channels_last",
+                  3: "channels_last_3d", 4: "preserve_format"}
+LAYOUTS = {0: "unknown", 1: "sparse_coo", 2: "sparse_csr", 3: "sparse_csc", 4: "sparse_bsr",
+           5: "sparse_bsc", 6: "_mkldnn", 7: "strided"}
+INPUT_KINDS = {"user_input": None, "parameter": "parameter_name", "buffer": "buffer_name",
+               "tensor_constant": "tensor_constant_name"}
+OUTPUT_KINDS = {"user_output": None, "buffer_mutation": "buffer_name",
+                "user_input_mutation": "user_input_name", "loss_output": None,
+                "gradient_to_parameter": "parameter_name",
+                "gradient_to_user_input": "user_input_name", "token": None,
+                "parameter_mutation": "parameter_name"}
+
+
+class NeedsTorch(Exception):
+    """The fast reader cannot express this program; the torch front end can try."""
+
+
+def read_program(path: str | Path, archive: Archive | None = None) -> Program:
+    """The Program stored in `path`, read without torch."""
+    archive = archive or open_archive(path)
+    with zipfile.ZipFile(archive.path) as zf:
+        model = json.loads(zf.read(archive.model_member))
+        _check_schema(archive, model)
+        graph_module = model["graph_module"]
+        reader = _GraphReader(archive, graph_module["graph"])
+        nodes = reader.nodes()
+        inputs = [_input_spec(archive, s) for s in graph_module["signature"]["input_specs"]]
+        outputs = [_output_spec(archive, s) for s in graph_module["signature"]["output_specs"]]
+        state, dtypes = {}, {}
+        byteorder = _byteorder(archive, zf)
+        for config, folder in ((WEIGHTS_CONFIG, "data/weights/"),
+                               (CONSTANTS_CONFIG, "data/constants/")):
+            _read_payloads(archive, zf, config, folder, byteorder, state, dtypes)
+    return Program(nodes, inputs, outputs, state, dtypes, frontend="fast")
+
+
+def _check_schema(archive: Archive, model: dict) -> None:
+    version = model.get("schema_version") or {}
+    major = version.get("major") if isinstance(version, dict) else None
+    if major != SUPPORTED_SCHEMA_MAJOR:
+        raise NeedsTorch(f"{archive.path}: graph schema version {version!r} (this reader knows "
+                         f"major {SUPPORTED_SCHEMA_MAJOR}); use --frontend torch")
+
+
+class _GraphReader:
+    """Turns the serialized graph into FX-style nodes, adding the `getitem` nodes torch's
+    deserializer adds for ops with several outputs."""
+
+    def __init__(self, archive: Archive, graph: dict) -> None:
+        self.archive = archive
+        self.graph = graph
+        self.metas = {name: self._meta(name, tv) for name, tv in graph["tensor_values"].items()}
+
+    def nodes(self) -> list[Node]:
+        names = [_tensor_name(a, self.archive) for a in self.graph["inputs"]]
+        out = [Node(n, "placeholder", n, meta={"val": self.metas.get(n)}) for n in names]
+        for raw in self.graph["nodes"]:
+            out += self._call(raw)
+        results = tuple(self._argument(a, "output") for a in self.graph["outputs"])
+        vals = [self.metas.get(r.name) if isinstance(r, Ref) else r for r in results]
+        out.append(Node("output", "output", "output", (results,), meta={"val": vals}))
+        return out
+
+    def _call(self, raw: dict) -> list[Node]:
+        target = raw["target"].removeprefix("torch.ops.")
+        name = raw.get("name") or self._single_output_name(raw)
+        args, kwargs = [], {}
+        for inp in raw.get("inputs", []):
+            value = self._argument(inp["arg"], name)
+            if inp.get("kind") == 2:
+                kwargs[inp["name"]] = value
+            else:
+                args.append(value)
+        meta = _metadata(raw.get("metadata") or {})
+        outs = raw.get("outputs", [])
+        single = self._single(outs)
+        if single is not None:
+            node = Node(single, "call_function", target, tuple(args), kwargs,
+                        {**meta, "val": self.metas.get(single)})
+            return [node]
+        names = self._output_names(outs)
+        if not names:  # an assertion or another op run for its effect
+            return [Node(name, "call_function", target, tuple(args), kwargs,
+                         {**meta, "val": None})]
+        node = Node(name, "call_function", target, tuple(args), kwargs,
+                    {**meta, "val": [self.metas.get(n) if n else None for n in names]})
+        items = [Node(n, "call_function", "_operator.getitem", (Ref(name), i), {},
+                      {**meta, "val": self.metas.get(n)}) for i, n in enumerate(names) if n]
+        return [node, *items]
+
+    @staticmethod
+    def _single(outs: list) -> str | None:
+        if len(outs) == 1 and "as_tensor" in outs[0]:
+            return outs[0]["as_tensor"]["name"]
+        return None
+
+    def _single_output_name(self, raw: dict) -> str:
+        names = [n for n in self._output_names(raw.get("outputs", [])) if n]
+        if not names:
+            raise InputFileError(f"{self.archive.path}: a {raw.get('target')} node has neither "
+                                 f"a name nor a tensor output; the graph JSON is damaged.")
+        return names[0]
+
+    def _output_names(self, outs: list) -> list[str | None]:
+        if len(outs) == 1 and "as_tensors" in outs[0]:
+            return [t["name"] for t in outs[0]["as_tensors"]]
+        names = []
+        for o in outs:
+            if "as_tensor" in o:
+                names.append(o["as_tensor"]["name"])
+            elif "as_none" in o:
+                names.append(None)
+            else:
+                raise NeedsTorch(f"an op output of kind {next(iter(o), '?')}")
+        return names
+
+    def _argument(self, arg: dict, where: str):
+        if not isinstance(arg, dict) or len(arg) != 1:
+            raise InputFileError(f"{self.archive.path}: node {where!r}: malformed argument "
+                                 f"{arg!r}; the graph JSON is damaged.")
+        kind, value = next(iter(arg.items()))
+        return _ARGUMENTS.get(kind, _unreadable)(self, kind, value, where)
+
+    def _meta(self, name: str, tv: dict) -> TensorMeta:
+        dtype = SCALAR_TYPES.get(tv.get("dtype"), (None,))[0]
+        if dtype is None:
+            raise InputFileError(f"{self.archive.path}: tensor {name!r} has unknown dtype code "
+                                 f"{tv.get('dtype')!r}; the graph JSON is damaged or newer.")
+        return TensorMeta(tuple(_static_int(s, name) for s in tv["sizes"]), dtype)
+
+
+def _static_int(size: dict, name: str) -> int:
+    if "as_int" in size:
+        return int(size["as_int"])
+    raise UnsupportedProgram(f"tensor {name!r} has a dynamic size ({size}); dynamic shapes are "
+                             f"not supported yet: re-export with static shapes (no "
+                             f"dynamic_shapes, no torch.export.Dim) and save again")
+
+
+def _tensor_name(arg: dict, archive: Archive) -> str:
+    if "as_tensor" in arg:
+        return arg["as_tensor"]["name"]
+    for kind in ("as_int", "as_float", "as_bool", "as_none", "as_string"):
+        if kind in arg:
+            raise UnsupportedProgram(f"{archive.path}: a graph input is a constant {kind[3:]}; "
+                                     f"only tensor inputs are supported")
+    raise NeedsTorch(f"a graph input of kind {next(iter(arg), '?')}")
+
+
+def _float(value) -> float:
+    if isinstance(value, str):  # torch writes non-finite floats as strings
+        return {"inf": math.inf, "-inf": -math.inf, "infinity": math.inf,
+                "-infinity": -math.inf, "nan": math.nan}[value.strip().lower()]
+    return float(value)
+
+
+def _device(value: dict) -> str:
+    index = value.get("index")
+    return value["type"] if index is None else f"{value['type']}:{index}"
+
+
+def _unreadable(reader, kind, value, where):
+    raise NeedsTorch(f"node {where!r} has an argument of kind {kind}")
+
+
+def _sym_int(reader, kind, value, where):
+    if "as_int" in value:
+        return int(value["as_int"])
+    raise UnsupportedProgram(f"node {where!r} uses a symbolic size; dynamic shapes are not "
+                             f"supported yet: re-export with static shapes and save again")
+
+
+def _optional_tensor(reader, kind, value, where):
+    return Ref(value["as_tensor"]["name"]) if "as_tensor" in value else None
+
+
+_ARGUMENTS = {
+    "as_none": lambda r, k, v, w: None,
+    "as_tensor": lambda r, k, v, w: Ref(v["name"]),
+    "as_tensors": lambda r, k, v, w: [Ref(t["name"]) for t in v],
+    "as_optional_tensor": _optional_tensor,
+    "as_optional_tensors": lambda r, k, v, w: [_optional_tensor(r, k, t, w) for t in v],
+    "as_int": lambda r, k, v, w: int(v),
+    "as_ints": lambda r, k, v, w: [int(x) for x in v],
+    "as_int_lists": lambda r, k, v, w: [[int(x) for x in xs] for xs in v],
+    "as_float": lambda r, k, v, w: _float(v),
+    "as_floats": lambda r, k, v, w: [_float(x) for x in v],
+    "as_float_lists": lambda r, k, v, w: [[_float(x) for x in xs] for xs in v],
+    "as_bool": lambda r, k, v, w: bool(v),
+    "as_bools": lambda r, k, v, w: [bool(x) for x in v],
+    "as_string": lambda r, k, v, w: str(v),
+    "as_strings": lambda r, k, v, w: [str(x) for x in v],
+    "as_scalar_type": lambda r, k, v, w: SCALAR_TYPES[v][0],
+    "as_memory_format": lambda r, k, v, w: MEMORY_FORMATS[v],
+    "as_layout": lambda r, k, v, w: LAYOUTS[v],
+    "as_device": lambda r, k, v, w: _device(v),
+    "as_sym_int": _sym_int,
+    "as_sym_ints": lambda r, k, v, w: [_sym_int(r, k, x, w) for x in v],
+}
+
+
+def _metadata(raw: dict) -> dict:
+    meta = {}
+    if raw.get("stack_trace"):
+        meta["stack_trace"] = raw["stack_trace"]
+    if raw.get("nn_module_stack"):
+        meta["nn_module_stack"] = _module_stack(raw["nn_module_stack"])
+    return meta
+
+
+def _module_stack(text: str) -> dict[str, tuple[str, str]]:
+    """`key,path,type;key,path,type` -> {key: (path, type)}, as torch's deserializer does
+    (a path may itself contain commas inside brackets, so split from both ends)."""
+    stack = {}
+    for entry in text.split(";"):
+        if not entry:
+            continue
+        key, _, rest = entry.partition(",")
+        path, _, type_name = rest.rpartition(",")
+        stack[key] = (path, type_name)
+    return stack
+
+
+def _input_spec(archive: Archive, spec: dict) -> InputSpec:
+    kind, body = next(iter(spec.items()))
+    if kind not in INPUT_KINDS:
+        raise NeedsTorch(f"an input of kind {kind}")
+    name = _tensor_name(body["arg"], archive) if kind == "user_input" else body["arg"]["name"]
+    target = body.get(INPUT_KINDS[kind]) if INPUT_KINDS[kind] else None
+    return InputSpec("constant" if kind == "tensor_constant" else kind, name, target)
+
+
+def _output_spec(archive: Archive, spec: dict) -> OutputSpec:
+    kind, body = next(iter(spec.items()))
+    if kind not in OUTPUT_KINDS:
+        raise NeedsTorch(f"an output of kind {kind}")
+    arg = body["arg"]
+    name = arg["as_tensor"]["name"] if "as_tensor" in arg else arg.get("name", "")
+    target = body.get(OUTPUT_KINDS[kind]) if OUTPUT_KINDS[kind] else None
+    return OutputSpec(kind, name, target)
+
+
+def _byteorder(archive: Archive, zf: zipfile.ZipFile) -> str:
+    member = archive.root + "byteorder"
+    order = zf.read(member).decode().strip() if member in zf.namelist() else "little"
+    if order not in ("little", "big"):
+        raise InputFileError(f"{archive.path}: byteorder {order!r} is neither little nor big")
+    return "<" if order == "little" else ">"
+
+
+def _read_payloads(archive: Archive, zf: zipfile.ZipFile, config_name: str, folder: str,
+                   byteorder: str, state: dict, dtypes: dict) -> None:
+    config = json.loads(zf.read(archive.root + config_name))["config"]
+    storages: dict[str, bytes] = {}
+    for fqn, meta in config.items():
+        tmeta = meta.get("tensor_meta")
+        if tmeta is None:
+            raise NeedsTorch(f"{fqn} has no tensor_meta")
+        member = archive.root + folder + meta["path_name"]
+        if member not in storages:
+            storages[member] = zf.read(member)
+        state[fqn], dtypes[fqn] = _tensor(archive, fqn, tmeta, storages[member], byteorder)
+
+
+def _tensor(archive: Archive, fqn: str, tmeta: dict, storage: bytes,
+            byteorder: str) -> tuple[np.ndarray, str]:
+    dtype, code = SCALAR_TYPES.get(tmeta["dtype"], (None, None))
+    if code is None:
+        raise UnsupportedProgram(f"{archive.path}: weight {fqn!r} has dtype {dtype or tmeta['dtype']}, "
+                                 f"which spyrec does not read")
+    sizes = [_static_int(s, fqn) for s in tmeta["sizes"]]
+    strides = [_static_int(s, fqn) for s in tmeta["strides"]]
+    offset = _static_int(tmeta.get("storage_offset", {"as_int": 0}), fqn)
+    np_dtype = np.dtype(code).newbyteorder(byteorder) if code != "?" else np.dtype("?")
+    flat = np.frombuffer(storage, dtype=np_dtype)
+    if math.prod(sizes) == 0:
+        return np.zeros(sizes, dtype=np_dtype.newbyteorder("=")), dtype
+    last = offset + sum((n - 1) * s for n, s in zip(sizes, strides))
+    if offset < 0 or min(strides, default=0) < 0 or last >= flat.size:
+        raise InputFileError(f"{archive.path}: weight {fqn!r} ({sizes}, strides {strides}, "
+                             f"offset {offset}) does not fit its {flat.size}-element payload; "
+                             f"the archive is damaged. Export and save it again.")
+    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=sizes,
+                                           strides=[s * np_dtype.itemsize for s in strides],
+                                           writeable=False)
+    return np.ascontiguousarray(view).astype(np_dtype.newbyteorder("="), copy=False), dtype
