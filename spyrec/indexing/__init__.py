@@ -22,7 +22,18 @@ from spyrec.indexing.expr import (
 )
 from spyrec.indexing.ranges import Ranges, bounds
 from spyrec.indexing.parser import ExprSyntaxError, parse_expr
-from spyrec.indexing.sympy_bridge import IndirectAccess, from_sympy, to_sympy
+
+_SYMPY_BRIDGE = ("IndirectAccess", "from_sympy", "to_sympy")
+
+
+def __getattr__(name: str):
+    """The sympy bridge loads on first use: importing sympy costs half a second."""
+    if name in _SYMPY_BRIDGE:
+        from spyrec.indexing import sympy_bridge
+
+        return getattr(sympy_bridge, name)
+    raise AttributeError(f"module 'spyrec.indexing' has no attribute {name!r}")
+
 
 __all__ = [
     "Atom", "Domain", "ExprSyntaxError", "FloorDiv", "Indirect", "IndirectAccess", "Lin", "Max", "Min", "Mod",

@@ -1,11 +1,13 @@
-"""The public face of the index algebra: sympy or `Lin` in, the same kind out."""
+"""The public face of the index algebra: sympy or `Lin` in, the same kind out.
+
+sympy is imported only when a caller hands in a sympy expression: the compiler and the
+simulator work on `Lin` and never pay sympy's half-second import.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Mapping, Sequence
-
-import sympy
 
 from spyrec.indexing.constraints import Domain
 from spyrec.indexing.constraints import simplify_domain as _simplify_domain
@@ -13,7 +15,6 @@ from spyrec.indexing.coordinates import device_coordinates_lin
 from spyrec.indexing.expr import Atom, Indirect, Lin, Var, as_lin
 from spyrec.indexing.ranges import Interval, Ranges, bounds
 from spyrec.indexing.simplify import simplify_lin
-from spyrec.indexing.sympy_bridge import IndirectAccess, from_sympy, to_sympy
 
 Native = (Lin, Atom, int)
 
@@ -32,6 +33,9 @@ def _leaf(key) -> Atom:
         return Var(key)
     if isinstance(key, Lin) and isinstance(key.as_atom(), (Var, Indirect)):
         return key.as_atom()
+    from spyrec.indexing.sympy_bridge import IndirectAccess
+    import sympy
+
     if isinstance(key, IndirectAccess):
         return Indirect(str(key.args[0]))
     if isinstance(key, sympy.Symbol):
@@ -43,6 +47,10 @@ def _to_lin(expr) -> tuple[Lin, dict | None]:
     """The `Lin` form, plus the symbol table to convert back (None for native input)."""
     if isinstance(expr, Native) and not isinstance(expr, bool):
         return as_lin(expr), None
+    import sympy
+
+    from spyrec.indexing.sympy_bridge import from_sympy
+
     expr = sympy.sympify(expr)
     return from_sympy(expr), {s.name: s for s in expr.free_symbols}
 
@@ -55,7 +63,9 @@ def simplify(expr, ranges: Mapping | Ranges):
 
 
 @lru_cache(maxsize=1 << 14)
-def _cached_to_sympy(e: Lin, symbols: tuple) -> sympy.Expr:
+def _cached_to_sympy(e: Lin, symbols: tuple):
+    from spyrec.indexing.sympy_bridge import to_sympy
+
     return to_sympy(e, dict(symbols))
 
 
