@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jsonschema
 
+from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
 from spyrec.indexing import ExprSyntaxError, Indirect, Var, parse_expr
 from spyrec.layout import DeviceLayout
@@ -137,6 +138,10 @@ def load_manifest(out_dir: Path) -> Manifest:
         if tensors[name].role != "input":
             raise InputFileError(f"{path}: at $.inputs[{i}]: tensor '{name}' has role "
                                  f"{tensors[name].role}, not input")
+    if data["hbm_bytes"] > DEVICE_MEMORY_BYTES:
+        raise InputFileError(f"{path}: at $.hbm_bytes: {format_bytes(data['hbm_bytes'])} is more "
+                             f"than the device has ({format_bytes(DEVICE_MEMORY_BYTES)}); the "
+                             f"file was changed or is damaged: re-run spyrec compile")
     kernels = tuple(KernelSpec(k["name"], k["bundle"], tuple(k["ops"]))
                     for k in data["kernels"])
     return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
