@@ -67,7 +67,8 @@ def validate(data: object, schema_name: str, label: str) -> None:
     error = jsonschema.exceptions.best_match(validator(schema_name).iter_errors(data))
     if error is not None:
         raise InputFileError(f"{label}: at {error.json_path}: {error.message} "
-                             f"(schema {schema_name}.schema.json)")
+                             f"(schema {schema_name}.schema.json); the file is not as spyrec "
+                             f"compile wrote it: re-run spyrec compile")
 
 
 # Digests of texts that already passed their schema: jsonschema costs ~10 ms per sdsc file,
@@ -251,6 +252,9 @@ def _check_structure(path: Path, spec: OpSpec) -> None:
 def load_directory(out_dir: str | Path) -> Program:
     """Manifest, every op listed by a kernel, and the flattened bundles, all checked."""
     out_dir = Path(out_dir)
+    if not out_dir.exists():
+        raise InputFileError(f"{out_dir}: no such directory (expected a `spyrec compile` "
+                             f"output directory)")
     if not out_dir.is_dir():
         raise InputFileError(f"{out_dir} is not a directory (expected a `spyrec compile` "
                              f"output directory)")
