@@ -63,9 +63,9 @@ def check_layout_names(layouts: dict, graph, path: Path | None) -> None:
     """Every pinned name is a program input: a typo must not silently pin nothing."""
     unknown = [n for n in layouts.get("inputs", {}) if n not in graph.inputs]
     if unknown:
-        raise ConfigError(f"--layouts {path}: not program inputs: "
-                          f"{', '.join(repr(n) for n in unknown)}; the inputs are "
-                          f"{', '.join(graph.inputs)}")
+        verb = "is not a program input" if len(unknown) == 1 else "are not program inputs"
+        raise ConfigError(f"--layouts {path}: {', '.join(repr(n) for n in unknown)} {verb}; "
+                          f"inputs: {', '.join(graph.inputs)}")
 
 
 def check_model_path(source: Path) -> None:

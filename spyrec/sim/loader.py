@@ -253,8 +253,8 @@ def load_directory(out_dir: str | Path) -> Program:
     """Manifest, every op listed by a kernel, and the flattened bundles, all checked."""
     out_dir = Path(out_dir)
     if not out_dir.exists():
-        raise InputFileError(f"{out_dir}: no such directory (expected a `spyrec compile` "
-                             f"output directory)")
+        raise InputFileError(f"{out_dir} is not a directory: nothing exists there (expected "
+                             f"a `spyrec compile` output directory)")
     if not out_dir.is_dir():
         raise InputFileError(f"{out_dir} is not a directory (expected a `spyrec compile` "
                              f"output directory)")

@@ -194,7 +194,7 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
      ("inputs.x.stick_dim must be an integer",)),
     ("layouts-unknown-input", lambda fx, d: compile_args(
         fx, d, "--layouts", write(d, "l.yaml", "{inputs: {nope: {stick_dim: 0}}}")), 2,
-     ("'nope'", "not program inputs", "x")),
+     ("'nope' is not a program input; inputs: x",)),
     ("layouts-is-directory", lambda fx, d: compile_args(fx, d, "--layouts", d), 2,
      ("--layouts", "is a directory")),
     # compile: other options
