@@ -53,7 +53,8 @@ def _verbosity(verbose: int, quiet: bool) -> int:
               help="Override one pipeline option (repeatable).")
 @click.option("--dump-after", metavar="PASS|all", help="Print the IR after a pass to stderr.")
 @click.option("--timings", is_flag=True, help="Print per-pass wall time to stderr.")
-@click.option("-v", "--verbose", count=True, help="Per-pass logging on stderr.")
+@click.option("-v", "--verbose", count=True,
+              help="Per-pass logging on stderr (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, timings,
                     verbose, quiet):

@@ -26,7 +26,8 @@ from spyrec.errors import CheckMismatch
 @click.option("--check", is_flag=True,
               help="Also run program.pt2 in PyTorch eager and compare; exit 1 on a mismatch.")
 @click.option("--report", is_flag=True, help="Print the estimated cost per op.")
-@click.option("-v", "--verbose", is_flag=True, help="Log every op as it runs.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log every op as it runs (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: bool,
                 report: bool, verbose: bool, quiet: bool) -> None:
