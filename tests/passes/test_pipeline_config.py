@@ -87,3 +87,10 @@ def test_set_value_is_safe_yaml_only():
     with pytest.raises(ConfigError, match="--set 'stick_layout.beam_width=0': "
                                           "stick_layout.beam_width must be at least 1"):
         build_pipeline(_names("stick_layout", "memory_planning"), ["stick_layout.beam_width=0"])
+
+
+def test_option_ranges_are_checked_when_the_pipeline_is_built():
+    with pytest.raises(ConfigError, match="--set 'work_division.cores=64': work_division.cores "
+                                          "must be between 1 and 32, got 64"):
+        build_pipeline(_names("stick_layout", "work_division", "memory_planning"),
+                       ["work_division.cores=64"])
