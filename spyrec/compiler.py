@@ -105,6 +105,7 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     """Compile `source` into `out_dir`; returns the report."""
     checked = plan(source, opts)
     pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
+    # The heavy imports (torch, sympy, xDSL) only once every option is known to be good.
     from spyrec.codegen import build_outputs, write_atomically
     from spyrec.frontend import load_program, lower_program
     from spyrec.frontend.limits import check_limits

@@ -2,9 +2,9 @@
 
 Reads: buffer layouts (device bytes).  Writes: `Buffer.hbm_address`.
 Guarantees: addresses are 128-byte aligned, live buffers never overlap, and everything fits in
-the device's memory (`spyrec.device.DEVICE_MEMORY_BYTES`), else the program is unsupported. Program inputs
-first, then constants, then the rest in order of first write: a bump allocator, no reuse yet
-(the report shows the total, so reuse can be measured when it lands).
+the device's memory (`spyrec.device.DEVICE_MEMORY_BYTES`), else the program is unsupported.
+Program inputs first, then constants, then the rest in order of first write: a bump allocator,
+no reuse yet (the report shows the total, so reuse can be measured when it lands).
 """
 
 from __future__ import annotations

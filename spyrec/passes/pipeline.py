@@ -76,7 +76,8 @@ def build_pipeline(entries: list[dict], overrides: list[str] = (),
         entry = dict(entry)
         name = entry.pop("pass", None)
         if not isinstance(name, str) or name not in passes:
-            raise ConfigError(f"{where}: entry {i + 1}: unknown pass {name!r}{_near(str(name), passes)}; "
+            raise ConfigError(f"{where}: entry {i + 1}: unknown pass {name!r}"
+                              f"{_near(str(name), passes)}; "
                               f"valid passes: {', '.join(sorted(passes))}")
         configured.append((passes[name], entry))
     set_by: dict[tuple[str, str], str] = {}   # (pass, option) -> the --set that gave it

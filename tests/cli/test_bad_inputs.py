@@ -137,7 +137,8 @@ def run_args(out: Path, npz: Path, *extra) -> list:
     return ["run", out, "--inputs", npz, *extra]
 
 
-PIPELINE_WRONG_ORDER = "- {pass: work_division}\n- {pass: stick_layout}\n- {pass: memory_planning}\n"
+PIPELINE_WRONG_ORDER = ("- {pass: work_division}\n- {pass: stick_layout}\n"
+                        "- {pass: memory_planning}\n")
 PIPELINE_NO_ADDRESSES = "- {pass: stick_layout}\n- {pass: work_division}\n"
 
 # (id, argv builder, exit code, words stderr must contain)
