@@ -105,13 +105,6 @@ def internal_error_line(e: BaseException) -> str:
             f"input (run with -v for the traceback)")
 
 
-def _quiet_stdout() -> None:
-    """The reader of stdout went away (`spyrec inspect OUT | head`): that is its choice, not an
-    error. Point stdout at /dev/null so the interpreter's final flush stays silent too."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -125,9 +118,6 @@ def main(argv: list[str] | None = None) -> None:
     except SpyrecError as e:
         click.echo(f"spyrec: {e}", err=True)
         sys.exit(e.exit_code)
-    except BrokenPipeError:
-        _quiet_stdout()
-        sys.exit(0)
     except SystemExit:
         raise
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug in spyrec
