@@ -71,6 +71,9 @@ def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
                                  f"{type(e).__name__}); write the file again with "
                                  f"numpy.savez") from None
         header_bytes = f.tell()
+    if any(n < 0 for n in shape):
+        raise InputFileError(f"{where}: not a readable .npy array (bad header: shape "
+                             f"{list(shape)}); write the file again with numpy.savez")
     if dtype.hasobject:
         raise InputFileError(f"{where}: holds Python objects (a pickled object array); spyrec "
                              f"loads data only, never pickles: save numeric arrays")
@@ -80,7 +83,11 @@ def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
                              f"the member holds {info.file_size - header_bytes} bytes of data; "
                              f"write the file again with numpy.savez")
     with zf.open(info) as f:
-        return npformat.read_array(f, allow_pickle=False)
+        try:
+            return npformat.read_array(f, allow_pickle=False)
+        except ValueError as e:   # what the checks above missed, said the same way
+            raise InputFileError(f"{where}: not a readable .npy array ({e}); write the file "
+                                 f"again with numpy.savez") from None
 
 
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -397,3 +398,26 @@ def test_a_bad_option_fails_before_torch_is_imported(tmp_path):
                                 capture_output=True, text=True, timeout=60,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
         assert result.stdout.split() == ["2", "False", "False"], (args, result.stderr)
+
+
+def _npy(header: dict, data: bytes = b"\0" * 64) -> bytes:
+    text = repr(header).encode()
+    pad = 63 - (10 + len(text)) % 64
+    return b"\x93NUMPY\x01\x00" + (len(text) + pad + 1).to_bytes(2, "little") + text + \
+        b" " * pad + b"\n" + data
+
+
+@pytest.mark.parametrize("shape, words", [
+    ((-4,), "bad header: shape [-4]"),
+    ((10**12,), "header says [1000000000000] float16 (2000000000000 bytes)"),
+    ((64,), "header says [64] float16 (128 bytes) but the member holds 64 bytes"),
+])
+def test_npz_headers_are_checked_before_numpy_reads_them(tmp_path, shape, words):
+    """In-process, so the cases are cheap: numpy would allocate 2 TB for the second."""
+    from spyrec.errors import InputFileError
+    from spyrec.sim.inputs import read_npz
+
+    path = npz_member(tmp_path, "in.npz", _npy({"descr": "<f2", "fortran_order": False,
+                                                 "shape": shape}))
+    with pytest.raises(InputFileError, match=re.escape(words)):
+        read_npz(path)
