@@ -1,18 +1,27 @@
 """Command line: thin click commands over the library (DESIGN §1).
 
-User errors (`SpyrecError`) print one message and exit with the class's code; anything else is
-a bug in spyrec and keeps its traceback.
+Every way out of `main` is one of DESIGN §1's exit codes with at most one line on stderr:
+a `SpyrecError` prints its message and exits with the class's code, a click usage error keeps
+click's format (exit 2), Ctrl-C is 130, and anything else is a bug in spyrec: exit 70 with one
+line asking for a report (the traceback only under `-v` or SPYREC_DEBUG=1). Heavy modules
+(torch, sympy, the simulator) are imported inside the commands, so `--help` and a bad option
+answer at once.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from pathlib import Path
 
 import click
 
 from spyrec import __version__
 from spyrec.errors import SpyrecError
+
+INTERNAL_EXIT = 70
+INTERRUPT_EXIT = 130
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,7 +53,8 @@ def _verbosity(verbose: int, quiet: bool) -> int:
               help="Override one pipeline option (repeatable).")
 @click.option("--dump-after", metavar="PASS|all", help="Print the IR after a pass to stderr.")
 @click.option("--timings", is_flag=True, help="Print per-pass wall time to stderr.")
-@click.option("-v", "--verbose", count=True, help="Per-pass logging on stderr.")
+@click.option("-v", "--verbose", count=True,
+              help="Per-pass logging on stderr (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, timings,
                     verbose, quiet):
@@ -71,28 +81,50 @@ def inspect_command(out_dir, tensor):
 
 
 def _register_run_command() -> None:
-    try:
-        from spyrec.sim.command import run_command
-    except ImportError:  # the simulator is not built yet
-        return
+    from spyrec.sim.command import run_command
+
     cli.add_command(run_command, "run")
 
 
 _register_run_command()
 
 
+def debugging(argv: list[str]) -> bool:
+    """Whether to show tracebacks: `-v`/`--verbose` anywhere on the command line (any
+    subcommand), or SPYREC_DEBUG set to anything but "" or "0"."""
+    if os.environ.get("SPYREC_DEBUG", "") not in ("", "0"):
+        return True
+    return any(a == "--verbose" or (a.startswith("-v") and set(a[1:]) == {"v"}) for a in argv)
+
+
+def internal_error_line(e: BaseException) -> str:
+    """The one line a bug in spyrec prints: what broke, and how to report it."""
+    text = " ".join(str(e).split())
+    detail = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return (f"spyrec: internal error: {detail} — please report this with the command and "
+            f"input (run with -v for the traceback)")
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         cli.main(args=argv, prog_name="spyrec", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("spyrec: interrupted", err=True)
+        sys.exit(INTERRUPT_EXIT)
     except click.ClickException as e:
         e.show()
         sys.exit(2)
     except SpyrecError as e:
         click.echo(f"spyrec: {e}", err=True)
         sys.exit(e.exit_code)
+    except SystemExit:
+        raise
+    except Exception as e:  # noqa: BLE001 - the last line of defence: a bug in spyrec
+        if debugging(argv):
+            traceback.print_exc()
+        click.echo(internal_error_line(e), err=True)
+        sys.exit(INTERNAL_EXIT)
 
 
 if __name__ == "__main__":

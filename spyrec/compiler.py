@@ -10,11 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from spyrec.errors import ConfigError
-from spyrec.ir.printer import format_graph
-from spyrec.passes.pipeline import build_pipeline, describe, read_pipeline_file
+from spyrec.errors import ConfigError, InputFileError
+from spyrec.outdir import check_output_dir
+from spyrec.passes.pipeline import build_pipeline, describe, read_pipeline_file, read_yaml_file
 from spyrec.passes.registry import CompileContext
 
 
@@ -34,42 +32,97 @@ def _log(opts: CompileOptions, message: str) -> None:
         print(message, file=sys.stderr)
 
 
+LAYOUTS_FORM = "{inputs: {NAME: {stick_dim: D}}}"
+
+
 def read_layouts(path: Path | None) -> dict:
+    """The `--layouts` file, its shape checked (names and dims are checked against the
+    program after lowering, the only time they are known)."""
     if path is None:
         return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such layouts file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    data = read_yaml_file(Path(path), "layouts", "--layouts")
+    if data is None:
+        return {}
     if not isinstance(data, dict) or set(data) - {"inputs"}:
-        raise ConfigError(f"{path}: a layouts file is {{inputs: {{NAME: {{stick_dim: D}}}}}}")
-    return data
+        raise ConfigError(f"--layouts {path}: a layouts file is {LAYOUTS_FORM}")
+    inputs = data.get("inputs") or {}
+    if not isinstance(inputs, dict):
+        raise ConfigError(f"--layouts {path}: inputs must map input names to "
+                          f"{{stick_dim: D}}, got {inputs!r}; a layouts file is {LAYOUTS_FORM}")
+    for name, spec in inputs.items():
+        if not isinstance(spec, dict) or set(spec) != {"stick_dim"}:
+            raise ConfigError(f"--layouts {path}: inputs.{name} must be {{stick_dim: D}}, got "
+                              f"{spec!r}")
+        dim = spec["stick_dim"]
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise ConfigError(f"--layouts {path}: inputs.{name}.stick_dim must be an integer "
+                              f"dim index, got {dim!r}")
+    return {"inputs": dict(inputs)}
+
+
+def check_layout_names(layouts: dict, graph, path: Path | None) -> None:
+    """Every pinned name is a program input: a typo must not silently pin nothing."""
+    unknown = [n for n in layouts.get("inputs", {}) if n not in graph.inputs]
+    if unknown:
+        verb = "is not a program input" if len(unknown) == 1 else "are not program inputs"
+        raise ConfigError(f"--layouts {path}: {', '.join(repr(n) for n in unknown)} {verb}; "
+                          f"inputs: {', '.join(graph.inputs)}")
+
+
+def check_model_path(source: Path) -> None:
+    """The model file exists and is a file; what is inside is the loader's business."""
+    source = Path(source)
+    if not source.exists():
+        raise InputFileError(f"{source}: no such file")
+    if not source.is_file():
+        kind = "a directory" if source.is_dir() else "not a regular file"
+        raise InputFileError(f"{source}: is {kind}, expected a .pt2 file from "
+                             f"torch.export.save")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every option, validated: what compile_program needs before it loads the model."""
+
+    pipeline: list
+    pipeline_path: str
+    layouts: dict
+
+
+def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
+    """Check every option and config file without importing torch (DESIGN §1: a bad option is
+    reported at once, not after seconds of model loading)."""
+    if opts.tiling is not None:
+        raise ConfigError("--tiling: coarse tiling is not implemented yet; compile without it")
+    entries, pipeline_path = read_pipeline_file(opts.pipeline)
+    pipeline = build_pipeline(entries, opts.sets, where=pipeline_path)
+    _check_dump_name(opts, pipeline)
+    layouts = read_layouts(opts.layouts)
+    check_model_path(source)
+    check_output_dir(out_dir)  # refuse an -o spyrec may not replace before any work
+    return Plan(pipeline, pipeline_path, layouts)
 
 
 def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     """Compile `source` into `out_dir`; returns the report."""
+    checked = plan(source, out_dir, opts)
+    pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
+    # The heavy imports (torch, sympy, xDSL) only once every option is known to be good.
     from spyrec.codegen import build_outputs, write_atomically
     from spyrec.frontend import load_program, lower_program
-    from spyrec.outdir import check_output_dir
+    from spyrec.frontend.limits import check_limits
 
-    check_output_dir(out_dir)  # refuse an -o spyrec may not replace before any work
-    entries, pipeline_path = read_pipeline_file(opts.pipeline)
-    pipeline = build_pipeline(entries, opts.sets, where=pipeline_path)
-    layouts = read_layouts(opts.layouts)
-    if opts.tiling is not None:
-        raise ConfigError("--tiling: coarse tiling is not implemented yet; compile without it")
     timings: list[dict] = []
     t0 = time.perf_counter()
     ep = load_program(source)
     timings.append({"name": "load_and_decompose", "wall_ms": _ms(t0)})
     t0 = time.perf_counter()
     graph = lower_program(ep)
+    check_limits(graph)
+    check_layout_names(checked.layouts, graph, opts.layouts)
     timings.append({"name": "lower", "wall_ms": _ms(t0)})
     _dump(opts, "lower", graph)
-    _check_dump_name(opts, pipeline)
-    ctx = CompileContext(layouts_config=layouts)
+    ctx = CompileContext(layouts_config=checked.layouts)
     for p in pipeline:
         t0 = time.perf_counter()
         p.run(graph, ctx)
@@ -119,6 +172,8 @@ def _check_dump_name(opts: CompileOptions, pipeline) -> None:
 
 def _dump(opts: CompileOptions, name: str, graph) -> None:
     if opts.dump_after in ("all", name):
+        from spyrec.ir.printer import format_graph
+
         print(f"// ----- IR after {name} -----\n{format_graph(graph)}", file=sys.stderr)
 
 

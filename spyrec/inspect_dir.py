@@ -7,26 +7,36 @@ that reads or writes it, with the device coordinates of each access.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from spyrec.errors import InputFileError
 
 
-def _load(out_dir: Path, name: str) -> dict:
+def _load(out_dir: Path, name: str, schema: str) -> dict:
+    """A JSON file of the directory, checked against its schema: inspect reads the same
+    fields the simulator does, so a tampered file gets the same one-line message."""
+    from spyrec.sim.loader import read_json
+
     path = out_dir / name
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         raise InputFileError(f"{path}: no such file; is {out_dir} a spyrec compile output "
-                             f"directory?") from None
-    except ValueError as e:
-        raise InputFileError(f"{path}: not valid JSON ({e})") from None
+                             f"directory?")
+    return read_json(path, schema)
+
+
+def _check_directory(out_dir: Path) -> None:
+    if not out_dir.exists():
+        raise InputFileError(f"{out_dir}: no such directory; give the output directory of "
+                             f"spyrec compile")
+    if not out_dir.is_dir():
+        raise InputFileError(f"{out_dir}: not a directory; give the output directory of "
+                             f"spyrec compile (the one holding manifest.json)")
 
 
 def inspect_directory(out_dir: Path, tensor: str | None = None) -> str:
     out_dir = Path(out_dir)
-    manifest = _load(out_dir, "manifest.json")
+    _check_directory(out_dir)
+    manifest = _load(out_dir, "manifest.json", "manifest")
     tensors = {t["name"]: t for t in manifest["tensors"]}
     if tensor is None:
         return _summary(out_dir, manifest)
@@ -39,8 +49,13 @@ def inspect_directory(out_dir: Path, tensor: str | None = None) -> str:
     return _tensor_view(out_dir, manifest, tensors[tensor])
 
 
+def _op_files(manifest: dict) -> list[str]:
+    """Every sdsc file the kernels list, once, in kernel order."""
+    return list(dict.fromkeys(f for k in manifest["kernels"] for f in k["ops"]))
+
+
 def _summary(out_dir: Path, manifest: dict) -> str:
-    lines = [f"{out_dir}: {len(manifest['kernels'][0]['ops'])} ops, "
+    lines = [f"{out_dir}: {len(_op_files(manifest))} ops, "
              f"{manifest['hbm_bytes']} bytes of device memory",
              f"inputs {manifest['inputs']}  outputs {manifest['outputs']}", ""]
     rows = [("tensor", "role", "host", "device layout", "address")]
@@ -67,8 +82,8 @@ def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
              f"  device_size {t['device_size']}  stride_map {t['stride_map']}  "
              f"{t['device_dtype']}  {t['device_bytes']} bytes at {t['hbm_address']}",
              f"  source {t['source']}", ""]
-    for name in manifest["kernels"][0]["ops"]:
-        spec = _load(out_dir, name)
+    for name in _op_files(manifest):
+        spec = _load(out_dir, name, "sdsc")
         for arg in spec["args"]:
             if arg["name"] != t["name"]:
                 continue

@@ -29,10 +29,10 @@ REEXPORT_STATIC = (
 
 def load_program(path: str | Path):
     """The decomposed ExportedProgram stored in `path`."""
-    import torch
-
     path = Path(path)
     archive = open_archive(path)  # torch-free; refuses every member torch would unpickle
+    import torch
+
     _check_ops_exist(archive)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations, not the user's

@@ -24,10 +24,14 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 class WorkDivision(Pass):
     cores: int = 32
 
-    def run(self, graph: Graph, ctx: CompileContext) -> None:
+    def check_options(self) -> None:
+        """Called when the pipeline is built, before the model is loaded."""
         if not 1 <= self.cores <= 32:
             from spyrec.errors import ConfigError
             raise ConfigError(f"work_division.cores must be between 1 and 32, got {self.cores}")
+
+    def run(self, graph: Graph, ctx: CompileContext) -> None:
+        self.check_options()
         for op in graph.ops:
             op.core_splits = self._split(graph, op)
 

@@ -9,6 +9,15 @@ spyrec.passes, spyrec.codegen, spyrec.frontend), and a test enforces that.
     load_program(out_dir)           -> the loaded, validated and verified Program
 """
 
-from spyrec.sim.runner import SimResult, cost_for_directory, load_program, simulate
 
 __all__ = ["SimResult", "cost_for_directory", "load_program", "simulate"]
+
+
+def __getattr__(name: str):
+    """Import the runner on first use, so `spyrec run --help` and a bad `run` option do not
+    pay for numpy, sympy and xDSL (DESIGN §1: options are checked before heavy imports)."""
+    if name in __all__:
+        from spyrec.sim import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'spyrec.sim' has no attribute {name!r}")

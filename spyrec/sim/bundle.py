@@ -128,10 +128,15 @@ class _State:
     env: dict[SSAValue, int]
     trace: list[Execute]
     locate: Callable[[Operation], str]
+    iterations: int = 0
 
     def fail(self, op: Operation, msg: str) -> None:
         raise InputFileError(f"{self.locate(op)}: {op.name}: {msg}")
 
+
+# Loop iterations a whole bundle may run. Every spyrec loop nest tiles one op (DESIGN §5), so
+# real programs run thousands; the bound only stops a damaged bound (10**12) from spinning.
+MAX_ITERATIONS = 1_000_000
 
 _Handler = Callable[[Operation, _State], None]
 _HANDLERS: dict[str, _Handler] = {}
@@ -172,7 +177,17 @@ def _for(op: Operation, st: _State) -> None:
         st.fail(op, "loop-carried values (iter_args) are not part of the bundle format")
     body = op.body.block
     induction = body.args[0]
-    for i in range(st.env[op.lb], st.env[op.ub], st.env[op.step]):
+    lb, ub, step = st.env[op.lb], st.env[op.ub], st.env[op.step]
+    if step <= 0:
+        st.fail(op, f"step {step}: a loop step must be positive (the bundle's loops count "
+                    f"up); re-run spyrec compile")
+    trips = len(range(lb, ub, step))
+    st.iterations += trips          # counted up front, so an empty body cannot spin either
+    if st.iterations > MAX_ITERATIONS:
+        st.fail(op, f"{trips} iterations ({lb} to {ub} step {step}) take the bundle past "
+                    f"{MAX_ITERATIONS} loop iterations in all, more than any compiled program "
+                    f"runs; the loop bound is damaged: re-run spyrec compile")
+    for i in range(lb, ub, step):
         st.env[induction] = i
         _run_block(body, st)
 

@@ -9,6 +9,7 @@ infinity only the same infinity, so a padding leak (NaN where eager is finite) i
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,31 @@ def _flatten(value) -> list:
     return [value]
 
 
+RERUN = "re-run spyrec compile to restore it, or run without --check"
+
+
+def check_reference_program(out_dir: Path) -> Path:
+    """OUT/program.pt2, after the checks that need no torch: it exists and is an exported
+    program archive (a zip with models/*.json), not text or a TorchScript file. Called before
+    simulating, so a broken --check fails at once."""
+    path = Path(out_dir) / "program.pt2"
+    if not path.exists():
+        raise InputFileError(f"{path}: missing; --check runs it in PyTorch eager: {RERUN}")
+    if not path.is_file() or not zipfile.is_zipfile(path):
+        raise InputFileError(f"{path}: not a torch.export archive (not a zip file); {RERUN}")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (OSError, zipfile.BadZipFile) as e:
+        raise InputFileError(f"{path}: damaged archive ({e}); {RERUN}") from None
+    if not any(n.split("/")[-2:-1] == ["models"] and n.endswith(".json") for n in names):
+        kind = "a TorchScript file" if any(n.endswith("/code/") or "/code/" in n
+                                            for n in names) else "a zip file"
+        raise InputFileError(f"{path}: {kind}, not a torch.export program (no models/*.json); "
+                             f"{RERUN}")
+    return path
+
+
 def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, str],
                   inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays."""
@@ -61,11 +87,15 @@ def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, 
 
     from spyrec.pt2archive import load_exported
 
-    path = Path(out_dir) / "program.pt2"
+    path = check_reference_program(out_dir)
     try:
         module = load_exported(path).module()
-    except (OSError, RuntimeError) as e:
-        raise InputFileError(f"{path}: cannot load the program for --check ({e})") from None
+    except InputFileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch raises many types here; all mean "damaged"
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise InputFileError(f"{path}: torch.export.load failed ({type(e).__name__}: "
+                             f"{first}); {RERUN}") from None
     args = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
     with torch.no_grad():
         result = module(*args)

@@ -11,13 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import numpy as np
 
 from spyrec.errors import CheckMismatch
-from spyrec.sim.check import check_outputs, format_checks
-from spyrec.sim.cost import format_table
-from spyrec.sim.inputs import npz_arrays, read_inputs
-from spyrec.sim.runner import load_program, simulate
 
 
 @click.command("run")
@@ -26,16 +21,23 @@ from spyrec.sim.runner import load_program, simulate
               type=click.Path(dir_okay=False, path_type=Path),
               help="Input arrays (.npz); keys are the program's input names.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the outputs (.npz, keys output_0, …); "
-                   "default OUT/outputs.npz.")
+              help="Where to write the outputs (.npz, keys output_0, …; written under exactly "
+                   "this name); default OUT/outputs.npz.")
 @click.option("--check", is_flag=True,
               help="Also run program.pt2 in PyTorch eager and compare; exit 1 on a mismatch.")
 @click.option("--report", is_flag=True, help="Print the estimated cost per op.")
-@click.option("-v", "--verbose", is_flag=True, help="Log every op as it runs.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log every op as it runs (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: bool,
                 report: bool, verbose: bool, quiet: bool) -> None:
     """Simulate the compiled program in OUT on the inputs in an .npz file."""
+    # Imported here, not at the top: `spyrec compile` and `--help` must not pay for them.
+    from spyrec.sim.check import check_outputs, check_reference_program, format_checks
+    from spyrec.sim.cost import format_table
+    from spyrec.sim.inputs import check_output_path, npz_arrays, read_inputs, write_npz
+    from spyrec.sim.runner import load_program, simulate
+
     def progress(msg: str) -> None:
         if not quiet:
             click.echo(f"spyrec run: {msg}", err=True)
@@ -44,11 +46,17 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         if verbose and not quiet:
             click.echo(f"spyrec run: {msg}", err=True)
 
+    # Everything that can be checked without simulating is checked first, so a typo in -o or a
+    # missing program.pt2 fails in a second rather than after the whole run.
+    if output_path is not None:
+        check_output_path(output_path, "-o")
     program = load_program(out)
+    if check:
+        check_reference_program(out)
     inputs = read_inputs(program.manifest, inputs_path)
     result = simulate(out, inputs, log=detail, program=program)
     output_path = output_path or out / "outputs.npz"
-    np.savez(output_path, **npz_arrays(result.outputs, result.output_dtypes))
+    write_npz(output_path, npz_arrays(result.outputs, result.output_dtypes))
     progress(f"{len(result.outputs)} output(s) written to {output_path} "
              f"({result.wall_s:.2f} s)")
     if report:

@@ -9,10 +9,14 @@ ends with the expected signature, so a user fixes everything in one round trip.
 
 from __future__ import annotations
 
+import math
+import os
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
 from spyrec.sim.numerics import float32_to_bf16_bits
@@ -23,15 +27,96 @@ DTYPE_TAG = "__dtype__."
 
 
 def read_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz file, tags included (no pickles: data files are not code)."""
+    """Every array of an .npz file, tags included.
+
+    Each member's header is read and checked before its data, because numpy trusts headers: a
+    corrupt one raises whatever its parser hits, and a header claiming 10**12 elements would be
+    allocated before the read fails. No pickles: data files are not code.
+    """
     path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputFileError(f"{path}: not a regular file; expected an .npz file from "
+                             f"numpy.savez")
+    if not zipfile.is_zipfile(path):
+        raise InputFileError(f"{path}: not a readable .npz file (not a zip archive); write the "
+                             f"arrays with numpy.savez(path, name=array, ...)")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise InputFileError(f"{path}: not a readable .npz file ({e})") from None
+        with zipfile.ZipFile(path) as zf:
+            return {_member_name(info.filename): _read_member(path, zf, info)
+                    for info in zf.infolist() if not info.is_dir()}
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise InputFileError(f"{path}: damaged .npz archive ({type(e).__name__}: {e}); write "
+                             f"it again with numpy.savez") from None
+
+
+def _member_name(filename: str) -> str:
+    return filename[:-4] if filename.endswith(".npy") else filename
+
+
+def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One array, after checking that its header parses, holds no Python objects, and
+    describes no more data than the member has."""
+    where = f"{path}: member {info.filename}"
+    with zf.open(info) as f:
+        try:
+            version = npformat.read_magic(f)
+            read_header = npformat.read_array_header_1_0 if version == (1, 0) else \
+                npformat.read_array_header_2_0
+            shape, fortran, dtype = read_header(f)
+        except Exception as e:  # noqa: BLE001 - numpy's header parser raises ValueError,
+            # SyntaxError, tokenize.TokenError, ... for a damaged header: all mean the same
+            raise InputFileError(f"{where}: not a readable .npy array (bad header: "
+                                 f"{type(e).__name__}); write the file again with "
+                                 f"numpy.savez") from None
+        header_bytes = f.tell()
+    if any(n < 0 for n in shape):
+        raise InputFileError(f"{where}: not a readable .npy array (bad header: shape "
+                             f"{list(shape)}); write the file again with numpy.savez")
+    if dtype.hasobject:
+        raise InputFileError(f"{where}: holds Python objects (a pickled object array); spyrec "
+                             f"loads data only, never pickles: save numeric arrays")
+    needed = math.prod(shape) * dtype.itemsize
+    if needed > info.file_size - header_bytes:
+        raise InputFileError(f"{where}: header says {list(shape)} {dtype} ({needed} bytes) but "
+                             f"the member holds {info.file_size - header_bytes} bytes of data; "
+                             f"write the file again with numpy.savez")
+    with zf.open(info) as f:
+        try:
+            return npformat.read_array(f, allow_pickle=False)
+        except ValueError as e:   # what the checks above missed, said the same way
+            raise InputFileError(f"{where}: not a readable .npy array ({e}); write the file "
+                                 f"again with numpy.savez") from None
+
+
+def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write `arrays` to exactly `path` (numpy.savez would append `.npz` to a bare name),
+    through a temporary sibling renamed into place: no half-written file on failure."""
+    path = Path(path)
+    check_output_path(path, "output")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise InputFileError(f"{path}: cannot write the outputs ({e.strerror}); choose "
+                             f"another -o path") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def check_output_path(path: str | Path, option: str) -> None:
+    """Fail before any work when an output file could not be written where asked."""
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise InputFileError(f"{option} {path}: is a directory; give a file name such as "
+                             f"{path / 'outputs.npz'}")
+    if not parent.is_dir():
+        raise InputFileError(f"{option} {path}: directory {parent} does not exist; create it "
+                             f"first or choose another path")
 
 
 def host_form(t: TensorSpec) -> str:

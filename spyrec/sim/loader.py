@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jsonschema
 
+from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
 from spyrec.indexing import ExprSyntaxError, Indirect, Var, parse_expr
 from spyrec.layout import DeviceLayout
@@ -65,8 +66,18 @@ def validate(data: object, schema_name: str, label: str) -> None:
     """InputFileError naming `label` and the JSON path of the most relevant violation."""
     error = jsonschema.exceptions.best_match(validator(schema_name).iter_errors(data))
     if error is not None:
-        raise InputFileError(f"{label}: at {error.json_path}: {error.message} "
-                             f"(schema {schema_name}.schema.json)")
+        raise InputFileError(f"{label}: at {error.json_path}: {_shorten(error.message)} "
+                             f"(schema {schema_name}.schema.json); the file is not as spyrec "
+                             f"compile wrote it: re-run spyrec compile")
+
+
+def _shorten(message: str, limit: int = 200) -> str:
+    """jsonschema quotes the whole offending value (a list of 3,200 core splits): keep the
+    message one readable line by cutting the middle."""
+    message = " ".join(message.split())
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit // 2]} … {message[-limit // 2:]}"
 
 
 # Digests of texts that already passed their schema: jsonschema costs ~10 ms per sdsc file,
@@ -137,6 +148,14 @@ def load_manifest(out_dir: Path) -> Manifest:
         if tensors[name].role != "input":
             raise InputFileError(f"{path}: at $.inputs[{i}]: tensor '{name}' has role "
                                  f"{tensors[name].role}, not input")
+    if data["hbm_bytes"] > DEVICE_MEMORY_BYTES:
+        raise InputFileError(f"{path}: at $.hbm_bytes: {format_bytes(data['hbm_bytes'])} is more "
+                             f"than the device has ({format_bytes(DEVICE_MEMORY_BYTES)}); the "
+                             f"file was changed or is damaged: re-run spyrec compile")
+    for i, k in enumerate(data["kernels"]):
+        if Path(k["bundle"]).name != k["bundle"] or k["bundle"] in (".", ".."):
+            raise InputFileError(f"{path}: at $.kernels[{i}].bundle: {k['bundle']!r} is not a "
+                                 f"file name in the output directory; re-run spyrec compile")
     kernels = tuple(KernelSpec(k["name"], k["bundle"], tuple(k["ops"]))
                     for k in data["kernels"])
     return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
@@ -246,6 +265,9 @@ def _check_structure(path: Path, spec: OpSpec) -> None:
 def load_directory(out_dir: str | Path) -> Program:
     """Manifest, every op listed by a kernel, and the flattened bundles, all checked."""
     out_dir = Path(out_dir)
+    if not out_dir.exists():
+        raise InputFileError(f"{out_dir} is not a directory: nothing exists there (expected "
+                             f"a `spyrec compile` output directory)")
     if not out_dir.is_dir():
         raise InputFileError(f"{out_dir} is not a directory (expected a `spyrec compile` "
                              f"output directory)")

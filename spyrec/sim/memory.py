@@ -15,10 +15,12 @@ of never-written memory shows up in the results instead of passing as zeros.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from spyrec.device import format_bytes
 from spyrec.errors import SimulatorFault
 from spyrec.layout import STICK_BYTES
 from spyrec.sim.numerics import FILL_VALUE, storage_dtype
@@ -48,7 +50,7 @@ class Hbm:
     def __init__(self, size_bytes: int):
         self.size_bytes = size_bytes
         padded = -(-max(size_bytes, 1) // STICK_BYTES) * STICK_BYTES  # every typed view fits
-        self.arena = np.zeros(padded, dtype=np.uint8)
+        self.arena = _arena(padded)
         self.allocations: list[Allocation] = []
         self._views: dict[str, np.ndarray] = {}
 
@@ -86,6 +88,30 @@ class Hbm:
         hits = [a for a in self.allocations if a.contains(address, nbytes)]
         named = [a for a in hits if a.name == name]
         return (named or hits or [None])[0]
+
+
+def host_memory_bytes() -> int | None:
+    """Physical RAM of this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _arena(nbytes: int) -> np.ndarray:
+    """The zeroed arena, refused up front when it cannot fit in this machine's RAM: numpy would
+    otherwise either fail late or push the host into swap."""
+    ram = host_memory_bytes()
+    if ram is not None and nbytes > ram:
+        raise SimulatorFault(f"the program's device memory (manifest hbm_bytes, "
+                             f"{format_bytes(nbytes)}) does not fit in this machine's RAM "
+                             f"({format_bytes(ram)}); simulate it on a larger host")
+    try:
+        return np.zeros(nbytes, dtype=np.uint8)
+    except MemoryError:
+        raise SimulatorFault(f"cannot allocate {format_bytes(nbytes)} of host memory for the "
+                             f"device arena (manifest hbm_bytes); free memory or simulate it "
+                             f"on a larger host") from None
 
 
 def _overlap(a: Allocation, b: Allocation) -> bool:

@@ -46,3 +46,51 @@ def test_bad_yaml_file(tmp_path):
     f.write_text("pass: stick_layout\n")
     with pytest.raises(ConfigError, match="a pipeline is a YAML list"):
         read_pipeline_file(f)
+
+
+def _names(*names):
+    return [{"pass": n} for n in names]
+
+
+def test_order_names_the_pass_that_must_come_first():
+    with pytest.raises(ConfigError, match="pass memory_planning \\(entry 1\\) needs a device "
+                                          "layout for every buffer; put stick_layout before it"):
+        build_pipeline(_names("memory_planning", "stick_layout"))
+
+
+def test_a_pass_that_adds_buffers_after_addressing_is_refused():
+    with pytest.raises(ConfigError, match="matmul_padding runs after memory_planning and adds "
+                                          "ops and buffers without them; end the pipeline with "
+                                          "memory_planning"):
+        build_pipeline(_names("stick_layout", "memory_planning", "matmul_padding"))
+
+
+def test_every_registered_pass_has_a_contract_and_the_default_order_holds():
+    from spyrec.passes.registry import CONTRACTS, load_all
+
+    assert set(load_all()) == set(CONTRACTS)
+    entries, where = read_pipeline_file(None)
+    build_pipeline(entries, where=where)   # check_order passes
+
+
+def test_empty_pipeline_file(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match="the pipeline is empty"):
+        read_pipeline_file(f)
+
+
+def test_set_value_is_safe_yaml_only():
+    with pytest.raises(ConfigError, match="not valid YAML .*could not determine a constructor"):
+        build_pipeline(_names("stick_layout", "memory_planning"),
+                       ["stick_layout.optimizer=!!python/object/apply:os.system ['true']"])
+    with pytest.raises(ConfigError, match="--set 'stick_layout.beam_width=0': "
+                                          "stick_layout.beam_width must be at least 1"):
+        build_pipeline(_names("stick_layout", "memory_planning"), ["stick_layout.beam_width=0"])
+
+
+def test_option_ranges_are_checked_when_the_pipeline_is_built():
+    with pytest.raises(ConfigError, match="--set 'work_division.cores=64': work_division.cores "
+                                          "must be between 1 and 32, got 64"):
+        build_pipeline(_names("stick_layout", "work_division", "memory_planning"),
+                       ["work_division.cores=64"])

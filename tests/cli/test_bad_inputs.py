@@ -1,0 +1,423 @@
+"""Every bad input is one message and a DESIGN §1 exit code, never a traceback.
+
+One table walks the real command line (`python -m spyrec` in a subprocess) through bad options,
+bad files and tampered output directories. For every row: the exit code, exactly one non-empty
+stderr line that starts with `spyrec:` (click's usage format for click's own errors) and says
+what the row is about, no `Traceback`, nothing on stdout, and no file left behind that the row
+did not set up (no half-written output, no `.*.tmp-*` sibling).
+
+The fixtures are built once: mlp_fp16 exported and compiled in-process, plus two programs the
+device cannot hold (a rank-7 tensor, an output larger than device memory) and a TorchScript file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+
+from samples.export import export_sample
+from spyrec.compiler import CompileOptions, compile_program
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Fixtures:
+    pt2: Path          # mlp_fp16.pt2
+    npz: Path          # its inputs
+    out: Path          # its compiled output directory (copied by rows that change it)
+    rank7: Path
+    huge: Path
+    torchscript: Path
+
+
+class Rank7(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+class Huge(torch.nn.Module):
+    """A [2**17, 2**17, 64] fp16 output (2 TiB): more than the device's 112 GiB."""
+
+    def forward(self, x):
+        return x.expand(2**17, 2**17, 64) + 1
+
+
+def _save(module, args, path: Path) -> Path:
+    torch.export.save(torch.export.export(module, args), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory) -> Fixtures:
+    tmp = tmp_path_factory.mktemp("bad_inputs")
+    pt2, npz = export_sample("mlp_fp16", tmp)
+    out = tmp / "mlp_out"
+    compile_program(pt2, out, CompileOptions(verbose=-1))
+    torchscript = tmp / "scripted.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # torch.jit is deprecated: fine
+        torch.jit.save(torch.jit.script(Rank7()), str(torchscript))
+    return Fixtures(pt2, npz, out,
+                    _save(Rank7(), (torch.zeros(1, 1, 1, 1, 1, 2, 64, dtype=torch.float16),),
+                          tmp / "rank7.pt2"),
+                    _save(Huge(), (torch.zeros(64, dtype=torch.float16),), tmp / "huge.pt2"),
+                    torchscript)
+
+
+# --- how rows set up their files (each gets its own empty directory `d`) ----------------------
+
+def write(d: Path, name: str, content: str | bytes) -> Path:
+    path = d / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def out_copy(fx: Fixtures, d: Path) -> Path:
+    """A private copy of the compiled directory, so a row may tamper with it."""
+    return Path(shutil.copytree(fx.out, d / "out"))
+
+
+def tampered_manifest(fx: Fixtures, d: Path, change: Callable[[dict], dict]) -> Path:
+    out = out_copy(fx, d)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps(change(manifest)))
+    return out
+
+
+def with_loop(fx: Fixtures, d: Path, upper: int, step: int) -> Path:
+    """The bundle with an (empty) scf.for of the given bound and step before the executes."""
+    out = out_copy(fx, d)
+    bundle = out / "bundle.mlir"
+    loop = (f"    %lo = arith.constant 0 : index\n    %hi = arith.constant {upper} : index\n"
+            f"    %st = arith.constant {step} : index\n"
+            f"    scf.for %i = %lo to %hi step %st {{\n    }}\n")
+    text = bundle.read_text().replace("func.func @sdsc_bundle() {\n",
+                                      "func.func @sdsc_bundle() {\n" + loop)
+    bundle.write_text(text)
+    return out
+
+
+def npz_member(d: Path, name: str, data: bytes) -> Path:
+    path = d / name
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("x.npy", data)
+    return path
+
+
+def corrupt_header(fx: Fixtures, d: Path) -> Path:
+    with zipfile.ZipFile(fx.npz) as zf:
+        good = zf.read(zf.namelist()[0])
+    return npz_member(d, "in.npz", good[:10] + b"{'descr': <f2, (((" + good[28:])
+
+
+def object_array(d: Path) -> Path:
+    path = d / "in.npz"
+    np.savez(path, x=np.array([{"a": 1}], dtype=object))   # numpy pickles object arrays
+    return path
+
+
+def compile_args(fx: Fixtures, d: Path, *extra: str, model: Path | None = None) -> list:
+    return ["compile", model or fx.pt2, "-o", d / "new_out", *extra]
+
+
+def run_args(out: Path, npz: Path, *extra) -> list:
+    return ["run", out, "--inputs", npz, *extra]
+
+
+PIPELINE_WRONG_ORDER = ("- {pass: work_division}\n- {pass: stick_layout}\n"
+                        "- {pass: memory_planning}\n")
+PIPELINE_NO_ADDRESSES = "- {pass: stick_layout}\n- {pass: work_division}\n"
+
+# (id, argv builder, exit code, words stderr must contain)
+ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] = [
+    # compile: the model path
+    ("missing-pt2", lambda fx, d: compile_args(fx, d, model=d / "none.pt2"), 2,
+     ("none.pt2", "no such file")),
+    ("directory-as-pt2", lambda fx, d: compile_args(fx, d, model=d), 2, ("directory",)),
+    ("garbage-pt2", lambda fx, d: compile_args(fx, d, model=write(d, "g.pt2", "garbage")), 2,
+     ("g.pt2",)),
+    # compile: the pipeline
+    ("unknown-pass", lambda fx, d: compile_args(
+        fx, d, "--pipeline", write(d, "p.yaml", "- {pass: stick_layuot}\n")), 2,
+     ("unknown pass 'stick_layuot'", "stick_layout")),
+    ("unknown-option", lambda fx, d: compile_args(fx, d, "--set", "work_division.core=4"), 2,
+     ("no option 'core'", "cores")),
+    ("wrong-option-type", lambda fx, d: compile_args(fx, d, "--set", "work_division.cores=many"),
+     2, ("work_division.cores must be int",)),
+    ("pipeline-is-directory", lambda fx, d: compile_args(fx, d, "--pipeline", d), 2,
+     ("--pipeline", "is a directory")),
+    ("pipeline-not-utf8", lambda fx, d: compile_args(
+        fx, d, "--pipeline", write(d, "p.yaml", b"- {pass: \xff\xfe}\n")), 2,
+     ("--pipeline", "not UTF-8")),
+    ("pipeline-empty", lambda fx, d: compile_args(fx, d, "--pipeline", write(d, "p.yaml", "")),
+     2, ("--pipeline", "empty")),
+    ("pipeline-wrong-order", lambda fx, d: compile_args(
+        fx, d, "--pipeline", write(d, "p.yaml", PIPELINE_WRONG_ORDER)), 2,
+     ("work_division", "needs a device layout", "put stick_layout before it")),
+    ("pipeline-without-addresses", lambda fx, d: compile_args(
+        fx, d, "--pipeline", write(d, "p.yaml", PIPELINE_NO_ADDRESSES)), 2,
+     ("memory_planning",)),
+    ("pipeline-python-tag", lambda fx, d: compile_args(
+        fx, d, "--pipeline", write(d, "p.yaml", "- !!python/object/apply:os.getcwd []\n")), 2,
+     ("--pipeline", "not valid YAML")),
+    # compile: --set
+    ("set-invalid-yaml", lambda fx, d: compile_args(fx, d, "--set", "work_division.cores=[8"),
+     2, ("--set", "not valid YAML")),
+    ("set-python-tag", lambda fx, d: compile_args(
+        fx, d, "--set", "stick_layout.optimizer=!!python/object/apply:os.system ['true']"), 2,
+     ("--set", "not valid YAML")),
+    ("set-without-value", lambda fx, d: compile_args(fx, d, "--set", "work_division.cores"), 2,
+     ("PASS.OPTION=VALUE",)),
+    ("set-out-of-range", lambda fx, d: compile_args(fx, d, "--set", "stick_layout.beam_width=0"),
+     2, ("beam_width",)),
+    # compile: --layouts
+    ("layouts-number", lambda fx, d: compile_args(
+        fx, d, "--layouts", write(d, "l.yaml", "{inputs: {x: 3}}")), 2,
+     ("--layouts", "inputs.x must be {stick_dim: D}")),
+    ("layouts-list", lambda fx, d: compile_args(
+        fx, d, "--layouts", write(d, "l.yaml", "{inputs: [1]}")), 2,
+     ("--layouts", "inputs must map")),
+    ("layouts-stick-dim-not-int", lambda fx, d: compile_args(
+        fx, d, "--layouts", write(d, "l.yaml", "{inputs: {x: {stick_dim: last}}}")), 2,
+     ("inputs.x.stick_dim must be an integer",)),
+    ("layouts-unknown-input", lambda fx, d: compile_args(
+        fx, d, "--layouts", write(d, "l.yaml", "{inputs: {nope: {stick_dim: 0}}}")), 2,
+     ("'nope' is not a program input; inputs: x",)),
+    ("layouts-is-directory", lambda fx, d: compile_args(fx, d, "--layouts", d), 2,
+     ("--layouts", "is a directory")),
+    # compile: other options
+    ("dump-after-unknown", lambda fx, d: compile_args(fx, d, "--dump-after", "nope"), 2,
+     ("--dump-after 'nope'", "stick_layout")),
+    ("tiling", lambda fx, d: compile_args(fx, d, "--tiling", write(d, "t.yaml", "{}")), 2,
+     ("--tiling",)),
+    ("unknown-click-option", lambda fx, d: compile_args(fx, d, "--frobnicate"), 2,
+     ("No such option",)),
+    ("click-missing-output", lambda fx, d: ["compile", fx.pt2], 2, ("Missing option",)),
+    ("click-wrong-type", lambda fx, d: run_args(fx.out, d), 2, ("--inputs", "directory")),
+    # compile: programs the device cannot run
+    ("rank-7-tensor", lambda fx, d: compile_args(fx, d, model=fx.rank7), 3,
+     ("rank above 6", "rank 7")),
+    ("more-than-device-memory", lambda fx, d: compile_args(fx, d, model=fx.huge), 3,
+     ("device memory", "112.0 GiB")),
+    # run: the inputs file
+    ("npz-corrupt-header", lambda fx, d: run_args(fx.out, corrupt_header(fx, d)), 2,
+     ("in.npz", "x.npy", "header")),
+    ("npz-not-a-zip", lambda fx, d: run_args(fx.out, write(d, "in.npz", "not a zip")), 2,
+     ("in.npz", "not a zip")),
+    ("npz-object-array", lambda fx, d: run_args(fx.out, object_array(d)), 2,
+     ("in.npz", "pickle")),
+    ("npz-missing", lambda fx, d: run_args(fx.out, d / "none.npz"), 2,
+     ("none.npz", "no such file")),
+    # run: where the outputs go
+    ("output-dir-missing", lambda fx, d: run_args(fx.out, fx.npz, "-o", d / "no" / "o.npz"), 2,
+     ("-o", "does not exist")),
+    # run / inspect: a tampered output directory
+    ("manifest-huge-hbm", lambda fx, d: run_args(
+        tampered_manifest(fx, d, lambda m: {**m, "hbm_bytes": 10**15}), fx.npz), 2,
+     ("hbm_bytes", "1000000000000000")),
+    ("manifest-empty-run", lambda fx, d: run_args(tampered_manifest(fx, d, lambda m: {}),
+                                                  fx.npz), 2, ("manifest.json",)),
+    ("manifest-empty-inspect", lambda fx, d: ["inspect", tampered_manifest(fx, d, lambda m: {})],
+     2, ("manifest.json",)),
+    ("loop-step-0", lambda fx, d: run_args(with_loop(fx, d, 4, 0), fx.npz), 2,
+     ("bundle.mlir", "step 0")),
+    ("loop-10**12-iterations", lambda fx, d: run_args(with_loop(fx, d, 10**12, 1), fx.npz), 2,
+     ("bundle.mlir", "1000000000000 iterations")),
+    ("check-program-missing", lambda fx, d: run_args(_without_program(fx, d), fx.npz,
+                                                     "--check"), 2,
+     ("program.pt2", "re-run spyrec compile")),
+    ("check-program-text", lambda fx, d: run_args(_program(fx, d, b"text"), fx.npz, "--check"),
+     2, ("program.pt2", "re-run spyrec compile")),
+    ("check-program-torchscript", lambda fx, d: run_args(
+        _program(fx, d, fx.torchscript.read_bytes()), fx.npz, "--check"), 2,
+     ("program.pt2", "TorchScript")),
+    ("inspect-regular-file", lambda fx, d: ["inspect", fx.npz], 2, ("not a directory",)),
+    ("inspect-missing-directory", lambda fx, d: ["inspect", d / "none"], 2,
+     ("no such directory",)),
+    ("run-missing-directory", lambda fx, d: run_args(d / "none", fx.npz), 2,
+     ("none", "directory")),
+]
+
+
+def _program(fx: Fixtures, d: Path, content: bytes) -> Path:
+    out = out_copy(fx, d)
+    (out / "program.pt2").write_bytes(content)
+    return out
+
+
+def _without_program(fx: Fixtures, d: Path) -> Path:
+    out = out_copy(fx, d)
+    (out / "program.pt2").unlink()
+    return out
+
+
+def spyrec(args: list, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("SPYREC_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "spyrec", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def files_under(*dirs: Path) -> set[Path]:
+    return {p for d in dirs for p in d.rglob("*")}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: subprocess.CompletedProcess
+    new_files: set[Path]         # in the row's own directory, beyond what its setup made
+
+
+@pytest.fixture(scope="module")
+def outcomes(fx, tmp_path_factory) -> dict[str, Outcome]:
+    """Every row run once, two at a time: the rows are independent subprocesses that mostly
+    wait on imports, and one after another they would take twice as long."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(row) -> Outcome:
+        name, build, _, _ = row
+        d = tmp_path_factory.mktemp(f"row-{name}")
+        args = build(fx, d)
+        before = files_under(d)
+        result = spyrec(args, d)
+        return Outcome(result, files_under(d) - before)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip([r[0] for r in ROWS], pool.map(run, ROWS)))
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_bad_input_is_one_line_and_an_exit_code(row, outcomes):
+    name, _, code, words = row
+    result, new_files = outcomes[name].result, outcomes[name].new_files
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert result.returncode == code, result.stderr
+    assert result.stdout == ""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    if lines and lines[0].startswith(("Usage:", "Try ")):   # click's usage format
+        assert lines[-1].startswith("Error: "), result.stderr
+    else:
+        assert len(lines) == 1 and lines[0].startswith("spyrec: "), result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+    assert not new_files, sorted(map(str, new_files))   # no output, no `.*.tmp-*` sibling
+
+
+def test_no_row_touched_the_shared_output_directory(fx, outcomes):
+    """Rows that read fx.out directly must not have left outputs.npz or temp files in it."""
+    assert sorted(p.name for p in fx.out.iterdir()) == sorted(EXPECTED_OUT_FILES)
+
+
+EXPECTED_OUT_FILES = ["bundle.mlir", "constants.npz", "manifest.json", "opspecs.json",
+                      "program.pt2", "report.json", "report.txt", "sdsc_0.json", "sdsc_1.json",
+                      "sdsc_2.json", "sdsc_3.json", "sdsc_4.json"]
+
+
+def test_run_output_is_written_under_exactly_the_name_given(fx, tmp_path):
+    result = spyrec(run_args(fx.out, fx.npz, "-o", tmp_path / "results", "-q"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    with np.load(tmp_path / "results") as saved:
+        assert saved.files == ["output_0"]
+
+
+# --- a bug in spyrec: exit 70, one line; the traceback only when asked for ----------------------
+
+def _crash(exc: BaseException):
+    def compile_program(*_args, **_kwargs):
+        raise exc
+    return compile_program
+
+
+def _main_exit(argv: list[str]) -> int:
+    from spyrec.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return e.value.code
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_internal_error_is_exit_70_and_one_line(monkeypatch, capsys, tmp_path, verbose):
+    import spyrec.compiler
+
+    monkeypatch.delenv("SPYREC_DEBUG", raising=False)
+    monkeypatch.setattr(spyrec.compiler, "compile_program", _crash(RuntimeError("two\nlines")))
+    argv = ["compile", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "o")]
+    assert _main_exit(argv + (["-v"] if verbose else [])) == 70
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert lines[-1] == ("spyrec: internal error: RuntimeError: two lines — please report this "
+                         "with the command and input (run with -v for the traceback)")
+    assert ("Traceback" in captured.err) == verbose
+    assert verbose or len(lines) == 1
+    assert captured.out == ""
+
+
+def test_spyrec_debug_shows_the_traceback(monkeypatch, capsys, tmp_path):
+    import spyrec.compiler
+
+    monkeypatch.setenv("SPYREC_DEBUG", "1")
+    monkeypatch.setattr(spyrec.compiler, "compile_program", _crash(ValueError("bug")))
+    assert _main_exit(["compile", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "o")]) == 70
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_interrupt_is_exit_130_and_one_line(monkeypatch, capsys, tmp_path):
+    import spyrec.compiler
+
+    monkeypatch.setattr(spyrec.compiler, "compile_program", _crash(KeyboardInterrupt()))
+    assert _main_exit(["compile", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "o")]) == 130
+    assert capsys.readouterr().err.strip() == "spyrec: interrupted"  # click adds a newline
+
+
+def test_a_bad_option_fails_before_torch_is_imported(tmp_path):
+    """DESIGN §1: options are checked before anything heavy is imported."""
+    code = ("import sys\nfrom spyrec.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'torch' in sys.modules, 'spyrec.sim.runner' in sys.modules)\n")
+    for args in (["compile", "none.pt2", "-o", "o"],
+                 ["compile", "none.pt2", "-o", "o", "--set", "work_division.cores=x"],
+                 ["compile", "none.pt2", "-o", "o", "--layouts", "."],
+                 ["run", "none", "--inputs", "."]):
+        result = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert result.stdout.split() == ["2", "False", "False"], (args, result.stderr)
+
+
+def _npy(header: dict, data: bytes = b"\0" * 64) -> bytes:
+    text = repr(header).encode()
+    pad = 63 - (10 + len(text)) % 64
+    return b"\x93NUMPY\x01\x00" + (len(text) + pad + 1).to_bytes(2, "little") + text + \
+        b" " * pad + b"\n" + data
+
+
+@pytest.mark.parametrize("shape, words", [
+    ((-4,), "bad header: shape [-4]"),
+    ((10**12,), "header says [1000000000000] float16 (2000000000000 bytes)"),
+    ((64,), "header says [64] float16 (128 bytes) but the member holds 64 bytes"),
+])
+def test_npz_headers_are_checked_before_numpy_reads_them(tmp_path, shape, words):
+    """In-process, so the cases are cheap: numpy would allocate 2 TB for the second."""
+    from spyrec.errors import InputFileError
+    from spyrec.sim.inputs import read_npz
+
+    path = npz_member(tmp_path, "in.npz", _npy({"descr": "<f2", "fortran_order": False,
+                                                 "shape": shape}))
+    with pytest.raises(InputFileError, match=re.escape(words)):
+        read_npz(path)
