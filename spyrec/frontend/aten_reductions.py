@@ -13,7 +13,7 @@ from typing import Sequence
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary
 from spyrec.frontend.lower import (
-    LoweringContext, Scalar, Unlowered, iteration_vars, lowering, names_of,
+    LoweringContext, Scalar, iteration_vars, lowering, names_of,
 )
 from spyrec.frontend.views import TensorValue, broadcast_shapes
 from spyrec.indexing import const
@@ -74,10 +74,20 @@ for _op in ("sum", "mean", "amax", "amin"):
 
 @lowering("aten.max.dim", "aten.min.dim")
 def _max_dim(ctx, node, x, dim, keepdim=False):
-    """(values, indices): the values are a reduction; the indices are not supported."""
-    values = reduce(ctx, str(node.target).split(".")[1], x, [dim], keepdim, _first_dtype(node))
-    return (values, Unlowered(f"{node.name}: the indices of {node.target} (argmax/argmin) are "
-                              f"not supported; use .values or torch.amax/amin"))
+    """(values, indices): a max/min reduction and an argmax/argmin over the same dim."""
+    kind = str(node.target).split(".")[1]
+    values = reduce(ctx, kind, x, [dim], keepdim, _first_dtype(node))
+    return (values, reduce(ctx, f"arg{kind}", x, [dim], keepdim, "int64"))
+
+
+@lowering("aten.argmax.default", "aten.argmin.default")
+def _argmax(ctx, node, x, dim=None, keepdim=False):
+    """The index of the first extreme value (NaN counts as extreme) along `dim`, or in the
+    flattened tensor when `dim` is None: the device op's index is row-major over its reduced
+    vars, which are the host dims in order (docs/formats.md)."""
+    shape, dtype = ctx.out_meta()
+    out = reduce(ctx, str(node.target).split(".")[1], x, dim, keepdim, dtype)
+    return out if out.shape == shape else out.reshape(shape)
 
 
 @lowering("aten.max.default", "aten.min.default")
@@ -122,12 +132,25 @@ def _mm(ctx, node, a, b):
     return matmul(ctx, a, b, ctx.out_meta()[1])
 
 
-@lowering("aten.addmm.default")
+@lowering("aten.addmm.default", "aten.addmv.default")
 def _addmm(ctx, node, bias, a, b, beta=1, alpha=1):
-    if beta != 1 or alpha != 1:
-        raise UnsupportedProgram(f"{node.name}: addmm with beta={beta}, alpha={alpha}")
-    dtype = ctx.out_meta()[1]
-    return binary(ctx, "add", matmul(ctx, a, b, dtype), bias)
+    """beta * bias + alpha * (a @ b), the product in fp32 and one rounding at the end, as
+    eager's CPU GEMM. beta == 0 ignores `bias` (NaN and inf in it included) and alpha == 0
+    ignores the product, as BLAS and eager do."""
+    shape, dtype = ctx.out_meta()
+    if alpha == 0:
+        if beta == 0:
+            return ctx.pointwise("fill", [], constants={"value": 0.0})
+        return ctx.pointwise("mul", [bias, Scalar(beta)], shape=shape,
+                             constants={"scalar": float(beta), "scalar_side": "rhs"})
+    last = beta == 0 and alpha == 1
+    y = matmul(ctx, a, b, dtype if last else FP32)
+    if alpha != 1:
+        y = ctx.pointwise("mul", [y, Scalar(alpha)], out_dtype=dtype if beta == 0 else FP32,
+                          constants={"scalar": float(alpha), "scalar_side": "rhs"})
+    if beta == 0:
+        return y
+    return binary(ctx, "add", y, bias, alpha=beta, out_dtype=dtype)
 
 
 @lowering("aten.linear.default")
