@@ -50,9 +50,9 @@ def _as_operand(x):
 
 
 def binary(ctx: LoweringContext, op: str, a, b, alpha=None,
-           out_dtype: str | None = None) -> TensorValue:
+           out_dtype: str | None = None, constants: dict | None = None) -> TensorValue:
     a, b = _as_operand(a), _as_operand(b)
-    constants = {}
+    constants = dict(constants or {})
     if alpha not in (None, 1):
         constants["alpha"] = float(alpha)
     if isinstance(a, Scalar) and isinstance(b, Scalar):
@@ -132,7 +132,10 @@ def _div_mode(ctx, node, a, b, rounding_mode=None):
     op = {None: "realdiv", "trunc": "truncdiv", "floor": "floordiv"}.get(rounding_mode)
     if op is None:
         raise UnsupportedProgram(f"{node.name}: div with rounding_mode={rounding_mode!r}")
-    return binary(ctx, op, a, b)
+    # eager evaluates the rounding formulas in Half/BFloat16 arithmetic for those dtypes
+    step = {"float16": "fp16", "bfloat16": "bf16"}.get(ctx.out_meta()[1])
+    extra = {"intermediate_dtype": step} if op != "realdiv" and step else None
+    return binary(ctx, op, a, b, constants=extra)
 
 
 @lowering("aten.pow.Tensor_Tensor", "aten.pow.Scalar")

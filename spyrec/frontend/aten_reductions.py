@@ -135,10 +135,11 @@ def _mm(ctx, node, a, b):
 @lowering("aten.addmm.default", "aten.addmv.default")
 def _addmm(ctx, node, bias, a, b, beta=1, alpha=1):
     """beta * bias + alpha * (a @ b), the product in fp32 and one rounding at the end, as
-    eager's CPU GEMM. beta == 0 ignores `bias` (NaN and inf in it included) and alpha == 0
-    ignores the product, as BLAS and eager do."""
+    eager's CPU GEMM. beta == 0 ignores `bias` (NaN and inf in it included), as eager does for
+    every dtype; alpha == 0 ignores the product only in fp32 (BLAS skips it), while eager's
+    fp16/bf16 GEMM multiplies it by 0, so NaN or inf in it still give NaN there."""
     shape, dtype = ctx.out_meta()
-    if alpha == 0:
+    if alpha == 0 and dtype == FP32:
         if beta == 0:
             return ctx.pointwise("fill", [], constants={"value": 0.0})
         return ctx.pointwise("mul", [bias, Scalar(beta)], shape=shape,

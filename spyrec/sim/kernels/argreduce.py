@@ -20,7 +20,8 @@ from spyrec.sim.kernels.registry import KernelContext, kernel
 
 @kernel("argmax", "argmin", arity=1)
 def argreduce(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
-    (x,) = inputs
+    x = np.asarray(inputs[0])
+    x = x.reshape((1,) * (len(ctx.shape) - x.ndim) + x.shape)
     axes = list(ctx.reduced_axes)
     # an input that does not vary along a reduced axis still has that axis' extent of points
     full = tuple(ctx.shape[a] if a in axes else n for a, n in enumerate(x.shape))

@@ -24,16 +24,38 @@ def _check_int_divisor(ctx: KernelContext, b: np.ndarray) -> None:
                              f"ZeroDivisionError; only float division gives inf/nan)")
 
 
+def _rounding(ctx: KernelContext):
+    """Each step's rounding: none (float32), or to `intermediate_dtype` ("fp16", "bf16"),
+    which is how eager's Half/BFloat16 scalar arithmetic evaluates these formulas."""
+    kind = ctx.constant("intermediate_dtype")
+    if kind is None:
+        return lambda v: np.asarray(v, np.float32)
+    if kind == "fp16":
+        return lambda v: np.asarray(v, np.float32).astype(np.float16).astype(np.float32)
+    if kind == "bf16":
+        return _round_bf16
+    raise SimulatorFault(f"{ctx.op}: intermediate_dtype {kind!r} (expected fp16 or bf16)")
+
+
+def _round_bf16(v) -> np.ndarray:
+    """float32 -> nearest bfloat16 (ties to even), back as float32; NaN and inf stay."""
+    bits = np.ascontiguousarray(v, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    out = bits.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(v), np.float32(np.nan), out)
+
+
 @kernel("truncdiv", arity=_binary_arity)
 def truncdiv(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
-    """torch.div(a, b, rounding_mode='trunc'): floats trunc(a / b) (so x/0 is ±inf or nan);
-    integers C division (the quotient rounded toward zero)."""
+    """torch.div(a, b, rounding_mode='trunc'): floats trunc(a / b), the quotient rounded first
+    (to `intermediate_dtype` when given), so x/0 is ±inf or nan; integers C division (the
+    quotient rounded toward zero)."""
     a, b = _operands(ctx, inputs)
     if ctx.compute.kind == "i":
         _check_int_divisor(ctx, b)
         q = a // b
         return q + (((a % b) != 0) & ((a < 0) != (b < 0)))
-    return np.trunc(a / b)
+    return np.trunc(_rounding(ctx)(a / b))
 
 
 @kernel("floordiv", arity=_binary_arity)
@@ -41,20 +63,22 @@ def floordiv(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     """torch.div(a, b, rounding_mode='floor') = ATen's div_floor_floating (Python's float //),
     which is *not* floor(a / b): it floors (a - fmod(a, b)) / b and rounds a result within 0.5
     of the next integer up, so 5.5 // 0.1 is 54 where floor(5.5 / 0.1) is 55. b == 0 gives a / b
-    (±inf or nan); a zero quotient keeps the sign of a / b. Integers: floor division."""
+    (±inf or nan); a zero quotient keeps the sign of a / b. Every step is rounded to
+    `intermediate_dtype` when given. Integers: floor division."""
     a, b = _operands(ctx, inputs)
     if ctx.compute.kind == "i":
         _check_int_divisor(ctx, b)
         return a // b
+    rnd = _rounding(ctx)
     a, b = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32))
-    basic = a / b
-    mod = np.fmod(a, b)
+    basic = rnd(a / b)
+    mod = rnd(np.fmod(a, b))
     # ATen's fix-up for an fmod that cannot be exact: an infinite quotient of a finite a
-    top = np.where((np.abs(basic) == np.inf) & (np.abs(a) != np.inf), a, a - mod)
-    div = top / b
-    div = np.where((mod != _ZERO) & ((b < _ZERO) != (mod < _ZERO)), div - _ONE, div)
+    top = np.where((np.abs(basic) == np.inf) & (np.abs(a) != np.inf), a, rnd(a - mod))
+    div = rnd(top / b)
+    div = np.where((mod != _ZERO) & ((b < _ZERO) != (mod < _ZERO)), rnd(div - _ONE), div)
     floored = np.floor(div)
-    floored = np.where(div - floored > _HALF, floored + _ONE, floored)
+    floored = np.where(rnd(div - floored) > _HALF, rnd(floored + _ONE), floored)
     floored = np.where(div == _ZERO, np.copysign(_ZERO, basic), floored)
     return np.where(b == _ZERO, basic, floored)
 
