@@ -13,7 +13,7 @@ from typing import Sequence
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary
 from spyrec.frontend.lower import (
-    LoweringContext, Scalar, iteration_vars, lowering, names_of,
+    LoweringContext, Scalar, Unlowered, iteration_vars, lowering, names_of,
 )
 from spyrec.frontend.views import TensorValue, broadcast_shapes
 from spyrec.indexing import const
@@ -74,10 +74,16 @@ for _op in ("sum", "mean", "amax", "amin"):
 
 @lowering("aten.max.dim", "aten.min.dim")
 def _max_dim(ctx, node, x, dim, keepdim=False):
-    """(values, indices): a max/min reduction and an argmax/argmin over the same dim."""
+    """(values, indices): a max/min reduction and an argmax/argmin over the same dim, each
+    emitted only when the program reads it (there is no dead-op elimination later)."""
     kind = str(node.target).split(".")[1]
-    values = reduce(ctx, kind, x, [dim], keepdim, _first_dtype(node))
-    return (values, reduce(ctx, f"arg{kind}", x, [dim], keepdim, "int64"))
+    used = {u.args[1] if len(u.args) == 2 and isinstance(u.args[1], int) else None
+            for u in node.users}
+    unused = Unlowered(f"{node.name}: an output of {node.target} that nothing reads")
+    values = reduce(ctx, kind, x, [dim], keepdim, _first_dtype(node)) \
+        if used - {1} else unused
+    indices = reduce(ctx, f"arg{kind}", x, [dim], keepdim, "int64") if used - {0} else unused
+    return (values, indices)
 
 
 @lowering("aten.argmax.default", "aten.argmin.default")
