@@ -131,6 +131,25 @@ def test_div_rounding_bf16_rounds_like_bfloat16_arithmetic(mode, tmp_path):
     run_and_compare(tmp_path, Lambda(fn), (a, b))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_div_rounding_half_steps_except_for_a_one_element_divisor(dtype, tmp_path):
+    """A full or broadcast divisor: eager's fp16/bf16 steps; a Python-number, [1] or 0-d
+    divisor: eager's fp32 path; a scalar dividend: fp16/bf16 steps again."""
+    a, b = (r(16, 128, scale=30) + 0.01).to(dtype), r(16, 1, seed=1).to(dtype)
+    one = r(1, seed=2).to(dtype)
+
+    def fn(m, a, b, one):
+        return (torch.div(a, b, rounding_mode="trunc"), torch.div(a, one, rounding_mode="trunc"),
+                torch.div(a, 0.7, rounding_mode="trunc"), torch.div(a, one, rounding_mode="floor"),
+                torch.floor_divide(37.3, b), torch.div(a, b, rounding_mode="floor"))
+
+    want = fn(None, a, b, one)
+    in_fp32 = fn(None, a.float(), b.float(), one.float())
+    differs = [bool((w != f.to(dtype)).any()) for w, f in zip(want, in_fp32)]
+    assert differs[0] and differs[5] and not any(differs[1:4])   # the inputs tell them apart
+    run_and_compare(tmp_path, Lambda(fn), (a, b, one))
+
+
 def ints(*shape, seed=0, lo=-20, hi=21):
     return torch.randint(lo, hi, shape, generator=torch.Generator().manual_seed(seed),
                          dtype=torch.int32)

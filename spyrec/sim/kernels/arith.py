@@ -26,7 +26,9 @@ def _check_int_divisor(ctx: KernelContext, b: np.ndarray) -> None:
 
 def _rounding(ctx: KernelContext):
     """Each step's rounding: none (float32), or to `intermediate_dtype` ("fp16", "bf16"),
-    which is how eager's Half/BFloat16 scalar arithmetic evaluates these formulas."""
+    which is how eager's Half/BFloat16 arithmetic evaluates these formulas. The operands are
+    rounded too: a no-op for fp16 tensors, and a Python-number divisor becomes the fp16 value
+    eager's type promotion makes of it."""
     kind = ctx.constant("intermediate_dtype")
     if kind is None:
         return lambda v: np.asarray(v, np.float32)
@@ -47,15 +49,16 @@ def _round_bf16(v) -> np.ndarray:
 
 @kernel("truncdiv", arity=_binary_arity)
 def truncdiv(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
-    """torch.div(a, b, rounding_mode='trunc'): floats trunc(a / b), the quotient rounded first
-    (to `intermediate_dtype` when given), so x/0 is ±inf or nan; integers C division (the
-    quotient rounded toward zero)."""
+    """torch.div(a, b, rounding_mode='trunc'): floats trunc(a / b), operands and quotient
+    rounded first (to `intermediate_dtype` when given), so x/0 is ±inf or nan; integers C
+    division (the quotient rounded toward zero)."""
     a, b = _operands(ctx, inputs)
     if ctx.compute.kind == "i":
         _check_int_divisor(ctx, b)
         q = a // b
         return q + (((a % b) != 0) & ((a < 0) != (b < 0)))
-    return np.trunc(_rounding(ctx)(a / b))
+    rnd = _rounding(ctx)
+    return np.trunc(rnd(rnd(a) / rnd(b)))
 
 
 @kernel("floordiv", arity=_binary_arity)
@@ -70,7 +73,7 @@ def floordiv(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
         _check_int_divisor(ctx, b)
         return a // b
     rnd = _rounding(ctx)
-    a, b = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    a, b = np.broadcast_arrays(rnd(a), rnd(b))
     basic = rnd(a / b)
     mod = rnd(np.fmod(a, b))
     # ATen's fix-up for an fmod that cannot be exact: an infinite quotient of a finite a
