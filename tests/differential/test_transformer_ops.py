@@ -73,6 +73,8 @@ PROGRAMS = {
     "addmv_alpha_beta": (lambda m, v, a, x: (torch.addmv(v, a, x, beta=0.5, alpha=2.0),
                                              torch.addmv(v, a, x, beta=0.0)),
                          (with_specials(r(12), NAN), r(12, 70, seed=1), r(70, seed=2))),
+    "dot_product_k_padded": (lambda m, x, y, b: (x @ y, torch.addmv(b, x, y[:, 0], beta=0.5)),
+                             (r(1, 70), r(70, 1, seed=1), r(1, seed=2))),
     "max_min_dim_values_and_indices": (
         lambda m, x: (*torch.max(x, 1), *torch.min(x, 0, keepdim=True),
                       x.max(dim=-1).indices.float() + 1),
@@ -218,3 +220,34 @@ def test_random_transformer_op_matches_eager(tmp_path_factory, case):
          r(*shape, seed=seed, scale=4)).to(dtype)
     b = r(*bound, seed=seed + 1).to(dtype)
     run_and_compare(tmp_path_factory.mktemp("op"), Lambda(_program(kind, dim, extra)), (x, b))
+
+
+@st.composite
+def gemms(draw):
+    # k >= 3: a [1, 1] @ [1, n] matmul fails in the simulator's batchmatmul (0-d operands)
+    m, n = (draw(st.sampled_from([1, 3, 64, 70])) for _ in range(2))
+    k = draw(st.sampled_from([3, 64, 70]))
+    vector = draw(st.booleans())
+    bias = draw(st.sampled_from([(m, n), (n,), (1, n), (m, 1), (1,)] if not vector
+                                else [(m,), (1,)]))
+    alpha, beta = (draw(st.sampled_from([0, 1, 0.5, -2.0])) for _ in range(2))
+    dtype = draw(st.sampled_from([torch.float32, torch.float16]))
+    nan_bias = draw(st.booleans())
+    return m, k, n, vector, bias, alpha, beta, dtype, nan_bias, draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=int(__import__("os").environ.get("SPYREC_RANDOM_PROGRAMS", "14")),
+          deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(gemms())
+def test_random_addmm_addmv_matches_eager(tmp_path_factory, case):
+    m, k, n, vector, bias, alpha, beta, dtype, nan_bias, seed = case
+    b = r(*bias, seed=seed)
+    if nan_bias and beta == 0:
+        b.view(-1)[0] = NAN            # eager ignores the bias entirely when beta == 0
+    x = r(m, k, seed=seed + 1)
+    y = r(k, seed=seed + 2) if vector else r(k, n, seed=seed + 2)
+    op = torch.addmv if vector else torch.addmm
+    fn = lambda mod, b, x, y: op(b, x, y, beta=beta, alpha=alpha)  # noqa: E731
+    run_and_compare(tmp_path_factory.mktemp("gemm"), Lambda(fn),
+                    tuple(t.to(dtype) for t in (b, x, y)))
