@@ -345,6 +345,9 @@ VIEW_COPIES = {
     "aten.as_strided_copy.default": "aten.as_strided.default",
 }
 
+for _copy_name, _view_name in VIEW_COPIES.items():
+    lowering(_copy_name)(LOWERINGS[_view_name])
+
 
 @lowering("<built-in function getitem>")
 def _getitem(ctx, node, seq, i):
@@ -400,10 +403,6 @@ def gather(ctx: LoweringContext, x: TensorValue, dim: int, idx: TensorValue) -> 
              [Access(x.buffer, x.at(x_idx))], out.at(cvars),
              index_inputs=[Access(idx.buffer, idx.at(idx_vars))])
     return out
-
-
-for _copy_name, _view_name in VIEW_COPIES.items():
-    lowering(_copy_name)(LOWERINGS[_view_name])
 
 
 def host_dtype_is_integer(dtype: str) -> bool:

@@ -27,8 +27,9 @@ def _check_int_divisor(ctx: KernelContext, b: np.ndarray) -> None:
 def _rounding(ctx: KernelContext):
     """Each step's rounding: none (float32), or to `intermediate_dtype` ("fp16", "bf16"),
     which is how eager's Half/BFloat16 arithmetic evaluates these formulas. The operands are
-    rounded too: a no-op for fp16 tensors, and a Python-number divisor becomes the fp16 value
-    eager's type promotion makes of it."""
+    rounded too: a no-op for fp16 tensors, and a Python-number dividend becomes the fp16 value
+    eager's type promotion makes of it. (Eager takes its fp32 path for a one-element divisor;
+    the compiler then leaves `intermediate_dtype` out.)"""
     kind = ctx.constant("intermediate_dtype")
     if kind is None:
         return lambda v: np.asarray(v, np.float32)
