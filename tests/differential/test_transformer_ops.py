@@ -165,6 +165,9 @@ INT_PROGRAMS = {
                          torch.div(a, -4, rounding_mode="trunc")),
         (ints(6, 70), ints(6, 70, seed=1, lo=1, hi=9)
          * torch.tensor([1, -1], dtype=torch.int32).repeat(35))),
+    "div_floor_int64_positions": (lambda m, p: (p // 64, torch.div(p, -3, rounding_mode="trunc"),
+                                                p // (p.abs() // 200 + 1)),
+                                  (ints(3, 100, lo=-1000, hi=1000).long(),)),
     "pow_int32": (lambda m, b, e: (torch.pow(b, e), torch.pow(2, e)),
                   (ints(4, 40, lo=-3, hi=4), ints(4, 40, seed=1, lo=-2, hi=7))),
     "argmax_max_int32": (lambda m, x: (torch.argmax(x, 1), *torch.max(x, 0), torch.argmin(x)),
