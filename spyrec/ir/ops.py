@@ -27,7 +27,7 @@ class OpKind:
 _POINTWISE_1 = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
                 "relufwd", "silu", "floor", "gelufwd", "pow", "clip")
 _POINTWISE_2 = ("add", "sub", "mul", "realdiv", "maximum", "minimum",
-                "truncdiv", "floordiv", "powtensor")
+                "truncdiv", "floordiv", "remainder", "fmod", "powtensor")
 _COMPARE = ("equal", "notequal", "greaterthan", "greaterequal", "lesserthan", "lesserequal")
 
 DEVICE_OPS: dict[str, OpKind] = {

@@ -4,6 +4,7 @@ exponent, and the *_copy views. Each program compiles, simulates and equals eage
 fp16 (harness tolerances); inputs carry the edge values that tell the semantics apart (NaN,
 ties, zero divisors, NaN in an ignored addmm input)."""
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -59,6 +60,11 @@ PROGRAMS = {
         lambda m, a: (torch.div(a, 0.7, rounding_mode="floor"),
                       torch.div(a, -3.0, rounding_mode="trunc"), torch.floor_divide(a, 0.1)),
         (r(9, 40, scale=10),)),
+    "remainder_fmod": (
+        lambda m, a, b: (a % b, torch.fmod(a, b), a % 0.75, torch.fmod(a, -1.5),
+                         torch.remainder(2.5, b)),
+        (with_specials(r(5, 66, scale=8), 7.0, -7.0, 1.0, 0.0, -1.0, 5.5, -5.5, INF),
+         with_specials(r(5, 66, seed=1), 2.0, 2.0, 0.0, 0.0, -3.0, 0.1, 0.1, 3.0))),
     "addmm_alpha_beta": (lambda m, b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0),
                          (r(8, 24), r(8, 70, seed=1), r(70, 24, seed=2))),
     "addmm_beta0_ignores_nan_bias": (
@@ -152,6 +158,21 @@ def test_div_rounding_half_steps_except_for_a_one_element_divisor(dtype, tmp_pat
     run_and_compare(tmp_path, Lambda(fn), (a, b, one))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_remainder_by_a_python_float_rounds_it_like_eager(dtype, tmp_path):
+    """Exact comparison: the harness tolerance would hide a divisor off by one fp16 ulp."""
+    from spyrec.sim.runner import simulate
+    from tests.differential.harness import as_float, host_array
+    from tests.programs import compile_pt2, export
+
+    fn = lambda m, a: (a % 0.1, torch.fmod(a, 0.7), 2.5 % a)  # noqa: E731
+    a = r(16, 128, scale=30).to(dtype)
+    out = compile_pt2(export(tmp_path, Lambda(fn), (a,)), tmp_path / "out")
+    got = simulate(out, {"args_0": host_array(a)}).outputs
+    for g, want in zip(got, fn(None, a)):
+        np.testing.assert_array_equal(as_float(g, dtype), want.float().numpy())
+
+
 def ints(*shape, seed=0, lo=-20, hi=21):
     return torch.randint(lo, hi, shape, generator=torch.Generator().manual_seed(seed),
                          dtype=torch.int32)
@@ -166,8 +187,11 @@ INT_PROGRAMS = {
         (ints(6, 70), ints(6, 70, seed=1, lo=1, hi=9)
          * torch.tensor([1, -1], dtype=torch.int32).repeat(35))),
     "div_floor_int64_positions": (lambda m, p: (p // 64, torch.div(p, -3, rounding_mode="trunc"),
-                                                p // (p.abs() // 200 + 1)),
+                                                p // (p.abs() % 5 + 1), p % 64),
                                   (ints(3, 100, lo=-1000, hi=1000).long(),)),
+    "remainder_fmod_int": (lambda m, a, b: (a % b, torch.fmod(a, b), a % 7, torch.fmod(a, -4)),
+                           (ints(6, 70), ints(6, 70, seed=1, lo=1, hi=9)
+                            * torch.tensor([1, -1], dtype=torch.int32).repeat(35))),
     "pow_int32": (lambda m, b, e: (torch.pow(b, e), torch.pow(2, e)),
                   (ints(4, 40, lo=-3, hi=4), ints(4, 40, seed=1, lo=-2, hi=7))),
     "argmax_max_int32": (lambda m, x: (torch.argmax(x, 1), *torch.max(x, 0), torch.argmin(x)),

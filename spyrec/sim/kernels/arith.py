@@ -105,3 +105,18 @@ def powtensor(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
         e = e >> 1
     negative = np.where(base == 1, 1, np.where(base == -1, np.where(exp % 2 != 0, -1, 1), 0))
     return np.where(exp < 0, negative, result)
+
+
+@kernel("remainder", "fmod", arity=_binary_arity)
+def remainder(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
+    """torch.remainder (Python's %: the sign of b) and torch.fmod (C's fmod: the sign of a).
+    Floats: fmod(a, b) exactly, and remainder adds b to a nonzero result whose sign differs
+    from b's, as ATen; b == 0 gives nan. Integers: the same rules; a zero divisor faults."""
+    a, b = _operands(ctx, inputs)
+    if ctx.compute.kind == "i":
+        _check_int_divisor(ctx, b)
+        return np.mod(a, b) if ctx.op == "remainder" else np.fmod(a, b)
+    mod = np.fmod(a, b)
+    if ctx.op == "fmod":
+        return mod
+    return np.where((mod != _ZERO) & ((b < _ZERO) != (mod < _ZERO)), mod + b, mod)
