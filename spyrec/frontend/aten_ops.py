@@ -146,23 +146,29 @@ def _div_mode(ctx, node, a, b, rounding_mode=None):
           "aten.fmod.Tensor", "aten.fmod.Scalar")
 def _remainder(ctx, node, a, b):
     """x % y (the sign of y) and torch.fmod (the sign of x): one exact step, so fp16 needs no
-    emulated intermediate rounding. A float Python number is first rounded to an fp16/bf16
-    result dtype, as eager's promotion does here (unlike for the rounding divisions): 96% of
-    fp16 `x % 0.1` differ otherwise."""
-    import torch
-
-    dtype = ctx.out_meta()[1]
-    if dtype in ("float16", "bfloat16"):
-        a, b = (Scalar(torch.tensor(float(v.value), dtype=getattr(torch, dtype)).item())
-                if isinstance(v, Scalar) and isinstance(v.value, float) else v
-                for v in (_as_operand(a), _as_operand(b)))
-    return binary(ctx, str(node.target).split(".")[1], a, b)
+    emulated intermediate rounding; a float Python number is rounded like eager (96% of fp16
+    `x % 0.1` differ otherwise)."""
+    return binary(ctx, str(node.target).split(".")[1], *_eager_scalars(ctx, a, b))
 
 
 @lowering("aten.pow.Tensor_Tensor", "aten.pow.Scalar")
 def _pow_tensor(ctx, node, base, exponent):
-    """A tensor exponent (pow.Scalar: a scalar base) is the binary `powtensor` op."""
-    return binary(ctx, "powtensor", base, exponent)
+    """A tensor exponent (pow.Scalar: a scalar base, rounded like eager) is `powtensor`."""
+    return binary(ctx, "powtensor", *_eager_scalars(ctx, base, exponent))
+
+
+def _eager_scalars(ctx, *operands):
+    """Float Python numbers rounded to an fp16/bf16 result dtype first, as eager's type
+    promotion does for remainder, fmod and pow.Scalar (measured on torch 2.13; the rounding
+    divisions are different: they keep an fp32 scalar)."""
+    import torch
+
+    dtype = ctx.out_meta()[1]
+    operands = [_as_operand(v) for v in operands]
+    if dtype not in ("float16", "bfloat16"):
+        return operands
+    return [Scalar(torch.tensor(float(v.value), dtype=getattr(torch, dtype)).item())
+            if isinstance(v, Scalar) and isinstance(v.value, float) else v for v in operands]
 
 
 @lowering("aten.where.self")
