@@ -223,7 +223,8 @@ def cases(draw):
     shape = tuple(draw(st.sampled_from(SIZES)) for _ in range(rank))
     # a bound broadcasting over a random subset of dims (size 1 there), maybe of lower rank
     bound = tuple(1 if draw(st.booleans()) else n for n in shape)[draw(st.integers(0, rank)):]
-    kind = draw(st.sampled_from(["clamp", "div", "argmax", "argmin", "max_dim", "pow"]))
+    kind = draw(st.sampled_from(["clamp", "div", "argmax", "argmin", "max_dim", "pow",
+                                 "remainder", "hardtanh"]))
     dim = draw(st.integers(-rank, rank - 1))
     extra = draw(st.sampled_from(["trunc", "floor"])) if kind == "div" else draw(st.booleans())
     dtype = draw(st.sampled_from([torch.float32, torch.float16]))
@@ -237,6 +238,10 @@ def _program(kind, dim, extra):
         return lambda m, x, b: torch.div(x, b, rounding_mode=extra)
     if kind == "pow":
         return lambda m, x, b: torch.pow(x.abs(), b)
+    if kind == "remainder":
+        return lambda m, x, b: x % b if extra else torch.fmod(x, b)
+    if kind == "hardtanh":
+        return lambda m, x, b: F.hardtanh(x, -1.5, 2.0) * b
     if kind == "max_dim":
         return lambda m, x, b: tuple(torch.max(x, dim, keepdim=extra))
     return lambda m, x, b: getattr(torch, kind)(x, dim, keepdim=extra)
