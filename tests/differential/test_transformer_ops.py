@@ -288,3 +288,23 @@ def test_random_addmm_addmv_matches_eager(tmp_path_factory, case):
     fn = lambda mod, b, x, y: op(b, x, y, beta=beta, alpha=alpha)  # noqa: E731
     run_and_compare(tmp_path_factory.mktemp("gemm"), Lambda(fn),
                     tuple(t.to(dtype) for t in (b, x, y)))
+
+
+def test_view_copies_lower_to_index_expressions_not_copies(tmp_path):
+    """Every *_copy in the table is its view: the graph holds the one mul and nothing else,
+    and each copy variant reads x through the same index as its view."""
+    from spyrec.frontend import load_program, lower_program
+    from spyrec.frontend.aten_ops import VIEW_COPIES
+    from spyrec.frontend.lower import LOWERINGS
+    from tests.programs import export
+
+    assert all(LOWERINGS[c] is LOWERINGS[v] for c, v in VIEW_COPIES.items())
+    fn = lambda m, x: A.t_copy.default(A.slice_copy.Tensor(  # noqa: E731
+        A.view_copy.default(x, [8, 35]), 1, 3, 30, 2)) * 2
+    graph = lower_program(load_program(export(tmp_path, Lambda(fn), (r(4, 70),))))
+    assert [op.op for op in graph.ops] == ["mul"]
+    (read,) = graph.ops[0].inputs
+    assert read.buffer == "args_0" and str(read.index) == str(
+        lower_program(load_program(export(tmp_path, Lambda(
+            lambda m, x: x.view(8, 35)[:, 3:30:2].t() * 2), (r(4, 70),), name="v"))
+        ).ops[0].inputs[0].index)
