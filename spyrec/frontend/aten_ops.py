@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.lower import (
-    LoweringContext, Scalar, host_dtype, iteration_vars, lowering, names_of,
+    LOWERINGS, LoweringContext, Scalar, host_dtype, iteration_vars, lowering,
+    names_of,
 )
 from spyrec.frontend.views import TensorValue
-from spyrec.indexing import Indirect, as_lin
+from spyrec.indexing import Indirect, Lin, as_lin, const, var
 from spyrec.ir import Access
 
 # --- pointwise -------------------------------------------------------------------------------
@@ -48,9 +49,10 @@ def _as_operand(x):
     return Scalar(x)
 
 
-def binary(ctx: LoweringContext, op: str, a, b, alpha=None) -> TensorValue:
+def binary(ctx: LoweringContext, op: str, a, b, alpha=None,
+           out_dtype: str | None = None, constants: dict | None = None) -> TensorValue:
     a, b = _as_operand(a), _as_operand(b)
-    constants = {}
+    constants = dict(constants or {})
     if alpha not in (None, 1):
         constants["alpha"] = float(alpha)
     if isinstance(a, Scalar) and isinstance(b, Scalar):
@@ -58,7 +60,7 @@ def binary(ctx: LoweringContext, op: str, a, b, alpha=None) -> TensorValue:
     if isinstance(a, Scalar) or isinstance(b, Scalar):
         side, scalar = ("lhs", a) if isinstance(a, Scalar) else ("rhs", b)
         constants.update(scalar=_number(scalar.value), scalar_side=side)
-    return ctx.pointwise(op, [a, b], constants=constants)
+    return ctx.pointwise(op, [a, b], constants=constants, out_dtype=out_dtype)
 
 
 def _number(v):
@@ -98,6 +100,75 @@ def _clamp(ctx, node, x, lo=None, hi=None):
     bound = {"clipMin": None if lo is None else float(lo),
              "clipMax": None if hi is None else float(hi)}
     return ctx.pointwise("clip", [x], constants=bound)
+
+
+@lowering("aten.clamp.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
+def _clamp_tensor(ctx, node, x, lo=None, hi=None):
+    """Tensor bounds (broadcasting): maximum with min, then minimum with max, so NaN in x or
+    in a bound propagates and min > max gives max, as torch.clamp. Selection is exact, so the
+    intermediate in the output dtype rounds nothing twice."""
+    if str(node.target) == "aten.clamp_max.Tensor":
+        lo, hi = None, lo
+    dtype = ctx.out_meta()[1]
+    y = x
+    for op, bound in (("maximum", lo), ("minimum", hi)):
+        if bound is not None:
+            y = binary(ctx, op, y, bound, out_dtype=dtype)
+    if y is x:  # clamp(x) with neither bound: a copy in the output dtype
+        y = ctx.pointwise("identity", [x], out_dtype=dtype)
+    return y
+
+
+@lowering("aten.hardtanh.default")
+def _hardtanh(ctx, node, x, min_val=-1.0, max_val=1.0):
+    return ctx.pointwise("clip", [x], constants={"clipMin": float(min_val),
+                                                 "clipMax": float(max_val)})
+
+
+@lowering("aten.div.Tensor_mode", "aten.div.Scalar_mode")
+def _div_mode(ctx, node, a, b, rounding_mode=None):
+    """rounding_mode None: true division; 'trunc'/'floor': the truncdiv/floordiv device ops,
+    which follow eager exactly (floor is Python's float //, not floor(a / b))."""
+    op = {None: "realdiv", "trunc": "truncdiv", "floor": "floordiv"}.get(rounding_mode)
+    if op is None:
+        raise UnsupportedProgram(f"{node.name}: div with rounding_mode={rounding_mode!r}")
+    # Eager evaluates the rounding formulas in Half/BFloat16 arithmetic for those dtypes,
+    # except with a one-element divisor (a Python number or a numel-1 tensor: its CPU scalar
+    # path), which it evaluates in fp32; measured on torch 2.13, bit for bit.
+    step = {"float16": "fp16", "bfloat16": "bf16"}.get(ctx.out_meta()[1])
+    one_element = not isinstance(b, TensorValue) or b.numel == 1
+    extra = {"intermediate_dtype": step} if op != "realdiv" and step and not one_element \
+        else None
+    return binary(ctx, op, a, b, constants=extra)
+
+
+@lowering("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor",
+          "aten.fmod.Tensor", "aten.fmod.Scalar")
+def _remainder(ctx, node, a, b):
+    """x % y (the sign of y) and torch.fmod (the sign of x): one exact step, so fp16 needs no
+    emulated intermediate rounding; a float Python number is rounded like eager (96% of fp16
+    `x % 0.1` differ otherwise)."""
+    return binary(ctx, str(node.target).split(".")[1], *_eager_scalars(ctx, a, b))
+
+
+@lowering("aten.pow.Tensor_Tensor", "aten.pow.Scalar")
+def _pow_tensor(ctx, node, base, exponent):
+    """A tensor exponent (pow.Scalar: a scalar base, rounded like eager) is `powtensor`."""
+    return binary(ctx, "powtensor", *_eager_scalars(ctx, base, exponent))
+
+
+def _eager_scalars(ctx, *operands):
+    """Float Python numbers rounded to an fp16/bf16 result dtype first, as eager's type
+    promotion does for remainder, fmod and pow.Scalar (measured on torch 2.13; the rounding
+    divisions are different: they keep an fp32 scalar)."""
+    import torch
+
+    dtype = ctx.out_meta()[1]
+    operands = [_as_operand(v) for v in operands]
+    if dtype not in ("float16", "bfloat16"):
+        return operands
+    return [Scalar(torch.tensor(float(v.value), dtype=getattr(torch, dtype)).item())
+            if isinstance(v, Scalar) and isinstance(v.value, float) else v for v in operands]
 
 
 @lowering("aten.where.self")
@@ -208,6 +279,97 @@ def _split(ctx, node, x, sizes, dim=0):
         parts.append(x.slice(dim, start, min(start + n, x.shape[dim])))
         start += n
     return parts
+
+
+@lowering("aten.narrow.default")
+def _narrow(ctx, node, x, dim, start, length):
+    start = start % x.shape[dim % x.rank] if start < 0 else start
+    return x.slice(dim, start, start + length)
+
+
+@lowering("aten.diagonal.default")
+def _diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims (dim1, dim2) as the last dim: both dims read the same new var."""
+    dim1, dim2 = dim1 % x.rank, dim2 % x.rank
+    n1, n2 = x.shape[dim1], x.shape[dim2]
+    skip1, skip2 = max(-offset, 0), max(offset, 0)
+    length = max(min(n1 - skip1, n2 - skip2), 0)
+    rest = [i for i in range(x.rank) if i not in (dim1, dim2)]
+    old = [const(0)] * x.rank
+    for new_pos, i in enumerate(rest):
+        old[i] = var(f"v{new_pos}")
+    d = var(f"v{len(rest)}")
+    old[dim1], old[dim2] = d + skip1, d + skip2
+    return x._with([x.shape[i] for i in rest] + [length], x.at(old))
+
+
+@lowering("aten.unfold.default")
+def _unfold(ctx, node, x, dim, size, step):
+    """Windows of `size` every `step` along `dim`, the window position as a new last dim."""
+    dim = dim % max(x.rank, 1)
+    count = (x.shape[dim] - size) // step + 1
+    old = [var(f"v{i}") for i in range(x.rank)]
+    old[dim] = var(f"v{dim}").scale(step) + var(f"v{x.rank}")
+    shape = list(x.shape)
+    shape[dim] = count
+    return x._with(shape + [size], x.at(old))
+
+
+@lowering("aten.as_strided.default")
+def _as_strided(ctx, node, x, size, stride, storage_offset=None):
+    """Index arithmetic over the storage, only when that storage is certainly the same in
+    spyrec and in eager: `x` is a whole buffer read row-major and eager's `x` is contiguous."""
+    val = node.args[0].meta.get("val")
+    same_storage = (val is not None and val.is_contiguous() and val.storage_offset() == 0
+                    and x.numel == ctx.graph.buffers[x.buffer].numel
+                    and x == x._with(x.shape, _row_major(x.shape)))
+    offset = int(storage_offset or 0)
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)
+    if not same_storage or any(st < 0 for st in stride) or last >= max(x.numel, 1):
+        raise UnsupportedProgram(
+            f"{node.name}: as_strided over a view or outside its tensor; only as_strided of a "
+            f"whole contiguous tensor is supported (use view/permute/slice/unfold)")
+    index = sum((var(f"v{i}").scale(st) for i, (n, st) in enumerate(zip(size, stride))
+                 if n > 1), const(offset))
+    return x._with(size, index)
+
+
+def _row_major(shape) -> Lin:
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    return sum((var(f"v{i}").scale(st) for i, (n, st) in enumerate(zip(shape, strides))
+                if n > 1), Lin())
+
+
+# The *_copy variants torch.export and functionalization produce: the same index expressions as
+# their views. A value is never mutated after it is made, so a view can stand for the copy; a
+# consumer that needs a fresh buffer (a program output) materializes it as any view.
+VIEW_COPIES = {
+    "aten.view_copy.default": "aten.view.default",
+    "aten._reshape_copy.default": "aten.reshape.default",
+    "aten.permute_copy.default": "aten.permute.default",
+    "aten.transpose_copy.int": "aten.transpose.int",
+    "aten.t_copy.default": "aten.t.default",
+    "aten.expand_copy.default": "aten.expand.default",
+    "aten.squeeze_copy.default": "aten.squeeze.default",
+    "aten.squeeze_copy.dim": "aten.squeeze.dim",
+    "aten.squeeze_copy.dims": "aten.squeeze.dims",
+    "aten.unsqueeze_copy.default": "aten.unsqueeze.default",
+    "aten.slice_copy.Tensor": "aten.slice.Tensor",
+    "aten.select_copy.int": "aten.select.int",
+    "aten.narrow_copy.default": "aten.narrow.default",
+    "aten.split_copy.Tensor": "aten.split.Tensor",
+    "aten.split_with_sizes_copy.default": "aten.split_with_sizes.default",
+    "aten.alias_copy.default": "aten.alias.default",
+    "aten.detach_copy.default": "aten.detach.default",
+    "aten.diagonal_copy.default": "aten.diagonal.default",
+    "aten.unfold_copy.default": "aten.unfold.default",
+    "aten.as_strided_copy.default": "aten.as_strided.default",
+}
+
+for _copy_name, _view_name in VIEW_COPIES.items():
+    lowering(_copy_name)(LOWERINGS[_view_name])
 
 
 @lowering("<built-in function getitem>")

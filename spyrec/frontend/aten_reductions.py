@@ -74,10 +74,26 @@ for _op in ("sum", "mean", "amax", "amin"):
 
 @lowering("aten.max.dim", "aten.min.dim")
 def _max_dim(ctx, node, x, dim, keepdim=False):
-    """(values, indices): the values are a reduction; the indices are not supported."""
-    values = reduce(ctx, str(node.target).split(".")[1], x, [dim], keepdim, _first_dtype(node))
-    return (values, Unlowered(f"{node.name}: the indices of {node.target} (argmax/argmin) are "
-                              f"not supported; use .values or torch.amax/amin"))
+    """(values, indices): a max/min reduction and an argmax/argmin over the same dim, each
+    emitted only when the program reads it (there is no dead-op elimination later)."""
+    kind = str(node.target).split(".")[1]
+    used = {u.args[1] if len(u.args) == 2 and isinstance(u.args[1], int) else None
+            for u in node.users}
+    unused = Unlowered(f"{node.name}: an output of {node.target} that nothing reads")
+    values = reduce(ctx, kind, x, [dim], keepdim, _first_dtype(node)) \
+        if used - {1} else unused
+    indices = reduce(ctx, f"arg{kind}", x, [dim], keepdim, "int64") if used - {0} else unused
+    return (values, indices)
+
+
+@lowering("aten.argmax.default", "aten.argmin.default")
+def _argmax(ctx, node, x, dim=None, keepdim=False):
+    """The index of the first extreme value (NaN counts as extreme) along `dim`, or in the
+    flattened tensor when `dim` is None: the device op's index is row-major over its reduced
+    vars, which are the host dims in order (docs/formats.md)."""
+    shape, dtype = ctx.out_meta()
+    out = reduce(ctx, str(node.target).split(".")[1], x, dim, keepdim, dtype)
+    return out if out.shape == shape else out.reshape(shape)
 
 
 @lowering("aten.max.default", "aten.min.default")
@@ -122,12 +138,26 @@ def _mm(ctx, node, a, b):
     return matmul(ctx, a, b, ctx.out_meta()[1])
 
 
-@lowering("aten.addmm.default")
+@lowering("aten.addmm.default", "aten.addmv.default")
 def _addmm(ctx, node, bias, a, b, beta=1, alpha=1):
-    if beta != 1 or alpha != 1:
-        raise UnsupportedProgram(f"{node.name}: addmm with beta={beta}, alpha={alpha}")
-    dtype = ctx.out_meta()[1]
-    return binary(ctx, "add", matmul(ctx, a, b, dtype), bias)
+    """beta * bias + alpha * (a @ b), the product in fp32 and one rounding at the end, as
+    eager's CPU GEMM. beta == 0 ignores `bias` (NaN and inf in it included), as eager does for
+    every dtype; alpha == 0 ignores the product only in fp32 (BLAS skips it), while eager's
+    fp16/bf16 GEMM multiplies it by 0, so NaN or inf in it still give NaN there."""
+    shape, dtype = ctx.out_meta()
+    if alpha == 0 and dtype == FP32:
+        if beta == 0:
+            return ctx.pointwise("fill", [], constants={"value": 0.0})
+        return ctx.pointwise("mul", [bias, Scalar(beta)], shape=shape,
+                             constants={"scalar": float(beta), "scalar_side": "rhs"})
+    last = beta == 0 and alpha == 1
+    y = matmul(ctx, a, b, dtype if last else FP32)
+    if alpha != 1:
+        y = ctx.pointwise("mul", [y, Scalar(alpha)], out_dtype=dtype if beta == 0 else FP32,
+                          constants={"scalar": float(alpha), "scalar_side": "rhs"})
+    if beta == 0:
+        return y
+    return binary(ctx, "add", y, bias, alpha=beta, out_dtype=dtype)
 
 
 @lowering("aten.linear.default")

@@ -20,6 +20,11 @@ KEEP_OPS = (
     "aten.linear.default", "aten.gelu.default", "aten.silu.default",
     "aten.layer_norm.default", "aten.rms_norm.default",
     "aten.softmax.int", "aten.log_softmax.int",
+    # *_copy views: lowered as index expressions, not torch's view + clone (a copy)
+    "aten.transpose_copy.int", "aten.t_copy.default", "aten.expand_copy.default",
+    "aten.squeeze_copy.dim", "aten.squeeze_copy.dims", "aten.squeeze_copy.default",
+    "aten.unsqueeze_copy.default", "aten.alias_copy.default", "aten.diagonal_copy.default",
+    "aten.unfold_copy.default",
 )
 
 REEXPORT_STATIC = (

@@ -26,7 +26,8 @@ class OpKind:
 
 _POINTWISE_1 = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
                 "relufwd", "silu", "floor", "gelufwd", "pow", "clip")
-_POINTWISE_2 = ("add", "sub", "mul", "realdiv", "maximum", "minimum")
+_POINTWISE_2 = ("add", "sub", "mul", "realdiv", "maximum", "minimum",
+                "truncdiv", "floordiv", "remainder", "fmod", "powtensor")
 _COMPARE = ("equal", "notequal", "greaterthan", "greaterequal", "lesserthan", "lesserequal")
 
 DEVICE_OPS: dict[str, OpKind] = {
@@ -36,6 +37,7 @@ DEVICE_OPS: dict[str, OpKind] = {
     "where3": OpKind("pointwise", 3),
     "sum": OpKind("reduction", 1), "max": OpKind("reduction", 1),
     "min": OpKind("reduction", 1), "mean": OpKind("reduction", 1),
+    "argmax": OpKind("reduction", 1), "argmin": OpKind("reduction", 1),
     "batchmatmul": OpKind("matmul", 2),
     "identity": OpKind("copy", 1), "ReStickifyOpHBM": OpKind("copy", 1),
     "fill": OpKind("fill", 0),

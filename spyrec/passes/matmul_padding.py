@@ -41,9 +41,11 @@ class MatmulPadding(Pass):
         e = graph.buffers[x.buffer].layout.elems_per_stick
         if sizes[k] % e == 0:
             return op
-        n_var = [v for v, _ in op.ranges if v not in op.reduced][-1]
+        free = [v for v, _ in op.ranges if v not in op.reduced]
+        n_var = free[-1] if free else None   # none when M and N are both 1 (a dot product)
         used = {a.name for a in y.index.free_atoms() if isinstance(a, Var)}
-        order = [v for v, _ in op.ranges if v in used and v not in (k, n_var)] + [k, n_var]
+        order = [v for v, _ in op.ranges if v in used and v not in (k, n_var)] + \
+            [v for v in (k, n_var) if v is not None]
         k_pad = -(-sizes[k] // e) * e
         src = graph.buffers[y.buffer]
         shape = tuple(k_pad if v == k else sizes[v] for v in order)

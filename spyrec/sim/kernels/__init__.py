@@ -4,7 +4,8 @@ Importing this package registers every kernel; `KERNELS[op]` is the one lookup (
 ladders). Adding an op = one decorated function in the module of its family.
 """
 
-from spyrec.sim.kernels import copy, pointwise, reduce  # noqa: F401  (registration)
+# imported for their @kernel registrations
+from spyrec.sim.kernels import argreduce, arith, copy, pointwise, reduce  # noqa: F401
 from spyrec.sim.kernels.registry import (
     KERNELS, MATMUL, MOVE, TRANSCENDENTAL, VECTOR, Kernel, KernelContext, kernel,
 )
