@@ -21,11 +21,15 @@ def program_of(ep) -> Program:
     inputs = [_input_spec(s) for s in sig.input_specs]
     outputs = [OutputSpec(s.kind.name.lower(), getattr(s.arg, "name", ""), s.target)
                for s in sig.output_specs]
-    state, dtypes = {}, {}
+    state, dtypes, aliases, views = {}, {}, {}, {}
     for fqn, tensor in {**ep.state_dict, **ep.constants}.items():
         if hasattr(tensor, "dtype"):
             state[fqn], dtypes[fqn] = host_array(tensor)
-    return Program(nodes, inputs, outputs, state, dtypes, frontend="torch")
+            view = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+            if view in views:  # tied weights
+                aliases[fqn] = views[view]
+            views.setdefault(view, fqn)
+    return Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="torch")
 
 
 def host_array(tensor) -> tuple[np.ndarray, str]:

@@ -14,7 +14,7 @@ cannot tell them apart:
 - `meta["val"]` is a `TensorMeta` (or a list of them for multi-output nodes), `meta` also holds
   `stack_trace` and `nn_module_stack` when the exporter recorded them;
 - weights and constants are numpy arrays keyed by FQN (bf16 as uint16 bit patterns, with their
-  host dtype in `state_dtypes`).
+  host dtype in `state_dtypes`); FQNs stored in the same memory (tied weights) are in `aliases`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,10 @@ class Program:
     outputs: list[OutputSpec]
     state: dict[str, np.ndarray]
     state_dtypes: dict[str, str]
+    # fqn -> the first fqn stored in the same memory (tied weights): lowered as one buffer
+    aliases: dict[str, str] = field(default_factory=dict)
     frontend: str = ""
+    fallback_reason: str = ""  # why `--frontend auto` used torch, when it did
 
     def node(self, name: str) -> Node:
         return self._by_name()[name]

@@ -64,12 +64,12 @@ def read_program(path: str | Path, archive: Archive | None = None) -> Program:
         nodes = reader.nodes()
         inputs = [_input_spec(archive, s) for s in graph_module["signature"]["input_specs"]]
         outputs = [_output_spec(archive, s) for s in graph_module["signature"]["output_specs"]]
-        state, dtypes = {}, {}
+        state, dtypes, aliases = {}, {}, {}
         byteorder = _byteorder(archive, zf)
         for config, folder in ((WEIGHTS_CONFIG, "data/weights/"),
                                (CONSTANTS_CONFIG, "data/constants/")):
-            _read_payloads(archive, zf, config, folder, byteorder, state, dtypes)
-    return Program(nodes, inputs, outputs, state, dtypes, frontend="fast")
+            _read_payloads(archive, zf, config, folder, byteorder, state, dtypes, aliases)
+    return Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast")
 
 
 def _check_schema(archive: Archive, model: dict) -> None:
@@ -287,10 +287,16 @@ def _byteorder(archive: Archive, zf: zipfile.ZipFile) -> str:
 
 
 def _read_payloads(archive: Archive, zf: zipfile.ZipFile, config_name: str, folder: str,
-                   byteorder: str, state: dict, dtypes: dict) -> None:
+                   byteorder: str, state: dict, dtypes: dict, aliases: dict) -> None:
     config = json.loads(zf.read(archive.root + config_name))["config"]
     storages: dict[str, bytes] = {}
+    views: dict[str, str] = {}
     for fqn, meta in config.items():
+        view = json.dumps([folder, meta.get("path_name"), meta.get("tensor_meta")],
+                          sort_keys=True)
+        if view in views:  # the same bytes seen the same way: a tied weight
+            aliases[fqn] = views[view]
+        views.setdefault(view, fqn)
         tmeta = meta.get("tensor_meta")
         if tmeta is None:
             raise NeedsTorch(f"{fqn} has no tensor_meta")

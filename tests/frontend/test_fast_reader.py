@@ -71,7 +71,7 @@ def test_fast_reader_equals_the_torch_front_end(pt2):
         assert f.meta.get("stack_trace") == r.meta.get("stack_trace"), f.name
         assert f.meta.get("nn_module_stack") == r.meta.get("nn_module_stack"), f.name
     assert fast.inputs == ref.inputs and fast.outputs == ref.outputs
-    assert fast.state_dtypes == ref.state_dtypes
+    assert fast.state_dtypes == ref.state_dtypes and fast.aliases == ref.aliases
     assert sorted(fast.state) == sorted(ref.state)
     for fqn in ref.state:
         assert fast.state[fqn].dtype == ref.state[fqn].dtype, fqn
@@ -90,6 +90,7 @@ def test_the_reader_spells_values_as_documented(tmp_path):
     cast = next(n for n in program.nodes if n.target == "aten.to.dtype")
     assert cast.args[1] == "bfloat16"
     assert program.state_dtypes["w"] == "bfloat16" and program.state["w"].dtype == np.uint16
+    assert program.aliases == {"lin2.weight": "lin.weight"}
     kinds = {s.kind for s in program.inputs}
     assert kinds == {"parameter", "buffer", "constant", "user_input"}
 
