@@ -52,17 +52,21 @@ def _verbosity(verbose: int, quiet: bool) -> int:
 @click.option("--set", "sets", multiple=True, metavar="PASS.OPTION=VALUE",
               help="Override one pipeline option (repeatable).")
 @click.option("--dump-after", metavar="PASS|all", help="Print the IR after a pass to stderr.")
+@click.option("--frontend", type=click.Choice(["auto", "fast", "torch"]), default="auto",
+              show_default=True,
+              help="fast: read the .pt2 without torch; torch: torch.export.load; auto: fast, "
+                   "falling back to torch (with a note) when it must.")
 @click.option("--timings", is_flag=True, help="Print per-pass wall time to stderr.")
 @click.option("-v", "--verbose", count=True,
               help="Per-pass logging on stderr (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, timings,
-                    verbose, quiet):
+def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, frontend,
+                    timings, verbose, quiet):
     """Compile MODEL.pt2 (from torch.export.save) into an output directory."""
     from spyrec.compiler import CompileOptions, compile_program
 
     opts = CompileOptions(pipeline, tiling, layouts, list(sets), dump_after, timings,
-                          _verbosity(verbose, quiet))
+                          _verbosity(verbose, quiet), frontend)
     report = compile_program(model, out_dir, opts)
     if opts.verbose >= 0:
         r = report["restickify"]

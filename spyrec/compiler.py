@@ -25,6 +25,7 @@ class CompileOptions:
     dump_after: str | None = None
     timings: bool = False
     verbose: int = 0
+    frontend: str = "auto"
 
 
 def _log(opts: CompileOptions, message: str) -> None:
@@ -92,6 +93,10 @@ class Plan:
 def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
     """Check every option and config file without importing torch (DESIGN §1: a bad option is
     reported at once, not after seconds of model loading)."""
+    from spyrec.frontend.load import FRONTENDS
+
+    if opts.frontend not in FRONTENDS:
+        raise ConfigError(f"--frontend {opts.frontend!r}: choose one of {', '.join(FRONTENDS)}")
     if opts.tiling is not None:
         raise ConfigError("--tiling: coarse tiling is not implemented yet; compile without it")
     entries, pipeline_path = read_pipeline_file(opts.pipeline)
@@ -114,10 +119,12 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
 
     timings: list[dict] = []
     t0 = time.perf_counter()
-    ep = load_program(source)
-    timings.append({"name": "load_and_decompose", "wall_ms": _ms(t0)})
+    program = load_program(source, opts.frontend)
+    timings.append({"name": "load", "wall_ms": _ms(t0)})
+    if program.fallback_reason:
+        _log(opts, f"spyrec: note: using the torch front end: {program.fallback_reason}")
     t0 = time.perf_counter()
-    graph = lower_program(ep)
+    graph = lower_program(program)
     check_limits(graph)
     check_layout_names(checked.layouts, graph, opts.layouts)
     timings.append({"name": "lower", "wall_ms": _ms(t0)})
@@ -132,6 +139,8 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
         _dump(opts, p.name, graph)
     t0 = time.perf_counter()
     report = _report(graph, ctx, timings)
+    report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
+                          "fallback_reason": program.fallback_reason or None}
     configs = {"pipeline": pipeline_path, "tiling": None,
                "layouts": str(opts.layouts) if opts.layouts else None}
     files = build_outputs(graph, source, describe(pipeline), configs, ctx.report)

@@ -7,6 +7,8 @@ matmuls and composites (softmax, norms) are in `aten_reductions.py`.
 
 from __future__ import annotations
 
+import numpy as np
+
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.lower import (
     LOWERINGS, LoweringContext, Scalar, host_dtype, iteration_vars, lowering,
@@ -161,17 +163,31 @@ def _eager_scalars(ctx, *operands):
     """Float Python numbers rounded to an fp16/bf16 result dtype first, as eager's type
     promotion does for remainder, fmod and pow.Scalar (measured on torch 2.13; the rounding
     divisions are different: they keep an fp32 scalar)."""
-    import torch
-
     dtype = ctx.out_meta()[1]
     operands = [_as_operand(v) for v in operands]
     if dtype not in ("float16", "bfloat16"):
         return operands
-    return [Scalar(torch.tensor(float(v.value), dtype=getattr(torch, dtype)).item())
+    return [Scalar(round_scalar(v.value, dtype))
             if isinstance(v, Scalar) and isinstance(v.value, float) else v for v in operands]
 
 
-@lowering("aten.where.self")
+def round_scalar(value: float, dtype: str) -> float:
+    """A Python float rounded to fp16 or bf16 as `torch.tensor(value, dtype=...)` does: to
+    float32 first, then to nearest-even (the double rounding is eager's, so it is ours)."""
+    with np.errstate(over="ignore"):
+        single = np.float32(value)
+    if dtype == "float16":
+        with np.errstate(over="ignore"):
+            return float(np.float16(single))
+    if not np.isfinite(single):
+        return float(single)
+    bits = int(single.view(np.uint32))
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return float(np.uint32(bits & 0xFFFFFFFF).view(np.float32))
+
+
+@lowering("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf",
+          "aten.where.Scalar")
 def _where(ctx, node, cond, a, b):
     constants, operands = {}, [cond]
     for key, v in (("a_scalar", a), ("b_scalar", b)):
@@ -319,8 +335,8 @@ def _unfold(ctx, node, x, dim, size, step):
 def _as_strided(ctx, node, x, size, stride, storage_offset=None):
     """Index arithmetic over the storage, only when that storage is certainly the same in
     spyrec and in eager: `x` is a whole buffer read row-major and eager's `x` is contiguous."""
-    val = node.args[0].meta.get("val")
-    same_storage = (val is not None and val.is_contiguous() and val.storage_offset() == 0
+    val = ctx.meta_of(node.args[0])
+    same_storage = (val is not None and val.is_contiguous() and val.storage_offset == 0
                     and x.numel == ctx.graph.buffers[x.buffer].numel
                     and x == x._with(x.shape, _row_major(x.shape)))
     offset = int(storage_offset or 0)
@@ -372,7 +388,7 @@ for _copy_name, _view_name in VIEW_COPIES.items():
     lowering(_copy_name)(LOWERINGS[_view_name])
 
 
-@lowering("<built-in function getitem>")
+@lowering("_operator.getitem")
 def _getitem(ctx, node, seq, i):
     return seq[i]
 

@@ -78,7 +78,7 @@ def _max_dim(ctx, node, x, dim, keepdim=False):
     emitted only when the program reads it (there is no dead-op elimination later)."""
     kind = str(node.target).split(".")[1]
     used = {u.args[1] if len(u.args) == 2 and isinstance(u.args[1], int) else None
-            for u in node.users}
+            for u in ctx.program.users(node.name)}
     unused = Unlowered(f"{node.name}: an output of {node.target} that nothing reads")
     values = reduce(ctx, kind, x, [dim], keepdim, _first_dtype(node)) \
         if used - {1} else unused
@@ -222,6 +222,11 @@ def _layer_norm(ctx, node, x, normalized_shape, weight=None, bias=None, eps=1e-5
     return y
 
 
+# torch.finfo(dtype).eps, rms_norm's default: 2**-(mantissa bits).
+MACHINE_EPSILON = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7,
+                   "float64": 2.0 ** -52}
+
+
 def _first_dtype(node) -> str:
     val = node.meta["val"]
     val = val[0] if isinstance(val, (list, tuple)) else val
@@ -230,11 +235,9 @@ def _first_dtype(node) -> str:
 
 @lowering("aten.rms_norm.default")
 def _rms_norm(ctx, node, x, normalized_shape, weight=None, eps=None):
-    import torch
-
     out_dtype = ctx.out_meta()[1]
     if eps is None:
-        eps = torch.finfo(getattr(torch, x.dtype)).eps
+        eps = MACHINE_EPSILON[x.dtype]
     dims = _normalized_dims(x, normalized_shape)
     sq = ctx.pointwise("mul", [x, x], out_dtype=FP32)
     ms = reduce(ctx, "mean", sq, dims, True, FP32)

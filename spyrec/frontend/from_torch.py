@@ -108,5 +108,6 @@ def _value(val, name: str):
                 raise UnsupportedProgram(f"node {name} has a dynamic shape {list(val.shape)}; "
                                          f"re-export with static shapes and save again")
             shape.append(d)
-        return TensorMeta(tuple(shape), dtype_name(val.dtype))
+        return TensorMeta(tuple(shape), dtype_name(val.dtype),
+                          tuple(int(st) for st in val.stride()), int(val.storage_offset()))
     return val

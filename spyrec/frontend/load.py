@@ -12,30 +12,49 @@ import warnings
 from pathlib import Path
 
 from spyrec.errors import InputFileError, UnsupportedProgram
+from spyrec.frontend.from_torch import _target_name, program_of
+from spyrec.frontend.lower import lowerable
+from spyrec.frontend.program import Program
+from spyrec.frontend.pt2json import REEXPORT_STATIC, NeedsTorch, read_program
 from spyrec.pt2archive import Archive, open_archive, sanitized_copy
 
-# Composite ops we lower ourselves (one device op each, or our own decomposition with fp32
-# intermediates): keep them out of torch's default decomposition table.
-KEEP_OPS = (
-    "aten.linear.default", "aten.gelu.default", "aten.silu.default",
-    "aten.layer_norm.default", "aten.rms_norm.default",
-    "aten.softmax.int", "aten.log_softmax.int",
-    # *_copy views: lowered as index expressions, not torch's view + clone (a copy)
-    "aten.transpose_copy.int", "aten.t_copy.default", "aten.expand_copy.default",
-    "aten.squeeze_copy.dim", "aten.squeeze_copy.dims", "aten.squeeze_copy.default",
-    "aten.unsqueeze_copy.default", "aten.alias_copy.default", "aten.diagonal_copy.default",
-    "aten.unfold_copy.default",
-)
-
-REEXPORT_STATIC = (
-    "re-export with static shapes: call torch.export.export(model, example_inputs) without "
-    "dynamic_shapes (and without torch.export.Dim), then save it again")
+FRONTENDS = ("auto", "fast", "torch")
 
 
-def load_program(path: str | Path):
-    """The decomposed ExportedProgram stored in `path`."""
+def load_program(path: str | Path, frontend: str = "auto") -> Program:
+    """The Program stored in `path`, read by the chosen front end.
+
+    - `fast` reads the graph JSON and raw weights itself (no torch import, milliseconds);
+    - `torch` runs `torch.export.load` on the sanitized copy and decomposes only the ops the
+      lowering does not know (every op it knows is kept as stored, so both front ends give the
+      same Program whenever nothing needs decomposing);
+    - `auto` is `fast`, falling back to `torch` when the fast reader cannot express the program
+      or meets an op the lowering does not know; `Program.fallback_reason` says why.
+    """
     path = Path(path)
     archive = open_archive(path)  # torch-free; refuses every member torch would unpickle
+    if frontend == "torch":
+        return _torch_program(archive)
+    try:
+        program = read_program(path, archive)
+    except NeedsTorch as e:
+        if frontend == "fast":
+            raise UnsupportedProgram(f"{path}: the fast front end cannot read this program "
+                                     f"({e}); compile with --frontend torch") from None
+        reason = str(e)
+    else:
+        unknown = sorted({n.target for n in program.nodes
+                          if n.op == "call_function" and not lowerable(n.target)})
+        if not unknown or frontend == "fast":
+            return program  # lowering lists what it cannot lower, with source lines
+        reason = f"the stored graph uses {', '.join(unknown)}, which spyrec does not lower " \
+                 f"directly (torch decomposes them)"
+    program = _torch_program(archive)
+    program.fallback_reason = reason
+    return program
+
+
+def _torch_program(archive: Archive) -> Program:
     import torch
 
     _check_ops_exist(archive)
@@ -44,10 +63,13 @@ def load_program(path: str | Path):
         try:
             ep = torch.export.load(sanitized_copy(archive))
         except Exception as e:  # torch raises many types here; all mean "not loadable"
-            raise InputFileError(f"{path}: torch.export.load failed: {_first_line(e)}. "
+            raise InputFileError(f"{archive.path}: torch.export.load failed: {_first_line(e)}. "
                                  f"Expected a file written by torch.export.save.") from None
-        _check_static_shapes(ep, path)
-        return ep.run_decompositions(_decomposition_table())
+        _check_static_shapes(ep, archive.path)
+        if any(n.op == "call_function" and not lowerable(_target_name(n.target))
+               for n in ep.graph.nodes):
+            ep = ep.run_decompositions(_decomposition_table())
+    return program_of(ep)
 
 
 def _check_ops_exist(archive: Archive) -> None:
@@ -77,11 +99,13 @@ def _resolves(torch, target: str) -> bool:
 
 
 def _decomposition_table():
+    """torch's default decompositions, minus every op the lowering knows: those stay whole
+    (one device op, or our own decomposition with fp32 intermediates)."""
     import torch
 
     table = torch.export.default_decompositions()
     for key in list(table.keys()):
-        if str(key) in KEEP_OPS:
+        if lowerable(str(key)):
             del table[key]
     return table
 

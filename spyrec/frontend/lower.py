@@ -1,6 +1,7 @@
-"""Lower a decomposed ExportedProgram to a `Graph` of single device ops.
+"""Lower a `Program` (either front end's, see `program.py`) to a `Graph` of single device ops.
 
-One pass over the FX nodes: placeholders become input/constant buffers, every call_function is
+No torch here: the lowering reads plain data, so the torch-free front end never imports it.
+One pass over the nodes: placeholders become input/constant buffers, every call_function is
 dispatched through `LOWERINGS` (aten op name -> function), and the outputs become the program's
 outputs. Before anything is lowered, every node is checked against the table, so an unsupported
 program fails once, listing every unsupported op with its source line.
@@ -15,6 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
+from spyrec.frontend.program import Program, Ref, tensor_values
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
 from spyrec.indexing import Lin, var
 from spyrec.ir import DEVICE_OPS, Access, Buffer, Graph, Operation
@@ -45,8 +47,9 @@ def source_of(node) -> str | None:
     return f"{file.rsplit('/', 1)[-1]}:{line} in {func}"
 
 
-def host_dtype(torch_dtype) -> str:
-    return str(torch_dtype).removeprefix("torch.")
+def host_dtype(dtype) -> str:
+    """torch's dtype name (`float16`); `Program` already spells dtypes this way."""
+    return str(dtype).removeprefix("torch.")
 
 
 @dataclass
@@ -66,8 +69,9 @@ class Unlowered:
 class LoweringContext:
     """What lowering functions use: the graph being built and helpers to emit ops."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, program: Program | None = None) -> None:
         self.graph = graph
+        self.program = program
         self.node = None
 
     # --- buffers and ops ------------------------------------------------------------------
@@ -90,6 +94,13 @@ class LoweringContext:
             inputs=tuple(inputs), output=Access(out.buffer, out_index),
             reduced=tuple(reduced), constants=dict(constants or {}),
             index_inputs=tuple(index_inputs), source=source_of(self.node)))
+
+    def meta_of(self, arg):
+        """The TensorMeta of a node argument (a `Ref`), or None."""
+        if not isinstance(arg, Ref):
+            return None
+        val = self.program.node(arg.name).meta.get("val") if self.program else None
+        return val if hasattr(val, "shape") else None
 
     def out_meta(self, node=None) -> tuple[tuple[int, ...], str]:
         val = (node or self.node).meta["val"]
@@ -130,33 +141,35 @@ def names_of(vs: Sequence[Lin]) -> list[str]:
 # --- the driver -----------------------------------------------------------------------------
 
 
-def lower_program(ep) -> Graph:
-    """The Graph of a decomposed ExportedProgram (after `load_program`)."""
+def lower_program(program: Program) -> Graph:
+    """The Graph of a Program (from `load_program`)."""
     from spyrec.frontend import aten_ops, aten_reductions  # noqa: F401  (register lowerings)
 
-    _check_supported(ep)
+    _check_supported(program)
     graph = Graph()
-    ctx = LoweringContext(graph)
+    ctx = LoweringContext(graph, program)
     env: dict[str, object] = {}
-    _lower_placeholders(ep, graph, env)
-    for node in ep.graph.nodes:
-        if node.op != "call_function":
-            continue
-        name = str(node.target)
-        if name in PASSTHROUGH:
+    _lower_placeholders(program, graph, env)
+    for node in program.nodes:
+        if node.op != "call_function" or node.target in PASSTHROUGH:
             continue
         ctx.node = node
         args = [_resolve(a, env) for a in node.args]
         kwargs = {k: _resolve(v, env) for k, v in node.kwargs.items()}
-        env[node.name] = LOWERINGS[name](ctx, node, *args, **kwargs)
-    _lower_outputs(ep, graph, ctx, env)
+        env[node.name] = LOWERINGS[node.target](ctx, node, *args, **kwargs)
+    _lower_outputs(program, graph, ctx, env)
     return graph
 
 
-def _resolve(arg, env):
-    import torch
+def lowerable(target: str) -> bool:
+    """Whether the lowering knows `target` (an aten op name as `Program` spells it)."""
+    from spyrec.frontend import aten_ops, aten_reductions  # noqa: F401  (register lowerings)
 
-    if isinstance(arg, torch.fx.Node):
+    return target in LOWERINGS or target in PASSTHROUGH
+
+
+def _resolve(arg, env):
+    if isinstance(arg, Ref):
         value = env[arg.name]
         if isinstance(value, Unlowered):
             raise UnsupportedProgram(value.reason)
@@ -166,17 +179,16 @@ def _resolve(arg, env):
     return arg
 
 
-def _check_supported(ep) -> None:
+def _check_supported(program: Program) -> None:
     problems = []
-    for node in ep.graph.nodes:
+    for node in program.nodes:
         if node.op != "call_function":
             continue
-        name = str(node.target)
-        if name not in LOWERINGS and name not in PASSTHROUGH:
+        if not lowerable(node.target):
             where = source_of(node) or "unknown source line"
-            problems.append(f"  {name} (node {node.name}, {where})")
+            problems.append(f"  {node.target} (node {node.name}, {where})")
             continue
-        for val in _node_values(node):
+        for val in tensor_values(node):
             dtype = host_dtype(val.dtype)
             if dtype not in HOST_TO_DEVICE or dtype.startswith("float8"):
                 problems.append(f"  dtype {dtype} of node {node.name} "
@@ -187,21 +199,12 @@ def _check_supported(ep) -> None:
                                  + "\nRewrite these in the model or open an issue with the list.")
 
 
-def _node_values(node) -> list:
-    val = node.meta.get("val")
-    vals = val if isinstance(val, (list, tuple)) else [val]
-    return [v for v in vals if hasattr(v, "dtype") and hasattr(v, "shape")]
-
-
-def _lower_placeholders(ep, graph: Graph, env: dict) -> None:
-    from torch.export.graph_signature import InputKind
-
-    state = {**ep.state_dict, **ep.constants}
-    seen_storage: dict[tuple, str] = {}
-    for spec in ep.graph_signature.input_specs:
-        node = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == spec.arg.name)
-        val = node.meta["val"]
-        if spec.kind == InputKind.USER_INPUT:
+def _lower_placeholders(program: Program, graph: Graph, env: dict) -> None:
+    first_of: dict[str, str] = {}  # canonical FQN -> the placeholder that holds it
+    for spec in program.inputs:
+        node = program.node(spec.name)
+        val = node.meta.get("val")
+        if spec.kind == "user_input":
             if not hasattr(val, "shape"):
                 raise UnsupportedProgram(f"input {node.name} is not a tensor ({val!r}); only "
                                          f"tensor inputs are supported")
@@ -210,35 +213,27 @@ def _lower_placeholders(ep, graph: Graph, env: dict) -> None:
             graph.inputs.append(buf.name)
             env[node.name] = contiguous_value(buf)
             continue
-        target = spec.target
-        tensor = state[target].detach()
-        storage = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
-        if storage in seen_storage:  # tied weights: one buffer
-            env[node.name] = env[seen_storage[storage]]
+        fqn = program.aliases.get(spec.target, spec.target)
+        if fqn in first_of:  # tied weights: one buffer
+            env[node.name] = env[first_of[fqn]]
             continue
-        seen_storage[storage] = node.name
-        tensor = tensor.contiguous()
-        buf = graph.add_buffer(Buffer(node.name, tuple(tensor.shape),
-                                      host_dtype(tensor.dtype), "constant", source=target))
-        graph.constants[buf.name] = _to_numpy(tensor)
+        first_of[fqn] = node.name
+        array = np.ascontiguousarray(program.state[fqn])
+        buf = graph.add_buffer(Buffer(node.name, tuple(array.shape), program.state_dtypes[fqn],
+                                      "constant", source=spec.target))
+        graph.constants[buf.name] = array
         env[node.name] = contiguous_value(buf)
 
 
-def _to_numpy(tensor) -> np.ndarray:
-    """Host form of a constant; bf16 as its uint16 bit patterns (numpy has no bfloat16)."""
-    import torch
-
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(np.uint16).copy()
-    return tensor.numpy().copy()
-
-
-def _lower_outputs(ep, graph: Graph, ctx: LoweringContext, env: dict) -> None:
-    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+def _lower_outputs(program: Program, graph: Graph, ctx: LoweringContext, env: dict) -> None:
+    out_node = next(n for n in program.nodes if n.op == "output")
     ctx.node = out_node
     for arg in out_node.args[0]:
+        if not isinstance(arg, Ref):
+            raise UnsupportedProgram(f"an output of the program is the constant {arg!r}; "
+                                     f"only tensor outputs are supported")
         value = env[arg.name]
-        ctx.node = arg
+        ctx.node = program.node(arg.name)
         if isinstance(value, Unlowered):
             raise UnsupportedProgram(value.reason)
         if isinstance(value, Scalar) or not isinstance(value, TensorValue):

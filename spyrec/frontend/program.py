@@ -33,10 +33,25 @@ class Ref:
 
 @dataclass(frozen=True)
 class TensorMeta:
-    """Static shape and host dtype of a tensor value (`dtype` is torch's name: `float16`)."""
+    """Static shape, host dtype (torch's name: `float16`) and eager memory layout of a value."""
 
     shape: tuple[int, ...]
     dtype: str
+    strides: tuple[int, ...] | None = None
+    # Not compared: torch.export.load's fake tensors lose the offset of views (a split's second
+    # part reads 0), the graph JSON keeps it. Only `as_strided` reads it.
+    storage_offset: int = field(default=0, compare=False)
+
+    def is_contiguous(self) -> bool:
+        """Row-major in eager (dims of size 1 may have any stride), as torch defines it."""
+        if self.strides is None:
+            return False
+        expected = 1
+        for n, st in reversed(list(zip(self.shape, self.strides))):
+            if n != 1 and st != expected:
+                return False
+            expected *= n
+        return True
 
 
 @dataclass
@@ -87,12 +102,36 @@ class Program:
     def node(self, name: str) -> Node:
         return self._by_name()[name]
 
+    def users(self, name: str) -> list[Node]:
+        """The nodes that take node `name`'s value as an argument, in graph order."""
+        cache = self.__dict__.get("_users")
+        if cache is None:
+            cache = {}
+            for node in self.nodes:
+                for ref in _refs((node.args, node.kwargs)):
+                    users = cache.setdefault(ref.name, [])
+                    if not users or users[-1] is not node:
+                        users.append(node)
+            self.__dict__["_users"] = cache
+        return cache.get(name, [])
+
     def _by_name(self) -> dict[str, Node]:
         cache = self.__dict__.get("_nodes_by_name")
         if cache is None or len(cache) != len(self.nodes):
             cache = {n.name: n for n in self.nodes}
             self.__dict__["_nodes_by_name"] = cache
         return cache
+
+
+def _refs(value):
+    if isinstance(value, Ref):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _refs(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _refs(v)
 
 
 def tensor_values(node: Node) -> list[TensorMeta]:

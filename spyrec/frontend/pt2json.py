@@ -49,6 +49,11 @@ OUTPUT_KINDS = {"user_output": None, "buffer_mutation": "buffer_name",
                 "parameter_mutation": "parameter_name"}
 
 
+REEXPORT_STATIC = (
+    "re-export with static shapes: call torch.export.export(model, example_inputs) without "
+    "dynamic_shapes (and without torch.export.Dim), then save it again")
+
+
 class NeedsTorch(Exception):
     """The fast reader cannot express this program; the torch front end can try."""
 
@@ -59,6 +64,7 @@ def read_program(path: str | Path, archive: Archive | None = None) -> Program:
     with zipfile.ZipFile(archive.path) as zf:
         model = json.loads(zf.read(archive.model_member))
         _check_schema(archive, model)
+        _check_static(archive, model)
         graph_module = model["graph_module"]
         reader = _GraphReader(archive, graph_module["graph"])
         nodes = reader.nodes()
@@ -78,6 +84,14 @@ def _check_schema(archive: Archive, model: dict) -> None:
     if major != SUPPORTED_SCHEMA_MAJOR:
         raise NeedsTorch(f"{archive.path}: graph schema version {version!r} (this reader knows "
                          f"major {SUPPORTED_SCHEMA_MAJOR}); use --frontend torch")
+
+
+def _check_static(archive: Archive, model: dict) -> None:
+    constraints = model.get("range_constraints") or {}
+    if constraints:
+        described = "; ".join(f"range constraint {k}: {v}" for k, v in constraints.items())
+        raise UnsupportedProgram(f"{archive.path}: dynamic shapes are not supported yet "
+                                 f"({described}); {REEXPORT_STATIC}.")
 
 
 class _GraphReader:
@@ -164,15 +178,16 @@ class _GraphReader:
         if dtype is None:
             raise InputFileError(f"{self.archive.path}: tensor {name!r} has unknown dtype code "
                                  f"{tv.get('dtype')!r}; the graph JSON is damaged or newer.")
-        return TensorMeta(tuple(_static_int(s, name) for s in tv["sizes"]), dtype)
+        return TensorMeta(tuple(_static_int(s, name) for s in tv["sizes"]), dtype,
+                          tuple(_static_int(s, name) for s in tv.get("strides", [])),
+                          _static_int(tv.get("storage_offset", {"as_int": 0}), name))
 
 
 def _static_int(size: dict, name: str) -> int:
     if "as_int" in size:
         return int(size["as_int"])
     raise UnsupportedProgram(f"tensor {name!r} has a dynamic size ({size}); dynamic shapes are "
-                             f"not supported yet: re-export with static shapes (no "
-                             f"dynamic_shapes, no torch.export.Dim) and save again")
+                             f"not supported yet: {REEXPORT_STATIC}")
 
 
 def _tensor_name(arg: dict, archive: Archive) -> str:

@@ -83,7 +83,9 @@ def test_the_reader_spells_values_as_documented(tmp_path):
     program = read_program(pt2)
     split = next(n for n in program.nodes if n.target == "aten.split_with_sizes.default")
     assert split.args == (Ref("x"), [3, 5], 1)
-    assert split.meta["val"] == [TensorMeta((4, 3), "float32"), TensorMeta((4, 5), "float32")]
+    assert split.meta["val"] == [TensorMeta((4, 3), "float32", (8, 1)),
+                                 TensorMeta((4, 5), "float32", (8, 1))]
+    assert [v.storage_offset for v in split.meta["val"]] == [0, 3]
     items = [n for n in program.nodes if n.args[:1] == (Ref(split.name),)]
     assert [(n.target, n.args[1]) for n in items] == [("_operator.getitem", 0),
                                                       ("_operator.getitem", 1)]
@@ -103,3 +105,22 @@ def test_reading_does_not_import_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) == 3
+
+
+def test_scalar_rounding_matches_torch_without_torch():
+    """Lowerings round Python floats to fp16/bf16 as eager does (through float32), computed
+    with numpy so the fast front end never needs torch."""
+    import math
+    import random
+
+    from spyrec.frontend.aten_ops import round_scalar
+
+    rng = random.Random(0)
+    values = [rng.uniform(-10, 10) for _ in range(3000)]
+    values += [rng.choice([-1, 1]) * 2.0 ** rng.uniform(-150, 130) for _ in range(3000)]
+    values += [0.0, -0.0, 1e-45, 65519.0, 65520.0, 3.3961e38, math.inf, -math.inf, 1 / 3]
+    for dtype in ("float16", "bfloat16"):
+        for v in values:
+            want = torch.tensor(v, dtype=getattr(torch, dtype)).item()
+            got = round_scalar(v, dtype)
+            assert got == want and math.copysign(1, got) == math.copysign(1, want), (dtype, v)
