@@ -143,7 +143,7 @@ def names_of(vs: Sequence[Lin]) -> list[str]:
 
 def lower_program(program: Program) -> Graph:
     """The Graph of a Program (from `load_program`)."""
-    from spyrec.frontend import aten_ops, aten_reductions  # noqa: F401  (register lowerings)
+    _register_lowerings()
 
     _check_supported(program)
     graph = Graph()
@@ -163,9 +163,14 @@ def lower_program(program: Program) -> Graph:
 
 def lowerable(target: str) -> bool:
     """Whether the lowering knows `target` (an aten op name as `Program` spells it)."""
-    from spyrec.frontend import aten_ops, aten_reductions  # noqa: F401  (register lowerings)
+    _register_lowerings()
 
     return target in LOWERINGS or target in PASSTHROUGH
+
+
+def _register_lowerings() -> None:
+    """Import every module that registers lowerings (they import this one, so not at the top)."""
+    from spyrec.frontend import aten_ops, aten_reductions, aten_training  # noqa: F401
 
 
 def _resolve(arg, env):

@@ -1,0 +1,40 @@
+"""Stored-graph ops the fast front end lowers itself: compiled without torch, equal to eager."""
+
+import pytest
+import torch
+
+from spyrec.errors import UnsupportedProgram
+from tests.differential.harness import run_and_compare
+from tests.programs import Lambda, compile_pt2, export, load_json
+
+F = torch.nn.functional
+
+
+def r(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+PROGRAMS = {
+    "dropout_eval": (lambda m, x: F.dropout(x, 0.2, training=False) * 2
+                     + F.dropout1d(x.unsqueeze(0), 0.1, training=False).squeeze(0),
+                     (r(8, 40),)),
+    "flatten_unflatten": (lambda m, x: x.flatten(1).unflatten(1, (6, 5)) + 1, (r(4, 3, 10),)),
+    "square": (lambda m, x: torch.square(x) - x, (r(5, 70),)),
+    "to_variants": (lambda m, x, y: x.to(torch.float16).to(y) + x.type_as(y)
+                    + x.to("cpu", torch.float32), (r(6, 64), r(6, 64, seed=1))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_training_op_lowered_directly(tmp_path, name):
+    fn, inputs = PROGRAMS[name]
+    out = run_and_compare(tmp_path, Lambda(fn), inputs, frontend="fast")
+    assert load_json(out / "report.json")["frontend"]["used"] == "fast"
+
+
+def test_training_mode_dropout_is_refused_with_what_to_do(tmp_path):
+    module = Lambda(lambda m, x: F.dropout(x, 0.5, training=True))
+    pt2 = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(module.train(), (r(4, 8),)), str(pt2))
+    with pytest.raises(UnsupportedProgram, match=r"train=True .* export the model in eval mode"):
+        compile_pt2(pt2, tmp_path / "out", frontend="fast")
