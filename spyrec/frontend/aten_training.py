@@ -3,14 +3,22 @@
 `torch.export.save` stores the graph before decomposition. The fast front end lowers what it
 finds there directly, so these ops need lowerings of their own rather than torch's
 `run_decompositions`: inference no-ops (dropout in eval, same-dtype `to`), shape-only views
-(flatten, unflatten) and one-line composites (square). Each says what it is in eager terms.
+(flatten, unflatten), one-line composites (square) and attention
+(`scaled_dot_product_attention`, with masks, causal masking and grouped-query heads). Each
+says what it is in eager terms.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary
-from spyrec.frontend.lower import lowering, source_of
+from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul
+from spyrec.frontend.lower import contiguous_value, lowering, source_of
+from spyrec.ir import Buffer
 
 
 @lowering("aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default",
@@ -48,3 +56,58 @@ def _to(ctx, node, x, *args, **kwargs):
     if dtype == x.dtype:
         return x
     return ctx.pointwise("identity", [x], out_dtype=dtype, shape=shape)
+
+
+@lowering("aten.scaled_dot_product_attention.default")
+def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    """softmax(q @ kᵀ · scale + mask) @ v, as torch's math reference: scores, mask and softmax
+    in fp32, one rounding of the result. A boolean mask keeps where True; `is_causal` keeps
+    key j <= query i (top-left aligned); grouped-query attention repeats each key/value head
+    for its group of query heads (a view, never a copy)."""
+    if dropout_p:
+        raise UnsupportedProgram(f"{node.name}: scaled_dot_product_attention with dropout_p="
+                                 f"{dropout_p} ({source_of(node) or 'unknown source line'}); "
+                                 f"export in eval mode with dropout_p=0")
+    dtype = ctx.out_meta()[1]
+    if enable_gqa or (k.rank >= 3 and q.rank >= 3 and k.shape[-3] != q.shape[-3]):
+        k, v = _repeat_heads(ctx, node, k, q.shape[-3]), _repeat_heads(ctx, node, v, q.shape[-3])
+    scores = matmul(ctx, q, k.transpose(-2, -1), FP32)
+    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scores = ctx.pointwise("mul", [scores], out_dtype=FP32,
+                           constants={"scalar": factor, "scalar_side": "rhs"})
+    length, keys = q.shape[-2], k.shape[-2]
+    if is_causal:
+        causal = np.where(np.tril(np.ones((length, keys), dtype=bool)), 0.0, -np.inf)
+        scores = binary(ctx, "add", scores, _constant(ctx, "causal_mask", causal), out_dtype=FP32)
+    if attn_mask is not None and attn_mask.dtype == "bool":
+        minus_inf = _constant(ctx, "minus_inf", np.full((1,), -np.inf, dtype=np.float32))
+        scores = ctx.pointwise("where3", [attn_mask, scores, minus_inf], out_dtype=FP32,
+                               shape=scores.shape)
+    elif attn_mask is not None:
+        scores = binary(ctx, "add", scores, attn_mask, out_dtype=FP32)
+    _, e, z = _shifted_exp_sum(ctx, scores, scores.rank - 1)
+    probs = ctx.pointwise("realdiv", [e, z], out_dtype=FP32)
+    return matmul(ctx, probs, v, dtype)
+
+
+def _repeat_heads(ctx, node, x, heads: int):
+    """(..., Hk, S, E) -> (..., heads, S, E), head h reading head h // (heads // Hk)."""
+    groups, rem = divmod(heads, x.shape[-3])
+    if rem:
+        raise UnsupportedProgram(f"{node.name}: {heads} query heads are not a multiple of "
+                                 f"{x.shape[-3]} key/value heads")
+    lead, (hk, s, e) = list(x.shape[:-3]), x.shape[-3:]
+    grouped = x.unsqueeze(x.rank - 2).expand(lead + [hk, groups, s, e])
+    return grouped.reshape(lead + [heads, s, e])
+
+
+def _constant(ctx, base: str, values: np.ndarray):
+    """A compile-time fp32 constant buffer (its values travel in constants.npz, where -inf is
+    fine; the JSON files only name it)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    name = ctx.graph.fresh_name(f"{ctx.node.name}_{base}")
+    buf = ctx.graph.add_buffer(Buffer(name, tuple(values.shape), FP32, "constant",
+                                      source=source_of(ctx.node)))
+    ctx.graph.constants[name] = values
+    return contiguous_value(buf)

@@ -20,6 +20,20 @@ PROGRAMS = {
                      (r(8, 40),)),
     "flatten_unflatten": (lambda m, x: x.flatten(1).unflatten(1, (6, 5)) + 1, (r(4, 3, 10),)),
     "square": (lambda m, x: torch.square(x) - x, (r(5, 70),)),
+    "sdpa": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v),
+             (r(2, 4, 16, 32), r(2, 4, 20, 32, seed=1), r(2, 4, 20, 32, seed=2))),
+    "sdpa_causal_scaled": (lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, scale=0.3), (r(1, 2, 24, 16), r(1, 2, 24, 16, seed=1),
+                                              r(1, 2, 24, 16, seed=2))),
+    "sdpa_bool_mask": (lambda m, q, k, v, mask: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask), (r(1, 2, 8, 16), r(1, 2, 12, 16, seed=1),
+                                   r(1, 2, 12, 16, seed=2), r(8, 12, seed=3) > -1.0)),
+    "sdpa_float_mask": (lambda m, q, k, v, mask: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask), (r(1, 2, 8, 16), r(1, 2, 12, 16, seed=1),
+                                   r(1, 2, 12, 16, seed=2), r(1, 1, 8, 12, seed=3))),
+    "sdpa_gqa_causal_fp16": (lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True),
+        (r(1, 4, 16, 32).half(), r(1, 2, 16, 32, seed=1).half(), r(1, 2, 16, 32, seed=2).half())),
     "to_variants": (lambda m, x, y: x.to(torch.float16).to(y) + x.type_as(y)
                     + x.to("cpu", torch.float32), (r(6, 64), r(6, 64, seed=1))),
 }
