@@ -73,3 +73,21 @@ def test_auto_falls_back_to_torch_for_an_op_it_does_not_lower_and_says_so(tmp_pa
         report["frontend"]["fallback_reason"]
     with pytest.raises(UnsupportedProgram, match=r"aten.lerp.Scalar \(node lerp"):
         compile_pt2(pt2, tmp_path / "fast", frontend="fast")
+
+
+def test_an_unknown_schema_version_is_named_with_what_to_do(tmp_path):
+    import zipfile
+
+    pt2 = export(tmp_path, Lambda(lambda m, x: x + 1), (torch.randn(2, 3),))
+    newer = tmp_path / "newer.pt2"
+    with zipfile.ZipFile(pt2) as zin, zipfile.ZipFile(newer, "w") as zout:
+        for name in zin.namelist():
+            data = zin.read(name)
+            if name.endswith("models/model.json"):
+                model = json.loads(data)
+                model["schema_version"] = {"major": 99, "minor": 0}
+                data = json.dumps(model)
+            zout.writestr(name, data)
+    with pytest.raises(UnsupportedProgram, match=r"graph schema version \{'major': 99, "
+                                                 r"'minor': 0\} .*use --frontend torch"):
+        compile_pt2(newer, tmp_path / "out", frontend="fast")
