@@ -367,11 +367,11 @@ def render(records: list[dict], lowered: set[str], passthrough: set[str], meta: 
               "(torch's default table minus `KEEP_OPS`), so it reaches the lowering as other ops. "
               "`NO`: reaches the lowering as is. Both are about spyrec's torch front end "
               "(`spyrec.frontend.load`: `torch.export.load` + `run_decompositions`); a front end "
-              "reading the stored JSON without decomposing would see the stored names. Fold: `foldable` = in every family every node of "
+              "reading the stored JSON without decomposing would see the stored names. Fold: `foldable` = in every program every node of "
               "it depends only on constants/shapes; `mixed`/`data` otherwise. Ops inside a "
               "higher-order op's subgraph are counted too, with the class of the op's operands.",
               "",
-              "| op | families | nodes | lowered? | fold | data / const / shape (all families) |",
+              "| op | programs | nodes | lowered? | fold | data / const / shape (all families) |",
               "|---|---:|---:|---|---|---|"]
     fams: dict[str, set] = defaultdict(set)
     totals: dict[str, Counter] = defaultdict(Counter)
@@ -409,7 +409,7 @@ def render(records: list[dict], lowered: set[str], passthrough: set[str], meta: 
     lines += ["", "## Ops without a lowering after spyrec's decomposition", "",
               "What spyrec's torch front end (`torch.export.load` + `run_decompositions`) hands to "
               "the lowering that `LOWERINGS` has no entry for.", "",
-              "| op | families | nodes | fold | data / const / shape |", "|---|---:|---:|---|---|"]
+              "| op | programs | nodes | fold | data / const / shape |", "|---|---:|---:|---|---|"]
     mf: dict[str, set] = defaultdict(set)
     mt: dict[str, Counter] = defaultdict(Counter)
     for r in records:
