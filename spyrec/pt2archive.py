@@ -37,6 +37,10 @@ TENSOR_CONSTANT_PREFIX = "tensor_"
 PICKLED_CONSTANT_PREFIXES = {"custom_obj_": "a torchbind object (pickled)",
                              "opaque_obj_": "an opaque Python object (pickled)"}
 FOREIGN_OP_PREFIXES = ("torch.ops.aten.", "_operator.", "torch.ops.prims.")
+# Higher-order ops spyrec inlines: regions that only switch grad mode or autocast around
+# ordinary ops (the rotary embedding's @torch.no_grad() in every Llama-style model).
+INLINED_HIGHER_ORDER_OPS = ("torch.ops.higher_order.wrap_with_set_grad_enabled",
+                            "torch.ops.higher_order.wrap_with_autocast")
 MAX_JSON_MEMBER_BYTES = 1 << 30  # a graph or config larger than this is a crafted file
 
 
@@ -146,20 +150,33 @@ def _read_json(path: Path, zf: zipfile.ZipFile, member: str):
 
 
 def _read_nodes(path: Path, zf: zipfile.ZipFile, member: str) -> list[dict]:
+    """Every node of the graph, those of nested subgraphs (higher-order ops) included."""
     try:
         model = _read_json(path, zf, member)
-        nodes = model["graph_module"]["graph"]["nodes"]
-        if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
-            raise TypeError("graph nodes are not a list of objects")
+        return _graph_nodes(model["graph_module"]["graph"])
     except (ValueError, KeyError, TypeError) as e:
         raise InputFileError(f"{path}: damaged exported program ({member}: "
                              f"{type(e).__name__}: {e}). Export and save it again.") from None
-    return nodes
+
+
+def _graph_nodes(graph: dict) -> list[dict]:
+    nodes = graph["nodes"]
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise TypeError("graph nodes are not a list of objects")
+    found = []
+    for node in nodes:
+        found.append(node)
+        for inp in node.get("inputs") or []:
+            arg = inp.get("arg") if isinstance(inp, dict) else None
+            if isinstance(arg, dict) and isinstance(arg.get("as_graph"), dict):
+                found += _graph_nodes(arg["as_graph"]["graph"])
+    return found
 
 
 def _check_op_namespaces(path: Path, nodes: list[dict]) -> None:
     targets = sorted({n.get("target", "") for n in nodes if isinstance(n.get("target"), str)})
-    custom = [t for t in targets if t and not t.startswith(FOREIGN_OP_PREFIXES)]
+    custom = [t for t in targets if t and not t.startswith(FOREIGN_OP_PREFIXES)
+              and t not in INLINED_HIGHER_ORDER_OPS]
     if custom:
         raise InputFileError(f"{path}: uses custom ops spyrec cannot read: {', '.join(custom)}. "
                              f"Export the model with these ops decomposed into aten ops.")

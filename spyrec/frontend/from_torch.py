@@ -9,14 +9,17 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta
+from spyrec.frontend.inline import inline_higher_order_ops
+from spyrec.frontend.program import (
+    InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta,
+)
 
 _INPUT_KINDS = {"USER_INPUT": "user_input", "PARAMETER": "parameter", "BUFFER": "buffer",
                 "CONSTANT_TENSOR": "constant"}
 
 
 def program_of(ep) -> Program:
-    nodes = [_node(n) for n in ep.graph.nodes]
+    nodes = _nodes(ep.graph, ep.graph_module)
     sig = ep.graph_signature
     inputs = [_input_spec(s) for s in sig.input_specs]
     outputs = [OutputSpec(s.kind.name.lower(), getattr(s.arg, "name", ""), s.target)
@@ -29,7 +32,8 @@ def program_of(ep) -> Program:
             if view in views:  # tied weights
                 aliases[fqn] = views[view]
             views.setdefault(view, fqn)
-    return Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="torch")
+    program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="torch")
+    return inline_higher_order_ops(program)
 
 
 def host_array(tensor) -> tuple[np.ndarray, str]:
@@ -57,7 +61,12 @@ def _input_spec(spec) -> InputSpec:
     return InputSpec(kind, spec.arg.name, spec.target)
 
 
-def _node(node) -> Node:
+def _nodes(graph, module) -> list[Node]:
+    """The graph's nodes; a `get_attr` of a submodule becomes a `Subgraph` argument."""
+    return [_node(n, module) for n in graph.nodes if n.op != "get_attr"]
+
+
+def _node(node, module) -> Node:
     target = _target_name(node.target) if node.op == "call_function" else str(node.target)
     meta = {"val": _value(node.meta.get("val"), node.name)}
     if node.meta.get("stack_trace"):
@@ -65,8 +74,8 @@ def _node(node) -> Node:
     if node.meta.get("nn_module_stack"):
         meta["nn_module_stack"] = {k: (path, _type_name(t))
                                    for k, (path, t) in node.meta["nn_module_stack"].items()}
-    return Node(node.name, node.op, target, tuple(_arg(a) for a in node.args),
-                {k: _arg(v) for k, v in node.kwargs.items()}, meta)
+    return Node(node.name, node.op, target, tuple(_arg(a, module) for a in node.args),
+                {k: _arg(v, module) for k, v in node.kwargs.items()}, meta)
 
 
 def _target_name(target) -> str:
@@ -82,13 +91,16 @@ def _type_name(t) -> str:
     return t if isinstance(t, str) else f"{t.__module__}.{t.__qualname__}"
 
 
-def _arg(a):
+def _arg(a, module):
     import torch
 
+    if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+        sub = module.get_submodule(a.target)
+        return Subgraph(a.target, _nodes(sub.graph, sub))
     if isinstance(a, torch.fx.Node):
         return Ref(a.name)
     if isinstance(a, (list, tuple)):
-        return type(a)(_arg(x) for x in a)
+        return type(a)(_arg(x, module) for x in a)
     if isinstance(a, (torch.dtype, torch.layout, torch.memory_format)):
         return str(a).removeprefix("torch.")
     if isinstance(a, torch.device):

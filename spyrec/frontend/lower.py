@@ -185,22 +185,25 @@ def _resolve(arg, env):
 
 
 def _check_supported(program: Program) -> None:
-    problems = []
+    """Every op and dtype the lowering cannot take, once each: grouped by op, with how many
+    nodes use it and the first one's source line (a real model repeats an op dozens of times)."""
+    found: dict[str, list] = {}
     for node in program.nodes:
         if node.op != "call_function":
             continue
         if not lowerable(node.target):
-            where = source_of(node) or "unknown source line"
-            problems.append(f"  {node.target} (node {node.name}, {where})")
+            found.setdefault(node.target, []).append(node)
             continue
         for val in tensor_values(node):
             dtype = host_dtype(val.dtype)
             if dtype not in HOST_TO_DEVICE or dtype.startswith("float8"):
-                problems.append(f"  dtype {dtype} of node {node.name} "
-                                f"({source_of(node) or 'unknown source line'})")
-    if problems:
+                found.setdefault(f"dtype {dtype}", []).append(node)
+    if found:
+        lines = [f"  {what}{f' x{len(nodes)}' if len(nodes) > 1 else ''} (node {nodes[0].name}, "
+                 f"{source_of(nodes[0]) or 'unknown source line'})"
+                 for what, nodes in found.items()]
         raise UnsupportedProgram("the program uses operations spyrec does not support:\n"
-                                 + "\n".join(problems)
+                                 + "\n".join(lines)
                                  + "\nRewrite these in the model or open an issue with the list.")
 
 

@@ -67,6 +67,14 @@ class Node:
     meta: dict = field(default_factory=dict)
 
 
+@dataclass
+class Subgraph:
+    """The body of a higher-order op (placeholders, calls, an output node), as an argument."""
+
+    name: str
+    nodes: list[Node]
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """`kind`: user_input, parameter, buffer, constant (a lifted tensor constant).

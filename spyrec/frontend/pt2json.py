@@ -21,7 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from spyrec.errors import InputFileError, UnsupportedProgram
-from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta
+from spyrec.frontend.inline import inline_higher_order_ops
+from spyrec.frontend.program import (
+    InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta,
+)
 from spyrec.pt2archive import CONSTANTS_CONFIG, WEIGHTS_CONFIG, Archive, open_archive
 
 # torch/_export/serde/schema.py: the serialized format this reader understands.
@@ -75,7 +78,8 @@ def read_program(path: str | Path, archive: Archive | None = None) -> Program:
         for config, folder in ((WEIGHTS_CONFIG, "data/weights/"),
                                (CONSTANTS_CONFIG, "data/constants/")):
             _read_payloads(archive, zf, config, folder, byteorder, state, dtypes, aliases)
-    return Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast")
+    program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast")
+    return inline_higher_order_ops(program)
 
 
 def _check_schema(archive: Archive, model: dict) -> None:
@@ -223,6 +227,11 @@ def _sym_int(reader, kind, value, where):
                              f"supported yet: re-export with static shapes and save again")
 
 
+def _graph(reader, kind, value, where):
+    """A higher-order op's body; its tensor values are described inside it."""
+    return Subgraph(value["name"], _GraphReader(reader.archive, value["graph"]).nodes())
+
+
 def _optional_tensor(reader, kind, value, where):
     return Ref(value["as_tensor"]["name"]) if "as_tensor" in value else None
 
@@ -248,6 +257,7 @@ _ARGUMENTS = {
     "as_layout": lambda r, k, v, w: LAYOUTS[v],
     "as_device": lambda r, k, v, w: _device(v),
     "as_sym_int": _sym_int,
+    "as_graph": _graph,
     "as_sym_ints": lambda r, k, v, w: [_sym_int(r, k, x, w) for x in v],
 }
 
