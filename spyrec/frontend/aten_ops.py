@@ -26,6 +26,7 @@ UNARY = {
     "aten.reciprocal.default": "reciprocal", "aten.tanh.default": "tanh",
     "aten.sigmoid.default": "sigmoid", "aten.relu.default": "relufwd",
     "aten.silu.default": "silu", "aten.floor.default": "floor",
+    "aten.cos.default": "cos", "aten.sin.default": "sin",
 }
 
 BINARY = {

@@ -52,3 +52,14 @@ def test_training_mode_dropout_is_refused_with_what_to_do(tmp_path):
     torch.export.save(torch.export.export(module.train(), (r(4, 8),)), str(pt2))
     with pytest.raises(UnsupportedProgram, match=r"train=True .* export the model in eval mode"):
         compile_pt2(pt2, tmp_path / "out", frontend="fast")
+
+
+def test_cos_sin_rotary_tables_equal_eager(tmp_path):
+    """Rotary embeddings: cos/sin of positions times inverse frequencies, fp32 and fp16."""
+    def rotary(m, pos, inv):
+        freqs = pos[:, None] * inv[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos(), emb.sin(), emb.half().cos()
+    pos = torch.arange(40, dtype=torch.float32) * 3.5
+    inv = 1.0 / (10000 ** (torch.arange(0, 32, 2, dtype=torch.float32) / 32))
+    run_and_compare(tmp_path, Lambda(rotary), (pos, inv), frontend="fast")

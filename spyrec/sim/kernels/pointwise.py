@@ -32,6 +32,8 @@ _UNARY = {
     "rsqrt": (lambda x: np.float32(1) / np.sqrt(x), TRANSCENDENTAL),
     "reciprocal": (lambda x: np.float32(1) / x, TRANSCENDENTAL),
     "tanh": (np.tanh, TRANSCENDENTAL),
+    "cos": (np.cos, TRANSCENDENTAL),
+    "sin": (np.sin, TRANSCENDENTAL),
     "sigmoid": (lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)), TRANSCENDENTAL),
     "silu": (lambda x: x / (np.float32(1) + np.exp(-x)), TRANSCENDENTAL),
 }
