@@ -23,6 +23,10 @@ FP32 = "float32"
 
 
 def _dims(dims, rank: int) -> list[int]:
+    """Reduced dims, non-negative and sorted. A 0-d tensor has none: dim 0 / -1 of a scalar
+    names the scalar itself, and reducing it is a copy."""
+    if rank == 0:
+        return []
     if dims is None or dims == []:
         return list(range(rank))
     if isinstance(dims, int):

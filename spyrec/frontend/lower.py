@@ -63,6 +63,10 @@ class Unlowered:
     reason: str
 
 
+# What a reduction over an empty dim gives in eager (max/min raise there).
+EMPTY_REDUCTION_VALUE = {"sum": 0.0, "batchmatmul": 0.0, "mean": float("nan")}
+
+
 class LoweringContext:
     """What lowering functions use: the graph being built and helpers to emit ops."""
 
@@ -83,6 +87,9 @@ class LoweringContext:
         name = out.buffer if not any(o.name == out.buffer for o in self.graph.ops) else \
             f"{out.buffer}.{sum(o.output.buffer == out.buffer for o in self.graph.ops)}"
         assert op in DEVICE_OPS, f"lowering emitted unknown device op {op}"
+        if any(int(n) == 0 for _, n in ranges):
+            self._emit_empty(op, out, ranges, out_index, reduced)
+            return
         ranges, inputs, out_index, reduced, index_inputs, op = _drop_unit_vars(
             op, list(ranges), list(inputs), out_index, list(reduced), list(index_inputs))
         self.graph.ops.append(Operation(
@@ -90,6 +97,23 @@ class LoweringContext:
             inputs=tuple(inputs), output=Access(out.buffer, out_index),
             reduced=tuple(reduced), constants=dict(constants or {}),
             index_inputs=tuple(index_inputs), source=source_of(self.node)))
+
+    def _emit_empty(self, op: str, out: TensorValue, ranges, out_index: Lin,
+                    reduced: Sequence[str]) -> None:
+        """An op with an empty iteration space: nothing to compute, so no device op.
+
+        Only a reduction over an empty dim into a non-empty output writes something: the
+        reduction's identity, as eager does (sum and matmul give 0, mean gives NaN). max/min
+        over an empty dim is an error in eager, so it is refused.
+        """
+        kept = [(v, n) for v, n in ranges if v not in reduced]
+        if any(int(n) == 0 for _, n in kept) or not reduced:
+            return
+        if op not in EMPTY_REDUCTION_VALUE:
+            raise UnsupportedProgram(f"{self.node.name}: {op} over an empty dim has no value "
+                                     f"({source_of(self.node) or 'unknown source line'})")
+        self.emit("fill", out, kept, [], out_index,
+                  constants={"value": EMPTY_REDUCTION_VALUE[op]})
 
     def out_meta(self, node=None) -> tuple[tuple[int, ...], str]:
         val = (node or self.node).meta["val"]
@@ -234,26 +258,45 @@ def _to_numpy(tensor) -> np.ndarray:
 
 
 def _lower_outputs(ep, graph: Graph, ctx: LoweringContext, env: dict) -> None:
+    """User outputs in order, then every buffer the program mutates (DESIGN §1: it comes back
+    under its FQN). torch.export lists the mutations first; the user order is what callers see."""
+    from torch.export.graph_signature import OutputKind
+
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
-    ctx.node = out_node
-    for arg in out_node.args[0]:
-        value = env[arg.name]
-        ctx.node = arg
-        if isinstance(value, Unlowered):
-            raise UnsupportedProgram(value.reason)
-        if isinstance(value, Scalar) or not isinstance(value, TensorValue):
-            raise UnsupportedProgram(f"output {arg.name} is not a tensor ({value!r})")
+    specs = ep.graph_signature.output_specs
+    mutated: list[tuple[str, str]] = []
+    for arg, spec in zip(out_node.args[0], specs):
+        name = _output_buffer(graph, ctx, env, arg)
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            mutated.append((spec.target, name))
+        elif spec.kind == OutputKind.USER_OUTPUT:
+            graph.outputs.append(name)
+        else:
+            raise UnsupportedProgram(f"output {arg.name} is a {spec.kind.name.lower()} "
+                                     f"output; only user outputs and buffer mutations are "
+                                     f"supported")
+    graph.mutated_buffers = dict(mutated)
+
+
+def _output_buffer(graph: Graph, ctx: LoweringContext, env: dict, arg) -> str:
+    """The buffer holding output `arg`, materialized when it is a view of another buffer."""
+    value = env[arg.name]
+    ctx.node = arg
+    if isinstance(value, Unlowered):
+        raise UnsupportedProgram(value.reason)
+    if isinstance(value, Scalar) or not isinstance(value, TensorValue):
+        raise UnsupportedProgram(f"output {arg.name} is not a tensor ({value!r})")
+    buf = graph.buffers[value.buffer]
+    reshaped = Buffer(buf.name, value.shape, buf.host_dtype, buf.role)
+    if (value != contiguous_value(buf) and buf.role == "intermediate"
+            and buf.numel == value.numel and value == contiguous_value(reshaped)):
+        buf.host_size = value.shape  # a pure reshape: same storage, flat indices still hold
+    if value != contiguous_value(buf):  # a view of a buffer: materialize it
+        value = ctx.pointwise("identity", [value], out_dtype=value.dtype, shape=value.shape)
         buf = graph.buffers[value.buffer]
-        reshaped = Buffer(buf.name, value.shape, buf.host_dtype, buf.role)
-        if (value != contiguous_value(buf) and buf.role == "intermediate"
-                and buf.numel == value.numel and value == contiguous_value(reshaped)):
-            buf.host_size = value.shape  # a pure reshape: same storage, flat indices still hold
-        if value != contiguous_value(buf):  # a view of a buffer: materialize it
-            value = ctx.pointwise("identity", [value], out_dtype=value.dtype, shape=value.shape)
-            buf = graph.buffers[value.buffer]
-        if buf.role == "intermediate":
-            buf.role = "output"
-        graph.outputs.append(buf.name)
+    if buf.role == "intermediate":
+        buf.role = "output"
+    return buf.name
 
 
 def _drop_unit_vars(op, ranges, inputs, out_index, reduced, index_inputs):

@@ -55,8 +55,10 @@ def _flatten(value) -> list:
 
 
 def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, str],
-                  inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays."""
+                  inputs: dict[str, np.ndarray],
+                  mutated: tuple[str, ...] = ()) -> list[np.ndarray]:
+    """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays, then the
+    values of the `mutated` buffers (FQNs) after the run: the module updates them in place."""
     import torch
 
     path = Path(out_dir) / "program.pt2"
@@ -67,7 +69,8 @@ def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, 
     args = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
     with torch.no_grad():
         result = module(*args)
-    return [_to_numpy(t) for t in _flatten(result)]
+    after = [module.get_buffer(fqn) for fqn in mutated]
+    return [_to_numpy(t) for t in _flatten(result)] + [_to_numpy(t) for t in after]
 
 
 def _to_numpy(t) -> np.ndarray:
@@ -115,16 +118,22 @@ def compare(index: int, name: str, host_dtype: str, sim: np.ndarray,
 
 def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
                   sim_outputs: list[np.ndarray]) -> list[OutputCheck]:
-    """Compare every simulated output with eager PyTorch on the same inputs."""
+    """Compare every simulated output (and mutated buffer, after the user outputs, as
+    `simulate` returns them) with eager PyTorch on the same inputs."""
     host = {n: t.host_dtype for n, t in manifest.tensors.items()}
-    eager = eager_outputs(out_dir, list(manifest.inputs), host, inputs)
+    mutated = getattr(manifest, "mutated_buffers", ())
+    eager = eager_outputs(out_dir, list(manifest.inputs), host, inputs,
+                          tuple(fqn for fqn, _ in mutated))
+    n_user = len(eager) - len(mutated)
+    expected = eager[:n_user] + [None] * (len(manifest.outputs) - n_user) + eager[n_user:]
+    names = list(manifest.outputs) + [name for _, name in mutated]
     checks = []
-    for i, name in enumerate(manifest.outputs):
-        if i >= len(eager):
+    for i, name in enumerate(names):
+        if expected[i] is None:
             checks.append(OutputCheck(i, name, host[name], 0.0, np.nan, np.nan, 0, 0,
-                                      f"eager returns only {len(eager)} outputs"))
+                                      f"eager returns only {n_user} outputs"))
             continue
-        checks.append(compare(i, name, host[name], sim_outputs[i], eager[i]))
+        checks.append(compare(i, name, host[name], sim_outputs[i], expected[i]))
     return checks
 
 
