@@ -41,9 +41,11 @@ class MatmulPadding(Pass):
         e = graph.buffers[x.buffer].layout.elems_per_stick
         if sizes[k] % e == 0:
             return op
-        n_var = [v for v, _ in op.ranges if v not in op.reduced][-1]
+        # N of size 1 was dropped from the iteration space: y is then a K vector.
+        n_vars = [v for v, _ in op.ranges if v not in op.reduced][-1:]
         used = {a.name for a in y.index.free_atoms() if isinstance(a, Var)}
-        order = [v for v, _ in op.ranges if v in used and v not in (k, n_var)] + [k, n_var]
+        order = [v for v, _ in op.ranges if v in used and v != k and v not in n_vars] \
+            + [k] + n_vars
         k_pad = -(-sizes[k] // e) * e
         src = graph.buffers[y.buffer]
         shape = tuple(k_pad if v == k else sizes[v] for v in order)
