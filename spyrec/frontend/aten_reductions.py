@@ -192,8 +192,17 @@ def _layer_norm(ctx, node, x, normalized_shape, weight=None, bias=None, eps=1e-5
     y = ctx.pointwise("mul", [xc, rstd], out_dtype=FP32 if has_affine else out_dtype)
     y = _affine(ctx, y, weight, bias, out_dtype) if has_affine else y
     if str(node.target) == "aten.native_layer_norm.default":
-        return (y, mu, rstd)
+        return (y, *(_as_dtype(ctx, t, v) for t, v in zip((mu, rstd), node.meta["val"][1:])))
     return y
+
+
+def _as_dtype(ctx, t: TensorValue, val) -> TensorValue:
+    """`t` cast to the dtype eager gives (native_layer_norm's mean and rstd follow the input
+    dtype on CPU); our statistics are fp32."""
+    dtype = str(val.dtype).removeprefix("torch.")
+    if dtype == t.dtype:
+        return t
+    return ctx.pointwise("identity", [t], out_dtype=dtype, shape=t.shape)
 
 
 def _first_dtype(node) -> str:

@@ -117,6 +117,7 @@ class LoweringContext:
 
     def out_meta(self, node=None) -> tuple[tuple[int, ...], str]:
         val = (node or self.node).meta["val"]
+        val = val[0] if isinstance(val, (list, tuple)) else val  # several outputs: the first
         return tuple(int(n) for n in val.shape), host_dtype(val.dtype)
 
     # --- common op shapes -----------------------------------------------------------------

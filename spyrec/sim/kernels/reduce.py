@@ -54,10 +54,8 @@ def min_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
 @kernel("batchmatmul", arity=2, cost=MATMUL)
 def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     """sum over the reduced axes of x*y, as one batched sgemm."""
+    x, y = (np.asarray(v, dtype=ctx.compute) for v in inputs)
     rank = len(ctx.shape)
-    # an operand that varies along no axis (a 1x1 @ 1x1) may arrive with fewer dims
-    x, y = (np.asarray(v, dtype=ctx.compute).reshape((1,) * (rank - np.ndim(v)) + np.shape(v))
-            for v in inputs)
     reduced = set(ctx.reduced_axes)
     # A reduced axis only one operand varies along is summed out first (and an axis neither
     # varies along multiplies the result), so K is always shared.
