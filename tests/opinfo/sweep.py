@@ -8,6 +8,7 @@ the first K samples of each (op, dtype), for a quicker look.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections import Counter
@@ -26,6 +27,14 @@ def describe(sample) -> str:
         return repr(x)
     args = pytree.tree_map(show, (sample.input, sample.args, sample.kwargs))
     return str(args)[:90]
+
+
+def reason(detail: str) -> str:
+    """The line of a refusal that names the cause (the op list's first entry), without the
+    temporary directory, so equal causes group together."""
+    lines = detail.splitlines()
+    line = lines[1] if len(lines) > 1 else lines[0]
+    return re.sub(r"/\S*/model\.pt2", "model.pt2", line.strip())
 
 
 def main(argv=None) -> int:
@@ -47,8 +56,7 @@ def main(argv=None) -> int:
                 if verdict.outcome == "failed":
                     failures.append((op, dtype, i, describe(sample), verdict.detail))
                 elif verdict.outcome == "refused":
-                    refusals[(op, verdict.detail.splitlines()[-1 if "\n" not in
-                                                                verdict.detail else 1].strip())] += 1
+                    refusals[(op, reason(verdict.detail))] += 1
             print(f"{op:<32} {dtype:<8} {len(todo):>3} samples  "
                   f"[{time.time() - start:6.0f} s]", file=sys.stderr, flush=True)
     print(f"opinfo: {counts['passed']} passed, {counts['failed']} failed, "
