@@ -57,8 +57,8 @@ def reduce(ctx: LoweringContext, op: str, x: TensorValue, dims, keepdim: bool,
         out_idx = cvars
     ranges = list(zip(names_of(cvars), [x.shape[i] for i in kept]))
     ranges += list(zip(names_of(rvars), [x.shape[i] for i in dims]))
-    constants = {"scaling_factor": 1.0 / math.prod(x.shape[i] for i in dims)} if op == "mean" \
-        else {}
+    count = math.prod(x.shape[i] for i in dims)
+    constants = {"scaling_factor": 1.0 / count} if op == "mean" and count else {}
     ctx.emit(op, out, ranges, [Access(x.buffer, x.at(x_idx))], out.at(out_idx),
              reduced=names_of(rvars), constants=constants)
     return out

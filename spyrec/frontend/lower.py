@@ -63,8 +63,9 @@ class Unlowered:
     reason: str
 
 
-# What a reduction over an empty dim gives in eager (max/min raise there).
-EMPTY_REDUCTION_VALUE = {"sum": 0.0, "batchmatmul": 0.0, "mean": float("nan")}
+# What a reduction over an empty dim gives in eager (max/min raise there); mean's 0/0 is
+# computed on the device, so no NaN has to travel through the (strict) JSON files.
+EMPTY_REDUCTION_VALUE = {"sum": 0.0, "batchmatmul": 0.0, "mean": 0.0}
 
 
 class LoweringContext:
@@ -103,7 +104,7 @@ class LoweringContext:
         """An op with an empty iteration space: nothing to compute, so no device op.
 
         Only a reduction over an empty dim into a non-empty output writes something: the
-        reduction's identity, as eager does (sum and matmul give 0, mean gives NaN). max/min
+        reduction's identity, as eager does (sum and matmul give 0, mean 0/0 = NaN). max/min
         over an empty dim is an error in eager, so it is refused.
         """
         kept = [(v, n) for v, n in ranges if v not in reduced]
@@ -112,8 +113,14 @@ class LoweringContext:
         if op not in EMPTY_REDUCTION_VALUE:
             raise UnsupportedProgram(f"{self.node.name}: {op} over an empty dim has no value "
                                      f"({source_of(self.node) or 'unknown source line'})")
-        self.emit("fill", out, kept, [], out_index,
-                  constants={"value": EMPTY_REDUCTION_VALUE[op]})
+        if op != "mean":
+            self.emit("fill", out, kept, [], out_index,
+                      constants={"value": EMPTY_REDUCTION_VALUE[op]})
+            return
+        zeros = self.new_value(out.shape, out.dtype, base=f"{out.buffer}_zeros")
+        self.emit("fill", zeros, kept, [], out_index, constants={"value": 0.0})
+        self.emit("realdiv", out, kept, [Access(zeros.buffer, out_index)], out_index,
+                  constants={"scalar": 0.0, "scalar_side": "rhs"})
 
     def out_meta(self, node=None) -> tuple[tuple[int, ...], str]:
         val = (node or self.node).meta["val"]
