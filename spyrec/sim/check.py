@@ -41,8 +41,13 @@ def to_torch(array: np.ndarray, host_dtype: str):
     import torch
 
     if host_dtype == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
+        return torch.from_numpy(_c_order(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(_c_order(array))
+
+
+def _c_order(array: np.ndarray) -> np.ndarray:
+    """C-contiguous with the same shape (np.ascontiguousarray turns a 0-d array into 1-d)."""
+    return np.require(np.asarray(array), None, "C")
 
 
 def _flatten(value) -> list:

@@ -54,3 +54,19 @@ def test_int8_is_stored_128_per_stick(tmp_path):
     assert result["device_dtype"] == "int8"
     assert result["device_size"][-1] == 128
     assert result["device_bytes"] == 128 * np.prod(result["device_size"][:-1])
+
+
+def test_check_keeps_0d_inputs_and_outputs_0d(tmp_path):
+    """`--check` feeds eager the npz arrays: a 0-d input must stay 0-d there too."""
+    from spyrec.sim.check import check_outputs
+    from spyrec.sim.runner import load_program, simulate
+    from tests.programs import compile_pt2, export
+
+    module = Lambda(lambda m, x, y: (x * 2, x.to(torch.bfloat16), y + x))
+    x, y = torch.tensor(1.25), r(0, 4)
+    out = compile_pt2(export(tmp_path, module, (x, y)), tmp_path / "out")
+    inputs = {"args_0": x.numpy(), "args_1": y.numpy()}
+    result = simulate(out, inputs)
+    assert [a.shape for a in result.outputs] == [(), (), (0, 4)]
+    checks = check_outputs(out, load_program(out).manifest, inputs, result.outputs)
+    assert [(c.ok, c.problem) for c in checks] == [(True, None)] * 3
