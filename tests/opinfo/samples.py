@@ -89,6 +89,7 @@ def opinfo(op: str):
     return _op_db()[op]
 
 
+@lru_cache(maxsize=4)  # the sweep runs every sample of one (op, dtype) in a row
 def samples(op: str, dtype: str) -> list:
     """The OpInfo samples of `op` in `dtype`, generated under a fixed seed (deterministic)."""
     info = opinfo(op)
