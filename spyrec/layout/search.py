@@ -205,8 +205,8 @@ class LayoutSearch:
         # A copy of the accessed view (an identity op, which reads any layout element by
         # element: the compact op of A-layout §7) always works, sparse sources included.
         view = self._view_copy(op, access, target)
-        if view is not None:
-            s.cost += view[1]
+        if view is not None:  # from a sparse source it reads every (mostly padding) stick
+            s.cost += max(view[1], source.device_elems) if source.is_sparse else view[1]
             s.inserted += 1
             return Decision("view", order=view[0])
         return False
