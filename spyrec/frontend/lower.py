@@ -63,9 +63,9 @@ class Unlowered:
     reason: str
 
 
-# What a reduction over an empty dim gives in eager (max/min raise there); mean's 0/0 is
-# computed on the device, so no NaN has to travel through the (strict) JSON files.
-EMPTY_REDUCTION_VALUE = {"sum": 0.0, "batchmatmul": 0.0, "mean": 0.0}
+# What a reduction over an empty dim gives in eager (max/min raise there). mean gives NaN,
+# computed on the device as 0/0 so that no NaN has to travel through the (strict) JSON files.
+EMPTY_REDUCTION_VALUE = {"sum": 0.0, "batchmatmul": 0.0}
 
 
 class LoweringContext:
@@ -110,7 +110,7 @@ class LoweringContext:
         kept = [(v, n) for v, n in ranges if v not in reduced]
         if any(int(n) == 0 for _, n in kept) or not reduced:
             return
-        if op not in EMPTY_REDUCTION_VALUE:
+        if op not in EMPTY_REDUCTION_VALUE and op != "mean":
             raise UnsupportedProgram(f"{self.node.name}: {op} over an empty dim has no value "
                                      f"({source_of(self.node) or 'unknown source line'})")
         if op != "mean":
