@@ -9,7 +9,7 @@ infinity only the same infinity, so a padding leak (NaN where eager is finite) i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ class OutputCheck:
     mismatches: int
     total: int
     problem: str | None = None    # shape or count mismatch: no element comparison possible
+    key: str | None = None        # outputs.npz key when not output_<index> (a buffer's FQN)
 
     @property
     def ok(self) -> bool:
@@ -126,7 +127,7 @@ def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
     """Compare every simulated output (and mutated buffer, after the user outputs, as
     `simulate` returns them) with eager PyTorch on the same inputs."""
     host = {n: t.host_dtype for n, t in manifest.tensors.items()}
-    mutated = getattr(manifest, "mutated_buffers", ())
+    mutated = manifest.mutated_buffers
     eager = eager_outputs(out_dir, list(manifest.inputs), host, inputs,
                           tuple(fqn for fqn, _ in mutated))
     n_user = len(eager) - len(mutated)
@@ -139,6 +140,8 @@ def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
                                       f"eager returns only {n_user} outputs"))
             continue
         checks.append(compare(i, name, host[name], sim_outputs[i], expected[i]))
+    for k, (fqn, _) in enumerate(mutated):
+        checks[len(manifest.outputs) + k] = replace(checks[len(manifest.outputs) + k], key=fqn)
     return checks
 
 
@@ -147,7 +150,8 @@ def format_checks(checks: list[OutputCheck]) -> str:
              f"{'max rel err':>12} {'tolerance':>9} {'mismatches':>12}  result"]
     for c in checks:
         verdict = "ok" if c.ok else "MISMATCH" + (f": {c.problem}" if c.problem else "")
-        lines.append(f"output_{c.index:<3} {c.name:<16.16} {c.dtype:<9} {c.max_abs:>12.4g} "
+        label = c.key or f"output_{c.index}"
+        lines.append(f"{label:<10} {c.name:<16.16} {c.dtype:<9} {c.max_abs:>12.4g} "
                      f"{c.max_rel:>12.4g} {c.tolerance:>9.0e} {c.mismatches:>5}/{c.total:<6}  "
                      f"{verdict}")
     return "\n".join(lines)

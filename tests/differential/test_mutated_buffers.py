@@ -4,7 +4,7 @@ with eager's buffer after the call (DESIGN §1)."""
 import numpy as np
 import torch
 
-from spyrec.sim.check import check_outputs
+from spyrec.sim.check import check_outputs, format_checks
 from spyrec.sim.inputs import npz_arrays
 from spyrec.sim.runner import load_program, simulate
 from tests.programs import compile_pt2, export
@@ -46,6 +46,8 @@ def test_mutated_buffers_come_back_under_their_fqn_and_match_eager(tmp_path):
     np.testing.assert_allclose(arrays["output_1"], y1.numpy(), rtol=1e-6)
     checks = check_outputs(out, load_program(out).manifest, {"x": x.numpy()}, result.outputs)
     assert [c.ok for c in checks] == [True] * 4
+    assert [c.key for c in checks] == [None, None, "count", "layers.0.k_cache"]
+    assert "layers.0.k_cache" in format_checks(checks)
 
 
 def test_check_flags_a_wrong_mutated_buffer(tmp_path):
