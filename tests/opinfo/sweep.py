@@ -29,7 +29,7 @@ def describe(sample) -> str:
     return str(args)[:90]
 
 
-def reason(detail: str) -> str:
+def refusal_cause(detail: str) -> str:
     """The line of a refusal that names the cause (the op list's first entry), without the
     temporary directory, so equal causes group together."""
     lines = detail.splitlines()
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
                 if verdict.outcome == "failed":
                     failures.append((op, dtype, i, describe(sample), verdict.detail))
                 elif verdict.outcome == "refused":
-                    refusals[(op, reason(verdict.detail))] += 1
+                    refusals[(op, refusal_cause(verdict.detail))] += 1
             print(f"{op:<32} {dtype:<8} {len(todo):>3} samples  "
                   f"[{time.time() - start:6.0f} s]", file=sys.stderr, flush=True)
     print(f"opinfo: {counts['passed']} passed, {counts['failed']} failed, "
