@@ -15,6 +15,7 @@ every run and a failure can be reproduced by its id.
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import traceback
@@ -166,8 +167,6 @@ def _run(info, sample, tmp: Path) -> Verdict:
     except Exception as e:  # noqa: BLE001
         return Verdict("failed", f"compile: {_crash(e)}")
     try:
-        import json
-
         names = json.loads((tmp / "out" / "manifest.json").read_text())["inputs"]
         result = simulate(tmp / "out", {n: _host(t) for n, t in zip(names, inputs)})
     except Exception as e:  # noqa: BLE001
