@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.spyrec-installed
 
-.PHONY: setup test demo bench snapshots clean
+.PHONY: setup test demo bench snapshots opinfo clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,10 @@ demo: $(STAMP)
 	$(VENV)/bin/spyrec compile $(DEMO)/mlp_fp16.pt2 -o $(DEMO)/out
 	$(VENV)/bin/spyrec run $(DEMO)/out --inputs $(DEMO)/mlp_fp16.npz --check --report
 	cat $(DEMO)/out/report.txt
+
+# Every OpInfo sample of every lowered op, fp32 and fp16 (tests/opinfo; a few minutes).
+opinfo: $(STAMP)
+	$(PY) -m tests.opinfo.sweep --refused
 
 snapshots: $(STAMP)
 	SPYREC_UPDATE_SNAPSHOTS=1 $(PY) -m pytest -q tests/snapshots

@@ -23,6 +23,10 @@ FP32 = "float32"
 
 
 def _dims(dims, rank: int) -> list[int]:
+    """Reduced dims, non-negative and sorted. A 0-d tensor has none: dim 0 / -1 of a scalar
+    names the scalar itself, and reducing it is a copy."""
+    if rank == 0:
+        return []
     if dims is None or dims == []:
         return list(range(rank))
     if isinstance(dims, int):
@@ -53,8 +57,8 @@ def reduce(ctx: LoweringContext, op: str, x: TensorValue, dims, keepdim: bool,
         out_idx = cvars
     ranges = list(zip(names_of(cvars), [x.shape[i] for i in kept]))
     ranges += list(zip(names_of(rvars), [x.shape[i] for i in dims]))
-    constants = {"scaling_factor": 1.0 / math.prod(x.shape[i] for i in dims)} if op == "mean" \
-        else {}
+    count = math.prod(x.shape[i] for i in dims)
+    constants = {"scaling_factor": 1.0 / count} if op == "mean" and count else {}
     ctx.emit(op, out, ranges, [Access(x.buffer, x.at(x_idx))], out.at(out_idx),
              reduced=names_of(rvars), constants=constants)
     return out
@@ -218,13 +222,22 @@ def _layer_norm(ctx, node, x, normalized_shape, weight=None, bias=None, eps=1e-5
     y = ctx.pointwise("mul", [xc, rstd], out_dtype=FP32 if has_affine else out_dtype)
     y = _affine(ctx, y, weight, bias, out_dtype) if has_affine else y
     if str(node.target) == "aten.native_layer_norm.default":
-        return (y, mu, rstd)
+        return (y, *(_as_dtype(ctx, t, v) for t, v in zip((mu, rstd), node.meta["val"][1:])))
     return y
 
 
 # torch.finfo(dtype).eps, rms_norm's default: 2**-(mantissa bits).
 MACHINE_EPSILON = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7,
                    "float64": 2.0 ** -52}
+
+
+def _as_dtype(ctx, t: TensorValue, val) -> TensorValue:
+    """`t` cast to the dtype eager gives (native_layer_norm's mean and rstd follow the input
+    dtype on CPU); our statistics are fp32."""
+    dtype = str(val.dtype).removeprefix("torch.")
+    if dtype == t.dtype:
+        return t
+    return ctx.pointwise("identity", [t], out_dtype=dtype, shape=t.shape)
 
 
 def _first_dtype(node) -> str:

@@ -66,6 +66,11 @@ class Unlowered:
     reason: str
 
 
+# What a reduction over an empty dim gives in eager (max/min raise there). mean gives NaN,
+# computed on the device as 0/0 so that no NaN has to travel through the (strict) JSON files.
+EMPTY_REDUCTION_VALUE = {"sum": 0.0, "batchmatmul": 0.0}
+
+
 class LoweringContext:
     """What lowering functions use: the graph being built and helpers to emit ops."""
 
@@ -87,6 +92,9 @@ class LoweringContext:
         name = out.buffer if not any(o.name == out.buffer for o in self.graph.ops) else \
             f"{out.buffer}.{sum(o.output.buffer == out.buffer for o in self.graph.ops)}"
         assert op in DEVICE_OPS, f"lowering emitted unknown device op {op}"
+        if any(int(n) == 0 for _, n in ranges):
+            self._emit_empty(op, out, ranges, out_index, reduced)
+            return
         ranges, inputs, out_index, reduced, index_inputs, op = _drop_unit_vars(
             op, list(ranges), list(inputs), out_index, list(reduced), list(index_inputs))
         self.graph.ops.append(Operation(
@@ -102,8 +110,32 @@ class LoweringContext:
         val = self.program.node(arg.name).meta.get("val") if self.program else None
         return val if hasattr(val, "shape") else None
 
+    def _emit_empty(self, op: str, out: TensorValue, ranges, out_index: Lin,
+                    reduced: Sequence[str]) -> None:
+        """An op with an empty iteration space: nothing to compute, so no device op.
+
+        Only a reduction over an empty dim into a non-empty output writes something: the
+        reduction's identity, as eager does (sum and matmul give 0, mean 0/0 = NaN). max/min
+        over an empty dim is an error in eager, so it is refused.
+        """
+        kept = [(v, n) for v, n in ranges if v not in reduced]
+        if any(int(n) == 0 for _, n in kept) or not reduced:
+            return
+        if op not in EMPTY_REDUCTION_VALUE and op != "mean":
+            raise UnsupportedProgram(f"{self.node.name}: {op} over an empty dim has no value "
+                                     f"({source_of(self.node) or 'unknown source line'})")
+        if op != "mean":
+            self.emit("fill", out, kept, [], out_index,
+                      constants={"value": EMPTY_REDUCTION_VALUE[op]})
+            return
+        zeros = self.new_value(out.shape, out.dtype, base=f"{out.buffer}_zeros")
+        self.emit("fill", zeros, kept, [], out_index, constants={"value": 0.0})
+        self.emit("realdiv", out, kept, [Access(zeros.buffer, out_index)], out_index,
+                  constants={"scalar": 0.0, "scalar_side": "rhs"})
+
     def out_meta(self, node=None) -> tuple[tuple[int, ...], str]:
         val = (node or self.node).meta["val"]
+        val = val[0] if isinstance(val, (list, tuple)) else val  # several outputs: the first
         return tuple(int(n) for n in val.shape), host_dtype(val.dtype)
 
     # --- common op shapes -----------------------------------------------------------------
@@ -234,29 +266,47 @@ def _lower_placeholders(program: Program, graph: Graph, env: dict) -> None:
 
 
 def _lower_outputs(program: Program, graph: Graph, ctx: LoweringContext, env: dict) -> None:
+    """User outputs in order, then every buffer the program mutates (DESIGN §1: it comes back
+    under its FQN). torch.export lists the mutations first; the user order is what callers see."""
     out_node = next(n for n in program.nodes if n.op == "output")
     ctx.node = out_node
-    for arg in out_node.args[0]:
+    mutated: list[tuple[str, str]] = []
+    for arg, spec in zip(out_node.args[0], program.outputs):
         if not isinstance(arg, Ref):
             raise UnsupportedProgram(f"an output of the program is the constant {arg!r}; "
                                      f"only tensor outputs are supported")
-        value = env[arg.name]
-        ctx.node = program.node(arg.name)
-        if isinstance(value, Unlowered):
-            raise UnsupportedProgram(value.reason)
-        if isinstance(value, Scalar) or not isinstance(value, TensorValue):
-            raise UnsupportedProgram(f"output {arg.name} is not a tensor ({value!r})")
+        name = _output_buffer(program, graph, ctx, env, arg)
+        if spec.kind == "buffer_mutation":
+            mutated.append((spec.target, name))
+        elif spec.kind == "user_output":
+            graph.outputs.append(name)
+        else:
+            raise UnsupportedProgram(f"output {arg.name} is a {spec.kind.replace('_', ' ')} "
+                                     f"output; only user outputs and buffer mutations are "
+                                     f"supported")
+    graph.mutated_buffers = dict(mutated)
+
+
+def _output_buffer(program: Program, graph: Graph, ctx: LoweringContext, env: dict,
+                   arg: Ref) -> str:
+    """The buffer holding output `arg`, materialized when it is a view of another buffer."""
+    value = env[arg.name]
+    ctx.node = program.node(arg.name)
+    if isinstance(value, Unlowered):
+        raise UnsupportedProgram(value.reason)
+    if isinstance(value, Scalar) or not isinstance(value, TensorValue):
+        raise UnsupportedProgram(f"output {arg.name} is not a tensor ({value!r})")
+    buf = graph.buffers[value.buffer]
+    reshaped = Buffer(buf.name, value.shape, buf.host_dtype, buf.role)
+    if (value != contiguous_value(buf) and buf.role == "intermediate"
+            and buf.numel == value.numel and value == contiguous_value(reshaped)):
+        buf.host_size = value.shape  # a pure reshape: same storage, flat indices still hold
+    if value != contiguous_value(buf):  # a view of a buffer: materialize it
+        value = ctx.pointwise("identity", [value], out_dtype=value.dtype, shape=value.shape)
         buf = graph.buffers[value.buffer]
-        reshaped = Buffer(buf.name, value.shape, buf.host_dtype, buf.role)
-        if (value != contiguous_value(buf) and buf.role == "intermediate"
-                and buf.numel == value.numel and value == contiguous_value(reshaped)):
-            buf.host_size = value.shape  # a pure reshape: same storage, flat indices still hold
-        if value != contiguous_value(buf):  # a view of a buffer: materialize it
-            value = ctx.pointwise("identity", [value], out_dtype=value.dtype, shape=value.shape)
-            buf = graph.buffers[value.buffer]
-        if buf.role == "intermediate":
-            buf.role = "output"
-        graph.outputs.append(buf.name)
+    if buf.role == "intermediate":
+        buf.role = "output"
+    return buf.name
 
 
 def _drop_unit_vars(op, ranges, inputs, out_index, reduced, index_inputs):

@@ -91,6 +91,8 @@ class TensorValue:
         return self._with(self.shape[:dim] + (1,) + self.shape[dim:], self.at(old))
 
     def squeeze(self, dims: Sequence[int] | None = None) -> "TensorValue":
+        if self.rank == 0:  # dim 0 / -1 of a scalar is the scalar itself: nothing to drop
+            return self
         if dims is None:
             dims = [i for i, n in enumerate(self.shape) if n == 1]
         drop = {d % self.rank for d in dims if self.shape[d % self.rank] == 1}

@@ -114,6 +114,8 @@ class Graph:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    # buffer FQN -> the output buffer holding its new value (a KV cache updated in place)
+    mutated_buffers: dict[str, str] = field(default_factory=dict)
 
     def add_buffer(self, buf: Buffer) -> Buffer:
         assert buf.name not in self.buffers, buf.name

@@ -194,7 +194,7 @@ class LayoutSearch:
             if name == access.buffer and self._fits(op, access, layout, target):
                 return Decision("copy", layout)
         source = s.layouts[access.buffer]
-        if not source.is_sparse:
+        if not source.is_sparse:  # a restickify cannot gather a sparse tensor's sticks
             buf = self.graph.buffers[access.buffer]
             for layout in self._candidates(buf, access, target, op):
                 if layout != source and self._fits(op, access, layout, target):
@@ -202,11 +202,13 @@ class LayoutSearch:
                     s.cost += source.device_elems
                     s.inserted += 1
                     return Decision("copy", layout)
-            view = self._view_copy(op, access, target)
-            if view is not None:
-                s.cost += view[1]
-                s.inserted += 1
-                return Decision("view", order=view[0])
+        # A copy of the accessed view (an identity op, which reads any layout element by
+        # element: the compact op of A-layout §7) always works, sparse sources included.
+        view = self._view_copy(op, access, target)
+        if view is not None:  # from a sparse source it reads every (mostly padding) stick
+            s.cost += max(view[1], source.device_elems) if source.is_sparse else view[1]
+            s.inserted += 1
+            return Decision("view", order=view[0])
         return False
 
     def _candidates(self, buf: Buffer, access: Access, target, op: Operation):

@@ -10,7 +10,7 @@ infinity only the same infinity, so a padding leak (NaN where eager is finite) i
 from __future__ import annotations
 
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,7 @@ class OutputCheck:
     mismatches: int
     total: int
     problem: str | None = None    # shape or count mismatch: no element comparison possible
+    key: str | None = None        # outputs.npz key when not output_<index> (a buffer's FQN)
 
     @property
     def ok(self) -> bool:
@@ -42,8 +43,13 @@ def to_torch(array: np.ndarray, host_dtype: str):
     import torch
 
     if host_dtype == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
+        return torch.from_numpy(_c_order(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(_c_order(array))
+
+
+def _c_order(array: np.ndarray) -> np.ndarray:
+    """C-contiguous with the same shape (np.ascontiguousarray turns a 0-d array into 1-d)."""
+    return np.require(np.asarray(array), None, "C")
 
 
 def _flatten(value) -> list:
@@ -81,8 +87,10 @@ def check_reference_program(out_dir: Path) -> Path:
 
 
 def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, str],
-                  inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays."""
+                  inputs: dict[str, np.ndarray],
+                  mutated: tuple[str, ...] = ()) -> list[np.ndarray]:
+    """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays, then the
+    values of the `mutated` buffers (FQNs) after the run: the module updates them in place."""
     import torch
 
     from spyrec.pt2archive import load_exported
@@ -99,7 +107,8 @@ def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, 
     args = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
     with torch.no_grad():
         result = module(*args)
-    return [_to_numpy(t) for t in _flatten(result)]
+    after = [module.get_buffer(fqn) for fqn in mutated]
+    return [_to_numpy(t) for t in _flatten(result)] + [_to_numpy(t) for t in after]
 
 
 def _to_numpy(t) -> np.ndarray:
@@ -147,16 +156,24 @@ def compare(index: int, name: str, host_dtype: str, sim: np.ndarray,
 
 def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
                   sim_outputs: list[np.ndarray]) -> list[OutputCheck]:
-    """Compare every simulated output with eager PyTorch on the same inputs."""
+    """Compare every simulated output (and mutated buffer, after the user outputs, as
+    `simulate` returns them) with eager PyTorch on the same inputs."""
     host = {n: t.host_dtype for n, t in manifest.tensors.items()}
-    eager = eager_outputs(out_dir, list(manifest.inputs), host, inputs)
+    mutated = manifest.mutated_buffers
+    eager = eager_outputs(out_dir, list(manifest.inputs), host, inputs,
+                          tuple(fqn for fqn, _ in mutated))
+    n_user = len(eager) - len(mutated)
+    expected = eager[:n_user] + [None] * (len(manifest.outputs) - n_user) + eager[n_user:]
+    names = list(manifest.outputs) + [name for _, name in mutated]
     checks = []
-    for i, name in enumerate(manifest.outputs):
-        if i >= len(eager):
+    for i, name in enumerate(names):
+        if expected[i] is None:
             checks.append(OutputCheck(i, name, host[name], 0.0, np.nan, np.nan, 0, 0,
-                                      f"eager returns only {len(eager)} outputs"))
+                                      f"eager returns only {n_user} outputs"))
             continue
-        checks.append(compare(i, name, host[name], sim_outputs[i], eager[i]))
+        checks.append(compare(i, name, host[name], sim_outputs[i], expected[i]))
+    for k, (fqn, _) in enumerate(mutated):
+        checks[len(manifest.outputs) + k] = replace(checks[len(manifest.outputs) + k], key=fqn)
     return checks
 
 
@@ -165,7 +182,8 @@ def format_checks(checks: list[OutputCheck]) -> str:
              f"{'max rel err':>12} {'tolerance':>9} {'mismatches':>12}  result"]
     for c in checks:
         verdict = "ok" if c.ok else "MISMATCH" + (f": {c.problem}" if c.problem else "")
-        lines.append(f"output_{c.index:<3} {c.name:<16.16} {c.dtype:<9} {c.max_abs:>12.4g} "
+        label = c.key or f"output_{c.index}"
+        lines.append(f"{label:<10} {c.name:<16.16} {c.dtype:<9} {c.max_abs:>12.4g} "
                      f"{c.max_rel:>12.4g} {c.tolerance:>9.0e} {c.mismatches:>5}/{c.total:<6}  "
                      f"{verdict}")
     return "\n".join(lines)

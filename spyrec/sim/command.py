@@ -56,7 +56,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     inputs = read_inputs(program.manifest, inputs_path)
     result = simulate(out, inputs, log=detail, program=program)
     output_path = output_path or out / "outputs.npz"
-    write_npz(output_path, npz_arrays(result.outputs, result.output_dtypes))
+    write_npz(output_path, npz_arrays(result.outputs, result.output_dtypes, result.names))
     progress(f"{len(result.outputs)} output(s) written to {output_path} "
              f"({result.wall_s:.2f} s)")
     if report:

@@ -44,10 +44,16 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm) -> None:
     with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
         for chunk in chunks(spec):
             access = ChunkAccess(spec, bindings, chunk, hbm)
-            inputs = [access.read(b).astype(compute) for b in values_in]
+            inputs = [_at_rank(access.read(b).astype(compute), len(chunk.shape))
+                      for b in values_in]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute)
             result = kern.fn(ctx, inputs)
             _write(spec, bindings[-1], access, result, reduced_axes)
+
+
+def _at_rank(values: np.ndarray, rank: int) -> np.ndarray:
+    """An operand read at no varying coordinate comes back 0-d; kernels index its axes."""
+    return values.reshape((1,) * (rank - values.ndim) + values.shape)
 
 
 def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,

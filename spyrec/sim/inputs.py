@@ -213,13 +213,16 @@ def read_constants(manifest: Manifest, out_dir: Path) -> dict[str, np.ndarray]:
     return check_arrays(read_npz(path), tensors, str(path), signature(tensors))
 
 
-def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str]) -> dict[str, np.ndarray]:
-    """`outputs.npz` content: output_0, output_1, … plus a tag for every bf16 output."""
+def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str],
+               names: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """`outputs.npz` content: output_0, output_1, … (or `names`: a mutated buffer comes back
+    under its FQN) plus a tag for every bf16 output."""
     arrays: dict[str, np.ndarray] = {}
     for i, (array, dtype) in enumerate(zip(outputs, host_dtypes)):
-        arrays[f"output_{i}"] = array
+        key = names[i] if i < len(names) else f"output_{i}"
+        arrays[key] = array
         if dtype == "bfloat16":
-            arrays[f"{DTYPE_TAG}output_{i}"] = np.array("bfloat16")
+            arrays[f"{DTYPE_TAG}{key}"] = np.array("bfloat16")
     return arrays
 
 

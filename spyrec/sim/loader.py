@@ -158,8 +158,13 @@ def load_manifest(out_dir: Path) -> Manifest:
                                  f"file name in the output directory; re-run spyrec compile")
     kernels = tuple(KernelSpec(k["name"], k["bundle"], tuple(k["ops"]))
                     for k in data["kernels"])
+    mutated = tuple(data.get("mutated_buffers", {}).items())
+    for fqn, name in mutated:
+        if name not in tensors:
+            raise InputFileError(f"{path}: at $.mutated_buffers.{fqn}: no tensor named "
+                                 f"'{name}' in $.tensors")
     return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
-                    data["hbm_bytes"])
+                    data["hbm_bytes"], mutated)
 
 
 # --- sdsc -------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
 
 def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns, round to nearest even (torch's rounding); NaN stays NaN."""
-    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    u = np.require(np.asarray(values), np.float32, "C").view(np.uint32)  # 0-d stays 0-d
     rounded = (u + (((u >> 16) & 1) + 0x7FFF)) >> 16
     nan = np.isnan(values)
     rounded = np.where(nan, (u >> 16) | 0x0040, rounded)

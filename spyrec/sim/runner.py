@@ -30,12 +30,14 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class SimResult:
-    """Outputs in program order, host form (bf16 as uint16 bits; `output_dtypes` says which)."""
+    """Outputs in program order, then the mutated buffers; host form (bf16 as uint16 bits;
+    `output_dtypes` says which). `names` are their outputs.npz keys: output_0, …, then FQNs."""
 
     outputs: list[np.ndarray]
     output_dtypes: list[str]
     cost: dict
     wall_s: float
+    names: tuple[str, ...] = ()
 
 
 def _quiet(_: str) -> None:
@@ -111,7 +113,10 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         run_op(spec, ex, hbm)
         log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
             f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
-    outputs = [read_tensor(hbm, manifest.tensors[name]) for name in manifest.outputs]
-    dtypes = [manifest.tensors[name].host_dtype for name in manifest.outputs]
+    tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
+    outputs = [read_tensor(hbm, manifest.tensors[name]) for name in tensors]
+    dtypes = [manifest.tensors[name].host_dtype for name in tensors]
+    names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
+        fqn for fqn, _ in manifest.mutated_buffers)
     cost = program_cost(program)
-    return SimResult(outputs, dtypes, cost, time.perf_counter() - start)
+    return SimResult(outputs, dtypes, cost, time.perf_counter() - start, names)

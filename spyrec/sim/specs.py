@@ -46,6 +46,7 @@ class Manifest:
     tensors: dict[str, TensorSpec]   # manifest order
     kernels: tuple[KernelSpec, ...]
     hbm_bytes: int
+    mutated_buffers: tuple[tuple[str, str], ...] = ()   # (buffer FQN, tensor name)
 
 
 @dataclass(frozen=True)

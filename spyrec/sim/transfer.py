@@ -35,6 +35,7 @@ HOST_NUMPY = {
     "float32": np.dtype(np.float32),
     "int32": np.dtype(np.int32),
     "int64": np.dtype(np.int64),
+    "int8": np.dtype(np.int8),
     "bool": np.dtype(np.bool_),
 }
 
@@ -43,6 +44,8 @@ HOST_NUMPY = {
 def _relative_offsets(host_shape: tuple[int, ...], layout: DeviceLayout) -> np.ndarray:
     """Device element offset (from the tensor base) of every host element, host-shaped."""
     rank = len(host_shape)
+    if 0 in host_shape:  # an empty tensor has no element to place (and its layout tiles nothing)
+        return np.zeros(host_shape, dtype=np.int64)
     strides = contiguous_strides(host_shape)
     names = [f"c{i}" for i in range(rank)]
     index = sum((var(n) * s for n, s in zip(names, strides)), var("c0") * 0)

@@ -4,7 +4,7 @@ inputs in the default layout and with free input layouts, plus layouts chosen an
 import pytest
 import torch
 
-from spyrec.errors import ConfigError, UnsupportedProgram
+from spyrec.errors import ConfigError
 from tests.programs import Lambda, compile_pt2, export, load_json
 
 S, T = 128, 64
@@ -147,23 +147,26 @@ def test_layouts_file_pins_an_input(tmp_path):
         _compile(tmp_path, lambda mod, x, y: x + y, ss(2), layouts=bad)
 
 
-def test_sparse_read_across_its_stick_is_infeasible_with_a_clear_message(tmp_path):
+def test_sparse_read_across_its_stick_goes_through_a_compacting_copy(tmp_path):
     """A [S,1] input arrives stick-sparse (one element per stick); broadcasting it along the
-    output's stick would gather 64 sticks into one, and a sparse tensor cannot be
-    restickified."""
-    with pytest.raises(UnsupportedProgram) as err:
-        _compile(tmp_path, lambda mod, x, b: x.t() + b, (h(S, 1), h(3, S, seed=1)),
-                 sets=["stick_layout.input_layouts=default"])
-    text = str(err.value)
-    assert "no device layout works for op add (add)" in text and "stick-sparse" in text
-    assert "args_0 [128, 1]" in text and "gather elements from multiple sticks" in text
+    output's stick would gather S sticks into one. A sparse tensor cannot be restickified
+    (the reference gives up here), but a copy of the accessed view can read it element by
+    element into one dense stick run, so the program compiles (issue 14: never infeasible)."""
+    _, r = _compile(tmp_path, lambda mod, x, b: x.t() + b, (h(S, 1), h(3, S, seed=1)),
+                    sets=["stick_layout.input_layouts=default"])
+    (row,) = r["restickify"]["list"]
+    assert (row["tensor"], row["from_stick_dim"], row["inserted"]) == ("args_0", None, True)
+    assert r["restickify"]["elements"] == S * 64  # reads all S sparse sticks once
 
 
-def test_reduction_along_the_stick_then_broadcast_across_it_restickifies_first(tmp_path):
-    """The reference rejects a.sum(1) + b; restickifying a first makes the sum dense."""
+def test_reduction_along_the_stick_then_broadcast_across_it_compacts_the_sum(tmp_path):
+    """The reference rejects a.sum(1) + b. Restickifying a first (S*S slots) makes the sum
+    dense; compacting the sparse sum (S sticks of 64 slots, read once) is cheaper."""
     _, r = _compile(tmp_path, lambda mod, a, b: a.sum(1) + b, ss(2),
                     sets=["stick_layout.input_layouts=default"])
-    assert r["restickify"]["elements"] == S * S
+    assert r["restickify"]["elements"] == S * 64 < S * S
+    (row,) = r["restickify"]["list"]
+    assert (row["from_stick_dim"], row["to_stick_dim"]) == (None, 0)
 
 
 def test_option_errors(tmp_path):

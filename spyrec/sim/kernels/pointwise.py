@@ -69,7 +69,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
     """float32 erf, bit-identical to eager: numpy has none, so borrow torch's (zero copy)."""
     import torch
 
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    x = np.require(np.asarray(x), np.float32, "C")  # 0-d stays 0-d
     return torch.special.erf(torch.from_numpy(x)).numpy()
 
 
