@@ -37,3 +37,10 @@ class CheckMismatch(SpyrecError):
     """`spyrec run --check`: a simulated output differs from PyTorch eager beyond tolerance."""
 
     exit_code = 1
+
+
+class InternalError(SpyrecError):
+    """A step failed where spyrec did not expect it to (exit 70): the message names where, so
+    a report (or a hand-edited input file) can be traced."""
+
+    exit_code = 70

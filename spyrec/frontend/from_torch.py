@@ -11,7 +11,7 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.inline import inline_higher_order_ops
 from spyrec.frontend.program import (
-    InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta,
+    InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta, check_program,
 )
 
 _INPUT_KINDS = {"USER_INPUT": "user_input", "PARAMETER": "parameter", "BUFFER": "buffer",
@@ -33,6 +33,7 @@ def program_of(ep) -> Program:
                 aliases[fqn] = views[view]
             views.setdefault(view, fqn)
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="torch")
+    check_program(program, "the loaded program")
     return inline_higher_order_ops(program)
 
 

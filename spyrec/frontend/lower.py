@@ -9,13 +9,14 @@ program fails once, listing every unsupported op with its source line.
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from spyrec.errors import UnsupportedProgram
+from spyrec.errors import InputFileError, InternalError, SpyrecError, UnsupportedProgram
 from spyrec.frontend.program import Program, Ref, tensor_values
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
 from spyrec.indexing import Lin, var
@@ -39,7 +40,9 @@ def lowering(*names: str):
 
 def source_of(node) -> str | None:
     """`file.py:LINE in func` of the user's code that produced `node`, from its stack trace."""
-    trace = node.meta.get("stack_trace") or ""
+    trace = node.meta.get("stack_trace")
+    if not isinstance(trace, str):
+        return None
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
     if not frames:
         return None
@@ -188,9 +191,30 @@ def lower_program(program: Program) -> Graph:
         ctx.node = node
         args = [_resolve(a, env) for a in node.args]
         kwargs = {k: _resolve(v, env) for k, v in node.kwargs.items()}
-        env[node.name] = LOWERINGS[node.target](ctx, node, *args, **kwargs)
+        env[node.name] = _call_lowering(ctx, node, args, kwargs)
     _lower_outputs(program, graph, ctx, env)
     return graph
+
+
+def _call_lowering(ctx: LoweringContext, node, args: list, kwargs: dict):
+    """One lowering; arguments that do not fit its signature are a damaged file, any other
+    failure inside it names the node (exit 70: spyrec's bug, or a hand-edited graph)."""
+    fn = LOWERINGS[node.target]
+    try:
+        inspect.signature(fn).bind(ctx, node, *args, **kwargs)
+    except TypeError as e:
+        raise InputFileError(f"node {node.name!r}: {node.target} with arguments that do not "
+                             f"match its schema ({e}); the exported program is damaged: "
+                             f"export and save it again") from None
+    try:
+        return fn(ctx, node, *args, **kwargs)
+    except SpyrecError:
+        raise
+    except Exception as e:  # noqa: BLE001 - named, with the node, rather than a bare crash
+        where = source_of(node) or "unknown source line"
+        raise InternalError(f"internal error lowering node {node.name!r} ({node.target}, "
+                            f"{where}): {type(e).__name__}: {e}; unless the .pt2 was edited "
+                            f"by hand, please report this") from e
 
 
 def lowerable(target: str) -> bool:

@@ -131,6 +131,39 @@ class Program:
         return cache
 
 
+def check_program(program: Program, where: str) -> None:
+    """The structure the lowering relies on: names unique, every reference to an earlier node,
+    every signature entry a placeholder, one output node last, state for every constant."""
+    from spyrec.errors import InputFileError
+
+    def bad(what: str):
+        return InputFileError(f"{where}: damaged exported program: {what}. Export and save it "
+                              f"again.")
+
+    seen: dict[str, Node] = {}
+    for node in program.nodes:
+        if node.name in seen:
+            raise bad(f"two nodes are named {node.name!r}")
+        for ref in _refs((node.args, node.kwargs)):
+            if ref.name not in seen:
+                raise bad(f"node {node.name!r} reads {ref.name!r}, which no earlier node defines")
+        seen[node.name] = node
+    if not program.nodes or program.nodes[-1].op != "output" or \
+            sum(n.op == "output" for n in program.nodes) != 1:
+        raise bad("the graph does not end in exactly one output node")
+    outputs = program.nodes[-1].args[0] if program.nodes[-1].args else None
+    if not isinstance(outputs, (list, tuple)) or len(outputs) != len(program.outputs):
+        raise bad("the graph's outputs do not match its signature")
+    for spec in program.inputs:
+        node = seen.get(spec.name)
+        if node is None or node.op != "placeholder":
+            raise bad(f"signature input {spec.name!r} is not a graph input")
+        if spec.kind != "user_input":
+            fqn = program.aliases.get(spec.target, spec.target)
+            if fqn not in program.state:
+                raise bad(f"{spec.kind} {spec.target!r} has no stored value")
+
+
 def _refs(value):
     if isinstance(value, Ref):
         yield value

@@ -23,7 +23,7 @@ import numpy as np
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.inline import inline_higher_order_ops
 from spyrec.frontend.program import (
-    InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta,
+    InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta, check_program,
 )
 from spyrec.pt2archive import CONSTANTS_CONFIG, WEIGHTS_CONFIG, Archive, open_archive
 
@@ -62,8 +62,20 @@ class NeedsTorch(Exception):
 
 
 def read_program(path: str | Path, archive: Archive | None = None) -> Program:
-    """The Program stored in `path`, read without torch."""
+    """The Program stored in `path`, read without torch. A graph JSON of the wrong shape (a
+    damaged or hand-edited file) is one InputFileError, never a traceback."""
     archive = archive or open_archive(path)
+    try:
+        program = _read(archive)
+        check_program(program, str(archive.path))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise InputFileError(f"{archive.path}: damaged exported program ({type(e).__name__}: "
+                             f"{e} in the graph JSON or a weights config). Export and save it "
+                             f"again.") from None
+    return program
+
+
+def _read(archive: Archive) -> Program:
     with zipfile.ZipFile(archive.path) as zf:
         model = json.loads(zf.read(archive.model_member))
         _check_schema(archive, model)
@@ -109,7 +121,7 @@ class _GraphReader:
 
     def nodes(self) -> list[Node]:
         names = [_tensor_name(a, self.archive) for a in self.graph["inputs"]]
-        out = [Node(n, "placeholder", n, meta={"val": self.metas.get(n)}) for n in names]
+        out = [Node(n, "placeholder", n, meta={"val": self.metas[n]}) for n in names]
         for raw in self.graph["nodes"]:
             out += self._call(raw)
         results = tuple(self._argument(a, "output") for a in self.graph["outputs"])
@@ -132,16 +144,16 @@ class _GraphReader:
         single = self._single(outs)
         if single is not None:
             node = Node(single, "call_function", target, tuple(args), kwargs,
-                        {**meta, "val": self.metas.get(single)})
+                        {**meta, "val": self.metas[single]})
             return [node]
         names = self._output_names(outs)
         if not names:  # an assertion or another op run for its effect
             return [Node(name, "call_function", target, tuple(args), kwargs,
                          {**meta, "val": None})]
         node = Node(name, "call_function", target, tuple(args), kwargs,
-                    {**meta, "val": [self.metas.get(n) if n else None for n in names]})
+                    {**meta, "val": [self.metas[n] if n else None for n in names]})
         items = [Node(n, "call_function", "_operator.getitem", (Ref(name), i), {},
-                      {**meta, "val": self.metas.get(n)}) for i, n in enumerate(names) if n]
+                      {**meta, "val": self.metas[n]}) for i, n in enumerate(names) if n]
         return [node, *items]
 
     @staticmethod
@@ -264,9 +276,10 @@ _ARGUMENTS = {
 
 def _metadata(raw: dict) -> dict:
     meta = {}
-    if raw.get("stack_trace"):
+    if isinstance(raw, dict) and isinstance(raw.get("stack_trace"), str) and raw["stack_trace"]:
         meta["stack_trace"] = raw["stack_trace"]
-    if raw.get("nn_module_stack"):
+    if isinstance(raw, dict) and isinstance(raw.get("nn_module_stack"), str) and \
+            raw["nn_module_stack"]:
         meta["nn_module_stack"] = _module_stack(raw["nn_module_stack"])
     return meta
 
