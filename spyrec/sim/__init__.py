@@ -6,11 +6,12 @@ spyrec.passes, spyrec.codegen, spyrec.frontend), and a test enforces that.
 
     simulate(out_dir, {"x": array}) -> SimResult(outputs, output_dtypes, cost, wall_s)
     cost_for_directory(out_dir)     -> the data-independent cost section of report.json
+    cost_for_files(texts, out_dir)  -> the same, from the compiler's in-memory {name: text}
     load_program(out_dir)           -> the loaded, validated and verified Program
 """
 
 
-__all__ = ["SimResult", "cost_for_directory", "load_program", "simulate"]
+__all__ = ["SimResult", "cost_for_directory", "cost_for_files", "load_program", "simulate"]
 
 
 def __getattr__(name: str):

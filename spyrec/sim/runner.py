@@ -13,14 +13,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, read_constants
-from spyrec.sim.loader import Program, load_directory
+from spyrec.sim.loader import Program, load_directory, load_files
 from spyrec.sim.memory import ALWAYS_LIVE, Hbm
 from spyrec.sim.transfer import read_tensor, write_tensor
 from spyrec.sim.verify import verify_program
@@ -58,8 +58,18 @@ def program_cost(program: Program, params: CostParams = DEFAULT_PARAMS) -> dict:
 
 
 def cost_for_directory(out_dir: str | Path, params: CostParams = DEFAULT_PARAMS) -> dict:
-    """Cost estimate of an output directory, no inputs needed (for `spyrec compile`)."""
+    """Cost estimate of an output directory on disk, no inputs needed."""
     return program_cost(load_program(out_dir), params)
+
+
+def cost_for_files(texts: Mapping[str, str | bytes], out_dir: str | Path,
+                   params: CostParams = DEFAULT_PARAMS) -> dict:
+    """Cost estimate of the files `spyrec compile` has just built ({name: text}), the same
+    numbers as `cost_for_directory` once they are written; from memory, because re-reading
+    and schema-checking them cost more than the rest of codegen (issue 11). Not verified
+    either: `verify_program` checks files a user hands to `spyrec run` (which still does),
+    and it would cost compile a third of the estimate to re-check its own output."""
+    return program_cost(load_files(texts, out_dir), params)
 
 
 def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
