@@ -1,6 +1,7 @@
 """Load an output directory: manifest.json, every sdsc_<n>.json and the bundles.
 
-Every JSON file goes through its schema in `spyrec/schemas/` first, so the format is defined in
+Every JSON file on disk goes through its schema in `spyrec/schemas/` first (a compiled check,
+jsonschema for the message when it fails), so the format is defined in
 one place and a bad file gives one message naming the file and the JSON path
 (`sdsc_3.json: at $.args[1].device_size: ...`). Then the structural facts the schema cannot say
 (lengths that must agree, a stick dim of 128 bytes, coordinates that parse) are checked while
@@ -22,6 +23,7 @@ from spyrec.errors import InputFileError
 from spyrec.indexing import ExprSyntaxError, Indirect, Var, parse_expr
 from spyrec.layout import DeviceLayout
 from spyrec.layout.dtypes import DEVICE_DTYPES, device_dtype_for
+from spyrec.sim.schemacheck import Unsupported, compile_schema
 from spyrec.sim.specs import (
     ArgSpec, CoreSplit, Execute, KernelSpec, Manifest, OpSpec, TensorSpec)
 
@@ -65,8 +67,24 @@ def validator(schema_name: str):
     return cls(schema, registry=_registry())
 
 
+@lru_cache(maxsize=None)
+def fast_check(schema_name: str):
+    """The compiled yes/no check of one schema (schemacheck.py), or None where it does not
+    cover the schema's keywords."""
+    try:
+        return compile_schema(SCHEMA_DIR, schema_name)
+    except Unsupported:
+        return None
+
+
 def validate(data: object, schema_name: str, label: str) -> None:
-    """InputFileError naming `label` and the JSON path of the most relevant violation."""
+    """InputFileError naming `label` and the JSON path of the most relevant violation.
+
+    The compiled check answers for valid files (~10x faster than jsonschema, which is
+    imported only when it says no); jsonschema stays the judge and writes the message."""
+    check = fast_check(schema_name)
+    if check is not None and check(data):
+        return
     import jsonschema
 
     error = jsonschema.exceptions.best_match(validator(schema_name).iter_errors(data))
