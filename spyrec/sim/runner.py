@@ -4,14 +4,15 @@ Order of work, each step able to fail with a message that names the file: load a
 directory (schemas, structure), verify it statically (op table, core splits, start addresses),
 check the inputs, place every tensor in HBM (alignment, bounds, live overlaps), transfer inputs
 and constants into their layouts (padding stays NaN), run every `sdsc_execute` in bundle order,
-read the outputs back, and estimate the cost.
+read the outputs back; the cost estimate is computed when asked for.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -30,12 +31,19 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class SimResult:
-    """Outputs in program order, host form (bf16 as uint16 bits; `output_dtypes` says which)."""
+    """Outputs in program order, host form (bf16 as uint16 bits; `output_dtypes` says which).
+
+    `cost` is estimated on first use: it is data-independent, `spyrec run` prints it only
+    under `--report`, and it costs a sixth of a run of a 2-layer decoder."""
 
     outputs: list[np.ndarray]
     output_dtypes: list[str]
-    cost: dict
+    program: Program = field(repr=False, compare=False)
     wall_s: float
+
+    @cached_property
+    def cost(self) -> dict:
+        return program_cost(self.program)
 
 
 def _quiet(_: str) -> None:
@@ -123,5 +131,4 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
             f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
     outputs = [read_tensor(hbm, manifest.tensors[name]) for name in manifest.outputs]
     dtypes = [manifest.tensors[name].host_dtype for name in manifest.outputs]
-    cost = program_cost(program)
-    return SimResult(outputs, dtypes, cost, time.perf_counter() - start)
+    return SimResult(outputs, dtypes, program, time.perf_counter() - start)
