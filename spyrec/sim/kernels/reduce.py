@@ -8,8 +8,9 @@ those axes with `keepdims` (the output offsets have size 1 there). Accumulation 
 batchmatmul: roles come from which operand varies along which axis (reference/C-simulator.md
 §5.4): axes where both vary and the output does too are batch, only x varies are M, only y are
 N, reduced axes where both vary are K. Operands are gathered in float32, arranged as
-(B, M, K) @ (B, K, N) and multiplied in float32 (numpy's OpenBLAS on one thread, fp32 accumulation as in
-eager; half-precision matmul in numpy is unusably slow and rounds differently).
+(B, M, K) @ (B, K, N) and multiplied in float32 (numpy's OpenBLAS on one thread, fp32
+accumulation as in eager; half-precision matmul in numpy is unusably slow and rounds
+differently).
 """
 
 from __future__ import annotations
