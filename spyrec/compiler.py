@@ -148,10 +148,10 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
 
     def finalize(tmp: Path) -> dict[str, str]:
         from spyrec.sim.cost import format_table
-        from spyrec.sim.runner import cost_for_directory
+        from spyrec.sim.runner import cost_for_files
 
         t_cost = time.perf_counter()
-        report["cost"] = cost_for_directory(tmp)
+        report["cost"] = cost_for_files(files, tmp)  # from memory: no re-read, no schema pass
         timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
         return {"report.json": _json(report),
                 "report.txt": report_text(report) + "\n" + format_table(report["cost"])}

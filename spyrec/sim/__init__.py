@@ -4,13 +4,14 @@ It only reads files (docs/formats.md): manifest.json, sdsc_<n>.json, bundle.mlir
 constants.npz and, for `--check`, program.pt2; it never imports the compiler (spyrec.ir,
 spyrec.passes, spyrec.codegen, spyrec.frontend), and a test enforces that.
 
-    simulate(out_dir, {"x": array}) -> SimResult(outputs, output_dtypes, cost, wall_s)
+    simulate(out_dir, {"x": array}) -> SimResult(outputs, output_dtypes, program, wall_s; .cost)
     cost_for_directory(out_dir)     -> the data-independent cost section of report.json
+    cost_for_files(texts, out_dir)  -> the same, from the compiler's in-memory {name: text}
     load_program(out_dir)           -> the loaded, validated and verified Program
 """
 
 
-__all__ = ["SimResult", "cost_for_directory", "load_program", "simulate"]
+__all__ = ["SimResult", "cost_for_directory", "cost_for_files", "load_program", "simulate"]
 
 
 def __getattr__(name: str):

@@ -27,15 +27,7 @@ from xdsl.utils.lexer import Span
 
 from spyrec.errors import InputFileError
 from spyrec.sim.dialect import SdscBundle
-
-
-@dataclass(frozen=True)
-class Execute:
-    """One `sdsc_execute` as it runs: the op's JSON file and its operand values (addresses)."""
-
-    file: str
-    operands: tuple[int, ...]
-    location: str        # "bundle.mlir:LINE:COL" of the sdsc_execute, for messages
+from spyrec.sim.specs import Execute  # noqa: F401  (defined without xDSL; re-exported)
 
 
 def make_context() -> Context:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from spyrec.sim.footprint import distinct_sticks, support, useful_elements
+from spyrec.sim.footprint import ArgFootprint, support
 from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 from spyrec.sim.specs import CoreSplit, OpSpec
 
@@ -68,25 +68,25 @@ def _us(x: float) -> float:
     return round(x, 6)
 
 
-def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams) -> dict:
-    """Traffic and time of one core's slice of one op execution."""
+def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
+              footprints: list[tuple[bool, int, ArgFootprint]] | None = None) -> dict:
+    """Traffic and time of one core's slice of one op execution (`footprints`: the HBM args'
+    (is_input, itemsize, footprint), shared by every core of the op)."""
     kern = KERNELS[spec.op]
     reads = writes = useful = 0
-    for arg in spec.args:
-        if arg.hbm_address is None:      # LX traffic is free in this model (KC default)
-            continue
-        moved = distinct_sticks(spec, arg, core.ranges) * STICK_BYTES
-        if arg.is_input:
+    for is_input, itemsize, fp in footprints or _footprints(spec):
+        moved = fp.sticks(core.ranges) * STICK_BYTES
+        if is_input:
             reads += moved
         else:
             writes += moved
-        useful += useful_elements(spec, arg, core.ranges) * arg.itemsize
+        useful += fp.useful(core.ranges) * itemsize
     points = core.points
     if kern.cost_class == MOVE:
         compute_s = 0.0
     elif kern.cost_class == MATMUL:
-        m_rows = math.prod(hi - lo for v, (lo, hi) in core.ranges.items()
-                           if v in _m_vars(spec))
+        m_vars = _m_vars(spec)
+        m_rows = math.prod(hi - lo for v, (lo, hi) in core.ranges.items() if v in m_vars)
         passes = max(1.0, m_rows / p.pt_rows_per_pass)
         eff = min(1.0, math.sqrt(passes / p.pt_full_efficiency_passes))
         compute_s = points / (p.pt_macs_per_s_per_core * eff)
@@ -97,6 +97,12 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams) -> dict
     return {"core": core.core, "points": points, "hbm_read_bytes": reads,
             "hbm_write_bytes": writes, "useful_bytes": useful,
             "compute_us": _us(compute_s * 1e6), "memory_us": _us(memory_s * 1e6)}
+
+
+def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint]]:
+    """The HBM args of `spec`; LX traffic is free in this model (KC default)."""
+    return [(a.is_input, a.itemsize, ArgFootprint(spec, a)) for a in spec.args
+            if a.hbm_address is not None]
 
 
 def _m_vars(spec: OpSpec) -> set[str]:
@@ -110,7 +116,8 @@ def _m_vars(spec: OpSpec) -> set[str]:
 def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> dict:
     """Cost of one execution of `spec` (per core and combined), and how often it runs."""
     active = sum(1 for c in spec.cores if c.points)
-    cores = [core_cost(spec, c, active, p) for c in spec.cores]
+    footprints = _footprints(spec)
+    cores = [core_cost(spec, c, active, p, footprints) for c in spec.cores]
     used = [c for c in cores if c["points"]] or cores
     k_split = math.prod(k for v, (_, k) in spec.iteration_space.items() if v in spec.reduced)
     out_elems = math.prod(n for v, (n, _) in spec.iteration_space.items()

@@ -11,11 +11,10 @@ import numpy as np
 
 from spyrec.errors import SimulatorFault
 from spyrec.sim.access import Binding, Chunk, ChunkAccess, bind, chunks, one_to_one
-from spyrec.sim.bundle import Execute
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext
 from spyrec.sim.memory import Hbm
 from spyrec.sim.numerics import is_integer, to_storage
-from spyrec.sim.specs import OpSpec
+from spyrec.sim.specs import Execute, OpSpec
 
 
 def compute_dtype(spec: OpSpec, kern: Kernel) -> np.dtype:

@@ -1,10 +1,12 @@
 """Load an output directory: manifest.json, every sdsc_<n>.json and the bundles.
 
-Every JSON file goes through its schema in `spyrec/schemas/` first, so the format is defined in
-one place and a bad file gives one message naming the file and the JSON path
-(`sdsc_3.json: at $.args[1].device_size: ...`). Then the structural facts the schema cannot say
-(lengths that must agree, a stick dim of 128 bytes, coordinates that parse) are checked while
-building the `specs` dataclasses. Coordinate strings are parsed exactly once, here.
+Every JSON file on disk goes through its schema in `spyrec/schemas/` first (a compiled check,
+jsonschema for the message when it fails), so the format is defined in one place and a bad
+file gives one message naming the file and the JSON path (`sdsc_3.json: at
+$.args[1].device_size: ...`); the compiler's own files, still in memory, skip the schema.
+Then the structural facts the schema cannot say (lengths that must agree, a stick dim of 128
+bytes, coordinates that parse) are checked while building the `specs` dataclasses.
+Coordinate strings are parsed exactly once, here.
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import jsonschema
+from typing import Mapping
 
 from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
 from spyrec.indexing import ExprSyntaxError, Indirect, Var, parse_expr
 from spyrec.layout import DeviceLayout
 from spyrec.layout.dtypes import DEVICE_DTYPES, device_dtype_for
-from spyrec.sim.bundle import Execute, read_bundle
-from spyrec.sim.specs import ArgSpec, CoreSplit, KernelSpec, Manifest, OpSpec, TensorSpec
+from spyrec.sim.schemacheck import Unsupported, compile_schema
+from spyrec.sim.specs import (
+    ArgSpec, CoreSplit, Execute, KernelSpec, Manifest, OpSpec, TensorSpec)
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
@@ -53,8 +55,12 @@ def _registry():
 
 
 @lru_cache(maxsize=None)
-def validator(schema_name: str) -> jsonschema.protocols.Validator:
-    """The validator of one schema file (`manifest`, `sdsc`, `opspecs`, `report`), built once."""
+def validator(schema_name: str):
+    """The jsonschema validator of one schema file (`manifest`, `sdsc`, `opspecs`, `report`),
+    built once. jsonschema is imported here, not at the top: the compiler's trusted path never
+    validates and should not pay for the import."""
+    import jsonschema
+
     path = SCHEMA_DIR / f"{schema_name}.schema.json"
     schema = json.loads(path.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)
@@ -62,8 +68,26 @@ def validator(schema_name: str) -> jsonschema.protocols.Validator:
     return cls(schema, registry=_registry())
 
 
+@lru_cache(maxsize=None)
+def fast_check(schema_name: str):
+    """The compiled yes/no check of one schema (schemacheck.py), or None where it does not
+    cover the schema's keywords."""
+    try:
+        return compile_schema(SCHEMA_DIR, schema_name)
+    except Unsupported:
+        return None
+
+
 def validate(data: object, schema_name: str, label: str) -> None:
-    """InputFileError naming `label` and the JSON path of the most relevant violation."""
+    """InputFileError naming `label` and the JSON path of the most relevant violation.
+
+    The compiled check answers for valid files (~10x faster than jsonschema, which is
+    imported only when it says no); jsonschema stays the judge and writes the message."""
+    check = fast_check(schema_name)
+    if check is not None and check(data):
+        return
+    import jsonschema
+
     error = jsonschema.exceptions.best_match(validator(schema_name).iter_errors(data))
     if error is not None:
         raise InputFileError(f"{label}: at {error.json_path}: {_shorten(error.message)} "
@@ -80,25 +104,60 @@ def _shorten(message: str, limit: int = 200) -> str:
     return f"{message[:limit // 2]} … {message[-limit // 2:]}"
 
 
-# Digests of texts that already passed their schema: jsonschema costs ~10 ms per sdsc file,
-# and tests and benchmarks load the same directory many times in one process.
+# Digests of texts that already passed their schema: even the compiled check costs ~0.5 ms per
+# sdsc file, and tests and benchmarks load the same directory many times in one process.
 _VALID: set[tuple[str, bytes]] = set()
 
 
 def read_json(path: Path, schema_name: str) -> dict:
+    """A JSON file of an output directory, parsed and checked against its schema."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise InputFileError(f"cannot read {path}: {e.strerror}") from None
+    return parse_json(text, path, schema_name, trusted=False)
+
+
+def parse_json(text: str, path: Path, schema_name: str, trusted: bool) -> dict:
+    """Parse `text`; check it against its schema unless it is `trusted` (the compiler's own
+    output, still in memory: nothing can have changed it since codegen built it)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputFileError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    if trusted:
+        return data
     key = (schema_name, hashlib.blake2b(text.encode("utf-8"), digest_size=20).digest())
     if key not in _VALID:
         validate(data, schema_name, str(path))
         _VALID.add(key)
     return data
+
+
+class _Files:
+    """Where a program's files come from: a directory on disk (untrusted: every JSON file is
+    schema-checked), or the compiler's in-memory {name: text} (trusted: no schema pass, which
+    is most of the load time; the structural checks still run)."""
+
+    def __init__(self, out_dir: Path, texts: Mapping[str, str | bytes] | None = None):
+        self.out_dir = out_dir
+        self.texts = texts
+        self.trusted = texts is not None
+
+    def text(self, name: str) -> str:
+        if self.texts is None:
+            try:
+                return (self.out_dir / name).read_text(encoding="utf-8")
+            except OSError as e:
+                raise InputFileError(f"cannot read {self.out_dir / name}: {e.strerror}") \
+                    from None
+        if name not in self.texts:
+            raise InputFileError(f"{self.out_dir / name}: no such file in the output")
+        text = self.texts[name]
+        return text.decode("utf-8") if isinstance(text, bytes) else text
+
+    def json(self, name: str, schema_name: str) -> dict:
+        return parse_json(self.text(name), self.out_dir / name, schema_name, self.trusted)
 
 
 # --- manifest ---------------------------------------------------------------------------------
@@ -130,9 +189,9 @@ def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
                       t["hbm_address"], t["device_bytes"], t["source"])
 
 
-def load_manifest(out_dir: Path) -> Manifest:
-    path = out_dir / "manifest.json"
-    data = read_json(path, "manifest")
+def load_manifest(files: _Files) -> Manifest:
+    path = files.out_dir / "manifest.json"
+    data = files.json("manifest.json", "manifest")
     tensors: dict[str, TensorSpec] = {}
     for i, t in enumerate(data["tensors"]):
         if t["name"] in tensors:
@@ -202,9 +261,9 @@ def _indirect_names(data: dict) -> set[str]:
     return names
 
 
-def load_op(out_dir: Path, filename: str) -> OpSpec:
-    path = out_dir / filename
-    data = read_json(path, "sdsc")
+def load_op(files: _Files, filename: str) -> OpSpec:
+    path = files.out_dir / filename
+    data = files.json(filename, "sdsc")
     m = _SDSC_NAME.match(filename)
     if m and int(m.group(1)) != data["index"]:
         raise InputFileError(f"{path}: at $.index: {data['index']} but the file is named "
@@ -276,17 +335,62 @@ def load_directory(out_dir: str | Path) -> Program:
     if not out_dir.is_dir():
         raise InputFileError(f"{out_dir} is not a directory (expected a `spyrec compile` "
                              f"output directory)")
-    manifest = load_manifest(out_dir)
+    return _load(_Files(out_dir))
+
+
+def load_files(texts: Mapping[str, str | bytes], out_dir: str | Path) -> Program:
+    """The Program of files the compiler has just built in memory ({name: text}), without
+    re-reading or schema-checking them: for the cost estimate `spyrec compile` writes into
+    report.json. Messages name `out_dir / name`."""
+    return _load(_Files(Path(out_dir), texts))
+
+
+def _load(files: _Files) -> Program:
+    manifest = load_manifest(files)
     ops: dict[str, OpSpec] = {}
     trace: list[tuple[str, Execute]] = []
     for kernel in manifest.kernels:
         for filename in kernel.ops:
             if filename not in ops:
-                ops[filename] = load_op(out_dir, filename)
+                ops[filename] = load_op(files, filename)
         listed = set(kernel.ops)
-        for ex in read_bundle(out_dir / kernel.bundle):
+        for ex in _read_bundle(files, kernel.bundle):
             if ex.file not in listed:
                 raise InputFileError(f"{ex.location}: executes {ex.file}, which kernel "
                                      f"'{kernel.name}' of manifest.json does not list in ops")
             trace.append((kernel.name, ex))
-    return Program(out_dir, manifest, ops, tuple(trace))
+    return Program(files.out_dir, manifest, ops, tuple(trace))
+
+
+def _read_bundle(files: _Files, name: str) -> list[Execute]:
+    """The executions of one bundle. Files on disk always go through xDSL (the contract: a real
+    MLIR parser and verifier). The compiler's own flat bundle is read line by line instead,
+    which saves compile the xDSL import; anything but that exact form goes to xDSL too."""
+    text, label = files.text(name), str(files.out_dir / name)
+    flat = _flat_bundle(text, label) if files.trusted else None
+    if flat is not None:
+        return flat
+    from spyrec.sim.bundle import execute, parse_bundle  # xDSL: imported only when needed
+
+    return execute(parse_bundle(text, label))
+
+
+_FLAT_FRAME = ("module {", "  func.func @sdsc_bundle() {", "    func.return", "  }", "}")
+_FLAT_EXECUTE = re.compile(r'^    sdscbundle\.sdsc_execute \(\) \{sdsc_filename = "([^"\\]+)"\}$')
+
+
+def _flat_bundle(text: str, label: str) -> list[Execute] | None:
+    """Executions of a bundle with no loops, no maps and no operands (what
+    templates/bundle.mlir.j2 renders today), in order; None for any other text."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 5 or tuple(lines[:2] + lines[-3:]) != _FLAT_FRAME:
+        return None
+    out = []
+    for number, line in enumerate(lines[2:-3], start=3):
+        m = _FLAT_EXECUTE.match(line)
+        if m is None:
+            return None
+        out.append(Execute(m.group(1), (), f"{label}:{number}:5"))
+    return out

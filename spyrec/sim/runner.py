@@ -4,23 +4,24 @@ Order of work, each step able to fail with a message that names the file: load a
 directory (schemas, structure), verify it statically (op table, core splits, start addresses),
 check the inputs, place every tensor in HBM (alignment, bounds, live overlaps), transfer inputs
 and constants into their layouts (padding stays NaN), run every `sdsc_execute` in bundle order,
-read the outputs back, and estimate the cost.
+read the outputs back; the cost estimate is computed when asked for.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, read_constants
-from spyrec.sim.loader import Program, load_directory
+from spyrec.sim.loader import Program, load_directory, load_files
 from spyrec.sim.memory import ALWAYS_LIVE, Hbm
 from spyrec.sim.transfer import read_tensor, write_tensor
 from spyrec.sim.verify import verify_program
@@ -31,13 +32,20 @@ Log = Callable[[str], None]
 @dataclass(frozen=True)
 class SimResult:
     """Outputs in program order, then the mutated buffers; host form (bf16 as uint16 bits;
-    `output_dtypes` says which). `names` are their outputs.npz keys: output_0, …, then FQNs."""
+    `output_dtypes` says which). `names` are their outputs.npz keys: output_0, …, then FQNs.
+
+    `cost` is estimated on first use: it is data-independent, `spyrec run` prints it only
+    under `--report`, and it costs a sixth of a run of a 2-layer decoder."""
 
     outputs: list[np.ndarray]
     output_dtypes: list[str]
-    cost: dict
+    program: Program = field(repr=False, compare=False)
     wall_s: float
     names: tuple[str, ...] = ()
+
+    @cached_property
+    def cost(self) -> dict:
+        return program_cost(self.program)
 
 
 def _quiet(_: str) -> None:
@@ -60,8 +68,18 @@ def program_cost(program: Program, params: CostParams = DEFAULT_PARAMS) -> dict:
 
 
 def cost_for_directory(out_dir: str | Path, params: CostParams = DEFAULT_PARAMS) -> dict:
-    """Cost estimate of an output directory, no inputs needed (for `spyrec compile`)."""
+    """Cost estimate of an output directory on disk, no inputs needed."""
     return program_cost(load_program(out_dir), params)
+
+
+def cost_for_files(texts: Mapping[str, str | bytes], out_dir: str | Path,
+                   params: CostParams = DEFAULT_PARAMS) -> dict:
+    """Cost estimate of the files `spyrec compile` has just built ({name: text}), the same
+    numbers as `cost_for_directory` once they are written; from memory, because re-reading
+    and schema-checking them cost more than the rest of codegen (issue 11). Not verified
+    either: `verify_program` checks files a user hands to `spyrec run` (which still does),
+    and it would cost compile a third of the estimate to re-check its own output."""
+    return program_cost(load_files(texts, out_dir), params)
 
 
 def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
@@ -118,5 +136,4 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     dtypes = [manifest.tensors[name].host_dtype for name in tensors]
     names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
         fqn for fqn, _ in manifest.mutated_buffers)
-    cost = program_cost(program)
-    return SimResult(outputs, dtypes, cost, time.perf_counter() - start, names)
+    return SimResult(outputs, dtypes, program, time.perf_counter() - start, names)

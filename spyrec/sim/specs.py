@@ -15,6 +15,16 @@ from spyrec.layout import DeviceLayout
 
 
 @dataclass(frozen=True)
+class Execute:
+    """One `sdsc_execute` as it runs: the op's JSON file and its operand values (addresses).
+    Defined here rather than in bundle.py so that using one does not import xDSL."""
+
+    file: str
+    operands: tuple[int, ...]
+    location: str        # "bundle.mlir:LINE:COL" of the sdsc_execute, for messages
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     """One program tensor of `manifest.json`: its host form and where it lives on the device."""
 

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from spyrec.sim.kernels.registry import TRANSCENDENTAL, VECTOR, KernelContext, kernel
+from spyrec.sim.kernels.special import erf
 
 
 def _f(ctx: KernelContext, value: object) -> np.ndarray:
@@ -66,11 +67,10 @@ def gelu(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """float32 erf, bit-identical to eager: numpy has none, so borrow torch's (zero copy)."""
-    import torch
-
-    x = np.require(np.asarray(x), np.float32, "C")  # 0-d stays 0-d
-    return torch.special.erf(torch.from_numpy(x)).numpy()
+    """float32 erf without torch (its import costs `spyrec run` seconds): special.erf is the
+    correctly rounded float32 erf, at most one ulp from torch's on ~1% of inputs — inside
+    the fp32 differential tolerance."""
+    return erf(np.asarray(x, dtype=np.float32))
 
 
 @kernel("pow", arity=1, cost=TRANSCENDENTAL, requires=("exponent",))

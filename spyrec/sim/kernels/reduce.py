@@ -8,8 +8,9 @@ those axes with `keepdims` (the output offsets have size 1 there). Accumulation 
 batchmatmul: roles come from which operand varies along which axis (reference/C-simulator.md
 §5.4): axes where both vary and the output does too are batch, only x varies are M, only y are
 N, reduced axes where both vary are K. Operands are gathered in float32, arranged as
-(B, M, K) @ (B, K, N) and multiplied in float32 (torch's CPU GEMM, fp32 accumulation as in
-eager; half-precision matmul in numpy is unusably slow and rounds differently).
+(B, M, K) @ (B, K, N) and multiplied in float32 (numpy's OpenBLAS on one thread, fp32
+accumulation as in eager; half-precision matmul in numpy is unusably slow and rounds
+differently).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 
 import numpy as np
 
+from spyrec.sim.blas import single_threaded_blas
 from spyrec.sim.kernels.registry import MATMUL, KernelContext, kernel
 
 
@@ -82,15 +84,15 @@ def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
 
 
 def _matmul(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """Batched matmul through torch (zero-copy views): fp32 in, fp32 accumulation, and the
-    same CPU GEMM eager uses. numpy's OpenBLAS pool degrades by orders of magnitude on small
-    batched products when the cores are busy (60 ms for 4 x 127x64x127 here)."""
-    import torch
-
+    """Batched matmul in numpy: fp32 in, fp32 accumulation, no torch import (seconds of
+    start-up `spyrec run` need not pay). numpy's OpenBLAS thread pool degrades by orders of
+    magnitude on small batched products when the cores are busy (60 ms for 4 x 127x64x127
+    here), so it is pinned to one thread first (spyrec/sim/blas.py: 9x faster than the pool,
+    faster than torch's GEMM, and a fixed accumulation order whatever the load)."""
     if xs.dtype != np.float32:          # integer matmul: exact in int64
         return np.matmul(xs, ys)
-    return torch.matmul(torch.from_numpy(np.ascontiguousarray(xs)),
-                        torch.from_numpy(np.ascontiguousarray(ys))).numpy()
+    single_threaded_blas()
+    return np.matmul(xs, ys)
 
 
 def _presum(ctx: KernelContext, x: np.ndarray, y: np.ndarray,
