@@ -12,7 +12,7 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.lower import (
     LOWERINGS, LoweringContext, Scalar, host_dtype, iteration_vars, lowering,
-    names_of,
+    names_of, source_of,
 )
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, Lin, as_lin, const, var
@@ -434,6 +434,12 @@ def gather(ctx: LoweringContext, x: TensorValue, dim: int, idx: TensorValue) -> 
     if not host_dtype_is_integer(idx.dtype):
         raise UnsupportedProgram(f"{ctx.node.name}: index tensor {idx.buffer} has dtype "
                                  f"{idx.dtype}; gathers need integer indices")
+    if x.shape[dim] == 1:
+        # x's own index drops a size-1 dim, so the indirect coordinate (and with it the
+        # simulator's range check of every index) would vanish: refuse rather than read blind.
+        raise UnsupportedProgram(f"{ctx.node.name}: gathering along a dim of size 1 "
+                                 f"({source_of(ctx.node) or 'unknown source line'}) is not "
+                                 f"supported yet; index a tensor with more than one row")
     shape, dtype = ctx.out_meta()
     out = ctx.new_value(shape, dtype)
     cvars = iteration_vars(shape)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_ops import binary
+from spyrec.frontend.aten_ops import binary, gather
 from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul
 from spyrec.frontend.lower import contiguous_value, lowering, source_of
 from spyrec.ir import Buffer
@@ -111,3 +111,26 @@ def _constant(ctx, base: str, values: np.ndarray):
                                       source=source_of(ctx.node)))
     ctx.graph.constants[name] = values
     return contiguous_value(buf)
+
+
+@lowering("aten.unbind.int", "aten.unbind_copy.int")
+def _unbind(ctx, node, x, dim=0):
+    """One view per position along `dim` (a select each; `getitem` picks them)."""
+    return tuple(x.select(dim, i) for i in range(x.shape[dim % x.rank]))
+
+
+@lowering("aten.index_select.default")
+def _index_select(ctx, node, x, dim, index):
+    """x.index_select(dim, i) is x[..., i, ...] with a 1-D index: the gather lowering."""
+    if x.rank == 0:  # the only valid index is 0: the tensor itself
+        return x
+    return gather(ctx, x, dim % x.rank, index.reshape([index.numel]) if index.rank == 0 else index)
+
+
+@lowering("aten.stack.default")
+def _stack(ctx, node, values, dim=0):
+    """cat of the inputs, each with a new size-1 dim at `dim` (a view)."""
+    from spyrec.frontend.aten_ops import _cat
+
+    rank = values[0].rank + 1
+    return _cat(ctx, node, [v.unsqueeze(dim % rank) for v in values], dim % rank)

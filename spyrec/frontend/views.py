@@ -69,6 +69,8 @@ class TensorValue:
         return self._with([self.shape[d] for d in dims], self.at(old))
 
     def transpose(self, a: int, b: int) -> "TensorValue":
+        if self.rank == 0:  # torch allows dims 0 and -1 on a 0-d tensor: nothing moves
+            return self
         dims = list(range(self.rank))
         a, b = a % max(self.rank, 1), b % max(self.rank, 1)
         dims[a], dims[b] = dims[b], dims[a]

@@ -63,3 +63,22 @@ def test_cos_sin_rotary_tables_equal_eager(tmp_path):
     pos = torch.arange(40, dtype=torch.float32) * 3.5
     inv = 1.0 / (10000 ** (torch.arange(0, 32, 2, dtype=torch.float32) / 32))
     run_and_compare(tmp_path, Lambda(rotary), (pos, inv), frontend="fast")
+
+
+def test_transpose_of_a_0d_tensor_is_itself(tmp_path):
+    """Stored graphs keep `transpose(x, 0, 0)` on a 0-d tensor (torch's decomposition dropped
+    it); the OpInfo sweep found it."""
+    run_and_compare(tmp_path, Lambda(lambda m, x: x.transpose(0, 0) * 2 + x.t()),
+                    (torch.tensor(1.5),), frontend="fast")
+
+
+def test_unbind_and_index_select_equal_eager(tmp_path):
+    run_and_compare(tmp_path, Lambda(lambda m, x, i: torch.stack(x.unbind(1), 0).sum(0)
+                                     + x.index_select(0, i)[:, :4].sum()),
+                    (r(6, 4), torch.tensor([5, 0, 2, 2, 1, 3])), frontend="fast")
+
+
+def test_gathering_along_a_dim_of_size_one_is_refused_not_read_blind(tmp_path):
+    pt2 = export(tmp_path, Lambda(lambda m, x, i: x[i]), (r(1, 8), torch.tensor([0, 0])))
+    with pytest.raises(UnsupportedProgram, match="gathering along a dim of size 1"):
+        compile_pt2(pt2, tmp_path / "out", frontend="fast")
