@@ -19,8 +19,9 @@ What is folded (works on the flat node list; no higher-order op is looked into):
   - a pure view of state (view, transpose, slice, expand, a same-dtype copy, ... of a parameter
     with no arithmetic anywhere between them): materializing it would duplicate the weight,
     while the lowering expresses views as index maps for free. `linear`'s `t(weight)` stays;
-  - a broadcasting view (`expand`) of a folded value: the smaller value is materialized and
-    the broadcast stays a view of it.
+  - a broadcasting view (`expand`) of a folded value, or one of several views of the same
+    folded value (each layer's `unsqueeze` of the rotary `cos`): the value is materialized once
+    and the views stay views of it.
 - a parameter, buffer or constant read only by folded nodes is dropped from the program.
 
 Dtype rules follow eager: the result dtype is the one the exporter recorded (`meta["val"]`);
@@ -41,6 +42,10 @@ from spyrec.frontend.program import InputSpec, Node, Program, Ref, TensorMeta, _
 MAX_FOLD_BYTES = 16 * 1024 * 1024
 FOLDED_PREFIX = "_folded."
 ASSERTS = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"}
+# ops that read only the dtype/device/shape of their first operand, never its values
+LIKE_OPS = {"aten.new_ones.default", "aten.new_zeros.default", "aten.new_full.default",
+            "aten.new_empty.default", "aten.ones_like.default", "aten.zeros_like.default",
+            "aten.full_like.default"}
 
 
 class NotFoldable(Exception):
@@ -60,18 +65,18 @@ FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """float32 -> the nearest bf16 (ties to even), still as float32."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
     rounded = np.where(np.isnan(x), np.uint32(0x7FC00000), rounded)
     return rounded.view(np.float32)
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:
-    return (np.ascontiguousarray(round_bf16(x)).view(np.uint32) >> 16).astype(np.uint16)
+    return (round_bf16(x).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.asarray(np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def cast(x, dtype: str) -> np.ndarray:
@@ -170,21 +175,30 @@ def _opmath(value, dtype: str):
     return np.asarray(value).astype(NP_DTYPES[dtype])
 
 
-def _operand(x, dtype: str):
+def _operand(x, dtype: str, scalar_in_opmath: bool = True):
+    """An operand of an op computing in `dtype`, as float64 (floats) or `dtype` (integers).
+    Eager's CPU kernels take a Python scalar or 0-dim operand of mul/div as float32 next to an
+    fp16/bf16 tensor (opmath), but convert it to fp16/bf16 first for add/sub."""
+    if isinstance(x, np.generic):
+        x = np.asarray(x)
+    if isinstance(x, np.ndarray) and x.ndim == 0 and scalar_in_opmath and x.dtype != np.bool_:
+        x = x.item()
     if isinstance(x, np.ndarray):
         x = cast(x, dtype)
         return x.astype(np.float64) if _category(dtype) == 2 else x
     if isinstance(x, (bool, int, float)):
-        return _opmath(x, dtype)
+        if scalar_in_opmath:
+            return _opmath(x, dtype)
+        return _operand(np.asarray(x), dtype, False)
     raise NotFoldable(f"operand {x!r}")
 
 
-def _arith(fn):
+def _arith(fn, scalar_in_opmath: bool):
     def run(c: Call, a, b, alpha=1):
         dtype = c.out.dtype
         if alpha != 1 and _category(dtype) == 2:
             raise NotFoldable("float alpha")
-        x, y = _operand(a, dtype), _operand(b, dtype)
+        x, y = _operand(a, dtype, scalar_in_opmath), _operand(b, dtype, scalar_in_opmath)
         if alpha != 1:
             y = y * alpha
         with np.errstate(all="ignore"):
@@ -192,23 +206,21 @@ def _arith(fn):
     return run
 
 
-folder("aten.add.Tensor", "aten.add.Scalar")(_arith(np.add))
-folder("aten.sub.Tensor", "aten.sub.Scalar")(_arith(np.subtract))
-folder("aten.mul.Tensor", "aten.mul.Scalar")(_arith(np.multiply))
+folder("aten.add.Tensor", "aten.add.Scalar")(_arith(np.add, False))
+folder("aten.sub.Tensor", "aten.sub.Scalar")(_arith(np.subtract, False))
+folder("aten.mul.Tensor", "aten.mul.Scalar")(_arith(np.multiply, True))
 
 
 @folder("aten.rsub.Scalar", "aten.rsub.Tensor")
 def _rsub(c, a, b, alpha=1):
-    return _arith(np.subtract)(c, b, a, alpha)
+    return _arith(np.subtract, False)(c, b, a, alpha)
 
 
 @folder("aten.div.Tensor", "aten.div.Scalar")
 def _div(c, a, b):
-    dtype = c.out.dtype
-    if _category(dtype) != 2:
+    if _category(c.out.dtype) != 2:
         raise NotFoldable("integer division result")
-    with np.errstate(all="ignore"):
-        return cast(np.divide(_operand(a, dtype), _operand(b, dtype)), dtype)
+    return _arith(np.divide, True)(c, a, b)
 
 
 @folder("aten.neg.default")
@@ -310,12 +322,21 @@ def _arange(c, *args, **kwargs):
     else:
         start, end, step = args[:3]
     n = c.out.shape[0]
-    if _category(c.out.dtype) == 2:  # eager: start + i * step in double, then rounded
-        return cast(np.float64(start) + np.arange(n, dtype=np.float64) * np.float64(step),
-                    c.out.dtype)
+    if _category(c.out.dtype) == 2:
+        # Eager's vectorized kernel adds float offsets to a double base per vector, so only
+        # values every method gives exactly are folded: integers the dtype represents exactly.
+        if not all(float(v).is_integer() for v in (start, step)):
+            raise NotFoldable("float arange with a fractional start or step")
+        values = np.float64(start) + np.arange(n, dtype=np.float64) * np.float64(step)
+        if n and np.abs(values).max() > EXACT_INTEGERS[c.out.dtype]:
+            raise NotFoldable("float arange beyond the exactly representable integers")
+        return cast(values, c.out.dtype)
     if any(isinstance(v, float) for v in (start, end, step)):
         raise NotFoldable("integer arange with float bounds")
     return cast(start + np.arange(n, dtype=np.int64) * step, c.out.dtype)
+
+
+EXACT_INTEGERS = {"float16": 2 ** 11, "bfloat16": 2 ** 8, "float32": 2 ** 24, "float64": 2 ** 53}
 
 
 def _filled(value):
@@ -446,10 +467,13 @@ def _diff(c, x, n=1, dim=-1, prepend=None, append=None):
     dtype = c.out.dtype
     parts = [cast(p, dtype) for p in (prepend, x, append) if p is not None]
     joined = np.concatenate(parts, axis=dim)
-    if _category(dtype) == 2:
-        with np.errstate(all="ignore"):
-            return cast(np.diff(joined.astype(np.float64), n=n, axis=dim), dtype)
-    return cast(np.diff(joined, n=n, axis=dim), dtype)
+    for _ in range(n):  # eager takes the first difference n times, rounding each time
+        if _category(dtype) == 2:
+            with np.errstate(all="ignore"):
+                joined = cast(np.diff(joined.astype(np.float64), axis=dim), dtype)
+        else:
+            joined = cast(np.diff(joined, axis=dim), dtype)
+    return joined
 
 
 def _reduce_bool(fn):
@@ -526,7 +550,10 @@ def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[P
     for node in program.nodes:
         if node.op != "call_function":
             continue
-        refs = [r.name for r in _refs((node.args, node.kwargs))]
+        args = node.args
+        if node.target in LIKE_OPS and args and isinstance(args[0], Ref):
+            args = (None,) + tuple(args[1:])  # only its metadata is read
+        refs = [r.name for r in _refs((args, node.kwargs))]
         if not all(r in roots or r in const for r in refs):
             continue
         if node.target in ASSERTS:
@@ -538,7 +565,7 @@ def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[P
                 or out.dtype not in NP_DTYPES or _nbytes(out) > max_bytes:
             continue
         try:
-            value = FOLDERS[node.target](Call(node, metas), *_resolve(node.args, values),
+            value = FOLDERS[node.target](Call(node, metas), *_resolve(args, values),
                                          **_resolve(node.kwargs, values))
         except NotFoldable:
             continue
@@ -570,10 +597,15 @@ def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[P
         src = node.args[0] if node.args else None
         return isinstance(src, Ref) and pure_view_of_state(src.name)
 
-    def enlarging_view(node: Node) -> bool:
+    def view_worth_keeping(node: Node) -> bool:
+        """A view of a folded value that broadcasts it, or one of several views of it: the
+        value is materialized once and the views stay (free index maps in the lowering)."""
         src = node.args[0] if node.args else None
-        return (node.target in VIEW_OPS and not _computes(node, metas) and isinstance(src, Ref)
-                and src.name in const and _numel(metas[node.name]) > _numel(metas[src.name]))
+        if not (node.target in VIEW_OPS and not _computes(node, metas) and isinstance(src, Ref)
+                and src.name in const):
+            return False
+        readers = [u for u in users.get(src.name, []) if u.target not in ASSERTS]
+        return _numel(metas[node.name]) > _numel(metas[src.name]) or len(readers) > 1
 
     changed = True
     while changed:
@@ -585,7 +617,7 @@ def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[P
                 continue
             if node.target in ASSERTS:
                 continue
-            if lowerable(node.target) and (pure_view_of_state(name) or enlarging_view(node)):
+            if lowerable(node.target) and (pure_view_of_state(name) or view_worth_keeping(node)):
                 keep.add(name)
                 changed = True
         for name in sorted(const - keep):
@@ -612,7 +644,7 @@ def _rewrite(program: Program, materialize: list[Node], removed: set[str], value
         fqn = FOLDED_PREFIX + node.name
         while fqn in state:
             fqn += "_"
-        value = np.ascontiguousarray(values[node.name])
+        value = np.array(values[node.name], order="C")  # keeps 0-dim values 0-dim
         state[fqn] = bf16_bits(value) if meta.dtype == "bfloat16" else value
         dtypes[fqn] = meta.dtype
         strides = tuple(int(s) // value.itemsize for s in value.strides)
