@@ -475,3 +475,16 @@ def test_both_front_ends_fold_everything_shape_only(tmp_path):
         assert p.constants_folded >= 20 and p.frontend == frontend
         assert all(lowerable(n.target) for n in p.nodes if n.op == "call_function")
         assert not any(n.target.startswith(("aten.arange", "aten.cumsum")) for n in p.nodes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_real_hugging_face_models_compile_and_match_eager(tmp_path, family):
+    """Tiny GPT-2 and BERT (no higher-order op): before folding they stopped at arange/cumsum/
+    __and__/gather; now their whole mask and position computation is folded."""
+    pytest.importorskip("transformers")
+    from tests.models.hf import prefill
+
+    module, inputs = prefill(family)
+    out = run_and_compare(tmp_path, module, inputs, frontend="fast")
+    assert load_json(out / "report.json")["constant_folding"]["folded"] >= 20
