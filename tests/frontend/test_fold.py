@@ -475,6 +475,8 @@ def test_both_front_ends_fold_everything_shape_only(tmp_path):
         assert p.constants_folded >= 20 and p.frontend == frontend
         assert all(lowerable(n.target) for n in p.nodes if n.op == "call_function")
         assert not any(n.target.startswith(("aten.arange", "aten.cumsum")) for n in p.nodes)
+    # folded before `auto` looks for ops the lowering does not know: no fallback to torch
+    assert load_program(pt2, "auto").frontend == "fast"
 
 
 @pytest.mark.slow
