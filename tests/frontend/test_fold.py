@@ -84,15 +84,16 @@ def _ulps(got: np.ndarray, want: np.ndarray, dtype: str) -> int:
     assert (np.isnan(got.astype(np.float32)) == nan).all()
     got, want = got[~nan], want[~nan]
     if dtype == "float16":
-        a, b = got.view(np.int16).astype(np.int64), want.view(np.int16).astype(np.int64)
+        a, b = got.view(np.uint16).astype(np.int64), want.view(np.uint16).astype(np.int64)
+        width = 16
     else:
-        a = got.astype(np.float32).view(np.int32).astype(np.int64)
-        b = want.astype(np.float32).view(np.int32).astype(np.int64)
+        a, b = (v.astype(np.float32).view(np.uint32).astype(np.int64) for v in (got, want))
+        width = 32
         if dtype == "bfloat16":
-            a, b = a >> 16, b >> 16
-    # sign-magnitude to a monotone integer line
-    a = np.where(a < 0, -(a & 0x7FFFFFFF), a) if dtype != "float16" else np.where(a < 0, -(a & 0x7FFF), a)
-    b = np.where(b < 0, -(b & 0x7FFFFFFF), b) if dtype != "float16" else np.where(b < 0, -(b & 0x7FFF), b)
+            a, b, width = a >> 16, b >> 16, 16
+    # sign-magnitude bit patterns to a monotone integer line
+    sign, magnitude = 1 << (width - 1), (1 << (width - 1)) - 1
+    a, b = (np.where(v & sign, -(v & magnitude), v & magnitude) for v in (a, b))
     return int(np.abs(a - b).max()) if a.size else 0
 
 
