@@ -141,6 +141,7 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     report = _report(graph, ctx, timings)
     report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
                           "fallback_reason": program.fallback_reason or None}
+    report["constant_folding"] = {"folded": program.constants_folded}
     configs = {"pipeline": pipeline_path, "tiling": None,
                "layouts": str(opts.layouts) if opts.layouts else None}
     files = build_outputs(graph, source, describe(pipeline), configs, ctx.report)

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 from spyrec.errors import InputFileError, UnsupportedProgram
+from spyrec.frontend.fold import fold_constants
 from spyrec.frontend.from_torch import _target_name, program_of
 from spyrec.frontend.lower import lowerable
 from spyrec.frontend.program import Program
@@ -34,9 +35,9 @@ def load_program(path: str | Path, frontend: str = "auto") -> Program:
     path = Path(path)
     archive = open_archive(path)  # torch-free; refuses every member torch would unpickle
     if frontend == "torch":
-        return _torch_program(archive)
+        return _folded(_torch_program(archive))
     try:
-        program = read_program(path, archive)
+        program = _folded(read_program(path, archive))
     except NeedsTorch as e:
         if frontend == "fast":
             raise UnsupportedProgram(f"{path}: the fast front end cannot read this program "
@@ -49,8 +50,15 @@ def load_program(path: str | Path, frontend: str = "auto") -> Program:
             return program  # lowering lists what it cannot lower, with source lines
         reason = f"the stored graph uses {', '.join(unknown)}, which spyrec does not lower " \
                  f"directly (torch decomposes them)"
-    program = _torch_program(archive)
+    program = _folded(_torch_program(archive))
     program.fallback_reason = reason
+    return program
+
+
+def _folded(program: Program) -> Program:
+    """Constant subgraphs (masks, positions, rotary tables of static shapes) evaluated now."""
+    program, count = fold_constants(program)
+    program.constants_folded = count
     return program
 
 

@@ -106,6 +106,7 @@ class Program:
     aliases: dict[str, str] = field(default_factory=dict)
     frontend: str = ""
     fallback_reason: str = ""  # why `--frontend auto` used torch, when it did
+    constants_folded: int = 0  # call nodes `fold.fold_constants` evaluated away
 
     def node(self, name: str) -> Node:
         return self._by_name()[name]

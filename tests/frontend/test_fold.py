@@ -1,0 +1,493 @@
+"""Constant folding (`spyrec/frontend/fold.py`): numpy folders against eager, the pass's rules
+(what is folded, what never is), and whole programs against eager through the simulator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spyrec.frontend.fold import (FOLDERS, MAX_FOLD_BYTES, Call, NotFoldable,
+                                  fold_constants, from_bf16_bits)
+from spyrec.frontend.load import load_program
+from spyrec.frontend.lower import lowerable
+from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta
+from spyrec.sim.loader import validate
+from tests.differential.harness import run_and_compare
+from tests.programs import export, load_json
+
+
+# --- one folder against eager ---------------------------------------------------------------
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return from_bf16_bits(t.view(torch.int16).numpy().view(np.uint16))
+    return t.numpy()
+
+
+def _meta(t: torch.Tensor) -> TensorMeta:
+    return TensorMeta(tuple(t.shape), _dtype_name(t.dtype), tuple(t.stride()))
+
+
+def fold_one(target: str, *args, **kwargs):
+    """(numpy folder's result, eager's result as numpy, eager dtype name) for one aten call."""
+    metas, values = {}, {}
+
+    def to_refs(a):
+        if isinstance(a, torch.Tensor):
+            name = f"t{len(metas)}"
+            metas[name], values[name] = _meta(a), _np(a)
+            return Ref(name)
+        if isinstance(a, (list, tuple)):
+            return type(a)(to_refs(x) for x in a)
+        return a
+
+    ns, op, overload = target.split(".")
+    eager = getattr(getattr(getattr(torch.ops, ns), op), overload)(*args, **kwargs)
+    ref_args = to_refs(args)
+    plain_kwargs = {k: _dtype_name(v) if isinstance(v, torch.dtype) else v
+                    for k, v in kwargs.items()}
+    node = Node("n", "call_function", target, ref_args, plain_kwargs, {"val": _meta(eager)})
+
+    def resolve(a):
+        if isinstance(a, Ref):
+            return values[a.name]
+        if isinstance(a, (list, tuple)):
+            return type(a)(resolve(x) for x in a)
+        return a
+
+    got = FOLDERS[target](Call(node, metas), *resolve(ref_args), **plain_kwargs)
+    return np.asarray(got), _np(eager.contiguous()), _dtype_name(eager.dtype)
+
+
+def assert_exact(target, *args, **kwargs):
+    got, want, dtype = fold_one(target, *args, **kwargs)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype, dtype)
+    np.testing.assert_array_equal(got, want)
+
+
+def _ulps(got: np.ndarray, want: np.ndarray, dtype: str) -> int:
+    """Largest distance in units in the last place (bf16 compared as its top 16 bits); NaN
+    only where eager has NaN."""
+    nan = np.isnan(want.astype(np.float32))
+    assert (np.isnan(got.astype(np.float32)) == nan).all()
+    got, want = got[~nan], want[~nan]
+    if dtype == "float16":
+        a, b = got.view(np.uint16).astype(np.int64), want.view(np.uint16).astype(np.int64)
+        width = 16
+    else:
+        a, b = (v.astype(np.float32).view(np.uint32).astype(np.int64) for v in (got, want))
+        width = 32
+        if dtype == "bfloat16":
+            a, b, width = a >> 16, b >> 16, 16
+    # sign-magnitude bit patterns to a monotone integer line
+    sign, magnitude = 1 << (width - 1), (1 << (width - 1)) - 1
+    a, b = (np.where(v & sign, -(v & magnitude), v & magnitude) for v in (a, b))
+    return int(np.abs(a - b).max()) if a.size else 0
+
+
+g = torch.Generator().manual_seed(0)
+
+
+def rand(*shape, dtype=torch.float32, lo=-3, hi=3):
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if not dtype.is_floating_point:
+        return torch.randint(lo, hi + 1, shape, generator=g, dtype=dtype)
+    return (torch.rand(shape, generator=g) * (hi - lo) + lo).to(dtype)
+
+
+FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def test_creation_folders_match_eager():
+    assert_exact("aten.arange.default", 7)
+    assert_exact("aten.arange.start", 2, 9)
+    assert_exact("aten.arange.start_step", 1, 20, 3)
+    assert_exact("aten.arange.start_step", 0, 128, 2, dtype=torch.float32)
+    assert_exact("aten.arange.start_step", -3, 3.5, 2, dtype=torch.float32)
+    assert_exact("aten.arange.default", 9, dtype=torch.float16)
+    assert_exact("aten.arange.default", 256, dtype=torch.bfloat16)
+    # eager's vectorized float arange is not "start + i*step rounded once": not folded
+    for args, dtype in (((0.5, 3.0, 0.1), torch.float32), ((0, 300, 1), torch.bfloat16)):
+        with pytest.raises(NotFoldable):
+            fold_one("aten.arange.start_step", *args, dtype=dtype)
+    assert_exact("aten.ones.default", [2, 3])
+    assert_exact("aten.zeros.default", [2, 3], dtype=torch.int64)
+    assert_exact("aten.full.default", [2, 3], 0.1)
+    assert_exact("aten.full.default", [2, 3], 0.1, dtype=torch.bfloat16)
+    assert_exact("aten.full.default", [4], True)
+    x = rand(2, 3)
+    assert_exact("aten.new_ones.default", x, [3, 1], dtype=torch.bool)
+    assert_exact("aten.new_zeros.default", x, [2])
+    assert_exact("aten.new_full.default", x, [2], -2.5)
+    assert_exact("aten.ones_like.default", x)
+    assert_exact("aten.full_like.default", x, 7)
+    assert_exact("aten.scalar_tensor.default", 3.25)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [torch.int64, torch.int32])
+def test_arithmetic_folders_match_eager(dtype):
+    a, b = rand(3, 1, 5, dtype=dtype), rand(4, 5, dtype=dtype)
+    for op in ("add", "sub", "mul"):
+        assert_exact(f"aten.{op}.Tensor", a, b)
+        assert_exact(f"aten.{op}.Tensor", a, 3)
+        assert_exact(f"aten.{op}.Tensor", a, 0.1)   # int tensor * float scalar -> float32
+        assert_exact(f"aten.{op}.Tensor", a, torch.tensor(2.5))  # 0-dim float
+    if not dtype.is_floating_point:
+        assert_exact("aten.add.Tensor", a, b, alpha=3)
+        assert_exact("aten.sub.Tensor", a, b, alpha=2)
+    assert_exact("aten.rsub.Scalar", a, 1)
+    assert_exact("aten.neg.default", a)
+    if dtype.is_floating_point:
+        assert_exact("aten.div.Tensor", a, b + 5)
+        assert_exact("aten.div.Tensor", a, 3.0)
+
+
+def test_mixed_dtype_arithmetic_matches_eager():
+    assert_exact("aten.mul.Tensor", rand(4, 1, dtype=torch.int64, hi=1000), rand(1, 8))
+    assert_exact("aten.add.Tensor", rand(5, dtype=torch.float16), rand(5, dtype=torch.bfloat16))
+    assert_exact("aten.mul.Tensor", rand(3, dtype=torch.bool), rand(3, dtype=torch.float16))
+    assert_exact("aten.add.Tensor", rand(3, dtype=torch.int32), rand(3, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [torch.int64, torch.bool])
+def test_comparison_and_logic_folders_match_eager(dtype):
+    a, b = rand(2, 3, 4, dtype=dtype), rand(3, 1, dtype=dtype)
+    for op in ("eq", "ne", "lt", "le", "gt", "ge"):
+        assert_exact(f"aten.{op}.Tensor", a, b)
+        assert_exact(f"aten.{op}.Scalar", a, 1)
+        assert_exact(f"aten.{op}.Scalar", a, 0.5)
+    assert_exact("aten.logical_not.default", a)
+    assert_exact("aten.logical_and.default", a, b)
+    assert_exact("aten.logical_or.default", a, b)
+    if not dtype.is_floating_point:
+        assert_exact("aten.bitwise_and.Tensor", a, b)
+        assert_exact("aten.__and__.Tensor", a, b)
+        assert_exact("aten.bitwise_or.Tensor", a, b)
+        assert_exact("aten.bitwise_xor.Tensor", a, b)
+        assert_exact("aten.bitwise_not.default", a)
+    assert_exact("aten.where.self", rand(2, 1, 4, dtype=torch.bool), a, b)
+    assert_exact("aten.masked_fill.Scalar", a, rand(3, 4, dtype=torch.bool), -1)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("op", ["cos", "sin"])
+def test_cos_sin_within_one_ulp_of_eager(op, dtype):
+    """Eager computes float32 cos/sin in float32 (SLEEF or libm); fold computes in float64 and
+    rounds once: never more than 1 ulp apart, over rotary-sized and larger arguments."""
+    x = torch.cat([rand(4096, lo=-4, hi=4), rand(4096, lo=-200, hi=200),
+                   torch.arange(128).float()[:, None].mul(torch.logspace(0, -4, 32)).flatten(),
+                   torch.tensor([0.0, -0.0, 1e-30, 3.14159265, 1e4, 1e6])]).to(dtype)
+    got, want, name = fold_one(f"aten.{op}.default", x)
+    assert got.dtype == want.dtype
+    assert _ulps(got, want, name) <= 1
+
+
+def test_scan_and_reduction_folders_match_eager():
+    assert_exact("aten.cumsum.default", rand(2, 7, dtype=torch.bool), -1)
+    assert_exact("aten.cumsum.default", rand(3, 5, dtype=torch.int64), 0)
+    assert_exact("aten.cumsum.default", torch.ones(1, 300), 1)
+    assert_exact("aten.cumsum.default", rand(2, 50), 1)
+    assert_exact("aten.cumsum.default", rand(2, 50, dtype=torch.float16), 1)
+    assert_exact("aten.cumsum.default", rand(2, 5, dtype=torch.int32), 1, dtype=torch.float32)
+    pos = torch.arange(12).view(1, 12)
+    assert_exact("aten.diff.default", pos, 1, -1, pos[:, :1] - 1)
+    assert_exact("aten.diff.default", rand(3, 6, dtype=torch.bool), 1, 0)
+    assert_exact("aten.diff.default", rand(3, 6), 2, 1, None, rand(3, 2))
+    a = rand(2, 3, 4, dtype=torch.bool)
+    assert_exact("aten.any.dim", a, -1)
+    assert_exact("aten.any.dim", a, 1, True)
+    assert_exact("aten.any.default", rand(5, dtype=torch.int64))
+    assert_exact("aten.all.dim", a, 0)
+
+
+def test_index_and_join_folders_match_eager():
+    x = rand(3, 5, 7, dtype=torch.int64, hi=100)
+    i = torch.tensor([[0], [2]])
+    j = torch.tensor([1, 4, -1])
+    assert_exact("aten.index.Tensor", x, [i, None, j])
+    assert_exact("aten.index.Tensor", x, [None, j])
+    assert_exact("aten.index.Tensor", x, [i, j[:, None, None]])
+    assert_exact("aten.index.Tensor", x, [torch.tensor([True, False, True])])
+    assert_exact("aten.gather.default", x, 2, torch.randint(0, 7, (2, 4, 3), generator=g))
+    assert_exact("aten.embedding.default", rand(10, 4), torch.randint(0, 10, (2, 3), generator=g))
+    assert_exact("aten.cat.default", [rand(2, 3), rand(2, 1, dtype=torch.float16)], 1)
+    assert_exact("aten.cat.default", [rand(2, 3), torch.empty(0)], 0)
+    assert_exact("aten.stack.default", [rand(2, 3), rand(2, 3)], 1)
+
+
+def test_view_and_cast_folders_match_eager():
+    x = rand(2, 3, 4)
+    assert_exact("aten.view.default", x, [6, -1])
+    assert_exact("aten.reshape.default", x, [4, 6])
+    assert_exact("aten.unsqueeze.default", x, -1)
+    assert_exact("aten.squeeze.dim", x[:, :1], 1)
+    assert_exact("aten.expand.default", x[:, :1], [5, 2, 3, 4])
+    assert_exact("aten.permute.default", x, [2, 0, 1])
+    assert_exact("aten.t.default", x[0])
+    assert_exact("aten.transpose.int", x, 0, 2)
+    assert_exact("aten.slice.Tensor", x, 2, 1, 9223372036854775807)
+    assert_exact("aten.slice.Tensor", x, 1, -2, None, 1)
+    assert_exact("aten.slice.Tensor", x, 2, 0, 4, 2)
+    assert_exact("aten.select.int", x, 1, -1)
+    assert_exact("aten.alias.default", x)
+    assert_exact("aten.clone.default", x)
+    assert_exact("aten.dropout.default", x, 0.1, False)
+    assert_exact("aten.to.dtype", rand(9, lo=-3, hi=3) * 1.7, torch.int64)  # truncates
+    assert_exact("aten.to.dtype", rand(9, dtype=torch.bool), torch.float32)
+    assert_exact("aten._to_copy.default", rand(9) * 1000, dtype=torch.float16)
+    assert_exact("aten._to_copy.default", rand(99) * 1000, dtype=torch.bfloat16)
+    assert_exact("aten.to.dtype_layout", rand(9), dtype=torch.float32, layout=torch.strided,
+                 device=torch.device("cpu"))
+
+
+_shapes = st.lists(st.integers(1, 4), min_size=0, max_size=3)
+_dtypes = st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                           torch.int32, torch.bool])
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=_shapes, mask=st.lists(st.booleans(), min_size=3, max_size=3),
+       da=_dtypes, db=_dtypes,
+       op=st.sampled_from(["add", "sub", "mul", "eq", "lt", "ge", "bitwise_and", "where"]))
+def test_binary_folders_match_eager_on_random_shapes_and_dtypes(shape, mask, da, db, op):
+    other = [1 if m else n for n, m in zip(shape, mask)]
+    a, b = rand(*shape, dtype=da), rand(*other, dtype=db)
+    if op == "sub" and torch.bool in (da, db):
+        return  # eager refuses bool subtraction
+    if op == "bitwise_and":
+        if da.is_floating_point or db.is_floating_point:
+            return
+        assert_exact("aten.bitwise_and.Tensor", a, b)
+    elif op == "where":
+        assert_exact("aten.where.self", a.bool() if da == torch.bool else a > 0, a, b)
+    else:
+        assert_exact(f"aten.{op}.Tensor", a, b)
+
+
+# --- the pass: what is folded and what never is -----------------------------------------------
+
+
+def meta(shape, dtype="int64"):
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.insert(0, acc)
+        acc *= n
+    return {"val": TensorMeta(tuple(shape), dtype, tuple(strides))}
+
+
+def program(nodes, inputs, outputs, state=None, dtypes=None) -> Program:
+    out_refs = tuple(Ref(o.name) for o in outputs)
+    nodes = nodes + [Node("output", "output", "output", (out_refs,))]
+    state = state or {}
+    return Program(nodes, inputs, outputs, state,
+                   dtypes or {k: str(v.dtype) for k, v in state.items()}, frontend="fast")
+
+
+def call(name, target, args, shape, dtype="int64", kwargs=None):
+    return Node(name, "call_function", target, tuple(args), kwargs or {}, meta(shape, dtype))
+
+
+def placeholder(name, shape, dtype="float32"):
+    return Node(name, "placeholder", name, meta=meta(shape, dtype))
+
+
+def test_shape_only_mask_is_folded_into_one_constant():
+    x = placeholder("x", [4, 4])
+    nodes = [x,
+             call("ar", "aten.arange.default", [4], [4]),
+             call("u0", "aten.unsqueeze.default", [Ref("ar"), 0], [1, 4]),
+             call("u1", "aten.unsqueeze.default", [Ref("ar"), 1], [4, 1]),
+             call("le", "aten.le.Tensor", [Ref("u0"), Ref("u1")], [4, 4], "bool"),
+             Node("chk", "call_function", "aten._assert_tensor_metadata.default", (Ref("le"),),
+                  {"dtype": "bool"}, {"val": None}),
+             call("y", "aten.where.self", [Ref("le"), Ref("x"), 0.0], [4, 4], "float32")]
+    p = program(nodes, [InputSpec("user_input", "x")], [OutputSpec("user_output", "y")])
+    q, count = fold_constants(p)
+    assert count == 5  # arange, two unsqueezes, le, the assert
+    assert [n.name for n in q.nodes] == ["x", "le", "y", "output"]
+    spec = next(s for s in q.inputs if s.name == "le")
+    assert spec == InputSpec("constant", "le", "_folded.le")
+    assert q.node("le").op == "placeholder"
+    assert q.node("le").meta["val"] == TensorMeta((4, 4), "bool", (4, 1))
+    np.testing.assert_array_equal(q.state["_folded.le"], np.tril(np.ones((4, 4), bool)))
+    assert q.state_dtypes["_folded.le"] == "bool"
+    assert [s.kind for s in q.inputs] == ["constant", "user_input"]
+
+
+def test_data_dependent_and_mutated_buffer_nodes_are_never_folded():
+    nodes = [placeholder("b", [4], "int64"), placeholder("c", [4], "int64"),
+             placeholder("x", [4], "int64"),
+             call("ar", "aten.arange.default", [4], [4]),
+             call("fromx", "aten.add.Tensor", [Ref("ar"), Ref("x")], [4]),  # reads a user input
+             call("fromb", "aten.add.Tensor", [Ref("ar"), Ref("b")], [4]),  # mutated buffer
+             call("newb", "aten.add.Tensor", [Ref("b"), 1], [4]),
+             call("fromc", "aten.mul.Tensor", [Ref("c"), 2], [4]),  # unmutated buffer: folded
+             call("y", "aten.add.Tensor", [Ref("fromx"), Ref("fromb")], [4]),
+             call("z", "aten.add.Tensor", [Ref("y"), Ref("fromc")], [4])]
+    inputs = [InputSpec("buffer", "b", "buf_b"), InputSpec("buffer", "c", "buf_c"),
+              InputSpec("user_input", "x")]
+    outputs = [OutputSpec("buffer_mutation", "newb", "buf_b"), OutputSpec("user_output", "z")]
+    p = program(nodes, inputs, outputs,
+                {"buf_b": np.arange(4), "buf_c": np.arange(4) + 10})
+    q, count = fold_constants(p)
+    names = [n.name for n in q.nodes]
+    assert {"fromx", "fromb", "newb", "y", "z", "b"} <= set(names)
+    assert q.node("fromc").op == "placeholder" and q.node("ar").op == "placeholder"
+    np.testing.assert_array_equal(q.state["_folded.fromc"], (np.arange(4) + 10) * 2)
+    assert "c" not in names  # read only by folded nodes: dropped
+    assert count == 2
+
+
+def test_nothing_larger_than_the_cap_is_folded():
+    big = [2048, 2049]  # 16.01 MiB of float32
+    assert 2048 * 2049 * 4 > MAX_FOLD_BYTES
+    nodes = [placeholder("x", big),
+             call("f", "aten.full.default", [big, 1.0], big, "float32"),
+             call("y", "aten.add.Tensor", [Ref("x"), Ref("f")], big, "float32")]
+    p = program(nodes, [InputSpec("user_input", "x")], [OutputSpec("user_output", "y")])
+    assert fold_constants(p) == (p, 0)
+    small = [4, 4]
+    nodes = [placeholder("x", small),
+             call("f", "aten.full.default", [small, 1.0], small, "float32"),
+             call("y", "aten.add.Tensor", [Ref("x"), Ref("f")], small, "float32")]
+    p = program(nodes, [InputSpec("user_input", "x")], [OutputSpec("user_output", "y")])
+    assert fold_constants(p, max_bytes=63)[1] == 0
+    assert fold_constants(p, max_bytes=64)[1] == 1
+
+
+def test_views_of_weights_are_not_copied():
+    """`t(weight)` for a matmul and a broadcast of a folded mask stay views."""
+    nodes = [placeholder("w", [8, 4]), placeholder("x", [2, 4]),
+             call("wt", "aten.t.default", [Ref("w")], [4, 8], "float32"),
+             call("y", "aten.mm.default", [Ref("x"), Ref("wt")], [2, 8], "float32"),
+             call("ar", "aten.arange.default", [8], [8]),
+             call("ge", "aten.ge.Scalar", [Ref("ar"), 3], [8], "bool"),
+             call("ex", "aten.expand.default", [Ref("ge"), [2, 8]], [2, 8], "bool"),
+             call("z", "aten.where.self", [Ref("ex"), Ref("y"), 0.0], [2, 8], "float32")]
+    p = program(nodes, [InputSpec("parameter", "w", "w"), InputSpec("user_input", "x")],
+                [OutputSpec("user_output", "z")], {"w": np.ones((8, 4), np.float32)})
+    q, count = fold_constants(p)
+    assert count == 2  # arange and ge; the broadcast stays a view of the folded ge
+    assert q.node("wt").op == "call_function" and q.node("ex").op == "call_function"
+    assert q.node("ge").op == "placeholder" and "w" in q.state and "_folded.w" not in q.state
+
+
+def test_bf16_constants_are_stored_as_bits():
+    nodes = [placeholder("x", [4], "bfloat16"),
+             call("ar", "aten.arange.default", [4], [4], "bfloat16", {"dtype": "bfloat16"}),
+             call("c", "aten.cos.default", [Ref("ar")], [4], "bfloat16"),
+             call("y", "aten.add.Tensor", [Ref("x"), Ref("c")], [4], "bfloat16")]
+    p = program(nodes, [InputSpec("user_input", "x")], [OutputSpec("user_output", "y")])
+    q, _ = fold_constants(p)
+    bits = q.state["_folded.c"]
+    assert bits.dtype == np.uint16 and q.state_dtypes["_folded.c"] == "bfloat16"
+    want = torch.arange(4, dtype=torch.bfloat16).cos().view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(bits, want)
+
+
+def test_fold_does_not_import_torch():
+    code = ("import sys, spyrec.frontend.fold, spyrec.frontend.pt2json; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- whole programs against eager -------------------------------------------------------------
+
+
+class MaskAndPositions(torch.nn.Module):
+    """What Hugging Face models do: positions from arange, a causal padding-aware mask from
+    cumsum/diff/new_ones/index/__and__, a position embedding of them, SDPA with the mask."""
+
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.wpe = torch.nn.Parameter(torch.randn(64, 32, generator=g).to(dtype),
+                                      requires_grad=False)
+        self.register_buffer("token_type_ids", torch.zeros(1, 64, dtype=torch.long))
+        self.tte = torch.nn.Parameter(torch.randn(2, 32, generator=g).to(dtype),
+                                      requires_grad=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        pos = torch.arange(n).unsqueeze(0)
+        seq = torch.cumsum(torch.diff(pos, prepend=pos[:, :1] - 1) != 1, -1)
+        q = torch.arange(n)[:, None]
+        k = torch.arange(n)[None, :]
+        mask = x.new_ones((), dtype=torch.bool) & (seq[0][q] == seq[0][k]) & (k <= q)
+        tt = torch.gather(self.token_type_ids.expand(1, -1), 1, pos)
+        h = x + torch.nn.functional.embedding(pos, self.wpe) \
+            + torch.nn.functional.embedding(tt, self.tte)
+        h = h.view(1, n, 2, 16).transpose(1, 2)
+        out = torch.nn.functional.scaled_dot_product_attention(h, h, h, mask[None, None])
+        return out.transpose(1, 2).reshape(1, n, 32)
+
+
+class Rotary(torch.nn.Module):
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.dtype = dtype
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16)))
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1])[None, :, None].float()
+        freqs = pos * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = (emb.cos() * 1.0).to(self.dtype), (emb.sin() * 1.0).to(self.dtype)
+        rot = torch.cat((-x[..., 8:], x[..., :8]), dim=-1)
+        return x * cos + rot * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_masks_and_positions_fold_and_match_eager(tmp_path, dtype):
+    x = torch.randn(1, 16, 32, generator=g).to(dtype)
+    out = run_and_compare(tmp_path, MaskAndPositions(dtype), (x,), frontend="fast")
+    report = load_json(out / "report.json")
+    validate(report, "report", "report.json")
+    assert report["constant_folding"]["folded"] >= 20
+    constants = {t["name"] for t in load_json(out / "manifest.json")["tensors"]}
+    assert not {"p_wpe", "b_token_type_ids"} & constants  # replaced by folded values
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rotary_tables_fold_and_match_eager(tmp_path, dtype):
+    x = torch.randn(1, 16, 16, generator=g).to(dtype)
+    out = run_and_compare(tmp_path, Rotary(dtype), (x,), frontend="fast")
+    assert load_json(out / "report.json")["constant_folding"]["folded"] >= 8
+
+
+def test_both_front_ends_fold_everything_shape_only(tmp_path):
+    """The torch front end decomposes what the lowering does not know before folding, so its
+    node counts differ; both leave nothing the lowering cannot lower."""
+    pt2 = export(tmp_path, MaskAndPositions(), (torch.randn(1, 16, 32),))
+    for frontend in ("fast", "torch"):
+        p = load_program(pt2, frontend)
+        assert p.constants_folded >= 20 and p.frontend == frontend
+        assert all(lowerable(n.target) for n in p.nodes if n.op == "call_function")
+        assert not any(n.target.startswith(("aten.arange", "aten.cumsum")) for n in p.nodes)
+    # folded before `auto` looks for ops the lowering does not know: no fallback to torch
+    assert load_program(pt2, "auto").frontend == "fast"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_real_hugging_face_models_compile_and_match_eager(tmp_path, family):
+    """Tiny GPT-2 and BERT (no higher-order op): before folding they stopped at arange/cumsum/
+    __and__/gather; now their whole mask and position computation is folded."""
+    pytest.importorskip("transformers")
+    from tests.models.hf import prefill
+
+    module, inputs = prefill(family)
+    out = run_and_compare(tmp_path, module, inputs, frontend="fast")
+    assert load_json(out / "report.json")["constant_folding"]["folded"] >= 20
