@@ -282,7 +282,7 @@ def _lower_placeholders(program: Program, graph: Graph, env: dict) -> None:
             env[node.name] = env[first_of[fqn]]
             continue
         first_of[fqn] = node.name
-        array = np.ascontiguousarray(program.state[fqn])
+        array = np.require(program.state[fqn], requirements="C")  # 0-d stays 0-d
         buf = graph.add_buffer(Buffer(node.name, tuple(array.shape), program.state_dtypes[fqn],
                                       "constant", source=spec.target))
         graph.constants[buf.name] = array

@@ -365,4 +365,5 @@ def _tensor(archive: Archive, fqn: str, tmeta: dict, storage: bytes,
     view = np.lib.stride_tricks.as_strided(flat[offset:], shape=sizes,
                                            strides=[s * np_dtype.itemsize for s in strides],
                                            writeable=False)
-    return np.ascontiguousarray(view).astype(np_dtype.newbyteorder("="), copy=False), dtype
+    # .copy(order="C") keeps a 0-d tensor 0-d (np.ascontiguousarray would make it 1-d)
+    return view.copy(order="C").astype(np_dtype.newbyteorder("="), copy=False), dtype

@@ -27,6 +27,7 @@ class MultiOutput(torch.nn.Module):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(8, 8).to(torch.bfloat16), requires_grad=False)
         self.register_buffer("scale", torch.tensor([2.0, 3.0]))
+        self.register_buffer("embed_scale", torch.tensor(11.3))  # 0-d, as Gemma stores it
         self.lin = torch.nn.Linear(8, 8)
         self.lin2 = torch.nn.Linear(8, 8)
         self.lin2.weight = self.lin.weight
@@ -36,7 +37,8 @@ class MultiOutput(torch.nn.Module):
         m = torch.max(x, dim=1, keepdim=True)
         y = self.lin2(self.lin(x)) * m.values + (x.to(torch.bfloat16) @ self.w).float()
         z = torch.softmax(y, dim=-1) + torch.tensor(1.5) * a.sum() - b.mean()
-        return z.clamp(min=-1.0, max=float("inf")) * self.scale.sum(), m.indices
+        return z.clamp(min=-1.0, max=float("inf")) * self.scale.sum() * self.embed_scale, \
+            m.indices
 
 
 PROGRAMS = {
@@ -75,6 +77,7 @@ def test_fast_reader_equals_the_torch_front_end(pt2):
     assert sorted(fast.state) == sorted(ref.state)
     for fqn in ref.state:
         assert fast.state[fqn].dtype == ref.state[fqn].dtype, fqn
+        assert fast.state[fqn].shape == ref.state[fqn].shape, fqn  # 0-d stays 0-d
         np.testing.assert_array_equal(fast.state[fqn], ref.state[fqn], err_msg=fqn)
 
 
