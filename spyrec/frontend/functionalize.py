@@ -1,9 +1,9 @@
-"""In-place ops of the stored graph made functional, for the fast front end.
+"""In-place ops of the stored graph made functional (both front ends, so they stay equal).
 
 `torch.export.save` stores the graph before functionalization: a static KV cache's update is
 `keys.index_copy_(2, pos, k)` on the buffer's placeholder, and the signature lists no buffer
-mutation. torch's `run_decompositions` would functionalize it; the fast front end does it here,
-for the simple (and common) case:
+mutation. torch's `run_decompositions` would functionalize it; the fast front end (and the torch
+front end when it decomposes nothing) does it here, for the simple (and common) case:
 
 - an in-place op `aten.<op>_.<overload>` whose first argument is a buffer (or a full alias of
   one: `alias`, `detach`, a `to` that keeps the dtype, an earlier in-place result) or an
