@@ -68,3 +68,37 @@ def test_a_write_into_a_view_is_left_to_torch(tmp_path):
     with pytest.raises(UnsupportedProgram, match="writes into"):
         load_program(pt2, "fast")
     assert load_program(pt2, "auto").frontend == "torch"
+
+
+class ReturnsTheCache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(3, 4))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, x)
+        return self.cache
+
+
+def test_the_written_buffer_as_a_user_output(tmp_path):
+    out = run_and_compare(tmp_path, ReturnsTheCache(), (torch.ones(1, 4), torch.tensor([2])),
+                          frontend="fast")
+    assert load_json(out / "manifest.json")["mutated_buffers"].keys() == {"cache"}
+
+
+class ViewBeforeWrite(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(3, 4))
+
+    def forward(self, x):
+        v = self.cache.view(12)
+        self.cache.add_(x)
+        return v * 1
+
+
+def test_a_view_read_after_a_write_is_left_to_torch(tmp_path):
+    out = run_and_compare(tmp_path, ViewBeforeWrite(), (torch.ones(3, 4),), frontend="auto")
+    frontend = load_json(out / "report.json")["frontend"]
+    assert frontend["used"] == "torch" and "taken before an in-place write" in \
+        frontend["fallback_reason"]
