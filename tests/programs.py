@@ -10,9 +10,11 @@ import torch
 from spyrec.compiler import CompileOptions, compile_program
 
 
-def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model") -> Path:
+def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model",
+           **export_kwargs) -> Path:
+    """`torch.export.export(module, inputs, **export_kwargs)` saved to `tmp/<name>.pt2`."""
     path = Path(tmp) / f"{name}.pt2"
-    torch.export.save(torch.export.export(module.eval(), inputs), str(path))
+    torch.export.save(torch.export.export(module.eval(), inputs, **export_kwargs), str(path))
     return path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
+from spyrec.frontend.functionalize import functionalize
 from spyrec.frontend.inline import inline_higher_order_ops
 from spyrec.frontend.program import (
     InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta, check_program,
@@ -34,7 +35,7 @@ def program_of(ep) -> Program:
             views.setdefault(view, fqn)
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="torch")
     check_program(program, "the loaded program")
-    return inline_higher_order_ops(program)
+    return functionalize(inline_higher_order_ops(program))
 
 
 def host_array(tensor) -> tuple[np.ndarray, str]:

@@ -227,6 +227,7 @@ def lowerable(target: str) -> bool:
 def _register_lowerings() -> None:
     """Import every module that registers lowerings (they import this one, so not at the top)."""
     from spyrec.frontend import aten_ops, aten_reductions, aten_training  # noqa: F401
+    from spyrec.frontend import aten_mutation  # noqa: F401
 
 
 def _resolve(arg, env):

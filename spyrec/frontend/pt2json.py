@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from spyrec.errors import InputFileError, UnsupportedProgram
+from spyrec.frontend.functionalize import functionalize
 from spyrec.frontend.inline import inline_higher_order_ops
 from spyrec.frontend.program import (
     InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta, check_program,
@@ -91,7 +92,7 @@ def _read(archive: Archive) -> Program:
                                (CONSTANTS_CONFIG, "data/constants/")):
             _read_payloads(archive, zf, config, folder, byteorder, state, dtypes, aliases)
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast")
-    return inline_higher_order_ops(program)
+    return functionalize(inline_higher_order_ops(program))
 
 
 def _check_schema(archive: Archive, model: dict) -> None:

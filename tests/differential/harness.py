@@ -25,24 +25,39 @@ def as_float(a: np.ndarray, dtype: torch.dtype) -> np.ndarray:
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 
-def run_and_compare(tmp: Path, module: torch.nn.Module, inputs: tuple, **compile_opts) -> Path:
+def run_and_compare(tmp: Path, module: torch.nn.Module, inputs: tuple,
+                    export_kwargs: dict | None = None, **compile_opts) -> Path:
+    """Export, compile, simulate, and compare every output with eager: the user outputs with
+    the module's return values, then every buffer the program mutates (it comes back under its
+    FQN, DESIGN §1) with the module's buffer after the eager call."""
     module = module.eval()
-    pt2 = export(tmp, module, inputs)
+    pt2 = export(tmp, module, inputs, **(export_kwargs or {}))
     out = compile_pt2(pt2, Path(tmp) / "out", **compile_opts)
     names = load_json(out / "manifest.json")["inputs"]
     result = simulate(out, {n: host_array(t) for n, t in zip(names, inputs)})
     with torch.no_grad():
         expected = module(*inputs)
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    assert len(result.outputs) == len(expected)
-    for i, (got, want) in enumerate(zip(result.outputs, expected)):
-        assert tuple(got.shape) == tuple(want.shape), (i, got.shape, want.shape)
-        if want.dtype.is_floating_point:
-            tol = TOLERANCE[want.dtype]
-            w = want.to(torch.float32).numpy().astype(np.float64)
-            np.testing.assert_allclose(as_float(got, want.dtype), w, rtol=tol, atol=tol,
-                                       err_msg=f"output {i}")
-        else:
-            np.testing.assert_array_equal(got.astype(np.int64), want.numpy().astype(np.int64),
-                                          err_msg=f"output {i}")
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    labels = [f"output {i}" for i in range(len(expected))]
+    buffers = dict(module.named_buffers())
+    for name in result.names[len(expected):]:  # the mutated buffers, by FQN
+        expected.append(buffers[name])
+        labels.append(f"buffer {name}")
+    assert len(result.outputs) == len(expected), (result.names, labels)
+    for label, got, want in zip(labels, result.outputs, expected):
+        assert_close(got, want, label)
     return out
+
+
+def assert_close(got: np.ndarray, want: torch.Tensor, label: str) -> None:
+    """`got` (the simulator's) equals eager's `want` within the dtype's tolerance (integers
+    exactly)."""
+    assert tuple(got.shape) == tuple(want.shape), (label, got.shape, want.shape)
+    if want.dtype.is_floating_point:
+        tol = TOLERANCE[want.dtype]
+        w = want.to(torch.float32).numpy().astype(np.float64)
+        np.testing.assert_allclose(as_float(got, want.dtype), w, rtol=tol, atol=tol,
+                                   err_msg=label)
+    else:
+        np.testing.assert_array_equal(got.astype(np.int64), want.numpy().astype(np.int64),
+                                      err_msg=label)
