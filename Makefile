@@ -25,9 +25,11 @@ demo: $(STAMP)
 	$(VENV)/bin/spyrec run $(DEMO)/out --inputs $(DEMO)/mlp_fp16.npz --check --report
 	cat $(DEMO)/out/report.txt
 	@if $(PY) -c "import transformers" 2>/dev/null; then \
-	  $(PY) samples/granite.py $(DEMO)/granite --only prefill && \
+	  $(PY) samples/granite.py $(DEMO)/granite && \
 	  $(VENV)/bin/spyrec compile $(DEMO)/granite/granite_prefill.pt2 -o $(DEMO)/granite/prefill && \
-	  $(VENV)/bin/spyrec run $(DEMO)/granite/prefill --inputs $(DEMO)/granite/granite_prefill.npz --check; \
+	  $(VENV)/bin/spyrec run $(DEMO)/granite/prefill --inputs $(DEMO)/granite/granite_prefill.npz --check && \
+	  $(VENV)/bin/spyrec compile $(DEMO)/granite/granite_decode.pt2 -o $(DEMO)/granite/decode && \
+	  $(VENV)/bin/spyrec run $(DEMO)/granite/decode --inputs $(DEMO)/granite/granite_decode.npz --check; \
 	else echo "transformers is not installed: skipping the Granite sample"; fi
 
 # Every OpInfo sample of every lowered op, fp32 and fp16 (tests/opinfo; a few minutes).
