@@ -431,6 +431,18 @@ def _embedding(ctx, node, weight, idx, *args):
 
 def gather(ctx: LoweringContext, x: TensorValue, dim: int, idx: TensorValue) -> TensorValue:
     """out[pre, i, post] = x[pre, idx[i], post] (one identity op with an indirect coordinate)."""
+    def coordinates(cvars):
+        return (cvars[:dim] + [as_lin(Indirect(idx.buffer))] + cvars[dim + idx.rank:],
+                cvars[dim:dim + idx.rank])
+    return emit_gather(ctx, x, dim, idx, coordinates)
+
+
+def emit_gather(ctx: LoweringContext, x: TensorValue, dim: int, idx: TensorValue,
+                coordinates) -> TensorValue:
+    """One identity op reading `x` through an indirect coordinate along `dim`.
+
+    `coordinates(output vars) -> (x's index, idx's index)` says where each output element
+    reads x and which index element it uses."""
     if not host_dtype_is_integer(idx.dtype):
         raise UnsupportedProgram(f"{ctx.node.name}: index tensor {idx.buffer} has dtype "
                                  f"{idx.dtype}; gathers need integer indices")
@@ -443,8 +455,7 @@ def gather(ctx: LoweringContext, x: TensorValue, dim: int, idx: TensorValue) -> 
     shape, dtype = ctx.out_meta()
     out = ctx.new_value(shape, dtype)
     cvars = iteration_vars(shape)
-    idx_vars = cvars[dim:dim + idx.rank]
-    x_idx = cvars[:dim] + [as_lin(Indirect(idx.buffer))] + cvars[dim + idx.rank:]
+    x_idx, idx_vars = coordinates(cvars)
     ctx.emit("identity", out, list(zip(names_of(cvars), shape)),
              [Access(x.buffer, x.at(x_idx))], out.at(cvars),
              index_inputs=[Access(idx.buffer, idx.at(idx_vars))])

@@ -15,9 +15,10 @@ import math
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_ops import binary, gather
+from spyrec.frontend.aten_ops import binary, emit_gather, gather
 from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul
 from spyrec.frontend.lower import contiguous_value, lowering, source_of
+from spyrec.indexing import Indirect, as_lin
 from spyrec.ir import Buffer
 
 
@@ -134,3 +135,48 @@ def _stack(ctx, node, values, dim=0):
 
     rank = values[0].rank + 1
     return _cat(ctx, node, [v.unsqueeze(dim % rank) for v in values], dim % rank)
+
+
+@lowering("aten.gather.default")
+def _torch_gather(ctx, node, x, dim, index, sparse_grad=False):
+    """torch.gather: out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim`, every other
+    coordinate the output's own (index has x's rank)."""
+    dim = dim % max(x.rank, 1)
+
+    def coordinates(cvars):
+        x_idx = list(cvars)
+        x_idx[dim] = as_lin(Indirect(index.buffer))
+        return x_idx, cvars
+    return emit_gather(ctx, x, dim, index, coordinates)
+
+
+_BOOL_BINARY = {"and": "minimum", "or": "maximum", "xor": "notequal"}
+
+
+def _bool_binary(op: str):
+    def lower(ctx, node, a, b):
+        """On bool tensors `and`/`or`/`xor` are min/max/!= of 0 and 1 (exact)."""
+        if not _all_bool(a, b):
+            raise UnsupportedProgram(f"{node.name}: {node.target} on non-bool tensors "
+                                     f"({source_of(node) or 'unknown source line'}) is not "
+                                     f"supported; only boolean masks")
+        return binary(ctx, _BOOL_BINARY[op], a, b, out_dtype="bool")
+    return lower
+
+
+for _op in _BOOL_BINARY:
+    for _name in (f"aten.bitwise_{_op}.Tensor", f"aten.__{_op}__.Tensor",
+                  f"aten.logical_{_op}.default"):
+        lowering(_name)(_bool_binary(_op))
+
+
+@lowering("aten.logical_not.default", "aten.bitwise_not.default")
+def _not(ctx, node, x):
+    if not _all_bool(x):
+        raise UnsupportedProgram(f"{node.name}: {node.target} on a non-bool tensor is not "
+                                 f"supported; only boolean masks")
+    return binary(ctx, "equal", x, False, out_dtype="bool")
+
+
+def _all_bool(*values) -> bool:
+    return all(getattr(v, "dtype", "bool") == "bool" for v in values)

@@ -82,3 +82,23 @@ def test_gathering_along_a_dim_of_size_one_is_refused_not_read_blind(tmp_path):
     pt2 = export(tmp_path, Lambda(lambda m, x, i: x[i]), (r(1, 8), torch.tensor([0, 0])))
     with pytest.raises(UnsupportedProgram, match="gathering along a dim of size 1"):
         compile_pt2(pt2, tmp_path / "out", frontend="fast")
+
+
+def test_torch_gather_along_each_dim_equals_eager(tmp_path):
+    x = r(5, 7, 6)
+    idx0 = torch.randint(0, 5, (3, 7, 6), generator=torch.Generator().manual_seed(1))
+    idx2 = torch.randint(0, 6, (5, 7, 2), generator=torch.Generator().manual_seed(2))
+    run_and_compare(tmp_path, Lambda(lambda m, x, a, b: (torch.gather(x, 0, a) * 2,
+                                                         torch.gather(x, 2, b))),
+                    (x, idx0, idx2), frontend="fast")
+
+
+def test_boolean_mask_logic_on_runtime_data_equals_eager(tmp_path):
+    def masked(m, x, keep, pos):
+        causal = pos[:, None] >= pos[None, :]
+        mask = (keep[None, :] & causal) | ~(pos[None, :] < 0)
+        mask = mask ^ (pos[:, None] == 100)
+        return torch.where(torch.logical_and(mask, ~torch.logical_not(keep[None, :])), x, 0.0)
+    run_and_compare(tmp_path, Lambda(masked),
+                    (r(6, 6), torch.tensor([1, 1, 0, 1, 0, 1], dtype=torch.bool),
+                     torch.arange(6)), frontend="fast")
