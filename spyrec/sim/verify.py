@@ -33,9 +33,26 @@ def verify_program(program: Program) -> None:
     problems = []
     for spec in program.ops.values():
         problems += [f"{spec.file}: {p}" for p in op_problems(spec)]
+    problems += unwritten_outputs(program)
     if problems:
         raise InputFileError(f"{program.out_dir} is not a consistent spyrec output directory:\n"
                              + "\n".join(f"  - {p}" for p in problems))
+
+
+def unwritten_outputs(program: Program) -> list[str]:
+    """Outputs (and returned buffers) no executed op writes: reading them would return whatever
+    the arena holds (NaN), so a bundle with an op removed would pass for a result."""
+    written = {program.ops[execute.file].output.name for _, execute in program.trace
+               if execute.file in program.ops}
+    manifest = program.manifest
+    names = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
+    problems = []
+    for name in names:
+        tensor = manifest.tensors[name]
+        if tensor.role in ("input", "constant") or tensor.numel == 0 or name in written:
+            continue
+        problems.append(f"manifest.json: output '{name}' is written by no executed op")
+    return problems
 
 
 def op_problems(spec: OpSpec) -> list[str]:
