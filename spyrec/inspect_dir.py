@@ -24,18 +24,11 @@ def _load(out_dir: Path, name: str, schema: str) -> dict:
     return read_json(path, schema)
 
 
-def _check_directory(out_dir: Path) -> None:
-    if not out_dir.exists():
-        raise InputFileError(f"{out_dir}: no such directory; give the output directory of "
-                             f"spyrec compile")
-    if not out_dir.is_dir():
-        raise InputFileError(f"{out_dir}: not a directory; give the output directory of "
-                             f"spyrec compile (the one holding manifest.json)")
-
-
 def inspect_directory(out_dir: Path, tensor: str | None = None) -> str:
+    from spyrec.sim.loader import check_output_directory
+
     out_dir = Path(out_dir)
-    _check_directory(out_dir)
+    check_output_directory(out_dir)
     manifest = _load(out_dir, "manifest.json", "manifest")
     tensors = {t["name"]: t for t in manifest["tensors"]}
     if tensor is None:

@@ -25,6 +25,17 @@ def compile_pt2(pt2: Path, out: Path | None = None, **options) -> Path:
     return out
 
 
+def compile_samples(tmp: Path, names) -> dict[str, Path]:
+    """Export and compile each named sample (samples/models.py) into `tmp`: name -> OUT."""
+    from samples.models import SAMPLES
+
+    built = {}
+    for name in names:
+        module, inputs = SAMPLES[name]()
+        built[name] = compile_pt2(export(tmp, module, inputs, name), Path(tmp) / name)
+    return built
+
+
 def load_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 

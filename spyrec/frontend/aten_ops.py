@@ -173,18 +173,11 @@ def _eager_scalars(ctx, *operands):
 
 
 def round_scalar(value: float, dtype: str) -> float:
-    """A Python float rounded to fp16 or bf16 as `torch.tensor(value, dtype=...)` does: to
-    float32 first, then to nearest-even (the double rounding is eager's, so it is ours)."""
-    with np.errstate(over="ignore"):
-        single = np.float32(value)
-    if dtype == "float16":
-        with np.errstate(over="ignore"):
-            return float(np.float16(single))
-    if not np.isfinite(single):
-        return float(single)
-    bits = int(single.view(np.uint32))
-    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    return float(np.uint32(bits & 0xFFFFFFFF).view(np.float32))
+    """A Python float rounded to fp16 or bf16 as `torch.tensor(value, dtype=...)` does
+    (through float32: eager's double rounding, so ours; `fold.cast` is that one rule)."""
+    from spyrec.frontend.fold import cast
+
+    return float(cast(np.float64(value), dtype))
 
 
 @lowering("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf",

@@ -87,11 +87,11 @@ def cast(x, dtype: str) -> np.ndarray:
     x = np.asarray(x)
     if dtype == "bool":
         return x if x.dtype == np.bool_ else x != 0
-    if dtype in ("float16", "bfloat16") and x.dtype not in (np.float16, np.float32):
-        x = x.astype(np.float32)
-    if dtype == "bfloat16":
-        return round_bf16(x.astype(np.float32, copy=False))
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # out of range -> inf, as eager
+        if dtype in ("float16", "bfloat16") and x.dtype not in (np.float16, np.float32):
+            x = x.astype(np.float32)
+        if dtype == "bfloat16":
+            return round_bf16(x.astype(np.float32, copy=False))
         return x.astype(NP_DTYPES[dtype], copy=False)
 
 

@@ -69,7 +69,7 @@ def _nodes(graph, module) -> list[Node]:
 
 
 def _node(node, module) -> Node:
-    target = _target_name(node.target) if node.op == "call_function" else str(node.target)
+    target = target_name(node.target) if node.op == "call_function" else str(node.target)
     meta = {"val": _value(node.meta.get("val"), node.name)}
     if node.meta.get("stack_trace"):
         meta["stack_trace"] = node.meta["stack_trace"]
@@ -80,7 +80,7 @@ def _node(node, module) -> Node:
                 {k: _arg(v, module) for k, v in node.kwargs.items()}, meta)
 
 
-def _target_name(target) -> str:
+def target_name(target) -> str:
     import torch
 
     if isinstance(target, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):

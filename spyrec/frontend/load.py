@@ -13,7 +13,7 @@ from pathlib import Path
 
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.fold import fold_constants
-from spyrec.frontend.from_torch import _target_name, program_of
+from spyrec.frontend.from_torch import target_name, program_of
 from spyrec.frontend.lower import lowerable
 from spyrec.frontend.program import Program
 from spyrec.frontend.pt2json import REEXPORT_STATIC, NeedsTorch, read_program
@@ -74,7 +74,7 @@ def _torch_program(archive: Archive) -> Program:
             raise InputFileError(f"{archive.path}: torch.export.load failed: {_first_line(e)}. "
                                  f"Expected a file written by torch.export.save.") from None
         _check_static_shapes(ep, archive.path)
-        if any(n.op == "call_function" and not lowerable(_target_name(n.target))
+        if any(n.op == "call_function" and not lowerable(target_name(n.target))
                for n in ep.graph.nodes):
             ep = ep.run_decompositions(_decomposition_table())
     return program_of(ep)

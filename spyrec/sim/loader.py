@@ -329,13 +329,18 @@ def _check_structure(path: Path, spec: OpSpec) -> None:
 def load_directory(out_dir: str | Path) -> Program:
     """Manifest, every op listed by a kernel, and the flattened bundles, all checked."""
     out_dir = Path(out_dir)
-    if not out_dir.exists():
-        raise InputFileError(f"{out_dir} is not a directory: nothing exists there (expected "
-                             f"a `spyrec compile` output directory)")
-    if not out_dir.is_dir():
-        raise InputFileError(f"{out_dir} is not a directory (expected a `spyrec compile` "
-                             f"output directory)")
+    check_output_directory(out_dir)
     return _load(_Files(out_dir))
+
+
+def check_output_directory(out_dir: Path) -> None:
+    """`out_dir` exists and is a directory (`run` and `inspect` both start here)."""
+    if not out_dir.exists():
+        raise InputFileError(f"{out_dir}: no such directory; give the output directory of "
+                             f"spyrec compile")
+    if not out_dir.is_dir():
+        raise InputFileError(f"{out_dir} is not a directory; give the output directory of "
+                             f"spyrec compile (the one holding manifest.json)")
 
 
 def load_files(texts: Mapping[str, str | bytes], out_dir: str | Path) -> Program:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from spyrec.errors import ConfigError
-from tests.programs import Lambda, compile_pt2, export, load_json
+from tests.programs import compile_pt2, export, load_json
 
 
 class GatherAdd(torch.nn.Module):

@@ -17,6 +17,7 @@ import torch
 from spyrec.errors import SpyrecError
 from spyrec.frontend.load import load_program
 from spyrec.frontend.lower import lower_program
+from tests.jsonpaths import json_paths
 from tests.programs import Lambda, export
 
 MUTATIONS = 200
@@ -33,19 +34,11 @@ def source(tmp_path_factory):
         return pt2, member, json.loads(zf.read(member))
 
 
-def _paths(value, prefix=()):
-    yield prefix
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _paths(v, prefix + (i,))
 
 
 def _mutate(model, rng):
     model = copy.deepcopy(model)
-    paths = [p for p in _paths(model["graph_module"]) if p]
+    paths = [p for p in json_paths(model["graph_module"]) if p]
     path = rng.choice(paths)
     parent = model["graph_module"]
     for key in path[:-1]:

@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from samples.models import SAMPLES
 from spyrec.sim.loader import _flat_bundle, load_directory, load_files
 from spyrec.sim.runner import cost_for_directory, cost_for_files
-from tests.programs import compile_pt2
+from tests.programs import compile_samples
 from tests.sim.test_loops import tiled_add
 
 
@@ -23,14 +22,7 @@ def _texts(out: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cost")
-    built = {}
-    for name in SAMPLES:
-        module, inputs = SAMPLES[name]()
-        pt2 = tmp / f"{name}.pt2"
-        torch.export.save(torch.export.export(module, inputs), str(pt2))
-        built[name] = compile_pt2(pt2, tmp / name)
-    return built
+    return compile_samples(tmp_path_factory.mktemp("cost"), SAMPLES)
 
 
 @pytest.mark.parametrize("sample", sorted(SAMPLES))

@@ -99,5 +99,8 @@ def test_bad_json_names_line_and_column(out):
 
 
 def test_not_a_directory(tmp_path):
-    with pytest.raises(InputFileError, match="is not a directory"):
+    with pytest.raises(InputFileError, match="nope: no such directory"):
         load_directory(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputFileError, match="file is not a directory"):
+        load_directory(tmp_path / "file")

@@ -10,6 +10,7 @@ import pytest
 
 from spyrec.sim.loader import SCHEMA_DIR, fast_check, load_directory, validator
 from spyrec.sim.schemacheck import Unsupported, compile_schema
+from tests.jsonpaths import json_paths
 from tests.programs import Lambda, compile_pt2, export
 
 REPLACEMENTS = [None, True, False, 0, -1, 1, 31, 32, 2**40, 1.5, "", "x", "c0", "fp16",
@@ -17,19 +18,9 @@ REPLACEMENTS = [None, True, False, 0, -1, 1, 31, 32, 2**40, 1.5, "", "x", "c0", 
                 {"hbm": 0}, {"hbm": 0, "lx": 0}, {"c0": [0, 1]}]
 
 
-def _paths(node, path=()):
-    yield path
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _paths(v, path + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _paths(v, path + (i,))
-
-
 def _mutate(doc, rng: random.Random):
     doc = copy.deepcopy(doc)
-    path = rng.choice(list(_paths(doc))[1:])
+    path = rng.choice(list(json_paths(doc))[1:])
     parent = doc
     for p in path[:-1]:
         parent = parent[p]

@@ -10,10 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
-from samples.models import SAMPLES
-from tests.programs import compile_pt2
+from tests.programs import compile_samples
 
 HERE = Path(__file__).resolve().parent
 UPDATE = os.environ.get("SPYREC_UPDATE_SNAPSHOTS") == "1"
@@ -32,14 +30,7 @@ def normalized_opspecs(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("snap")
-    built = {}
-    for name in SNAPSHOT_SAMPLES:
-        module, inputs = SAMPLES[name]()
-        pt2 = tmp / f"{name}.pt2"
-        torch.export.save(torch.export.export(module, inputs), str(pt2))
-        built[name] = compile_pt2(pt2, tmp / name)
-    return built
+    return compile_samples(tmp_path_factory.mktemp("snap"), SNAPSHOT_SAMPLES)
 
 
 @pytest.mark.parametrize("sample", SNAPSHOT_SAMPLES)
