@@ -70,13 +70,28 @@ def _summary(out_dir: Path, manifest: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _flat_specs(opspecs: dict) -> list[dict]:
+    """Every OpSpec of opspecs.json in execution order (LoopSpec bodies flattened)."""
+    out: list[dict] = []
+
+    def walk(body: list) -> None:
+        for item in body:
+            if "loop" in item:
+                walk(item["loop"]["body"])
+            else:
+                out.append(item)
+    for kernel in opspecs["kernels"]:
+        walk(kernel["specs"])
+    return out
+
+
 def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
     lines = [f"{t['name']}: {t['role']} {t['host_dtype']}{t['host_shape']}",
              f"  device_size {t['device_size']}  stride_map {t['stride_map']}  "
              f"{t['device_dtype']}  {t['device_bytes']} bytes at {t['hbm_address']}",
              f"  source {t['source']}", ""]
-    for name in _op_files(manifest):
-        spec = _load(out_dir, name, "sdsc")
+    opspecs = _load(out_dir, "opspecs.json", "opspecs")
+    for name, spec in zip(_op_files(manifest), _flat_specs(opspecs)):
         for arg in spec["args"]:
             if arg["name"] != t["name"]:
                 continue

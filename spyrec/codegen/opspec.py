@@ -15,8 +15,6 @@ from spyrec.indexing import Indirect, Lin, evaluate
 from spyrec.ir import Access, Graph, Operation
 from spyrec.layout.sticks import access_coordinates
 
-SDSC_FORMAT = "spyrec-sdsc/1"
-
 
 def tensor_arg(graph: Graph, op: Operation, role: str, access: Access, arg_index: int) -> dict:
     buf = graph.buffers[access.buffer]
@@ -53,9 +51,15 @@ def op_spec(graph: Graph, op: Operation) -> dict:
         "args": args,
     }
     spec["cores"] = _cores(graph, op, args, splits)
-    for a in args:
-        a.pop("_coords")
     return spec
+
+
+def strip_private(spec: dict) -> dict:
+    """The spec as opspecs.json shows it (without the parsed coordinates codegen keeps)."""
+    if "args" not in spec:
+        return spec
+    return {**spec, "args": [{k: v for k, v in a.items() if k != "_coords"}
+                             for a in spec["args"]]}
 
 
 def _cores(graph: Graph, op: Operation, args: list[dict], splits: dict[str, int]) -> list[dict]:
@@ -87,13 +91,6 @@ def _start_addresses(graph: Graph, arg: dict, env: dict, n: int) -> list:
     return [int(x) for x in buf.hbm_address + offset * buf.layout.dtype.itemsize]
 
 
-def sdsc_document(index: int, spec: dict) -> dict:
-    """`sdsc_<n>.json`: the op spec with concrete numbers, self-contained."""
-    keys = ("op", "name", "source", "is_reduction", "iteration_space", "reduced", "op_info",
-            "args", "cores")
-    return {"format": SDSC_FORMAT, "index": index, **{k: spec[k] for k in keys}}
-
-
 def total_cores(spec: dict) -> int:
     return math.prod(split for _, split in spec["iteration_space"].values())
 
@@ -105,7 +102,7 @@ def spec_tree(ops: list[Operation], specs: list[dict]) -> list[dict]:
     a LoopSpec's `tiled_symbols` are the vars divided at that level, and each OpSpec's
     `tiled_symbols` lists all levels, outermost first.
     """
-    return _nest(list(zip(ops, specs)), 0)
+    return _nest(list(zip(ops, [strip_private(s) for s in specs])), 0)
 
 
 def _nest(items: list[tuple[Operation, dict]], depth: int) -> list[dict]:

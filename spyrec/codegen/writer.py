@@ -20,7 +20,8 @@ import numpy as np
 
 from spyrec import __version__
 from spyrec.codegen.bundle import bundle_data, render_bundle
-from spyrec.codegen.opspec import op_spec, sdsc_document, spec_tree
+from spyrec.codegen.opspec import op_spec, spec_tree
+from spyrec.codegen.superdsc import superdsc_document
 from spyrec.ir import Graph
 from spyrec.outdir import check_output_dir, replace_directory
 
@@ -59,10 +60,12 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     specs = [op_spec(graph, op) for op in graph.ops]
     files: dict[str, bytes | str] = {}
     sdsc_names = []
-    for i, spec in enumerate(specs):
+    for i, (op, spec) in enumerate(zip(graph.ops, specs)):
         name = f"sdsc_{i}.json"
         sdsc_names.append(name)
-        files[name] = dump_json(sdsc_document(i, spec))
+        accesses = list(op.accesses())
+        bufs = [graph.buffers[a.buffer] for _, a in accesses]
+        files[name] = dump_json(superdsc_document(i, spec, bufs, [r for r, _ in accesses]))
     tree = spec_tree(graph.ops, specs)
     files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
                                        "kernels": [{"name": "main", "specs": tree}]})

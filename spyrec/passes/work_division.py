@@ -3,11 +3,14 @@
 Reads: op ranges and reduced vars, buffer layouts.  Writes: `Operation.core_splits`
 ({var: slices}, every iteration var present).
 Guarantees: the product of splits is at most `cores`; every split divides its range evenly;
-reduced vars are never split (a K-split needs a ring reduction, a later pass); a split of the
-output's stick variable gives each core whole sticks.
+reduced vars are never split (a K-split needs a ring reduction, a later pass); a split of any
+arg's stick variable gives each core whole sticks of that arg (a SuperDSC core starts at a
+stick boundary of every tensor: its start address has no lane offset).
 
-Greedy: output vars outermost first, each taking the largest divisor of its range that the
-remaining cores allow.
+Greedy: output vars outermost first, vars that are no arg's stick dim before stick vars (a
+core then gets whole rows of sticks, as the reference's work division does: the published
+512x512 transposed add splits its 512 columns over 32 cores, not 8 stick columns x 4), each
+taking the largest divisor of its range that the remaining cores allow.
 """
 
 from __future__ import annotations
@@ -36,19 +39,24 @@ class WorkDivision(Pass):
             op.core_splits = self._split(graph, op)
 
     def _split(self, graph: Graph, op: Operation) -> dict[str, int]:
-        out = graph.buffers[op.output.buffer]
-        stick = stick_info(out.host_size, out.host_strides, out.layout, op.var_ranges,
-                           op.output.index).stick_var
-        e = out.layout.elems_per_stick
+        sticks: dict[str, int] = {}     # stick var -> largest elements per stick among its args
+        for _, access in op.accesses():
+            buf = graph.buffers[access.buffer]
+            v = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                           access.index).stick_var
+            if v is not None:
+                sticks[v] = max(sticks.get(v, 1), buf.layout.elems_per_stick)
         splits = {v: 1 for v, _ in op.ranges}
         left = self.cores
-        for v, n in op.ranges:
+        order = [(v, n) for v, n in op.ranges if v not in sticks] + \
+            [(v, n) for v, n in op.ranges if v in sticks]
+        for v, n in order:
             if v in op.reduced or left == 1:
                 continue
-            units = n // e if v == stick else n
-            if v == stick and n % e:
+            e = sticks.get(v, 1)
+            if n % e:
                 continue
-            d = _largest_divisor_at_most(units, left)
+            d = _largest_divisor_at_most(n // e, left)
             splits[v] = d
             left //= d
         return splits

@@ -43,11 +43,27 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm) -> None:
     with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
         for chunk in chunks(spec):
             access = ChunkAccess(spec, bindings, chunk, hbm)
-            inputs = [_at_rank(access.read(b).astype(compute), len(chunk.shape))
+            inputs = [_masked(spec, chunk, _at_rank(access.read(b).astype(compute),
+                                                    len(chunk.shape)))
                       for b in values_in]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute)
             result = kern.fn(ctx, inputs)
             _write(spec, bindings[-1], access, result, reduced_axes)
+
+
+def _masked(spec: OpSpec, chunk, values: np.ndarray) -> np.ndarray:
+    """Padding lanes of a reduced partial stick read as the mask constant (coordinateMasking_,
+    `samv-maskvalue`): the reduction's identity, so padding never counts as data."""
+    for v, (start, count) in spec.masking.items():
+        axis = spec.vars.index(v)
+        lo = chunk.lo[axis]
+        coords = np.arange(lo, chunk.hi[axis]).reshape(
+            [-1 if a == axis else 1 for a in range(len(chunk.shape))])
+        pad = (coords >= start) & (coords < start + count)
+        if pad.any():
+            values = np.where(pad, values.dtype.type(spec.constants["samv-maskvalue"]),
+                              values)
+    return values
 
 
 def _at_rank(values: np.ndarray, rank: int) -> np.ndarray:

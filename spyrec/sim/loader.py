@@ -261,20 +261,47 @@ def _indirect_names(data: dict) -> set[str]:
     return names
 
 
-def load_op(files: _Files, filename: str) -> OpSpec:
+def load_op(files: _Files, filename: str, manifest: Manifest) -> OpSpec:
+    """One `sdsc_<n>.json`: SuperDSC (sim/superdsc.py), or our own `spyrecAccess_` form for an
+    op SuperDSC cannot express."""
     path = files.out_dir / filename
-    data = files.json(filename, "sdsc")
+    doc = files.json(filename, "sdsc")
+    (key, wrapper), = doc.items()
     m = _SDSC_NAME.match(filename)
-    if m and int(m.group(1)) != data["index"]:
-        raise InputFileError(f"{path}: at $.index: {data['index']} but the file is named "
-                             f"{filename}")
+    index = int(key.split("_", 1)[0])
+    if m and int(m.group(1)) != index:
+        raise InputFileError(f"{path}: the top key {key!r} is op {index}, but the file is "
+                             f"named {filename}")
+    if "spyrecAccess_" not in wrapper:
+        from spyrec.sim.superdsc import _Reader
+
+        return _Reader(path, key, wrapper, _resolver(manifest)).op(filename, index)
+    return _load_access(path, filename, index, wrapper["spyrecAccess_"])
+
+
+def _resolver(manifest: Manifest):
+    """address -> (tensor name, first byte, bytes) of the manifest tensor holding it."""
+    spans = sorted((t.hbm_address, t.device_bytes, t.name) for t in manifest.tensors.values())
+    starts = [a for a, _, _ in spans]
+
+    def resolve(address: int):
+        import bisect
+
+        k = bisect.bisect_right(starts, address) - 1
+        if k >= 0 and address < spans[k][0] + spans[k][1]:
+            return spans[k][2], spans[k][0], spans[k][1]
+        return None
+    return resolve
+
+
+def _load_access(path: Path, filename: str, index: int, data: dict) -> OpSpec:
     index_names = _indirect_names(data)
     args = tuple(_arg(f"{path}: at $.args[{i}]", a, index_names)
                  for i, a in enumerate(data["args"]))
     space = {v: (n, k) for v, (n, k) in data["iteration_space"].items()}
     cores = tuple(CoreSplit(c["core"], {v: (lo, hi) for v, (lo, hi) in c["ranges"].items()},
                             tuple(c["arg_start_bytes"])) for c in data["cores"])
-    spec = OpSpec(file=filename, index=data["index"], op=data["op"], name=data["name"],
+    spec = OpSpec(file=filename, index=index, op=data["op"], name=data["name"],
                   source=data["source"], is_reduction=data["is_reduction"],
                   iteration_space=space, reduced=tuple(data["reduced"]),
                   constants=dict(data["op_info"].get("constants", {})), args=args, cores=cores)
@@ -357,7 +384,7 @@ def _load(files: _Files) -> Program:
     for kernel in manifest.kernels:
         for filename in kernel.ops:
             if filename not in ops:
-                ops[filename] = load_op(files, filename)
+                ops[filename] = load_op(files, filename, manifest)
         listed = set(kernel.ops)
         for ex in _read_bundle(files, kernel.bundle):
             if ex.file not in listed:

@@ -74,6 +74,7 @@ class ArgSpec:
     operand: int | None              # sdsc_execute operand that supplies the base, if any
     per_tile_fixed: bool
     is_index: bool = False           # read through IndirectAccess by another arg
+    span_bytes: int | None = None    # bytes from the base to the end of the last stick touched
 
     @property
     def itemsize(self) -> int:
@@ -89,8 +90,9 @@ class ArgSpec:
 
     @property
     def extent_bytes(self) -> int:
-        """Bytes from the base to the end of the last stick of the arg's device layout."""
-        return self.layout.device_bytes
+        """Bytes from the base to the end of the last stick the arg can touch (by default its
+        whole device layout)."""
+        return self.layout.device_bytes if self.span_bytes is None else self.span_bytes
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class OpSpec:
     constants: dict = field(default_factory=dict)
     args: tuple[ArgSpec, ...] = ()
     cores: tuple[CoreSplit, ...] = ()
+    # reduced var -> (first masked coordinate, count): padding lanes read as the mask constant
+    masking: dict = field(default_factory=dict)
 
     @property
     def vars(self) -> tuple[str, ...]:

@@ -69,7 +69,18 @@ def test_manifest_signature_and_addresses(program, tmp_path):
 
 def test_gather_lists_the_index_tensor_first(program, tmp_path):
     out = compile_pt2(program, tmp_path / "out")
-    gather = load_json(out / "sdsc_0.json")
+    sdsc = load_json(out / "sdsc_0.json")["0_identity"]
+    dsc = sdsc["dscs_"][0]["identity"]
+    nodes, labeled = dsc["scheduleTree_"], dsc["labeledDs_"]
+    assert [n["indirectAllocType_"] for n in nodes] == ["index_tensor", "value_tensor",
+                                                       "no_indirection"]
+    assert nodes[0]["relatedIndirectAccessAlloc_"] == "allocate-Tensor1_hbm"
+    assert (labeled[0]["dsType_"], labeled[0]["dataFormat_"]) == ("KERNEL_IDX", "SENUINT32")
+    assert dsc["computeOp_"][0]["indirectAccessIndexLabeledDs"] == ["Tensor0-idx0"]
+    assert dsc["computeOp_"][0]["inputLabeledDs"] == ["Tensor1-idx1"]
+    (gathered,) = nodes[1]["indirectDim_"].values()
+    assert gathered["size"] == 50     # the table's rows: the extent SuperDSC itself lacks
+    gather = load_json(out / "opspecs.json")["kernels"][0]["specs"][0]
     assert gather["op"] == "identity"
     index, table, result = gather["args"]
     assert (index["name"], index["is_input"], index["device_coordinates"]) == \
@@ -80,7 +91,7 @@ def test_gather_lists_the_index_tensor_first(program, tmp_path):
 
 def test_per_core_split_covers_the_iteration_space(program, tmp_path):
     out = compile_pt2(program, tmp_path / "out", sets=["work_division.cores=3"])
-    spec = load_json(out / "sdsc_1.json")
+    spec = load_json(out / "opspecs.json")["kernels"][0]["specs"][1]
     cores = spec["cores"]
     assert len(cores) == 3
     assert [c["ranges"]["c0"] for c in cores] == [[0, 2], [2, 4], [4, 6]]

@@ -112,11 +112,21 @@ class OutDir:
         self.path.mkdir(parents=True, exist_ok=True)
         dump(self.path / "manifest.json", self.manifest())
         for spec in self.ops:
-            dump(self.path / f"sdsc_{spec['index']}.json", spec)
+            dump(self.path / f"sdsc_{spec['index']}.json", own_form(spec))
         (self.path / "bundle.mlir").write_text(bundle or flat_bundle(len(self.ops)))
         if self.constants:
             np.savez(self.path / "constants.npz", **self.constants)
         return self.path
+
+
+def own_form(spec: dict) -> dict:
+    """A builder spec as the `spyrecAccess_` form of sdsc_<n>.json (docs/formats.md): the
+    simulator's own access form, which these hand-made fixtures use to state coordinates
+    SuperDSC could not (wrong ones included, to test the faults they cause)."""
+    body = {k: v for k, v in spec.items() if k not in ("format", "index")}
+    return {f"{spec['index']}_{spec['op']}": {
+        "debug_handle_": spec["name"],
+        "spyrecAccess_": {"reason": "hand-written test fixture", **body}}}
 
 
 def flat_bundle(n_ops: int) -> str:

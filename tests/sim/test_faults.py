@@ -14,9 +14,14 @@ from tests.sim.builder import elementwise, rowmajor2d
 X = np.ones((4, 100), dtype=np.float16)
 
 
-def edit(path, fn):
+def edit(path, fn, whole=False):
+    """Change a written file; an sdsc file's `spyrecAccess_` body unless `whole`."""
     data = json.loads(path.read_text())
-    fn(data)
+    if path.name.startswith("sdsc_") and not whole:
+        (body,) = data.values()
+        fn(body["spyrecAccess_"])
+    else:
+        fn(data)
     path.write_text(json.dumps(data, indent=1))
 
 

@@ -19,9 +19,14 @@ def add_program(out):
     return out
 
 
-def edit(path, fn):
+def edit(path, fn, whole=False):
+    """Change a written file; an sdsc file's `spyrecAccess_` body unless `whole`."""
     data = json.loads(path.read_text())
-    fn(data)
+    if path.name.startswith("sdsc_") and not whole:
+        (body,) = data.values()
+        fn(body["spyrecAccess_"])
+    else:
+        fn(data)
     path.write_text(json.dumps(data, indent=1))
 
 
@@ -49,11 +54,13 @@ def test_written_fixtures_satisfy_the_schemas(out):
     ("manifest.json", lambda d: d.update(format="spyrec-manifest/2"),
      r"manifest.json: at \$.format: 'spyrec-manifest/1' was expected"),
     ("sdsc_0.json", lambda d: d["args"][1].update(device_size=[2, 4, "64"]),
-     r"sdsc_0.json: at \$.args\[1\].device_size\[2\]: '64' is not of type 'integer'"),
+     r"sdsc_0.json: at \$\['0_add'\].spyrecAccess_.args\[1\].device_size\[2\]: '64' is not "
+     r"of type 'integer'"),
     ("sdsc_0.json", lambda d: d["args"][1].update(allocation={"dram": 0}),
-     r"sdsc_0.json: at \$.args\[1\].allocation"),
+     r"sdsc_0.json: at \$\['0_add'\].spyrecAccess_.args\[1\].allocation"),
     ("sdsc_0.json", lambda d: d.update(extra=1),
-     r"sdsc_0.json: at \$: Additional properties are not allowed \('extra' was unexpected\)"),
+     r"sdsc_0.json: at \$\['0_add'\].spyrecAccess_: Additional properties are not allowed "
+     r"\('extra' was unexpected\)"),
 ])
 def test_schema_violations_name_file_and_json_path(out, file, change, message):
     path = add_program(out).write()
@@ -69,7 +76,8 @@ def test_schema_violations_name_file_and_json_path(out, file, change, message):
      r"'c7' is not an iteration variable \(c0, c1\)"),
     ("sdsc_0.json", lambda d: d["args"][0].update(device_coordinates=["c0", "c1"]),
      r"2 coordinates for 3 device dims"),
-    ("sdsc_0.json", lambda d: d.update(index=3), r"at \$.index: 3 but the file is named"),
+    ("sdsc_0.json", lambda d: d.update({"3_add": d.pop("0_add")}),
+     r"the top key '3_add' is op 3, but the file is named sdsc_0.json"),
     ("sdsc_0.json", lambda d: d["args"][1].update(arg_index=0),
      r"at \$.args\[1\].arg_index: 0, but arg_index is the position 1"),
     ("sdsc_0.json", lambda d: d["args"][2].update(is_input=True),
@@ -86,15 +94,15 @@ def test_schema_violations_name_file_and_json_path(out, file, change, message):
 ])
 def test_structural_errors(out, file, change, message):
     path = add_program(out).write()
-    edit(path / file, change)
+    edit(path / file, change, whole="3_add" in message)
     with pytest.raises(InputFileError, match=message):
         load_directory(path)
 
 
 def test_bad_json_names_line_and_column(out):
     path = add_program(out).write()
-    (path / "sdsc_0.json").write_text('{\n "format": "spyrec-sdsc/1",\n "index": 0,,\n}')
-    with pytest.raises(InputFileError, match=r"sdsc_0.json:3:13: not valid JSON"):
+    (path / "sdsc_0.json").write_text('{\n "0_add": {\n "debug_handle_": 0,,\n}}')
+    with pytest.raises(InputFileError, match=r"sdsc_0.json:3:21: not valid JSON"):
         load_directory(path)
 
 

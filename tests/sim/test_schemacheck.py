@@ -73,7 +73,8 @@ def test_compiled_check_agrees_with_jsonschema_on_mutated_files(documents, schem
 
 def test_an_integral_float_is_rejected_by_the_fast_check_but_jsonschema_decides(documents):
     doc = copy.deepcopy(documents["sdsc"][0])
-    doc["index"] = float(doc["index"])          # 2.0 is an integer to JSON Schema
+    (body,) = doc.values()
+    body["numCoresUsed_"] = float(body["numCoresUsed_"])   # 2.0 is an integer to JSON Schema
     assert not compile_schema(SCHEMA_DIR, "sdsc")(doc)
     assert validator("sdsc").is_valid(doc)
 
@@ -81,15 +82,19 @@ def test_an_integral_float_is_rejected_by_the_fast_check_but_jsonschema_decides(
 def test_a_bool_is_not_an_integer_and_one_is_not_true(documents):
     check = compile_schema(SCHEMA_DIR, "sdsc")
     doc = copy.deepcopy(documents["sdsc"][0])
-    doc["index"] = True
+    (body,) = doc.values()
+    body["numCoresUsed_"] = True
     assert not check(doc) and not validator("sdsc").is_valid(doc)
     doc = copy.deepcopy(documents["sdsc"][0])
-    doc["is_reduction"] = 1
+    (body,) = doc.values()
+    (dsc,) = body["dscs_"][0].values()
+    dsc["scheduleTree_"][0]["isStartAddrSymbolic_"] = True     # the schema wants 1
     assert not check(doc) and not validator("sdsc").is_valid(doc)
 
 
 def test_every_spyrec_schema_compiles(tmp_path):
-    assert all(fast_check(s) is not None for s in ("manifest", "sdsc", "opspecs", "report"))
+    assert all(fast_check(s) is not None
+               for s in ("manifest", "sdsc", "superdsc", "opspecs", "report"))
     (tmp_path / "x.schema.json").write_text(json.dumps({"anyOf": [{"type": "string"}]}))
     with pytest.raises(Unsupported, match="anyOf"):
         compile_schema(tmp_path, "x")

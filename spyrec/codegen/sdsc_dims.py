@@ -1,0 +1,331 @@
+"""Each tensor of an op in SuperDSC terms: dim labels, nesting, strides, gaps and offsets.
+
+SuperDSC (reference/F-superdsc.md §2, §4) cannot carry index expressions. It describes a
+tensor as a dense array of 128-byte sticks: lane j of a stick holds coordinate `stick·E + j`
+of the tensor's stick dim, and above the stick the tensor's dims are *nested*, innermost first,
+each level's element stride the product of the extents below it (`N_` plus a back gap). The
+start address absorbs view offsets and each core's slice origin.
+
+Our accesses are device coordinates in the op's iteration variables (floor/mod of affine
+terms). This module finds, for one op, SuperDSC dims ("labels") that express every access
+exactly, or says why none exist:
+
+1. Refinement. A view can use one iteration variable through several device dims
+   (`floor(c0/S)` and `Mod(c0, S)` after a reshape that merged two dims). Every divisor such
+   a variable is cut at becomes a digit boundary; the variable becomes mixed-radix digits, one
+   label each (`c0 = 64·c0_hi + c0_lo`). The boundaries must form a divisibility chain.
+2. Linearization. Every device coordinate is rewritten as a constant plus integer multiples of
+   digits; the lane coordinate must be `digit mod E` of one digit (the tensor's stick label)
+   or the constant 0 (no stick: scale −2). The element offset of a point is then
+   `offset + Σ digit·stride + (stick digit // E)·stick stride + stick digit % E`.
+3. Nesting. Sorted by stride, the levels must nest: the innermost starts at one stick (E
+   elements) and each next stride is a multiple of the previous level's stride times its
+   extent; the excess becomes that level's back gap. A tensor whose innermost level starts
+   above one stick gets a size-1 synthetic label below it (so its gap can carry the pitch).
+
+What cannot be expressed (a lane offset inside the stick, a strided view `2·c0`, two
+digits at one stride, a split that cuts a digit) raises `NotExpressible` with the reason;
+the codegen then refuses the op, naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from spyrec.indexing import FloorDiv, Indirect, Lin, Mod, Var
+
+
+class NotExpressible(Exception):
+    """The access cannot be written in SuperDSC fields; the message says why."""
+
+
+@dataclass(frozen=True)
+class Digit:
+    """One SuperDSC dim: a mixed-radix digit of an iteration variable (or a synthetic dim)."""
+
+    var: str              # the iteration variable ("" for a synthetic size-1 dim)
+    weight: int           # var = Σ digit·weight over the var's digits
+    size: int             # the digit's range (N_ of the label)
+    split: bool = False   # the var has more than one digit
+
+    @property
+    def key(self) -> str:
+        if not self.var:
+            return f"synthetic{self.weight}"
+        return self.var if not self.split else f"{self.var}/{self.weight}"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One nesting level of a tensor: a digit, its element stride and its allocated extent."""
+
+    digit: Digit
+    stride: int       # elements between consecutive values (per stick for the stick level)
+    extent: int       # allocated values at this level (sticks for the stick level)
+
+
+
+@dataclass
+class TensorDims:
+    """How one arg is addressed: its levels innermost first and its element offset."""
+
+    stick: Digit | None           # the digit in the lanes; None: lanes are constant 0
+    elems_per_stick: int
+    levels: list[Level] = field(default_factory=list)
+    offset: int = 0               # element offset of the origin from the buffer's element 0
+    # index tensor -> (synthetic digit of its level, extent of the gathered dim)
+    indirect: dict[str, tuple[Digit, int]] = field(default_factory=dict)
+
+    def digits(self) -> list[Digit]:
+        return [lv.digit for lv in self.levels]
+
+    def element_offset(self, values: dict[Digit, int]) -> int:
+        """The element offset of one point (digit values; missing digits are 0)."""
+        off = self.offset
+        for lv in self.levels:
+            v = values.get(lv.digit, 0)
+            if lv.digit == self.stick:
+                e = self.elems_per_stick
+                off += (v // e) * lv.stride + v % e
+            else:
+                off += v * lv.stride
+        return off
+
+
+@dataclass
+class OpDims:
+    """The labels of one op (digits in label order) and every arg's addressing."""
+
+    digits: list[Digit]
+    tensors: list[TensorDims]
+    var_digits: dict[str, list[Digit]]     # most significant first
+
+
+def op_dims(var_ranges: list[tuple[str, int]], coords: list[tuple[Lin, ...]],
+            device_sizes: list[tuple[int, ...]], strides: list[tuple[int, ...]],
+            elems_per_stick: list[int]) -> OpDims:
+    """SuperDSC dims for an op with iteration `var_ranges` and, per arg, its device coordinates,
+    device sizes, device element strides and elements per stick."""
+    ranges = dict(var_ranges)
+    sticks = [_stick_var(c, e) for c, e in zip(coords, elems_per_stick)]
+    bounds: dict[str, set[int]] = {v: {1, n} for v, n in var_ranges}
+    for c, stick, e in zip(coords, sticks, elems_per_stick):
+        for coord in c[:-1]:
+            _boundaries(coord, stick, e, bounds)
+    var_digits = {v: _digits(v, ranges[v], bounds[v]) for v, _ in var_ranges}
+    for stick, e in zip(sticks, elems_per_stick):
+        if stick is not None:
+            low = var_digits[stick][-1]
+            if low.size != ranges[stick] and low.size % e:
+                raise NotExpressible(
+                    f"variable {stick} is the stick dim of one tensor but another cuts it "
+                    f"every {low.size} elements, inside a {e}-element stick")
+    tensors = [_tensor_dims(c, s, e, sz, st, var_digits)
+               for c, s, e, sz, st in zip(coords, sticks, elems_per_stick, device_sizes, strides)]
+    digits = [d for v, _ in var_ranges for d in var_digits[v]]
+    synthetic = _nest_all(tensors)
+    return OpDims(synthetic + digits, tensors, var_digits)
+
+
+def _stick_var(coords: tuple[Lin, ...], e: int) -> str | None:
+    """The variable in the lanes: `Mod(v, E)` or a bare `v`; None for a constant 0 lane."""
+    lane = coords[-1]
+    if lane.is_const and lane.const == 0:
+        return None
+    atom = lane.as_atom()
+    if isinstance(atom, Var):
+        return atom.name
+    if isinstance(atom, Mod) and atom.modulus == e:
+        inner = atom.num.as_atom()
+        if isinstance(inner, Var):
+            return inner.name
+    raise NotExpressible(f"lane coordinate {lane} is not a whole stick of one variable "
+                         f"(an offset inside the stick needs a relayout first)")
+
+
+def _single_var(num: Lin) -> str | None:
+    atom = num.as_atom()
+    return atom.name if isinstance(atom, Var) else None
+
+
+def _boundaries(coord: Lin, stick: str | None, e: int, bounds: dict[str, set[int]]) -> None:
+    """Record the divisors at which `coord` cuts each variable."""
+    for atom in coord.atoms():
+        if isinstance(atom, (Var, Indirect)):
+            continue
+        cuts = _atom_cuts(atom)
+        if cuts is None:
+            raise NotExpressible(f"coordinate {coord} uses {atom}, which is not a digit of "
+                                 f"one iteration variable")
+        v, points = cuts
+        if v == stick and isinstance(atom, FloorDiv) and atom.divisor == e:
+            continue          # the stick pattern itself: floor(v/E) next to Mod(v, E)
+        bounds[v].update(points)
+
+
+def _atom_cuts(atom) -> tuple[str, tuple[int, ...]] | None:
+    """(variable, boundaries) of floor(v/m), Mod(v, m), Mod(floor(v/a), b), floor(Mod(v, a)/b)."""
+    if isinstance(atom, FloorDiv):
+        v = _single_var(atom.num)
+        if v is not None:
+            return v, (atom.divisor,)
+        inner = atom.num.as_atom()
+        if isinstance(inner, Mod) and _single_var(inner.num):
+            return _single_var(inner.num), (atom.divisor, inner.modulus)
+    if isinstance(atom, Mod):
+        v = _single_var(atom.num)
+        if v is not None:
+            return v, (atom.modulus,)
+        inner = atom.num.as_atom()
+        if isinstance(inner, FloorDiv) and _single_var(inner.num):
+            return _single_var(inner.num), (inner.divisor, inner.divisor * atom.modulus)
+    return None
+
+
+def _digits(v: str, n: int, bounds: set[int]) -> list[Digit]:
+    """The digits of `v` (most significant first) for boundaries that divide one another."""
+    chain = sorted(b for b in bounds if 1 <= b <= n) if n > 1 else [1, 1]
+    if chain[-1] != n:
+        chain.append(n)
+    for lo, hi in zip(chain, chain[1:]):
+        if hi % lo:
+            raise NotExpressible(f"variable {v} (range {n}) is cut at {lo} and {hi}, which do "
+                                 f"not divide one another")
+    split = len(chain) > 2
+    digits = [Digit(v, lo, hi // lo, split) for lo, hi in zip(chain, chain[1:])]
+    return digits[::-1]
+
+
+def _expand(atom, coeff: int, var_digits: dict[str, list[Digit]]) -> dict[Digit, int]:
+    """`coeff·atom` as digit multiples (the atom is a var or one of the cut forms)."""
+    if isinstance(atom, Var):
+        v, lo, hi, div = atom.name, 1, math.inf, 1
+    else:
+        v, points = _atom_cuts(atom)
+        if isinstance(atom, FloorDiv):
+            inner = atom.num.as_atom()
+            lo, hi, div = atom.divisor, (inner.modulus if isinstance(inner, Mod) else math.inf), \
+                atom.divisor
+        else:
+            inner = atom.num.as_atom()
+            if isinstance(inner, FloorDiv):
+                lo, hi, div = inner.divisor, inner.divisor * atom.modulus, inner.divisor
+            else:
+                lo, hi, div = 1, atom.modulus, 1
+    out = {}
+    for d in var_digits[v]:
+        if lo <= d.weight < hi:
+            out[d] = coeff * d.weight // div
+    return out
+
+
+def _tensor_dims(coords: tuple[Lin, ...], stick: str | None, e: int, sizes: tuple[int, ...],
+                 strides: tuple[int, ...], var_digits: dict[str, list[Digit]]) -> TensorDims:
+    stick_digit = var_digits[stick][-1] if stick is not None else None
+    t = TensorDims(stick_digit, e)
+    per_digit: dict[Digit, int] = {}
+    stick_level: int | None = None
+    for coord, stride, size in zip(coords[:-1], strides[:-1], sizes[:-1]):
+        t.offset += coord.const * stride
+        for atom, coeff in coord.terms:
+            if isinstance(atom, Indirect):
+                if coeff != 1 or atom.tensor in t.indirect:
+                    raise NotExpressible(f"the gathered coordinate {coord} is not one index "
+                                         f"value at one device dim")
+                d = Digit("", -1 - len(t.indirect), 1)
+                t.indirect[atom.tensor] = (d, size)
+                per_digit[d] = stride
+                continue
+            if stick is not None and isinstance(atom, FloorDiv) and atom.divisor == e \
+                    and _single_var(atom.num) == stick:
+                # floor(v/E) = floor(low/E) + Σ higher digits · weight/E
+                if coeff != 1 or stick_level is not None:
+                    raise NotExpressible(f"the stick index of {stick} appears as {coeff}·{atom}")
+                stick_level = stride
+                for d in var_digits[stick][:-1]:
+                    per_digit[d] = per_digit.get(d, 0) + d.weight // e * stride
+                continue
+            for d, k in _expand(atom, coeff, var_digits).items():
+                if stick_digit is not None and d == stick_digit:
+                    raise NotExpressible(f"the stick variable {stick} also appears outside its "
+                                         f"stick in {coord}")
+                per_digit[d] = per_digit.get(d, 0) + k * stride
+    if stick_digit is not None:
+        if stick_level is None:
+            if stick_digit.size > e:
+                raise NotExpressible(f"the stick variable {stick} spans several sticks but no "
+                                     f"coordinate holds its stick index")
+            stick_level = 0
+        per_digit[stick_digit] = stick_level
+    for d, s in per_digit.items():
+        if s < 0:
+            raise NotExpressible(f"dim {d.key} runs backwards (stride {s})")
+    t.levels = [Level(d, s, 0) for d, s in per_digit.items() if s or d == stick_digit]
+    return t
+
+
+def _nest_all(tensors: list[TensorDims]) -> list[Digit]:
+    """Order every tensor's levels and set their extents (gaps). Returns the op's synthetic
+    digits (size-1 dims that carry a pitch or a gathered dim), renumbered op-wide."""
+    synthetic: list[Digit] = []
+    for t in tensors:
+        extra = _nest(t)
+        if extra is not None:
+            t.levels.insert(0, Level(Digit("", -100, 1), t.elems_per_stick, extra))
+        renamed = {}
+        for lv in t.levels:
+            if not lv.digit.var:
+                renamed[lv.digit] = Digit("", len(synthetic), 1)
+                synthetic.append(renamed[lv.digit])
+        t.levels = [Level(renamed.get(lv.digit, lv.digit), lv.stride, lv.extent)
+                    for lv in t.levels]
+        if t.stick in renamed:
+            t.stick = renamed[t.stick]
+        t.indirect = {name: (renamed[d], n) for name, (d, n) in t.indirect.items()}
+    return synthetic
+
+
+def _nest(t: TensorDims) -> int | None:
+    """Sort `t`'s levels by stride and set extents; returns the extent a synthetic innermost
+    level must have when the first level starts above one stick (else None)."""
+    e = t.elems_per_stick
+    units = {lv.digit: _units(t, lv.digit) for lv in t.levels}
+    sized = [lv for lv in t.levels if units[lv.digit] > 1 or lv.digit == t.stick]
+    ones = [lv for lv in t.levels if lv not in sized]
+    head = []
+    if t.stick is not None and units[t.stick] == 1:
+        # a stick var within one stick: its stride never matters, so it goes innermost
+        head = [Level(t.stick, e, 1)]
+        sized = [lv for lv in sized if lv.digit != t.stick]
+    sized = head + sorted(sized, key=lambda lv: lv.stride)
+    out: list[Level] = []
+    below = e          # where the next level starts if packed densely
+    extra = None
+    for lv in sized:
+        stride = lv.stride
+        if stride < below or stride % (out[-1].stride if out else e):
+            raise NotExpressible(f"dim {lv.digit.key} (stride {stride}) overlaps or is not "
+                                 f"nested in the dims below it")
+        if out:
+            prev = out[-1]
+            out[-1] = Level(prev.digit, prev.stride, stride // prev.stride)
+        elif stride > e:
+            extra = stride // e
+        out.append(Level(lv.digit, stride, units[lv.digit]))
+        below = stride * units[lv.digit]
+    top = out[-1].stride * out[-1].extent if out else e
+    out += [Level(lv.digit, top, 1) for lv in ones]
+    t.levels = out
+    return extra
+
+
+def _units(t: TensorDims, d: Digit) -> int:
+    """A level's count in its own units: sticks for the stick level, the gathered dim's extent
+    for a gather, values otherwise."""
+    if d == t.stick:
+        return -(-d.size // t.elems_per_stick)
+    for gd, n in t.indirect.values():
+        if gd == d:
+            return n
+    return d.size

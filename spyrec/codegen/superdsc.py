@@ -1,0 +1,481 @@
+"""`sdsc_<n>.json` in the SuperDSC format the Spyre backend compiles (reference/F-superdsc.md).
+
+Pure data building from one op's spec (`opspec.op_spec`) and its dims (`sdsc_dims.op_dims`):
+the `"<n>_<opfunc>"` wrapper with the work split per core, one DSC with `N_`, masking,
+`primaryDsInfo_`, a `scheduleTree_` of allocate nodes (per-core start addresses, `coordInfo`
+folds, back gaps), `labeledDs_`, `constantInfo_` and `computeOp_`, keys in the reference's
+emission order (F §1.2, §2.1, §2.4). Where the reference has a quirk the backend relies on, we
+match it and say so at the line.
+
+Start addresses are computed twice, independently: from our device coordinates at each core's
+slice origin (`opspec._cores`) and from the SuperDSC fields (F §4.2 step 6). They must agree,
+or the emitter stops with an internal error: the simulator reads only the fields, so the fields
+alone must place every core.
+
+Deliberate differences from the reference, each because the reference is wrong or has no
+form for it:
+- `maskingConstId_` is the index of `samv-maskvalue`, not 0 (the reference's bug, F §5).
+- Only a reduction over a partial stick pads `N_` (with `coordinateMasking_`); other stick dims
+  keep their real size, so no op reads past the end of a tensor whose other dims are shorter.
+- A gathered dim is its own (synthetic, size-1) dim, and the value tensor's node carries
+  `indirectDim_` naming it with the gathered extent (the reference's format loses the extent,
+  F §4.4). Index tensors are `SENUINT32` as in the reference.
+- Op attributes that are not numbers (`scalar_side`, `approximate`) go in
+  `computeOp_[0].attributes_` next to `dataFormat_` and `fidelity_`.
+- An op that no SuperDSC fields can express (data moved inside a stick) carries its access in
+  `spyrecAccess_` and is counted in report.json: the backend cannot compile it as is.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from spyrec.codegen.sdsc_dims import Digit, NotExpressible, OpDims, TensorDims, op_dims
+from spyrec.errors import InternalError
+
+_LABELS = ("mb", "x", "y", "i", "j", "ki", "kj")
+_MATMUL_LABELS = ("ki", "kj", "y", "x", "mb", "out", "in")
+_LAYOUT_NAMES = ("OUTPUT", "KERNEL", "INPUT", "KERNEL_IDX")
+_MATMUL_LAYOUT_NAMES = ("INPUT", "KERNEL", "OUTPUT", "KERNEL_IDX")
+_MASK_VALUE = {"max": -math.inf, "argmax": -math.inf, "min": math.inf, "argmin": math.inf}
+
+
+def label_names(n: int, matmul: bool) -> list[str]:
+    """Positional dim labels (F §2.2); spyrec's refined dims can outnumber the reference's
+    names, and the extra ones are `d<k>`."""
+    if matmul:
+        base = list(_MATMUL_LABELS)
+        return [f"d{k}" for k in range(n - len(base))] + base[-n:] if n > len(base) \
+            else base[-n:]
+    if n == 0:
+        return []
+    first = list(_LABELS[:n - 1]) + [f"d{k}" for k in range(len(_LABELS), n - 1)]
+    return first + ["out"]
+
+
+def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str]) -> dict:
+    """The `sdsc_<n>.json` object of one op; `bufs` and `roles` (index | input | output) are
+    the args' buffers and roles in arg order. An op whose accesses no SuperDSC fields can
+    express is written as `{"<n>_<op>": {"debug_handle_", "spyrecAccess_"}}`: our own form,
+    which the simulator runs and the backend rejects (counted in report.json)."""
+    coords = [a["_coords"] for a in spec["args"]]
+    try:
+        dims = op_dims(list((v, n) for v, (n, _) in spec["iteration_space"].items()), coords,
+                       [b.layout.device_size for b in bufs],
+                       [b.layout.device_strides_elems for b in bufs],
+                       [b.layout.elems_per_stick for b in bufs])
+        return _Emitter(index, spec, dims, bufs, roles).document()
+    except NotExpressible as e:
+        keys = ("op", "name", "source", "is_reduction", "iteration_space", "reduced", "op_info",
+                "args", "cores")
+        access = {k: spec[k] for k in keys}
+        access["args"] = [{k: v for k, v in a.items() if k != "_coords"} for a in spec["args"]]
+        return {f"{index}_{spec['op']}": {"debug_handle_": _debug_handle(spec),
+                                          "spyrecAccess_": {"reason": str(e), **access}}}
+
+
+class _Emitter:
+    def __init__(self, index: int, spec: dict, dims: OpDims, bufs: list, roles: list[str]):
+        self.index, self.spec, self.bufs = index, spec, bufs
+        self.matmul = spec["op"] == "batchmatmul"
+        self.dims = dims
+        self.roles = roles
+        # an op over no dims (0-d tensors) still needs one: the size-1 stick dim the
+        # reference appends to a reference tensor without a stick variable (F §2.2)
+        self.digits = dims.digits or [Digit("", 0, 1)]
+        if any(t.stick is None and {lv.digit for lv in t.levels} >= set(self.digits)
+               for t in dims.tensors):
+            # a stickless tensor over every dim: its sparse stick is an extra size-1 dim
+            self.digits = self.digits + [Digit("", len(self.digits) + 1000, 1)]
+        self.names = dict(zip(self.digits, label_names(len(self.digits), self.matmul)))
+        self.splits = self._digit_splits(dims)
+        self.nc = math.prod(self.splits.values())
+        self.sizes = {d: d.size for d in self.digits}
+        self.masking = self._masking(dims)
+        self.core_slices = self._core_slices()
+
+    # --- op level ---------------------------------------------------------------------------
+
+    def _digit_splits(self, dims: OpDims) -> dict[Digit, int]:
+        """Each var's core split lands on its most significant digit (F §2.9)."""
+        splits = {d: 1 for d in self.digits}
+        for v, (_, k) in self.spec["iteration_space"].items():
+            if k == 1:
+                continue
+            top = dims.var_digits[v][0]
+            if top.size % k:
+                raise NotExpressible(f"the split of {v} over {k} cores cuts its dim of {top.size}")
+            splits[top] = k
+        return splits
+
+    def _masking(self, dims: OpDims) -> dict[Digit, tuple[int, int]]:
+        """A reduction over a partial stick runs over whole sticks and masks the padding lanes
+        with the reduction's identity (F §2.7)."""
+        if not self.spec["is_reduction"] or self.matmul:
+            return {}
+        src = dims.tensors[0]
+        reduced = set(self.spec["reduced"])
+        d = src.stick
+        if d is None or d.var not in reduced or d.size % src.elems_per_stick == 0:
+            return {}
+        padded = -(-d.size // src.elems_per_stick) * src.elems_per_stick
+        self.sizes[d] = padded
+        return {d: (d.size, padded - d.size)}
+
+    def _core_slices(self) -> list[dict[Digit, int]]:
+        """HEAD's map (F §2.9): labels in order, the first split dim fastest."""
+        out = []
+        for c in range(self.nc):
+            q, slices = 1, {}
+            for d in self.digits:
+                s = self.splits[d]
+                slices[d] = (c // q) % s if s > 1 else 0
+                q *= s
+            out.append(slices)
+        return out
+
+    def document(self) -> dict:
+        opfunc = self._opfunc()
+        nc = self.nc
+        wrapper = {
+            "sdscFoldProps_": [{"factor_": 1, "label_": "time"}],
+            "sdscFolds_": {"dim_prop_func": [{"Affine": {"alpha_": 1, "beta_": 0}}],
+                           "dim_prop_attr": [{"factor_": 1, "label_": "time"}],
+                           "data_": {"[0]": "0"}},
+            "coreFoldProp_": {"factor_": nc, "label_": "core"},
+            "coreletFoldProp_": {"factor_": 1, "label_": "corelet"},
+            "numCoresUsed_": nc,
+            "coreIdToDsc_": {str(c): 0 for c in range(nc)},
+            "numWkSlicesPerDim_": {self.names[d]: self.splits[d] for d in self.digits},
+            "coreIdToWkSlice_": {str(c): {self.names[d]: s[d] for d in self.digits}
+                                 for c, s in enumerate(self.core_slices)},
+            "coreIdToDscSchedule": {str(c): [[-1, 0, 0, 0]] for c in range(nc)},
+            "dscs_": [{opfunc: self._dsc()}],
+        }
+        # later-format optional key (F §5): the FX node and source line, for messages
+        debug = {"debug_handle_": _debug_handle(self.spec)}
+        return {f"{self.index}_{opfunc}": {**debug, **wrapper}}
+
+    def _opfunc(self) -> str:
+        """`<op>nonstick` for a reduction that does not reduce its input's stick dim (F §2.10;
+        the reference keys this on a sparse output, which is the same thing for its layouts,
+        while ours may keep a stick reduction's output dense)."""
+        op = self.spec["op"]
+        if self.spec["is_reduction"] and not self.matmul and op not in ("argmax", "argmin"):
+            stick = self.dims.tensors[0].stick
+            if stick is None or stick.var not in self.spec["reduced"]:
+                return f"{op}nonstick"
+        return op
+
+    def _dsc(self) -> dict:
+        layouts, per_tensor = self._layouts()
+        constants, mask_id = self._constants()
+        return {
+            "numCoresUsed_": self.nc,
+            "numCoreletsUsed_": 1,
+            "coreIdsUsed_": list(range(self.nc)),
+            "N_": {"name_": "n", **{f"{self.names[d]}_": self.sizes[d] for d in self.digits}},
+            "coordinateMasking_": {self.names[d]: [list(m)] for d, m in self.masking.items()},
+            "maskingConstId_": mask_id,
+            "dataStageParam_": {"0": {
+                "ss_": {"name_": "core", **{f"{self.names[d]}_": self.sizes[d] // self.splits[d]
+                                           for d in self.digits}},
+                "el_": {"name_": "core", **{f"{self.names[d]}_": self.sizes[d] // self.splits[d]
+                                           for d in self.digits}}}},
+            "primaryDsInfo_": layouts,
+            "scheduleTree_": [self._node(i, per_tensor[i]) for i in range(len(self.bufs))],
+            "labeledDs_": [self._labeled(i, per_tensor[i]) for i in range(len(self.bufs))],
+            # the backend tells a missing constantInfo_ from an empty one: "{}" is a string
+            "constantInfo_": constants if constants else "{}",
+            "computeOp_": [self._compute_op()],
+        }
+
+    # --- layouts ----------------------------------------------------------------------------
+
+    def _node_order(self, t: TensorDims) -> list[Digit]:
+        """The tensor's own dims, innermost first; non-matmul ops append the dims it lacks."""
+        order = [lv.digit for lv in t.levels]
+        if not self.matmul:
+            order += [d for d in self.digits if d not in order]
+        return order
+
+    def _layouts(self) -> tuple[dict, list[dict]]:
+        """`primaryDsInfo_` and, per tensor, its label, stick dim and node order (F §2.3)."""
+        names = _MATMUL_LAYOUT_NAMES if self.matmul else _LAYOUT_NAMES
+        ref = self.dims.tensors[0 if self.spec["is_reduction"] and not self.matmul else -1]
+        op_stick = ref.stick or next((t.stick for t in self.dims.tensors if t.stick), None) \
+            or self.digits[-1]
+        layouts: dict[str, dict] = {}
+        keys: dict[tuple, str] = {}
+        per_tensor = []
+        for i, t in enumerate(self.dims.tensors):
+            order = self._node_order(t)
+            stick = t.stick or self._free_stick(t, op_stick, i)
+            index = self.roles[i] == "index"
+            key = ("idx",) if index else (stick, t.elems_per_stick, frozenset(order))
+            if key not in keys:
+                free = [n for n in names if n not in layouts and n != "KERNEL_IDX"]
+                label = "KERNEL_IDX" if index else (free[0] if free else None)
+                if label is None or label in layouts:
+                    raise NotExpressible("the op's tensors need more than four layouts")
+                keys[key] = label
+                layouts[label] = {"layoutDimOrder_": [self.names[d] for d in order],
+                                  "stickDimOrder_": [self.names[stick]],
+                                  "stickSize_": [t.elems_per_stick]}
+            label = keys[key]
+            lo = layouts[label]["layoutDimOrder_"]
+            label_order = sorted((d for d in self.digits if self.names[d] in lo),
+                                 key=lambda d, lo=lo: lo.index(self.names[d]))
+            per_tensor.append({"label": label, "stick": stick, "order": order,
+                               "label_order": label_order, "dims": t})
+        return layouts, per_tensor
+
+    def _free_stick(self, t: TensorDims, op_stick: Digit, i: int) -> Digit:
+        """The stick dim of a tensor without one (scale -2, F §2.6): the op's stick dim, or
+        else a dim the tensor does not address."""
+        used = {lv.digit for lv in t.levels}
+        for d in [op_stick] + self.digits[::-1]:
+            if d not in used:
+                return d
+        raise NotExpressible(f"arg {i} has no stick and addresses every dim of the op")
+
+    def _scale(self, info: dict, d: Digit) -> int:
+        t: TensorDims = info["dims"]
+        if d in [lv.digit for lv in t.levels]:
+            return 1
+        return -2 if d == info["stick"] else -1
+
+    # --- tensors ----------------------------------------------------------------------------
+
+    def _node(self, i: int, info: dict) -> dict:
+        arg, t = self.spec["args"][i], info["dims"]
+        role = self.roles[i]
+        node = {
+            "nodeType_": "allocate",
+            "name_": f"allocate-Tensor{i}_hbm",
+            "prev_": "",
+            "ldsIdx_": i,
+            "component_": "hbm",
+            "layoutDimOrder_": [self.names[d] for d in info["order"]],
+            "maxDimSizes_": [-1] * len(info["label_order"]),
+            "indirectAllocType_": "no_indirection",
+        }
+        if role == "index":
+            node["indirectAllocType_"] = "index_tensor"
+            node["relatedIndirectAccessAlloc_"] = f"allocate-Tensor{self._gatherer(arg)}_hbm"
+            node["indexTensorType_"] = "index"
+        elif t.indirect:
+            node["indirectAllocType_"] = "value_tensor"
+            first = next(iter(t.indirect))
+            node["relatedIndirectAccessAlloc_"] = f"allocate-Tensor{self._arg_of(first)}_hbm"
+        node["startAddressCoreCorelet_"] = {
+            "dim_prop_func": [{"Map": {}}, {"Const": {}}, {"Const": {}}],
+            "dim_prop_attr": [{"factor_": self.nc, "label_": "core"},
+                              {"factor_": 1, "label_": "corelet"},
+                              {"factor_": 1, "label_": "time"}],
+            "data_": {f"[{c}, 0, 0]": str(a) for c, a in enumerate(self._starts(i, info))}}
+        gaps = self._gaps(t)
+        if gaps:
+            node["backGapCore_"] = {self.names[d]: {"-1": str(g)} for d, g in gaps.items()}
+        if t.indirect:
+            node["indirectDim_"] = {f"Tensor{self._arg_of(name)}": {
+                "dim": self.names[d], "size": n} for name, (d, n) in t.indirect.items()}
+        node["coordinates_"] = {
+            "coordInfo": {self.names[d]: self._coord_info(info, d) for d in info["label_order"]},
+            "coreIdToWkSlice_": {}}
+        return node
+
+    def _arg_of(self, name: str) -> int:
+        return next(i for i, a in enumerate(self.spec["args"]) if a["name"] == name)
+
+    def _gatherer(self, index_arg: dict) -> int:
+        for i, t in enumerate(self.dims.tensors):
+            if index_arg["name"] in t.indirect:
+                return i
+        return len(self.bufs) - 1
+
+    def _gaps(self, t: TensorDims) -> dict[Digit, int]:
+        """Back gaps in elements of the dim (F §2.4): the allocated extent past `N_`."""
+        gaps = {}
+        for lv in t.levels[:-1] if t.levels else []:
+            if lv.digit == t.stick:
+                gap = (lv.extent - -(-self.sizes[lv.digit] // t.elems_per_stick)) \
+                    * t.elems_per_stick
+            else:
+                gap = lv.extent - self.sizes[lv.digit]
+            if gap:
+                gaps[lv.digit] = gap
+        return gaps
+
+    def _coord_info(self, info: dict, d: Digit) -> dict:
+        """F §2.5: the fold algebra of one dim for this tensor."""
+        e = info["dims"].elems_per_stick
+        scale = self._scale(info, d)
+        s = self.splits[d] if scale == 1 else 1
+        p = self.sizes[d] // self.splits[d]
+        if scale == 1 and d == info["stick"]:
+            alphas, attrs = [p, 0, 0, e, 1], [s, 1, 1, -(-p // e), e]
+        elif scale == 1:
+            alphas, attrs = [p, 0, 0, 1], [s, 1, 1, p]
+        elif scale == -2:
+            alphas, attrs = [e, 0, 0, e, 0], [1, 1, 1, 1, e]
+        else:
+            alphas, attrs = [1, 0, 0, 1], [1, 1, 1, 1]
+        labels = ["core_fold", "corelet_fold", "row_fold"] + \
+            (["elem_arr_1", "elem_arr_0"] if len(alphas) == 5 else ["elem_arr_0"])
+        return {"spatial": 3, "temporal": 0, "elemArr": len(alphas) - 3, "padding": "nopad",
+                "folds": {"dim_prop_func": [{"Affine": {"alpha_": a, "beta_": 0}}
+                                            for a in alphas],
+                          "dim_prop_attr": [{"factor_": f, "label_": lab}
+                                            for f, lab in zip(attrs, labels)]}}
+
+    def _starts(self, i: int, info: dict) -> list[int]:
+        """Per-core start addresses, checked against our own coordinates."""
+        buf, t = self.bufs[i], info["dims"]
+        wl = buf.layout.dtype.itemsize
+        strides = {lv.digit: lv.stride for lv in t.levels}
+        base = buf.hbm_address + wl * t.offset
+        starts = []
+        for slices in self.core_slices:
+            off = 0
+            for d, k in slices.items():
+                if k and d in strides:
+                    p = self.sizes[d] // self.splits[d]
+                    off += k * (p // t.elems_per_stick if d == t.stick else p) * strides[d]
+            starts.append(base + wl * off)
+        ours = self._our_starts(i)
+        if ours is not None and ours != starts:
+            raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} start "
+                                f"addresses from the SuperDSC fields {starts[:4]}… differ from "
+                                f"the coordinates' {ours[:4]}…")
+        return starts
+
+    def _our_starts(self, i: int) -> list[int] | None:
+        """Arg i's start per SuperDSC core, from our coordinates (opspec._cores)."""
+        by_origin = {tuple(lo for lo, _ in c["ranges"].values()): c["arg_start_bytes"][i]
+                     for c in self.spec["cores"]}
+        space = self.spec["iteration_space"]
+        out = []
+        for slices in self.core_slices:
+            origin = tuple(slices[self.dims.var_digits[v][0]] * (n // k)
+                           for v, (n, k) in space.items())
+            out.append(by_origin[origin])
+        return None if any(v is None for v in out) else out
+
+    def _labeled(self, i: int, info: dict) -> dict:
+        buf = self.bufs[i]
+        index = self.roles[i] == "index"
+        fmt = "SENUINT32" if index else buf.layout.dtype.reference_name
+        return {"ldsIdx_": i, "dsName_": f"Tensor{i}", "dsType_": info["label"],
+                "scale_": [self._scale(info, d) for d in info["label_order"]],
+                "wordLength": buf.layout.dtype.itemsize, "dataFormat_": fmt,
+                "memOrg_": {"hbm": {"isPresent": 1}} if index
+                else {"hbm": {"isPresent": 1}, "lx": {"isPresent": 1}}}
+
+    # --- constants and the compute op ------------------------------------------------------
+
+    def _op_format(self) -> str:
+        values = [i for i in range(len(self.bufs) - 1) if self.roles[i] != "index"]
+        i = values[0] if values else len(self.bufs) - 1
+        return self.bufs[i].layout.dtype.reference_name
+
+    def _constants(self) -> tuple[dict, int]:
+        fmt = self._op_format()
+        items = [(k, v) for k, v in self.spec["op_info"]["constants"].items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if self.masking:
+            items.append(("samv-maskvalue", _MASK_VALUE.get(self.spec["op"], 0.0)))
+        out = {}
+        for k, (name, value) in enumerate(items):
+            cfmt, code = encode_constant(value, fmt)
+            out[str(k)] = {"dataFormat_": cfmt, "name_": name, "data_": {
+                "dim_prop_func": [{"Const": {}}, {"Const": {}}, {"Map": {}}],
+                "dim_prop_attr": [{"factor_": self.nc, "label_": "core"},
+                                  {"factor_": 1, "label_": "corelet"},
+                                  {"factor_": 1, "label_": "time"}],
+                "data_": {"[0, 0, 0]": [code]}}}
+        mask_id = len(items) - 1 if self.masking else -1
+        return out, mask_id
+
+    def _compute_op(self) -> dict:
+        n = len(self.bufs)
+        roles = self.roles
+        inputs = [f"Tensor{i}-idx{i}" for i in range(n - 1) if roles[i] != "index"]
+        if self.spec["is_reduction"] and not self.matmul:
+            inputs.append(f"Tensor{n - 1}-idx{n - 1}")   # the output is the accumulator
+        attrs = {"dataFormat_": self._op_format(), "fidelity_": "regular"}
+        attrs.update({k: v for k, v in self.spec["op_info"]["constants"].items()
+                      if not isinstance(v, (int, float)) or isinstance(v, bool)})
+        op = {"exUnit": "pt" if self.matmul else "sfp", "opFuncName": self._opfunc(),
+              "attributes_": attrs, "location": "Inner", "inputLabeledDs": inputs,
+              "outputLabeledDs": [f"Tensor{n - 1}-idx{n - 1}"]}
+        index = [f"Tensor{i}-idx{i}" for i in range(n - 1) if roles[i] == "index"]
+        if index:
+            op["indirectAccessIndexLabeledDs"] = index
+        return op
+
+
+def _debug_handle(spec: dict) -> str:
+    return f"{spec['name']} ({spec['source']})" if spec.get("source") else spec["name"]
+
+
+# --- constants --------------------------------------------------------------------------------
+
+
+def encode_constant(value: int | float, op_format: str) -> tuple[str, int]:
+    """(dataFormat_, code) of a scalar constant (F §2.8): IEEE-754 bits for fp32, DLFloat16 bits
+    for the 16-bit formats, two's complement for an integer constant of an integer op. A float
+    constant of an integer op is IEEE_FP32 (torch promotes the op to float), and so is one
+    that DLFloat16 would round."""
+    integer_op = op_format in ("IEEE_INT32", "SENUINT32", "SENINT8")
+    if integer_op and isinstance(value, int):
+        if not -2**31 <= value < 2**31:
+            raise NotExpressible(f"constant {value} does not fit int32")
+        return "IEEE_INT32", value & 0xFFFFFFFF
+    fp32 = "IEEE_FP32", struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    if op_format == "IEEE_FP32" or integer_op:
+        return fp32
+    code = dlfloat16_bits(float(value))
+    # a value DLFloat16 cannot hold exactly (0.7, 0.1) keeps fp32 precision: its own
+    # dataFormat_ says so, and eager's numbers (which use the exact scalar) stay reachable
+    return (op_format, code) if _dlfloat16_exact(float(value), code) else fp32
+
+
+def _dlfloat16_exact(x: float, code: int) -> bool:
+    if math.isnan(x) or math.isinf(x):
+        return True
+    sign = -1.0 if code & 0x8000 else 1.0
+    body = code & 0x7FFF
+    if body == 0:
+        return x == 0
+    return sign * (1 + (body & 0x1FF) / 512) * 2.0 ** ((body >> 9) - 31) == x
+
+
+def dlfloat16_bits(x: float) -> int:
+    """DLFloat16 (SEN169): sign, 6-bit exponent biased by 31, 9-bit mantissa, no subnormals,
+    0x7FFF the one NaN/infinity code (we write -inf as 0xFFFF), round to nearest even,
+    saturating at the largest finite value (1+510/512)·2^32."""
+    if math.isnan(x):
+        return 0x7FFF
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    a = abs(x)
+    if math.isinf(a):
+        return sign | 0x7FFF
+    if a == 0:
+        return sign
+    m, e = math.frexp(a)            # a = m·2^e, m in [0.5, 1)
+    exp = e - 1                     # a = (2m)·2^exp, 2m in [1, 2)
+    mant = (2 * m - 1) * 512
+    q = math.floor(mant)
+    rest = mant - q
+    if rest > 0.5 or (rest == 0.5 and q % 2):
+        q += 1
+    if q == 512:
+        q, exp = 0, exp + 1
+    biased = exp + 31
+    if biased < 0:
+        return sign                 # below the smallest normal: flushed to zero
+    if biased > 63 or (biased == 63 and q > 510):
+        return sign | 0x7FFE        # saturate at the largest finite value
+    return sign | (biased << 9) | q

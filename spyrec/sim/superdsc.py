@@ -1,0 +1,302 @@
+"""Read one SuperDSC file (`sdsc_<n>.json`) into the OpSpec the simulator executes.
+
+Every core's accesses come from the SuperDSC fields alone (reference/F-superdsc.md §4): a
+tensor is a dense array of 128-byte sticks, its dims nested in the node's `layoutDimOrder_`
+(innermost first), each level's extent `N_` plus its back gap (sticks for the stick dim, one
+value for a dim the tensor lacks), and core c starts at `startAddressCoreCorelet_` entry c.
+From those we build, per tensor, device dims (outermost first, lanes last) with coordinates in
+the dim labels, so the vectorized executor runs the op as it runs any other.
+
+Nothing is trusted that can be checked: the work split against `N_`, each core's slice, the
+`coordInfo` folds and `dataStageParam_` against the split, and every core's start address
+against core 0's plus its slice origin (F §2.12, §4.2 step 6). A file edited by hand (a core's
+address, a fold factor, a scale) is reported, naming the field, before anything runs.
+This module shares no code with the compiler's emitter.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+from typing import Callable
+
+from spyrec.errors import InputFileError
+from spyrec.indexing import Indirect, Lin, Var, const, floordiv, mod, var
+from spyrec.layout import DeviceLayout
+from spyrec.sim.specs import ArgSpec, CoreSplit, OpSpec
+
+# dataFormat_ -> our device dtype name (F §2.6); SENUINT32 is how index tensors are labelled
+FORMATS = {"SEN169_FP16": "fp16", "IEEE_FP32": "fp32", "IEEE_INT32": "int32",
+           "SENUINT32": "int32", "SENINT8": "int8", "SEN143_FP8": "fp8_e4m3",
+           "SEN152_FP8": "fp8_e5m2"}
+_WORD = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+# What an address resolves to: (tensor name, its first byte, its byte length) or None.
+Resolver = Callable[[int], "tuple[str, int, int] | None"]
+
+
+class _Reader:
+    def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver):
+        self.path, self.key, self.w, self.resolve = path, key, wrapper, resolve
+
+    def fail(self, where: str, msg: str) -> None:
+        raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; the file is not "
+                             f"as spyrec compile wrote it (re-run spyrec compile)")
+
+    # --- the op -------------------------------------------------------------------------------
+
+    def op(self, filename: str, index: int) -> OpSpec:
+        w = self.w
+        (opfunc, dsc), = w["dscs_"][0].items()
+        self.dsc = dsc
+        nc = w["numCoresUsed_"]
+        self._check_cores(nc)
+        self.N = {k[:-1]: v for k, v in dsc["N_"].items() if k != "name_"}
+        self.labels = list(self.N)
+        self.split = dict(w["numWkSlicesPerDim_"])
+        self._check_split(nc)
+        self.slices = [w["coreIdToWkSlice_"][str(c)] for c in range(nc)]
+        self.P = {d: self.N[d] // self.split[d] for d in self.labels}
+        args = self._args(nc)
+        out = args[-1]
+        out_labels = {d for d, used in self.addressed[-1].items() if used}
+        reduced = tuple(d for d in self.labels if d not in out_labels)
+        op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
+        constants = {**self._constants(), **self._attributes()}
+        name, source = _debug(w.get("debug_handle_", opfunc))
+        cores = tuple(CoreSplit(c, {d: ((s := self.slices[c][d]) * self.P[d], (s + 1) * self.P[d])
+                                    for d in self.labels},
+                                tuple(self.starts[i][c] for i in range(len(args))))
+                      for c in range(nc))
+        masking = {d: (m[0][0], m[0][1]) for d, m in dsc["coordinateMasking_"].items()}
+        del out
+        return OpSpec(file=filename, index=index, op=op, name=name, source=source,
+                      is_reduction=bool(reduced), iteration_space={d: (self.N[d], self.split[d])
+                                                                   for d in self.labels},
+                      reduced=reduced, constants=constants, args=tuple(args), cores=cores,
+                      masking=masking)
+
+    def _check_cores(self, nc: int) -> None:
+        w, dsc = self.w, self.dsc
+        if w["coreFoldProp_"]["factor_"] != nc or dsc["numCoresUsed_"] != nc:
+            self.fail("coreFoldProp_", f"the core counts disagree (numCoresUsed_ {nc})")
+        if dsc["coreIdsUsed_"] != list(range(nc)):
+            self.fail("dscs_[0].coreIdsUsed_", f"expected cores 0..{nc - 1}")
+        for field in ("coreIdToWkSlice_", "coreIdToDsc_", "coreIdToDscSchedule"):
+            if sorted(w[field], key=int) != [str(c) for c in range(nc)]:
+                self.fail(field, f"expected one entry per core 0..{nc - 1}")
+
+    def _check_split(self, nc: int) -> None:
+        if list(self.split) != self.labels:
+            self.fail("numWkSlicesPerDim_", f"dims {list(self.split)} but N_ has {self.labels}")
+        if math.prod(self.split.values()) != nc:
+            self.fail("numWkSlicesPerDim_", f"the splits multiply to "
+                      f"{math.prod(self.split.values())}, not numCoresUsed_ {nc}")
+        stage = self.dsc["dataStageParam_"]["0"]["ss_"]
+        for d in self.labels:
+            if self.N[d] % self.split[d]:
+                self.fail(f"numWkSlicesPerDim_.{d}", f"{self.split[d]} does not divide N_ "
+                          f"{self.N[d]}")
+            if stage.get(f"{d}_") != self.N[d] // self.split[d]:
+                self.fail(f"dscs_[0].dataStageParam_.0.ss_.{d}_", f"{stage.get(f'{d}_')}, but "
+                          f"N_ / split = {self.N[d] // self.split[d]}")
+        for c in range(nc):
+            s = self.w["coreIdToWkSlice_"][str(c)]
+            if sorted(s) != sorted(self.labels) or any(
+                    not 0 <= s[d] < self.split[d] for d in self.labels):
+                self.fail(f"coreIdToWkSlice_.{c}", f"{s} is not a slice of every dim within "
+                          f"its split")
+        seen = {tuple(s[d] for d in self.labels) for s in self.w["coreIdToWkSlice_"].values()}
+        if len(seen) != nc:
+            self.fail("coreIdToWkSlice_", "two cores run the same slice")
+
+    # --- tensors ------------------------------------------------------------------------------
+
+    def _args(self, nc: int) -> list[ArgSpec]:
+        dsc = self.dsc
+        nodes, lds = dsc["scheduleTree_"], dsc["labeledDs_"]
+        if len(nodes) != len(lds) or len(nodes) < 1:
+            self.fail("dscs_[0].labeledDs_", "one entry per allocate node is required")
+        self.addressed: list[dict[str, bool]] = []
+        self.starts: list[list[int]] = []
+        names = [self._tensor_name(i, n) for i, n in enumerate(nodes)]
+        return [self._arg(i, nodes[i], lds[i], nc, names) for i in range(len(nodes))]
+
+    def _tensor_name(self, i: int, node: dict) -> str:
+        a0 = int(node["startAddressCoreCorelet_"]["data_"].get("[0, 0, 0]", "-1"))
+        found = self.resolve(a0)
+        return found[0] if found else f"Tensor{i}"
+
+    def _arg(self, i: int, node: dict, lds: dict, nc: int, names: list[str]) -> ArgSpec:
+        where = f"dscs_[0].scheduleTree_[{i}]"
+        if node["ldsIdx_"] != i or lds["ldsIdx_"] != i:
+            self.fail(where, f"ldsIdx_ must be the position {i}")
+        if node["component_"] != "hbm":
+            self.fail(f"{where}.component_", "LX tensors are not simulated yet (HBM only)")
+        layouts = self.dsc["primaryDsInfo_"]
+        if lds["dsType_"] not in layouts:
+            self.fail(f"dscs_[0].labeledDs_[{i}].dsType_", f"{lds['dsType_']} is not in "
+                      f"primaryDsInfo_")
+        label = layouts[lds["dsType_"]]
+        label_order = label["layoutDimOrder_"]
+        stick, eps = label["stickDimOrder_"][0], label["stickSize_"][0]
+        if len(lds["scale_"]) != len(label_order):
+            self.fail(f"dscs_[0].labeledDs_[{i}].scale_", f"{len(lds['scale_'])} scales for "
+                      f"the {len(label_order)} dims of {lds['dsType_']}")
+        scale = dict(zip(label_order, lds["scale_"]))
+        order = node["layoutDimOrder_"]
+        if sorted(order) != sorted(label_order) or any(d not in self.N for d in order):
+            self.fail(f"{where}.layoutDimOrder_", f"{order} is not a permutation of "
+                      f"{lds['dsType_']}'s dims {label_order}")
+        dtype = FORMATS.get(lds["dataFormat_"])
+        if dtype is None or _WORD[dtype] != lds["wordLength"] or eps * lds["wordLength"] != 128:
+            self.fail(f"dscs_[0].labeledDs_[{i}]", f"dataFormat_ {lds['dataFormat_']}, "
+                      f"wordLength {lds['wordLength']} and stickSize_ {eps} do not make a "
+                      f"128-byte stick")
+        gaps = {d: int(g["-1"]) for d, g in node.get("backGapCore_", {}).items()}
+        indirect = {v["dim"]: (k, v["size"]) for k, v in node.get("indirectDim_", {}).items()}
+        self._check_folds(i, node, scale, stick, eps, label_order)
+        extent, coord = {}, {}
+        for d in order:
+            n, gap = self.N[d], gaps.get(d, 0)
+            if d in indirect:
+                extent[d] = indirect[d][1]
+                j = int(indirect[d][0].removeprefix("Tensor"))
+                coord[d] = Lin({Indirect(names[j]): 1})
+            elif scale[d] <= 0:
+                extent[d], coord[d] = 1 + gap, const(0)
+            elif d == stick:
+                if gap % eps:
+                    self.fail(f"{where}.backGapCore_.{d}", f"{gap} is not whole sticks of {eps}")
+                extent[d], coord[d] = -(-n // eps) + gap // eps, floordiv(var(d), eps)
+            else:
+                extent[d], coord[d] = n + gap, var(d)
+        lane = mod(var(stick), eps) if scale.get(stick) == 1 else const(0)
+        dims = list(reversed(order))
+        sizes = tuple(extent[d] for d in dims) + (eps,)
+        coords = tuple(coord[d] for d in dims) + (lane,)
+        if len(sizes) < 2:
+            sizes, coords = (1,) + sizes, (const(0),) + coords
+        layout = DeviceLayout(sizes, (-1,) * len(sizes), dtype)
+        strides = dict(zip(dims, layout.device_strides_elems))
+        self.addressed.append({d: scale[d] == 1 for d in order})
+        starts = self._starts(i, node, nc, lds["wordLength"], scale, stick, eps, strides)
+        self.starts.append(starts)
+        last = sum((n - 1) * strides[d] for d in order
+                   if (n := (1 if coord[d] == const(0) else extent[d] if d in indirect
+                             else -(-self.N[d] // eps) if d == stick else self.N[d])) > 1)
+        return ArgSpec(name=names[i], is_input=i < len(self.dsc["scheduleTree_"]) - 1,
+                       arg_index=i, layout=layout, coordinates=coords,
+                       coordinate_text=tuple(str(c) for c in coords), hbm_address=starts[0]
+                       - self._origin(0, lds["wordLength"], scale, stick, eps, strides),
+                       lx_offset=None, operand=None, per_tile_fixed=False,
+                       is_index=node.get("indirectAllocType_") == "index_tensor",
+                       span_bytes=lds["wordLength"] * (last + eps))
+
+    def _origin(self, c: int, wl: int, scale: dict, stick: str, eps: int,
+                strides: dict) -> int:
+        """Bytes from the tensor's origin to core c's first element (F §4.2 step 6)."""
+        off = 0
+        for d, s in self.slices[c].items():
+            if s and scale.get(d) == 1:
+                off += s * (self.P[d] // eps if d == stick else self.P[d]) * strides[d]
+        return wl * off
+
+    def _starts(self, i: int, node: dict, nc: int, wl: int, scale: dict, stick: str, eps: int,
+                strides: dict) -> list[int]:
+        where = f"dscs_[0].scheduleTree_[{i}].startAddressCoreCorelet_"
+        data = node["startAddressCoreCorelet_"]["data_"]
+        if node["startAddressCoreCorelet_"]["dim_prop_attr"][0]["factor_"] != nc:
+            self.fail(f"{where}.dim_prop_attr", f"the core factor is not {nc}")
+        try:
+            starts = [int(data[f"[{c}, 0, 0]"]) for c in range(nc)]
+        except (KeyError, ValueError):
+            self.fail(f"{where}.data_", f"one decimal address per core 0..{nc - 1} is required")
+        base = starts[0] - self._origin(0, wl, scale, stick, eps, strides)
+        for c in range(nc):
+            expected = base + self._origin(c, wl, scale, stick, eps, strides)
+            if starts[c] != expected:
+                self.fail(f"{where}.data_.[{c}, 0, 0]", f"core {c} starts at {starts[c]}, but "
+                          f"its slice {self.slices[c]} of the tensor that core 0 starts at "
+                          f"{starts[0]} begins at {expected}")
+        if base < 0 or base % 128 and scale.get(stick) == 1:
+            self.fail(f"{where}.data_", f"the tensor origin {base} is not stick-aligned")
+        return starts
+
+    def _check_folds(self, i: int, node: dict, scale: dict, stick: str, eps: int,
+                     label_order: list[str]) -> None:
+        """coordInfo must say what N_, the split and the scale say (F §2.5, §2.12)."""
+        info = node["coordinates_"]["coordInfo"]
+        where = f"dscs_[0].scheduleTree_[{i}].coordinates_.coordInfo"
+        if list(info) != label_order:
+            self.fail(where, f"dims {list(info)}, expected {label_order}")
+        for d in label_order:
+            folds = info[d]["folds"]
+            alphas = [f["Affine"]["alpha_"] for f in folds["dim_prop_func"]]
+            factors = [f["factor_"] for f in folds["dim_prop_attr"]]
+            p, s = self.P[d], self.split[d]
+            if scale[d] == 1 and d == stick:
+                want = ([p, 0, 0, eps, 1], [s, 1, 1, -(-p // eps), eps])
+            elif scale[d] == 1:
+                want = ([p, 0, 0, 1], [s, 1, 1, p])
+            elif scale[d] == -2:
+                want = ([eps, 0, 0, eps, 0], [1, 1, 1, 1, eps])
+            elif scale[d] == -1:
+                want = ([1, 0, 0, 1], [1, 1, 1, 1])
+            else:
+                self.fail(f"dscs_[0].labeledDs_[{i}].scale_", f"scale {scale[d]} of {d} is "
+                          f"not 1, -1 or -2")
+            if (alphas, factors) != want:
+                self.fail(f"{where}.{d}.folds", f"alphas {alphas} and factors {factors}, but "
+                          f"N_ {self.N[d]}, split {s} and scale {scale[d]} give {want[0]} and "
+                          f"{want[1]}")
+
+    # --- constants ----------------------------------------------------------------------------
+
+    def _constants(self) -> dict:
+        info = self.dsc["constantInfo_"]
+        if info == "{}":
+            return {}
+        if not isinstance(info, dict):
+            self.fail("dscs_[0].constantInfo_", 'an object or the string "{}"')
+        out = {}
+        for k in sorted(info, key=int):
+            c = info[k]
+            (code,) = c["data_"]["data_"]["[0, 0, 0]"]
+            out[c["name_"]] = decode_constant(int(code), c["dataFormat_"])
+        return out
+
+    def _attributes(self) -> dict:
+        attrs = self.dsc["computeOp_"][0]["attributes_"]
+        return {k: v for k, v in attrs.items() if k not in ("dataFormat_", "fidelity_")}
+
+
+def _debug(handle: str) -> tuple[str, str | None]:
+    """`name (source)` of the debug handle."""
+    if handle.endswith(")") and " (" in handle:
+        name, source = handle[:-1].split(" (", 1)
+        return name, source
+    return handle, None
+
+
+def decode_constant(code: int, fmt: str) -> int | float:
+    """The value of a `constantInfo_` code (F §2.8)."""
+    if fmt == "IEEE_FP32":
+        return struct.unpack("<f", struct.pack("<I", code & 0xFFFFFFFF))[0]
+    if fmt in ("IEEE_INT32", "SENUINT32"):
+        return code - (1 << 32) if code & 0x80000000 else code
+    return dlfloat16_value(code)
+
+
+def dlfloat16_value(bits: int) -> float:
+    """DLFloat16: sign, 6-bit exponent (bias 31), 9-bit mantissa, no subnormals; 0x7FFF and
+    0xFFFF are +-infinity."""
+    sign = -1.0 if bits & 0x8000 else 1.0
+    body = bits & 0x7FFF
+    if body == 0x7FFF:
+        return sign * math.inf
+    if body == 0:
+        return sign * 0.0
+    exp, mant = body >> 9, body & 0x1FF
+    return sign * (1 + mant / 512) * 2.0 ** (exp - 31)
