@@ -109,7 +109,7 @@ class _Commit:
 
     def _restickify(self, name: str, layout, op: Operation, new_ops: list) -> str:
         src = self.graph.buffers[name]
-        copy = self.graph.add_buffer(Buffer(self.graph.fresh_name(f"{name}_restick"),
+        copy = self.graph.add_buffer(Buffer(self.graph.fresh_name(f"{name}__restick"),
                                             src.host_size, src.host_dtype, "intermediate",
                                             source=op.source, layout=layout))
         index = _contiguous_index([f"c{i}" for i in range(len(src.host_size))], src)
@@ -122,7 +122,7 @@ class _Commit:
     def _materialize(self, op: Operation, access: Access, order: tuple, new_ops: list) -> Access:
         sizes = dict(op.ranges)
         src = self.graph.buffers[access.buffer]
-        buf = Buffer(self.graph.fresh_name(f"{access.buffer}_view"),
+        buf = Buffer(self.graph.fresh_name(f"{access.buffer}__view"),
                      tuple(sizes[v] for v in order), src.host_dtype, "intermediate",
                      source=op.source)
         buf.layout = default_layout(buf.host_size, buf.host_dtype)
