@@ -13,7 +13,7 @@ import numpy as np
 
 from spyrec.indexing import Indirect, Lin, evaluate
 from spyrec.ir import Access, Graph, Operation
-from spyrec.layout.sticks import access_coordinates
+from spyrec.indexing.sticks import access_coordinates
 
 SDSC_FORMAT = "spyrec-sdsc/1"
 

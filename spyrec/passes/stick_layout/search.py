@@ -21,7 +21,7 @@ from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout.device_layout import SPARSE, DeviceLayout, default_layout, stick_layout
-from spyrec.layout.sticks import compatible, stick_info
+from spyrec.indexing.sticks import compatible, stick_info
 
 COPY_OPS = ("identity", "ReStickifyOpHBM")
 

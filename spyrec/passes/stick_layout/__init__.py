@@ -7,10 +7,10 @@ views that no layout can fix (a slice starting inside a stick); the `restickify`
 Guarantees: every compute op reads operands that are stick-compatible with it (A-layout §4.1),
 or the pass fails with one message naming the op, its source line and the blocking tensor.
 
-The search (`layout/search.py`) visits ops in program order, branching over each op's candidate
-output layouts (A-layout §4.3) and keeping the `beam_width` cheapest states (`optimizer:
-greedy` keeps one). Cost: device element slots moved, padding and sparse blow-up included
-(A-layout §4.5). Constants, fills and — with `input_layouts: free` — program inputs take the
+The search (`search.py` in this package) visits ops in program order, branching over each
+op's candidate output layouts (A-layout §4.3) and keeping the `beam_width` cheapest states
+(`optimizer: greedy` keeps one). Cost: device element slots moved, padding and sparse blow-up
+included (A-layout §4.5). Constants, fills and — with `input_layouts: free` — program inputs take the
 layout their first consumer needs, at no device cost.
 """
 
@@ -22,9 +22,9 @@ from spyrec.errors import ConfigError
 from spyrec.indexing import Lin, var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
-from spyrec.layout.search import Decision, LayoutSearch, layout_with_stick
-from spyrec.layout.sticks import stick_info
+from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.passes.stick_layout.search import Decision, LayoutSearch, layout_with_stick
 
 INPUT_LAYOUTS = ("free", "default")
 OPTIMIZERS = ("beam", "greedy")
