@@ -162,11 +162,6 @@ class LayoutSearch:
                 s.decisions.setdefault(i, {})[k] = decision
         return True
 
-    def _clean(self, op: Operation, access: Access, s: State) -> bool:
-        buf = self.graph.buffers[access.buffer]
-        return stick_info(buf.host_size, buf.host_strides, s.layouts[access.buffer],
-                          op.var_ranges, access.index).clean
-
     def _fits(self, op: Operation, access: Access, layout: DeviceLayout, target) -> bool:
         buf = self.graph.buffers[access.buffer]
         info = stick_info(buf.host_size, buf.host_strides, layout, op.var_ranges, access.index)
