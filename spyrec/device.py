@@ -1,10 +1,33 @@
-"""Device facts that both the compiler and the simulator check against (DESIGN §3).
+"""Device facts: the one module that states them (DESIGN §3, reference/A-layout.md,
+reference/C-simulator.md). The compiler and the simulator both read them from here.
 
-Kept in one dependency-free module because the simulator must not import the compiler
-(tests/sim/test_imports.py) and the two must agree on the limits.
+Dependency-free, below everything else: `layout/` (a leaf otherwise), the passes and the
+simulator import it, and the simulator must not import the compiler (tests/sim/test_imports.py).
+Older names (`spyrec.layout.STICK_BYTES`, `sim.cost.CORES`, `memory_planning.ALIGN_BYTES`) are
+re-exports of these.
 """
 
 from __future__ import annotations
+
+# A stick: the unit of device memory and of the vector lanes, whatever the dtype
+# (64 fp16, 32 fp32, 128 int8 elements). reference/A-layout.md §1.
+STICK_BYTES = 128
+
+# Cores per card (torch-spyre docs, SENCORES default).
+CORES = 32
+
+# Each core's LX scratchpad is 2 MiB; the compiler may use the first 1,625,344 bytes: the
+# backend places its own buffer at byte 1,625,344 (the older figure 1,677,721 let ops corrupt
+# it; reference/G §1).
+LX_BYTES_PER_CORE = 2 * 2**20
+LX_USABLE_BYTES_PER_CORE = 1_625_344
+
+# Every HBM and LX allocation starts on a stick boundary.
+ALIGN_BYTES = STICK_BYTES
+
+# Aggregate device-memory bandwidth (torch-spyre work_division.py `_HBM_BW_GBS`, LPDDR5):
+# a medium-confidence figure the cost model uses.
+HBM_BYTES_PER_S = 204.8e9
 
 # Device memory ("HBM" in the formats, LPDDR5 on the card): 128 GB per card with 16 GB reserved
 # for ECC, so ~112 GB usable (reference/C-simulator.md, "Device memory" row, from torch-spyre's

@@ -97,6 +97,8 @@ def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
                 continue
             role = "reads " if arg["is_input"] else "writes"
             space = ", ".join(f"{v}<{n}" for v, (n, _) in spec["iteration_space"].items())
+            where = ", ".join(str(w) for w in (spec.get("name"), spec.get("source")) if w)
             lines.append(f"  {name:<14} {spec['op']:<16} {role} "
-                         f"[{', '.join(arg['device_coordinates'])}] over [{space}]")
+                         f"[{', '.join(arg['device_coordinates'])}] over [{space}]"
+                         + (f"  ({where})" if where else ""))
     return "\n".join(lines) + "\n"

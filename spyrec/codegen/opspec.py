@@ -13,7 +13,7 @@ import numpy as np
 
 from spyrec.indexing import Indirect, Lin, evaluate
 from spyrec.ir import Access, Graph, Operation
-from spyrec.layout.sticks import access_coordinates
+from spyrec.indexing.sticks import access_coordinates
 
 
 def tensor_arg(graph: Graph, op: Operation, role: str, access: Access, arg_index: int) -> dict:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.lower import contiguous_value, iteration_vars, lowering, names_of, source_of
+from spyrec.frontend.lower import iteration_vars, lowering, names_of, source_of
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, as_lin
-from spyrec.ir import Access, Buffer
+from spyrec.ir import Access
 
 # One where3 over the whole destination per index: a write of more indices than this (a long
 # prefill into a cache) would multiply the traffic; a true scatter is the way there.
@@ -76,7 +76,7 @@ def _index_copy(ctx, node, x, dim, index, source):
 def _checked_indices(ctx, positions: TensorValue, index: TensorValue) -> TensorValue:
     """positions[index]: the index itself, read through a gather (range-checked). `positions`
     has at least two entries (a gather along a size-1 dim has no indirect coordinate)."""
-    out = ctx.new_value((index.numel,), index.dtype, base=f"{ctx.node.name}_index")
+    out = ctx.new_value((index.numel,), index.dtype, role="index")
     cvars = iteration_vars(out.shape)
     ctx.emit("identity", out, list(zip(names_of(cvars), out.shape)),
              [Access(positions.buffer, positions.at([as_lin(Indirect(index.buffer))]))],
@@ -87,8 +87,4 @@ def _checked_indices(ctx, positions: TensorValue, index: TensorValue) -> TensorV
 def _int_constant(ctx, base: str, values: np.ndarray, dtype: str) -> TensorValue:
     """A compile-time integer constant buffer in the index's dtype (values in constants.npz)."""
     values = np.ascontiguousarray(values, dtype=np.dtype(dtype))
-    name = ctx.graph.fresh_name(f"{ctx.node.name}_{base}")
-    buf = ctx.graph.add_buffer(Buffer(name, tuple(values.shape), dtype, "constant",
-                                      source=source_of(ctx.node)))
-    ctx.graph.constants[name] = values
-    return contiguous_value(buf)
+    return ctx.new_constant(values, dtype, role=base)

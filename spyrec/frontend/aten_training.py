@@ -17,9 +17,8 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary, emit_gather, gather
 from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul
-from spyrec.frontend.lower import contiguous_value, lowering, source_of
+from spyrec.frontend.lower import lowering, source_of
 from spyrec.indexing import Indirect, as_lin
-from spyrec.ir import Buffer
 
 
 @lowering("aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default",
@@ -107,11 +106,7 @@ def _constant(ctx, base: str, values: np.ndarray):
     """A compile-time fp32 constant buffer (its values travel in constants.npz, where -inf is
     fine; the JSON files only name it)."""
     values = np.ascontiguousarray(values, dtype=np.float32)
-    name = ctx.graph.fresh_name(f"{ctx.node.name}_{base}")
-    buf = ctx.graph.add_buffer(Buffer(name, tuple(values.shape), FP32, "constant",
-                                      source=source_of(ctx.node)))
-    ctx.graph.constants[name] = values
-    return contiguous_value(buf)
+    return ctx.new_constant(values, FP32, role=base)
 
 
 @lowering("aten.unbind.int", "aten.unbind_copy.int")

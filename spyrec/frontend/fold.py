@@ -538,7 +538,7 @@ class _StateValues(dict):
 def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[Program, int]:
     """`program` with its constant subgraphs evaluated (see the module docstring), and how many
     call nodes were removed."""
-    from spyrec.frontend.lower import lowerable
+    from spyrec.frontend.registry import lowerable
 
     mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
     roots = {s.name: s.target for s in program.inputs

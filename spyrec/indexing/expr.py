@@ -23,8 +23,6 @@ import re
 from functools import lru_cache
 from typing import Iterable, Mapping, Union
 
-IntLike = int
-
 
 @lru_cache(maxsize=1 << 14)
 def _natural_key(name: str) -> tuple:

@@ -65,10 +65,6 @@ class Ranges:
         merged.update(updates)
         return Ranges(merged, self._facts)
 
-    def point_values(self) -> dict[Atom, int]:
-        """Variables whose range is a single value: they are constants in disguise."""
-        return {a: lo for a, (lo, hi) in self._vars.items() if lo == hi}
-
 
 # --- interval arithmetic on possibly-infinite ends ------------------------------------------
 

@@ -123,13 +123,14 @@ class Graph:
         return buf
 
     def fresh_name(self, base: str) -> str:
-        """`base`, or `base_1`, `base_2`, … — the first name not yet used by a buffer."""
+        """`base`, or `base__2`, `base__3`, … — the first name not yet used by a buffer
+        (`__`, not FX's `_<k>`, marks a derived name: spyrec/frontend/names.py)."""
         if base not in self.buffers:
             return base
-        k = 1
-        while f"{base}_{k}" in self.buffers:
+        k = 2
+        while f"{base}__{k}" in self.buffers:
             k += 1
-        return f"{base}_{k}"
+        return f"{base}__{k}"
 
     def consumers(self, buffer: str) -> list[Operation]:
         from spyrec.ir.ops import reads_and_writes

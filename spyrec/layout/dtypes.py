@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STICK_BYTES = 128
+from spyrec.device import STICK_BYTES
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """matmul_padding — zero-pad K of the matmul operand that carries N (A-layout §3.6).
 
 Reads: batchmatmul ops and their operands' layouts (after stick_layout).
-Writes: for each matmul whose K is not a multiple of the stick size E, a buffer `<y>_kpad`
+Writes: for each matmul whose K is not a multiple of the stick size E, a buffer `<y>__kpad`
 with K rounded up to whole sticks, a `fill` of zeros and an `identity` copy of y into it; the
 matmul then reads the padded buffer. The `matmul_padding` report (count, elements).
 Guarantees: only y is padded, along K (a non-stick dim of y, so its layout keeps the stick on
@@ -49,7 +49,7 @@ class MatmulPadding(Pass):
         k_pad = -(-sizes[k] // e) * e
         src = graph.buffers[y.buffer]
         shape = tuple(k_pad if v == k else sizes[v] for v in order)
-        buf = graph.add_buffer(Buffer(graph.fresh_name(f"{y.buffer}_kpad"), shape,
+        buf = graph.add_buffer(Buffer(graph.fresh_name(f"{y.buffer}__kpad"), shape,
                                       src.host_dtype, "intermediate", source=op.source))
         buf.layout = default_layout(shape, src.host_dtype)
         index = sum((var(v).scale(s) for v, s, n in zip(order, buf.host_strides, shape)

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
+from spyrec.device import ALIGN_BYTES, DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import UnsupportedProgram
 from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
-
-ALIGN_BYTES = 128
 
 
 @register_pass("memory_planning")

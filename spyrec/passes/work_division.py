@@ -17,21 +17,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
-from spyrec.layout.sticks import stick_info
+from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
 @register_pass("work_division")
 @dataclass(frozen=True)
 class WorkDivision(Pass):
-    cores: int = 32
+    cores: int = CORES
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
-        if not 1 <= self.cores <= 32:
+        if not 1 <= self.cores <= CORES:
             from spyrec.errors import ConfigError
-            raise ConfigError(f"work_division.cores must be between 1 and 32, got {self.cores}")
+            raise ConfigError(f"work_division.cores must be between 1 and {CORES}, got "
+                              f"{self.cores}")
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()

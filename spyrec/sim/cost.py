@@ -23,14 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from spyrec.device import CORES, HBM_BYTES_PER_S, STICK_BYTES
 from spyrec.sim.footprint import ArgFootprint, support
 from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 from spyrec.sim.specs import CoreSplit, OpSpec
 
 # --- parameters (reference/C-simulator.md §5.9; TS = torch-spyre, KC = ktir-cpu) -------------
-CORES = 32                          # TS docs (SENCORES default) — firm
-STICK_BYTES = 128                   # TS docs — firm
-HBM_BYTES_PER_S = 204.8e9           # TS work_division.py _HBM_BW_GBS, LPDDR5 aggregate — medium
+# CORES, STICK_BYTES (firm) and HBM_BYTES_PER_S (TS work_division.py _HBM_BW_GBS, LPDDR5
+# aggregate — medium) are device facts: spyrec/device.py.
 PT_PEAK_FLOPS_PER_CARD = 98.304e12  # TS work_division.py "DL16 peak", fp16 — medium
 PT_ROWS_PER_PASS = 8                # TS work_division.py, M streamed 8 rows per pass — fitted
 PT_FULL_EFFICIENCY_PASSES = 8       # TS work_division.py, efficiency sqrt(passes/8) — fitted

@@ -32,11 +32,6 @@ Box = dict[str, tuple[int, int]]
 _BOOL_MARK_LIMIT = 1 << 26   # keys below this are counted with a bitmap, not a sort
 
 
-def distinct_sticks(spec: OpSpec, arg: ArgSpec, box: Box) -> int:
-    """Distinct sticks of `arg` touched by the points of `box` (half-open range per var)."""
-    return ArgFootprint(spec, arg).sticks(box)
-
-
 def useful_elements(spec: OpSpec, arg: ArgSpec, box: Box) -> int:
     """Elements of `arg` the points of `box` use: the product of the extents of its vars.
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from spyrec.device import format_bytes
 from spyrec.errors import SimulatorFault
-from spyrec.layout import STICK_BYTES
+from spyrec.device import STICK_BYTES
 from spyrec.sim.numerics import FILL_VALUE, storage_dtype
 
 ALWAYS_LIVE = (-1, 1 << 62)

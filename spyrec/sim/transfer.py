@@ -1,10 +1,17 @@
 """Host ↔ device transfers: a host array into its device layout and back.
 
-The layout is the only description of where each host element lives, so the mapping is derived
-from it with the same index algebra the compiler uses: the device coordinates of the flat host
-index `sum(c_i * host_stride_i)` over iteration vars with the host extents
-(`spyrec.indexing.device_coordinates`), evaluated on numpy aranges, one axis per host dim. That
-gives every host element's device element offset in one vectorized step, never per element.
+The layout is read straight from its definition, with numpy: `stride_map[j]` is the host
+element stride of one step along device dim j (-1: no host counterpart; 0: a broadcast
+replica). Each device dim with a positive entry therefore walks one host dim d: the one whose
+host stride divides the entry (the largest such, among dims longer than 1), in steps of
+`stride_map[j] / host_stride[d]` elements. A host element's position along device dim j is
+`(x_d // step) % device_size[j]`, every host element at once, one array per host dim. The
+placement is accepted only if it round-trips: summing the positions times their steps gives
+back every host coordinate, so no two host elements share a slot and none is dropped.
+
+This deliberately shares no code with the compiler's coordinate algebra (`spyrec.indexing`):
+if the compiler and the simulator both derived the mapping from one function, a layout bug
+would be consistent on both sides and every differential test would still pass.
 
 Device slots with no host element (partial sticks, sparse lanes) keep the NaN/sentinel the
 arena was filled with: correct programs never read them. Device dims with stride_map 0 hold
@@ -14,14 +21,13 @@ stored as fp16, int64 as int32 after a range check (never a silent wrap).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
 
 from spyrec.errors import InputFileError, SimulatorFault
-from spyrec.indexing import device_coordinates, evaluate, var
 from spyrec.layout import DeviceLayout
-from spyrec.layout.device_layout import contiguous_strides
 from spyrec.sim.memory import Hbm
 from spyrec.sim.numerics import (
     bf16_bits_to_float32, float32_to_bf16_bits, storage_dtype, to_storage,
@@ -40,34 +46,54 @@ HOST_NUMPY = {
 }
 
 
+def _host_strides(host_shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(host_shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
+
+
+def _walks(host_shape: tuple[int, ...], layout: DeviceLayout) -> list[tuple[int, int, int]]:
+    """(device dim, host dim, step in host elements) for every device dim that walks a host
+    dim; a device dim of size 1 walks nothing."""
+    strides = _host_strides(host_shape)
+    walks = []
+    for j, (size, m) in enumerate(zip(layout.device_size, layout.stride_map)):
+        if m <= 0 or size == 1:
+            continue
+        dims = [d for d, (n, s) in enumerate(zip(host_shape, strides))
+                if n > 1 and s <= m and m % s == 0]
+        if not dims:
+            raise SimulatorFault(f"stride_map[{j}] = {m} steps along no dim of a "
+                                 f"{list(host_shape)} tensor (host strides {list(strides)})")
+        d = max(dims, key=lambda d: strides[d])
+        walks.append((j, d, m // strides[d]))
+    return walks
+
+
 @lru_cache(maxsize=16)
 def _relative_offsets(host_shape: tuple[int, ...], layout: DeviceLayout) -> np.ndarray:
     """Device element offset (from the tensor base) of every host element, host-shaped."""
-    rank = len(host_shape)
     if 0 in host_shape:  # an empty tensor has no element to place (and its layout tiles nothing)
         return np.zeros(host_shape, dtype=np.int64)
-    strides = contiguous_strides(host_shape)
-    names = [f"c{i}" for i in range(rank)]
-    index = sum((var(n) * s for n, s in zip(names, strides)), var("c0") * 0)
-    ranges = {n: (0, max(size, 1) - 1) for n, size in zip(names, host_shape)}
-    coords = device_coordinates(host_shape, strides, 0, layout.device_size, layout.stride_map,
-                                ranges, index)
-    env = {}
-    for i, (n, size) in enumerate(zip(names, host_shape)):
-        shape = [1] * rank
-        shape[i] = size
-        env[n] = np.arange(size, dtype=np.int64).reshape(shape)
-    offsets = np.zeros(host_shape, dtype=np.int64)
-    for j, (coord, dev_size, dev_stride) in enumerate(
-            zip(coords, layout.device_size, layout.device_strides_elems)):
-        value = np.asarray(evaluate(coord, env), dtype=np.int64)
-        if value.size and (value.min() < 0 or value.max() >= dev_size):
-            raise SimulatorFault(f"layout {layout.to_json()} of a {list(host_shape)} tensor "
-                                 f"puts device dim {j} coordinate {coord} outside "
-                                 f"0..{dev_size - 1}")
-        offsets = offsets + value * dev_stride
-    # One-to-one by construction: device_coordinates rejects a layout that does not tile the
-    # host dims (each read at granularity 1, extents that fit), so no duplicate check here.
+    rank = len(host_shape)
+    coords = [np.arange(n, dtype=np.int64).reshape([n if i == d else 1 for i in range(rank)])
+              for d, n in enumerate(host_shape)]
+    offsets = np.zeros([1] * rank, dtype=np.int64)
+    rebuilt = [np.zeros([1] * rank, dtype=np.int64) for _ in host_shape]
+    device_strides = layout.device_strides_elems
+    for j, d, step in _walks(host_shape, layout):
+        position = (coords[d] // step) % layout.device_size[j]
+        offsets = offsets + position * device_strides[j]
+        rebuilt[d] = rebuilt[d] + position * step
+    lost = [d for d in range(rank) if not np.array_equal(np.broadcast_to(rebuilt[d], coords[d]
+                                                                         .shape), coords[d])]
+    if lost:
+        raise SimulatorFault(f"device layout {list(layout.device_size)} / stride_map "
+                             f"{list(layout.stride_map)} does not give each of the "
+                             f"{math.prod(host_shape)} elements of a {list(host_shape)} tensor "
+                             f"its own slot (host dims {lost} do not round-trip)")
     offsets = np.broadcast_to(offsets, host_shape)
     offsets.setflags(write=False)
     return offsets
@@ -88,8 +114,6 @@ def element_offsets(t: TensorSpec) -> np.ndarray:
     itemsize = t.layout.dtype.itemsize
     try:
         relative = _relative_offsets(t.host_shape, t.layout)
-    except ValueError as e:          # the index algebra cannot place the host dims at all
-        raise SimulatorFault(f"tensor '{t.name}': {e}") from None
     except SimulatorFault as e:
         raise SimulatorFault(f"tensor '{t.name}': {e}") from None
     return relative + t.hbm_address // itemsize

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from spyrec.device import CORES
 from spyrec.errors import InputFileError
 from spyrec.indexing import Indirect, Var, evaluate
 from spyrec.sim.kernels import KERNELS
@@ -25,7 +26,7 @@ from spyrec.sim.loader import Program
 from spyrec.sim.numerics import is_integer
 from spyrec.sim.specs import OpSpec
 
-MAX_CORES = 32
+MAX_CORES = CORES
 _MAX_COVERAGE_CELLS = 1 << 20
 
 

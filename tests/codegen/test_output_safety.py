@@ -131,25 +131,6 @@ def test_a_symlinked_output_is_followed_without_debris(pt2, tmp_path, where):
         shutil.rmtree(real_parent)
 
 
-def test_a_failure_in_the_middle_of_the_write_keeps_the_previous_output(pt2, tmp_path,
-                                                                        monkeypatch):
-    out = compile_pt2(pt2, tmp_path / "out")
-    before = _tree(tmp_path)
-    real_write, written = writer._write_file, []
-
-    def failing_write(path, content):
-        if len(written) == 3:
-            raise OSError(28, "No space left on device", str(path))
-        written.append(path.name)
-        real_write(path, content)
-
-    monkeypatch.setattr(writer, "_write_file", failing_write)
-    with pytest.raises(OutputDirError, match="No space left on device.*nothing was changed"):
-        compile_pt2(pt2, out)
-    assert len(written) == 3
-    assert _tree(tmp_path) == before
-
-
 def test_an_interrupt_in_the_middle_of_the_write_keeps_the_previous_output(pt2, tmp_path,
                                                                            monkeypatch):
     out = compile_pt2(pt2, tmp_path / "out")
@@ -203,3 +184,75 @@ def test_check_output_dir_returns_the_real_directory(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "real")
     assert check_output_dir(tmp_path / "link") == (tmp_path / "real").resolve()
     assert check_output_dir(tmp_path / "new" / "deeper") == (tmp_path / "new" / "deeper").resolve()
+
+
+# --- failures inside the write: the old directory survives, no temporary is left ------------
+# Each case makes one step of `write_atomically` fail: the k-th file written, the copy of the
+# source, the finalize step that writes the report, and the swap that puts the new directory in
+# place. Both with an earlier output in OUT (which must come back byte for byte) and without one
+# (OUT must not exist afterwards).
+
+def _fail_at_file(k):
+    def patch(monkeypatch):
+        real, calls = writer._write_file, []
+
+        def failing(path, content):
+            calls.append(path.name)
+            if len(calls) == k:
+                raise OSError(28, "No space left on device", str(path))
+            real(path, content)
+        monkeypatch.setattr(writer, "_write_file", failing)
+        return calls
+    return patch
+
+
+def _fail_copying_the_source(monkeypatch):
+    def failing(src, dst, *a, **k):
+        raise OSError(5, "Input/output error", str(dst))
+    monkeypatch.setattr(writer.shutil, "copyfile", failing)
+
+
+def _fail_renaming_the_new_directory_in(monkeypatch):
+    """Without renameat2's exchange: the earlier output is moved aside, then the rename of the
+    new one fails (the earlier output must be moved back)."""
+    import spyrec.outdir as outdir
+
+    real = os.rename
+
+    def failing(src, dst):
+        if ".spyrec-tmp-" in str(src):
+            raise OSError(16, "Device or resource busy", str(dst))
+        real(src, dst)
+    monkeypatch.setattr(outdir, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(outdir.os, "rename", failing)
+
+
+FILES_WRITTEN = 8  # sdsc_0, sdsc_1, opspecs, bundle, manifest, constants; report.json, .txt
+
+
+FAILURES = {"first file": _fail_at_file(1), "third file": _fail_at_file(3),
+            "last file (the report)": _fail_at_file(FILES_WRITTEN),
+            "source copy": _fail_copying_the_source,
+            "rename into place": _fail_renaming_the_new_directory_in}
+
+
+def test_the_failure_cases_cover_every_file(pt2, tmp_path, monkeypatch):
+    calls = _fail_at_file(0)(monkeypatch)
+    compile_pt2(pt2, tmp_path / "out")
+    assert len(calls) == FILES_WRITTEN and calls[-1].startswith("report"), calls
+
+
+@pytest.mark.parametrize("earlier", [True, False], ids=["over an earlier output", "fresh OUT"])
+@pytest.mark.parametrize("where", sorted(FAILURES))
+def test_a_failure_inside_the_write_leaves_the_file_system_as_it_was(pt2, tmp_path,
+                                                                     monkeypatch, where,
+                                                                     earlier):
+    out = tmp_path / "out"
+    if earlier:
+        compile_pt2(pt2, out)
+    before = _tree(tmp_path)
+    FAILURES[where](monkeypatch)
+    with pytest.raises(OutputDirError, match="nothing was changed"):
+        compile_pt2(pt2, out)
+    assert _tree(tmp_path) == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -1,4 +1,8 @@
-"""Host <-> device transfers through layouts: padding stays NaN, dtypes convert, round trips."""
+"""Host <-> device transfers through layouts: padding stays NaN, dtypes convert, round trips,
+and every offset equals an element-by-element loop over the documented placement rule."""
+
+import itertools
+import math
 
 import numpy as np
 import pytest
@@ -114,7 +118,7 @@ def test_bf16_bits_round_to_nearest_even():
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from spyrec.layout import stick_layout  # noqa: E402
+from spyrec.layout import SPARSE, stick_layout  # noqa: E402
 from spyrec.layout.device_layout import contiguous_strides  # noqa: E402
 
 
@@ -152,3 +156,84 @@ def test_round_trip_through_any_stick_layout(case, seed):
     dev = hbm.view(layout.device_dtype)[128 // layout.dtype.itemsize:][:layout.device_elems]
     unwritten = np.isnan(dev) if dev.dtype.kind == "f" else dev == np.iinfo(dev.dtype).min
     assert int((~unwritten).sum()) == int(np.prod(shape))
+
+
+def documented_position(x: tuple, order: tuple, elems_per_stick: int) -> tuple:
+    """Where host element `x` lives, by the documented rule alone (DESIGN §3, A-layout §2-3):
+    device dims are the order's middle dims, then the stick dim's tiles, then the first dim's
+    rows, then the lanes: `[a,b]` -> `[b // E, a, b % E]`. A trailing SPARSE puts one element
+    per stick: the last dense dim becomes a plain dim and the lane is 0."""
+    e = elems_per_stick
+    if order[-1] == SPARSE:
+        dense = order[:-1]
+        return tuple(x[d] for d in dense[1:]) + (0, x[dense[0]], 0)
+    if len(order) == 1:
+        return (x[order[0]] // e, x[order[0]] % e)
+    stick = order[-1]
+    return tuple(x[d] for d in order[1:-1]) + (x[stick] // e, x[order[0]], x[stick] % e)
+
+
+@st.composite
+def documented_layouts(draw):
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 9 if rank > 2 else 70), min_size=rank,
+                                max_size=rank)))
+    dtype = draw(st.sampled_from(["float16", "float32", "int8"]))
+    order = tuple(draw(st.permutations(range(rank))))
+    if draw(st.booleans()):
+        order += (SPARSE,)
+    return shape, dtype, order
+
+
+@settings(max_examples=80, deadline=None)
+@given(documented_layouts())
+def test_offsets_equal_a_brute_force_loop_over_the_documented_rule(case):
+    """Element by element, with no numpy and nothing of the simulator's derivation: every host
+    element's device offset is the row-major offset of its documented position."""
+    shape, dtype, order = case
+    layout = stick_layout(shape, contiguous_strides(shape), dtype, order)
+    t = TensorSpec("t", "input", shape, dtype, layout, 0, layout.device_bytes, None)
+    offsets = element_offsets(t)
+    seen = set()
+    for x in itertools.product(*(range(n) for n in shape)):
+        position = documented_position(x, order, layout.elems_per_stick)
+        assert len(position) == len(layout.device_size)
+        assert all(0 <= p < n for p, n in zip(position, layout.device_size)), (x, position)
+        flat = 0
+        for p, n in zip(position, layout.device_size):
+            flat = flat * n + p
+        assert offsets[x] == flat, (x, position, layout)
+        seen.add(flat)
+    assert len(seen) == math.prod(shape)
+
+
+def test_the_seed_example_by_hand():
+    """Seed 001: fp16 [1024, 256] -> device [4, 1024, 64]; (r, c) at [c // 64, r, c % 64]."""
+    t = tensor([1024, 256], "float16", [4, 1024, 64], [64, 256, 1], "fp16")
+    offsets = element_offsets(t)
+    assert offsets[5, 130] == 2 * 65536 + 5 * 64 + 2
+    assert offsets[1023, 255] == 3 * 65536 + 1023 * 64 + 63
+
+
+@pytest.mark.parametrize("shape, size, stride_map, message", [
+    ([4, 64], [1, 2, 64], [-1, 1, 1], r"host dims \[0, 1\] do not round-trip"),
+    ([4, 64], [1, 4, 64], [-1, 64, 2], r"host dims \[1\] do not round-trip"),
+    ([1, 1], [2, 32], [3, -1], r"stride_map\[0\] = 3 steps along no dim of a \[1, 1\]"),
+])
+def test_a_layout_that_does_not_place_every_element_once_is_a_fault(shape, size, stride_map,
+                                                                     message):
+    dtype = "float16" if size[-1] == 64 else "float32"
+    t = tensor(shape, dtype, size, stride_map, "fp16" if size[-1] == 64 else "fp32")
+    with pytest.raises(SimulatorFault, match=message):
+        element_offsets(t)
+
+
+def test_transfer_shares_no_code_with_the_compilers_coordinate_algebra():
+    """Both sides computing the placement with one function would hide a layout bug."""
+    from pathlib import Path
+
+    import spyrec.sim.transfer as transfer
+    from tests.sim.test_imports import imported_modules
+
+    assert not [m for m in imported_modules(Path(transfer.__file__))
+                if m.startswith("spyrec.indexing")]

@@ -21,7 +21,7 @@ from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout.device_layout import SPARSE, DeviceLayout, default_layout, stick_layout
-from spyrec.layout.sticks import compatible, stick_info
+from spyrec.indexing.sticks import compatible, stick_info
 
 COPY_OPS = ("identity", "ReStickifyOpHBM")
 
@@ -161,11 +161,6 @@ class LayoutSearch:
             if decision is not None:
                 s.decisions.setdefault(i, {})[k] = decision
         return True
-
-    def _clean(self, op: Operation, access: Access, s: State) -> bool:
-        buf = self.graph.buffers[access.buffer]
-        return stick_info(buf.host_size, buf.host_strides, s.layouts[access.buffer],
-                          op.var_ranges, access.index).clean
 
     def _fits(self, op: Operation, access: Access, layout: DeviceLayout, target) -> bool:
         buf = self.graph.buffers[access.buffer]

@@ -5,17 +5,24 @@ Definitions (reference/A-layout.md §4.1): the *lane* is the last device coordin
 in one stick; `v` is then its *stick var*. Anything else (an offset inside the stick such as
 `Mod(c1 + 32, 64)`, or several variables in one lane) cannot be consumed by a compute op
 without first moving the data.
+
+It lives with the index algebra, not in `layout/`, so that `layout/` stays a leaf: the layout
+search (the stick_layout pass), work division and code generation all ask it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from spyrec.indexing import Lin, Mod, Ranges, Var, substitute, var
-from spyrec.indexing.simplify import simplify_lin
 from spyrec.indexing.coordinates import device_coordinates_lin
-from spyrec.layout.device_layout import DeviceLayout
+from spyrec.indexing.expr import Lin, Mod, Var, substitute, var
+from spyrec.indexing.ranges import Ranges
+from spyrec.indexing.simplify import simplify_lin
+
+if TYPE_CHECKING:  # only its device_size, stride_map and elems_per_stick are read
+    from spyrec.layout import DeviceLayout
 
 
 @dataclass(frozen=True)

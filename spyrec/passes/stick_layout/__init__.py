@@ -7,10 +7,10 @@ views that no layout can fix (a slice starting inside a stick); the `restickify`
 Guarantees: every compute op reads operands that are stick-compatible with it (A-layout §4.1),
 or the pass fails with one message naming the op, its source line and the blocking tensor.
 
-The search (`layout/search.py`) visits ops in program order, branching over each op's candidate
-output layouts (A-layout §4.3) and keeping the `beam_width` cheapest states (`optimizer:
-greedy` keeps one). Cost: device element slots moved, padding and sparse blow-up included
-(A-layout §4.5). Constants, fills and — with `input_layouts: free` — program inputs take the
+The search (`search.py` in this package) visits ops in program order, branching over each
+op's candidate output layouts (A-layout §4.3) and keeping the `beam_width` cheapest states
+(`optimizer: greedy` keeps one). Cost: device element slots moved, padding and sparse blow-up
+included (A-layout §4.5). Constants, fills and — with `input_layouts: free` — program inputs take the
 layout their first consumer needs, at no device cost.
 """
 
@@ -22,9 +22,9 @@ from spyrec.errors import ConfigError
 from spyrec.indexing import Lin, var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
-from spyrec.layout.search import Decision, LayoutSearch, layout_with_stick
-from spyrec.layout.sticks import stick_info
+from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.passes.stick_layout.search import Decision, LayoutSearch, layout_with_stick
 
 INPUT_LAYOUTS = ("free", "default")
 OPTIMIZERS = ("beam", "greedy")
@@ -109,7 +109,7 @@ class _Commit:
 
     def _restickify(self, name: str, layout, op: Operation, new_ops: list) -> str:
         src = self.graph.buffers[name]
-        copy = self.graph.add_buffer(Buffer(self.graph.fresh_name(f"{name}_restick"),
+        copy = self.graph.add_buffer(Buffer(self.graph.fresh_name(f"{name}__restick"),
                                             src.host_size, src.host_dtype, "intermediate",
                                             source=op.source, layout=layout))
         index = _contiguous_index([f"c{i}" for i in range(len(src.host_size))], src)
@@ -122,7 +122,7 @@ class _Commit:
     def _materialize(self, op: Operation, access: Access, order: tuple, new_ops: list) -> Access:
         sizes = dict(op.ranges)
         src = self.graph.buffers[access.buffer]
-        buf = Buffer(self.graph.fresh_name(f"{access.buffer}_view"),
+        buf = Buffer(self.graph.fresh_name(f"{access.buffer}__view"),
                      tuple(sizes[v] for v in order), src.host_dtype, "intermediate",
                      source=op.source)
         buf.layout = default_layout(buf.host_size, buf.host_dtype)
