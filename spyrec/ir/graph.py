@@ -133,7 +133,7 @@ class Operation:
 
 def constants_text(constants: dict) -> str:
     """An op's constants as canonical JSON text (key order kept: codegen writes that order)."""
-    return json.dumps(constants, allow_nan=True)
+    return json.dumps(constants, allow_nan=True, ensure_ascii=False)
 
 
 @dataclass(eq=False)

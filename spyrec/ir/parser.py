@@ -31,7 +31,9 @@ class IRSyntaxError(ValueError):
 def parse(text: str, constants: dict | None = None) -> Graph:
     """The Graph written in `text`; `constants` supplies the constant buffers' values."""
     graph = Graph(constants=dict(constants or {}))
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # "\n" only: str.splitlines would also split inside a quoted name at U+2028 and kin
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         stripped = line.strip()
         if not stripped or stripped.startswith("//"):
             continue
@@ -139,6 +141,7 @@ class _Line:
     def buffer(self, graph: Graph) -> None:
         name = self.name()
         self.expect(":")
+        self.skip()
         start = self.pos
         role = self.match(_WORD, "a role")
         if role not in ROLES:

@@ -43,7 +43,7 @@ def format_graph(graph: Graph) -> str:
 
 def format_name(name: str) -> str:
     """A buffer, op or variable name: bare when it is a plain identifier, else a JSON string."""
-    return name if PLAIN_NAME.match(name) else json.dumps(name)
+    return name if PLAIN_NAME.match(name) else _quote(name)
 
 
 def format_buffer(buf: Buffer) -> str:
@@ -91,4 +91,9 @@ def _names(names) -> str:
 
 
 def _source(source: str | None) -> str:
-    return "" if source is None else f" source {json.dumps(source)}"
+    return "" if source is None else f" source {_quote(source)}"
+
+
+def _quote(text: str) -> str:
+    """A JSON string, non-ASCII kept readable (control characters are still escaped)."""
+    return json.dumps(text, ensure_ascii=False)
