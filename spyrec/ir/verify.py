@@ -4,8 +4,9 @@ assume a valid graph and must leave one).
 `verify(graph, facts)` returns every problem as one line of text naming the buffer or the op
 and the access (XLA's `Verify(out)`: tests compare exact messages); `check(graph, after,
 facts)` raises an `InternalError` (exit 70) naming the pass after which the graph broke, which
-is how `--verify-each` and the tests call it. Checks are two tables of small generator
-functions, so a new invariant is one function and one table entry:
+is how `--verify-each` and the tests call it. Checks are tables of small generator functions,
+so a new invariant is one function and one table entry; per buffer and per op, the first check
+that finds a problem is the one reported (later checks assume what earlier ones establish):
 
 - `BUFFER_CHECKS` (per buffer): a host dtype the device stores, sizes, a layout of the right
   device dtype that tiles the host tensor, an aligned address;
@@ -13,7 +14,8 @@ functions, so a new invariant is one function and one table entry:
   ranges; reduced vars among them; every access names a buffer, uses only the op's variables
   and stays inside its buffer — host elements, and device coordinates inside `device_size`
   once the buffer has a layout (bounds from `spyrec.indexing`, the one place bounds are
-  computed); gathers read declared index tensors; core splits divide their ranges, leave
+  computed); gathers read declared index tensors; compute ops read stick-compatible operands
+  (layouts consistent across the op: stick_layout's guarantee); core splits divide their ranges, leave
   reduced vars whole, give each core whole output sticks and use at most the device's cores;
   loops (`check_loops`: where the loop-structure check goes when tiling lands);
 - `GRAPH_CHECKS` (whole graph): the signature and constants, nothing read before it is
@@ -32,7 +34,7 @@ from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
 from spyrec.layout.dtypes import HOST_TO_DEVICE
-from spyrec.layout.sticks import access_coordinates, stick_info
+from spyrec.layout.sticks import access_coordinates, compatible, stick_info
 
 ALIGN_BYTES = 128
 DEVICE_CORES = 32   # DESIGN §3; to be read from the device-facts module once there is one
@@ -42,15 +44,24 @@ def verify(graph: Graph, facts: Iterable[str] = ()) -> list[str]:
     """Every problem in `graph`, one line each; `facts` (registry FACTS) must hold too."""
     problems: list[str] = []
     for buf in graph.buffers.values():
-        for rule in BUFFER_CHECKS:
-            problems += [f"buffer {buf.name!r}: {p}" for p in rule(buf)]
+        problems += [f"buffer {buf.name!r}: {p}" for p in _first(BUFFER_CHECKS, buf)]
     for op in graph.ops:
         where = f"op {op.name!r}" + (f" ({op.source})" if op.source else "")
-        for rule in OP_CHECKS:
-            problems += [f"{where}: {p}" for p in rule(graph, op)]
+        problems += [f"{where}: {p}" for p in _first(OP_CHECKS, graph, op)]
     for rule in GRAPH_CHECKS:
         problems += list(rule(graph, tuple(facts)))
     return problems
+
+
+def _first(rules, *args) -> list[str]:
+    """The problems of the first rule that finds any: later rules assume what earlier ones
+    check (a stick analysis needs accesses inside their buffer), so one root cause gives one
+    message."""
+    for rule in rules:
+        found = list(rule(*args))
+        if found:
+            return found
+    return []
 
 
 def check(graph: Graph, after: str, facts: Iterable[str] = ()) -> None:
@@ -203,6 +214,29 @@ def _with_gathered(ranges: Ranges, buf: Buffer, index: Lin) -> Ranges:
     return ranges.with_vars(updates) if updates else ranges
 
 
+def check_stick_compatible(graph: Graph, op: Operation) -> Iterator[str]:
+    """A compute op reads each operand with the output's stick variable in the lane (a
+    matmul's x with K there), the stick_layout guarantee (A-layout §4.1). Copies and fills
+    read or write any layout; ops with a buffer not yet laid out are not checked."""
+    kind = DEVICE_OPS.get(op.op)
+    if kind is None or kind.family in ("copy", "fill"):
+        return
+    bufs = [graph.buffers.get(a.buffer) for a in op.inputs + (op.output,)]
+    if any(b is None or b.layout is None or b.numel == 0 or not _tiles(b) for b in bufs):
+        return
+    out = bufs[-1]
+    target = stick_info(tuple(out.host_size), out.host_strides, out.layout, op.var_ranges,
+                        op.output.index).stick_var
+    for k, (access, buf) in enumerate(zip(op.inputs, bufs)):
+        want = op.reduced[0] if kind.family == "matmul" and k == 0 and op.reduced else target
+        info = stick_info(tuple(buf.host_size), buf.host_strides, buf.layout, op.var_ranges,
+                          access.index)
+        if not compatible(info, want, op.reduced, buf.layout.elems_per_stick):
+            lane = info.coords[-1]
+            yield (f"input {k} {format_access(access)}: its lane ({lane}) is not "
+                   f"stick-compatible with stick variable {want or 'none'}")
+
+
 def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
     splits = op.core_splits
     if splits is None:
@@ -255,7 +289,8 @@ def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
 
 
 OP_CHECKS: tuple[Callable[[Graph, Operation], Iterator[str]], ...] = (
-    check_kind, check_ranges, check_accesses, check_core_splits, check_loops)
+    check_kind, check_ranges, check_accesses, check_stick_compatible, check_core_splits,
+    check_loops)
 
 
 # --- the whole graph ---------------------------------------------------------------------------

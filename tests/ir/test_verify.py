@@ -11,9 +11,9 @@ from tests.passes.textir import ir
 GOOD = ir("""
     buffer x: input float16[64, 128] device [2, 64, 64] / [64, 128, 1] fp16 @hbm 0
     buffer t: intermediate float16[64, 128] device [2, 64, 64] / [64, 128, 1] fp16 @hbm 16384
-    buffer y: output float16[64] device [1, 64] / [64, 1] fp16 @hbm 32768
+    buffer y: output float16[128] device [2, 64] / [64, 1] fp16 @hbm 32768
     op t: t[128*c0 + c1] = exp(x[128*c0 + c1]) over [c0<64, c1<128] cores [c0:32, c1:1]
-    op y: y[c0] = sum(t[128*c0 + r0]) over [c0<64, r0<128] reduce [r0] cores [c0:1, r0:1]
+    op y: y[c0] = sum(t[c0 + 128*r0]) over [c0<128, r0<64] reduce [r0] cores [c0:2, r0:1]
     inputs [x]
     outputs [y]
 """)
@@ -45,7 +45,7 @@ def test_the_good_graph_is_valid():
     ("exp(x[128*c0 + c1])", "expo(x[128*c0 + c1])", "op 't': 'expo' is not a device op"),
     ("exp(x[128*c0 + c1])", "exp(x[128*c0 + c1], x[128*c0 + c1])",
      "op 't': exp takes at most 1 operands, has 2"),
-    ("reduce [r0] cores [c0:1, r0:1]", "reduce [r1] cores [c0:1, r0:1]",
+    ("reduce [r0] cores [c0:2, r0:1]", "reduce [r1] cores [c0:2, r0:1]",
      "op 'y': reduced variable r1 is not an iteration variable (c0, r0)"),
     ("exp(x[128*c0 + c1])", "exp(z[128*c0 + c1])", "op 't': input 0 z[128*c0 + c1]: no buffer 'z'"),
     ("exp(x[128*c0 + c1])", "exp(x[128*c0 + c2])",
@@ -67,8 +67,11 @@ def test_the_good_graph_is_valid():
     ("cores [c0:32, c1:1]", "cores [c0:2, c1:4]",
      "op 't': cores [c0:2, c1:4]: splitting stick variable c1 into 4 slices gives cores "
      "partial sticks of t[128*c0 + c1] (64 per stick)"),
-    ("cores [c0:1, r0:1]", "cores [c0:1, r0:2]",
-     "op 'y': cores [c0:1, r0:2]: reduced variable r0 is split across cores"),
+    ("cores [c0:2, r0:1]", "cores [c0:2, r0:2]",
+     "op 'y': cores [c0:2, r0:2]: reduced variable r0 is split across cores"),
+    ("sum(t[c0 + 128*r0])", "sum(t[64*c0 + r0])",   # a reduction along t's sticks
+     "op 'y': input 0 t[64*c0 + r0]: its lane (r0) is not stick-compatible with stick "
+     "variable c0"),
     ("cores [c0:32, c1:1]", "cores [c0:32, c1:1] loops [2(c2)]",
      "op 't': loop 0 tiles c2, not an iteration variable of the op"),
     # the whole graph
@@ -84,7 +87,7 @@ def test_read_before_write():
     text = GOOD.replace("op t: t[128*c0 + c1] = exp(x[128*c0 + c1]) over [c0<64, c1<128] "
                         "cores [c0:32, c1:1]\n", "")
     assert verify(parse(text), FACTS) == [
-        "op 'y': reads t[128*c0 + r0] before any op writes t"]
+        "op 'y': reads t[c0 + 128*r0] before any op writes t"]
 
 
 def test_a_layout_one_tile_short_does_not_tile_its_host_tensor():
@@ -103,7 +106,7 @@ def test_a_layout_one_tile_short_does_not_tile_its_host_tensor():
 
 
 def test_facts_established_by_earlier_passes_must_hold():
-    text = GOOD.replace(" @hbm 32768", "").replace(" cores [c0:1, r0:1]", "")
+    text = GOOD.replace(" @hbm 32768", "").replace(" cores [c0:2, r0:1]", "")
     text = text.replace("buffer t: intermediate float16[64, 128] device [2, 64, 64] / "
                         "[64, 128, 1] fp16 @hbm 16384", "buffer t: intermediate float16[64, 128]")
     assert verify(parse(text), ()) == []
@@ -115,7 +118,7 @@ def test_facts_established_by_earlier_passes_must_hold():
 
 
 def test_live_buffers_must_not_share_device_bytes():
-    # t (16384 bytes at 16384) and y (128 bytes) are both live while op y runs
+    # t (16384 bytes at 16384) and y (256 bytes) are both live while op y runs
     assert problems("@hbm 32768", "@hbm 32640") == [
         "buffers 't' and 'y' are live at the same time and share device bytes [32640, 32768)"]
 

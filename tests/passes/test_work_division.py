@@ -11,7 +11,7 @@ BUFFERS = """
     buffer y: output float16[64, 256] device [4, 64, 64] / [64, 256, 1] fp16
     buffer z: output float16[3, 256] device [4, 3, 64] / [64, 256, 1] fp16
     buffer w: output float16[2, 100] device [2, 2, 64] / [64, 100, 1] fp16
-    buffer s: output float16[64] device [1, 64] / [64, 1] fp16
+    buffer s: output float16[256] device [4, 64] / [64, 1] fp16
 """
 SIGNATURE = """
     inputs [x, b, c]
@@ -24,16 +24,16 @@ def test_splits_rows_then_whole_sticks_and_never_reduced_vars():
     op y: y[256*c0 + c1] = exp(x[256*c0 + c1]) over [c0<64, c1<256]
     op z: z[256*c0 + c1] = neg(b[256*c0 + c1]) over [c0<3, c1<256]
     op w: w[100*c0 + c1] = abs(c[100*c0 + c1]) over [c0<2, c1<100]
-    op s: s[c0] = sum(x[256*c0 + r0]) over [c0<64, r0<256] reduce [r0]
+    op s: s[c0] = sum(x[c0 + 256*r0]) over [c0<256, r0<64] reduce [r0]
     """) + ir(SIGNATURE)
     # 64 rows: 32 cores. 3 rows: 3 cores, 10 left, c1's 4 whole sticks take 4. 100 lanes are
-    # not whole sticks: c1 stays on one core. s's 64 results are one stick (c0 is its stick
-    # var), so c0 stays whole too, and the reduced r0 is never split.
+    # not whole sticks: c1 stays on one core. s's 256 results are 4 sticks (c0 is its stick
+    # var), so c0 splits in 4 although 32 cores are free; the reduced r0 is never split.
     assert run_pass(WorkDivision(), before, facts=("layouts",)) == ir(BUFFERS) + ir("""
     op y: y[256*c0 + c1] = exp(x[256*c0 + c1]) over [c0<64, c1<256] cores [c0:32, c1:1]
     op z: z[256*c0 + c1] = neg(b[256*c0 + c1]) over [c0<3, c1<256] cores [c0:3, c1:4]
     op w: w[100*c0 + c1] = abs(c[100*c0 + c1]) over [c0<2, c1<100] cores [c0:2, c1:1]
-    op s: s[c0] = sum(x[256*c0 + r0]) over [c0<64, r0<256] reduce [r0] cores [c0:1, r0:1]
+    op s: s[c0] = sum(x[c0 + 256*r0]) over [c0<256, r0<64] reduce [r0] cores [c0:4, r0:1]
     """) + ir(SIGNATURE)
 
 
