@@ -95,17 +95,21 @@ class _Line:
     def integer(self) -> int:
         return int(self.match(_INT, "an integer"))
 
-    def string(self) -> str:
-        """A JSON string literal."""
-        self.skip()
-        if not self.at('"'):
-            raise self.error("a quoted string")
+    def json_value(self, opener: str, kind: type, what: str):
+        """A JSON value starting with `opener` (`"` a string, `{` an object) of type `kind`."""
+        if not self.at(opener):
+            raise self.error(what)
         try:
             value, end = json.JSONDecoder().raw_decode(self.text, self.pos)
-        except json.JSONDecodeError:
-            raise self.error("a JSON string") from None
+        except json.JSONDecodeError as e:
+            raise self.error(f"{what} ({e.msg})") from None
+        if not isinstance(value, kind):
+            raise self.error(what)
         self.pos = end
         return value
+
+    def string(self) -> str:
+        return self.json_value('"', str, "a quoted string")
 
     def name(self) -> str:
         return self.string() if self.at('"') else self.match(_NAME, "a name")
@@ -115,15 +119,15 @@ class _Line:
         if self.pos != len(self.text):
             raise self.error("the end of the line")
 
-    def bracketed(self, item) -> list:
-        """`[item, item, ...]` (possibly empty)."""
-        self.expect("[")
+    def bracketed(self, item, opener: str = "[", closer: str = "]") -> list:
+        """`[item, item, ...]` (possibly empty; or with other brackets)."""
+        self.expect(opener)
         items = []
-        if self.accept("]"):
+        if self.accept(closer):
             return items
         while True:
             items.append(item())
-            if self.accept("]"):
+            if self.accept(closer):
                 return items
             self.expect(",")
 
@@ -175,13 +179,7 @@ class _Line:
         output = self.access()
         self.expect("=")
         opcode = self.match(_NAME, "a device op name")
-        self.expect("(")
-        inputs = []
-        if not self.accept(")"):
-            inputs.append(self.access())
-            while not self.accept(")"):
-                self.expect(",")
-                inputs.append(self.access())
+        inputs = self.bracketed(self.access, "(", ")")
         if not self.keyword("over"):
             raise self.error("'over [VAR<SIZE, ...]'")
         ranges = tuple(self.bracketed(self.range))
@@ -218,27 +216,10 @@ class _Line:
 
     def loop(self) -> Loop:
         count = self.integer()
-        self.expect("(")
-        tiled = []
-        if not self.accept(")"):
-            tiled.append(self.name())
-            while not self.accept(")"):
-                self.expect(",")
-                tiled.append(self.name())
-        return Loop(count, tuple(tiled))
+        return Loop(count, tuple(self.bracketed(self.name, "(", ")")))
 
     def attrs(self) -> dict:
-        self.skip()
-        if not self.at("{"):
-            raise self.error("a JSON object")
-        try:
-            value, end = json.JSONDecoder().raw_decode(self.text, self.pos)
-        except json.JSONDecodeError as e:
-            raise self.error(f"a JSON object ({e.msg})") from None
-        if not isinstance(value, dict):
-            raise self.error("a JSON object")
-        self.pos = end
-        return value
+        return self.json_value("{", dict, "a JSON object")
 
     def source(self) -> str | None:
         return self.string() if self.keyword("source") else None
