@@ -15,8 +15,9 @@ that finds a problem is the one reported (later checks assume what earlier ones 
   and stays inside its buffer — host elements, and device coordinates inside `device_size`
   once the buffer has a layout (bounds from `spyrec.indexing`, the one place bounds are
   computed); gathers read declared index tensors; compute ops read stick-compatible operands
-  (layouts consistent across the op: stick_layout's guarantee); core splits divide their ranges, leave
-  reduced vars whole, give each core whole output sticks and use at most the device's cores;
+  (layouts consistent across the op: stick_layout's guarantee); core splits divide their
+  ranges, leave reduced vars whole, give each core whole output sticks and use at most the
+  device's cores;
   loops (`check_loops`: where the loop-structure check goes when tiling lands);
 - `GRAPH_CHECKS` (whole graph): the signature and constants, nothing read before it is
   written, the facts established by earlier passes (registry contracts) hold everywhere, and

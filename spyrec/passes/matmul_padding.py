@@ -5,8 +5,9 @@ Writes: for each matmul whose K is not a multiple of the stick size E, a buffer 
 with K rounded up to whole sticks, a `fill` of zeros and an `identity` copy of y into it; the
 matmul then reads the padded buffer. The `matmul_padding` report (count, elements).
 Guarantees: only y is padded, along K (a non-stick dim of y, so its layout keeps the stick on
-N, or stays stick-sparse when y has no N and is read sparse); x is untouched — its lanes past K are padding the hardware masks. The op's iteration
-range stays K (iteration spaces count real elements); the device's padded K reads zeros.
+N, or stays stick-sparse when y has no N and is read sparse); x is untouched — its lanes past
+K are padding the hardware masks. The op's iteration range stays K (iteration spaces count
+real elements); the device's padded K reads zeros.
 """
 
 from __future__ import annotations
