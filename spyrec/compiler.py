@@ -187,11 +187,12 @@ def _check_dump_name(opts: CompileOptions, pipeline) -> None:
                           f"pipeline; choose one of: {', '.join(names)}")
 
 
+@dataclass
 class _VerboseLog(Instrument):
     """`-v`: one line per pass as it finishes, with its wall time."""
 
-    def __init__(self, opts: CompileOptions, timings: list[dict]) -> None:
-        self.opts, self.timings = opts, timings
+    opts: CompileOptions
+    timings: list[dict]
 
     def after(self, step, name, graph, facts) -> None:
         if step > 0:
