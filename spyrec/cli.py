@@ -52,6 +52,14 @@ def _verbosity(verbose: int, quiet: bool) -> int:
 @click.option("--set", "sets", multiple=True, metavar="PASS.OPTION=VALUE",
               help="Override one pipeline option (repeatable).")
 @click.option("--dump-after", metavar="PASS|all", help="Print the IR after a pass to stderr.")
+@click.option("--print-ir-after-all", "ir_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Write the IR after lowering and after every pass to DIR/NN_<pass>.ir.")
+@click.option("--print-ir-before", metavar="PASS", help="Print the IR before a pass to stderr.")
+@click.option("--verify-each", is_flag=True,
+              help="Verify the IR after lowering and after every pass (a failure is exit 70).")
+@click.option("--list-passes", is_flag=True, is_eager=True, expose_value=False,
+              callback=lambda ctx, _, value: _list_passes(ctx) if value else None,
+              help="List every pass with its options and what it does, then exit.")
 @click.option("--frontend", type=click.Choice(["auto", "fast", "torch"]), default="auto",
               show_default=True,
               help="fast: read the .pt2 without torch; torch: torch.export.load; auto: fast, "
@@ -60,18 +68,26 @@ def _verbosity(verbose: int, quiet: bool) -> int:
 @click.option("-v", "--verbose", count=True,
               help="Per-pass logging on stderr (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, frontend,
-                    timings, verbose, quiet):
+def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, ir_dir,
+                    print_ir_before, verify_each, frontend, timings, verbose, quiet):
     """Compile MODEL.pt2 (from torch.export.save) into an output directory."""
     from spyrec.compiler import CompileOptions, compile_program
 
     opts = CompileOptions(pipeline, tiling, layouts, list(sets), dump_after, timings,
-                          _verbosity(verbose, quiet), frontend)
+                          _verbosity(verbose, quiet), frontend, print_ir_after_all=ir_dir,
+                          print_ir_before=print_ir_before, verify_each=verify_each)
     report = compile_program(model, out_dir, opts)
     if opts.verbose >= 0:
         r = report["restickify"]
         click.echo(f"spyrec: wrote {out_dir} ({report['ops']} ops, {r['count']} restickify)",
                    err=True)
+
+
+def _list_passes(ctx: click.Context) -> None:
+    from spyrec.passes.registry import describe_passes
+
+    click.echo(describe_passes(), nl=False)
+    ctx.exit(0)
 
 
 @cli.command("inspect")

@@ -12,7 +12,10 @@ from pathlib import Path
 
 from spyrec.errors import ConfigError, InputFileError
 from spyrec.outdir import check_output_dir
-from spyrec.passes.pipeline import build_pipeline, describe, read_pipeline_file, read_yaml_file
+from spyrec.passes.pipeline import (
+    Instrument, IRPrinter, Verifier, build_pipeline, check_dump_dir, describe, read_pipeline_file,
+    read_yaml_file, run_passes,
+)
 from spyrec.passes.registry import CompileContext
 
 
@@ -26,6 +29,9 @@ class CompileOptions:
     timings: bool = False
     verbose: int = 0
     frontend: str = "auto"
+    print_ir_after_all: Path | None = None   # one NN_<pass>.ir file per step
+    print_ir_before: str | None = None
+    verify_each: bool = False                # ir.verify after lowering and every pass
 
 
 def _log(opts: CompileOptions, message: str) -> None:
@@ -102,6 +108,8 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
     entries, pipeline_path = read_pipeline_file(opts.pipeline)
     pipeline = build_pipeline(entries, opts.sets, where=pipeline_path)
     _check_dump_name(opts, pipeline)
+    if opts.print_ir_after_all is not None:
+        check_dump_dir(opts.print_ir_after_all, out_dir)
     layouts = read_layouts(opts.layouts)
     check_model_path(source)
     check_output_dir(out_dir)  # refuse an -o spyrec may not replace before any work
@@ -128,15 +136,11 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     check_limits(graph)
     check_layout_names(checked.layouts, graph, opts.layouts)
     timings.append({"name": "lower", "wall_ms": _ms(t0)})
-    _dump(opts, "lower", graph)
     ctx = CompileContext(layouts_config=checked.layouts)
-    for p in pipeline:
-        t0 = time.perf_counter()
-        p.run(graph, ctx)
-        timings.append({"name": p.name, "wall_ms": _ms(t0)})
-        if opts.verbose > 0:
-            _log(opts, f"spyrec: {p.name}: {timings[-1]['wall_ms']:.1f} ms")
-        _dump(opts, p.name, graph)
+    instruments = _instruments(opts, timings)
+    for ins in instruments:
+        ins.after(0, "lower", graph, frozenset())
+    run_passes(graph, pipeline, ctx, instruments, timings)
     t0 = time.perf_counter()
     report = _report(graph, ctx, timings)
     report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
@@ -194,17 +198,36 @@ def _json(obj) -> str:
 
 
 def _check_dump_name(opts: CompileOptions, pipeline) -> None:
-    names = ["lower"] + [p.name for p in pipeline]
-    if opts.dump_after not in (None, "all") and opts.dump_after not in names:
+    names = list(dict.fromkeys(p.name for p in pipeline))
+    if opts.dump_after not in (None, "all", "lower") and opts.dump_after not in names:
         raise ConfigError(f"--dump-after {opts.dump_after!r}: not a pass of this pipeline; "
-                          f"choose one of: all, {', '.join(names)}")
+                          f"choose one of: all, lower, {', '.join(names)}")
+    if opts.print_ir_before is not None and opts.print_ir_before not in names:
+        raise ConfigError(f"--print-ir-before {opts.print_ir_before!r}: not a pass of this "
+                          f"pipeline; choose one of: {', '.join(names)}")
 
 
-def _dump(opts: CompileOptions, name: str, graph) -> None:
-    if opts.dump_after in ("all", name):
-        from spyrec.ir.printer import format_graph
+@dataclass
+class _VerboseLog(Instrument):
+    """`-v`: one line per pass as it finishes, with its wall time."""
 
-        print(f"// ----- IR after {name} -----\n{format_graph(graph)}", file=sys.stderr)
+    opts: CompileOptions
+    timings: list[dict]
+
+    def after(self, step, name, graph, facts) -> None:
+        if step > 0:
+            _log(self.opts, f"spyrec: {name}: {self.timings[-1]['wall_ms']:.1f} ms")
+
+
+def _instruments(opts: CompileOptions, timings: list[dict]) -> list[Instrument]:
+    """Dumps first, so a graph that fails verification is on disk for the report."""
+    out: list[Instrument] = [IRPrinter(sys.stderr, opts.dump_after, opts.print_ir_before,
+                                       opts.print_ir_after_all)]
+    if opts.verbose > 0:
+        out.append(_VerboseLog(opts, timings))
+    if opts.verify_each:
+        out.append(Verifier())
+    return out
 
 
 def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:

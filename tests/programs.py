@@ -19,8 +19,9 @@ def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model
 
 
 def compile_pt2(pt2: Path, out: Path | None = None, **options) -> Path:
+    """Compile in-process, verifying the IR after every pass (ir/verify.py) unless told not."""
     out = out or pt2.with_suffix("")
-    opts = CompileOptions(verbose=-1, **options)
+    opts = CompileOptions(**{"verbose": -1, "verify_each": True, **options})
     compile_program(pt2, out, opts)
     return out
 

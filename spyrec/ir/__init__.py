@@ -1,7 +1,7 @@
-"""The intermediate representation: Buffer, Access, Operation, Graph, and op bodies."""
+"""The intermediate representation: Buffer, Access, Operation, Graph — plain records — and the
+device op vocabulary. Text form: `ir/printer.py` and `ir/parser.py`; invariants: `ir/verify.py`."""
 
 from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Loop, Operation
-from spyrec.ir.ops import DEVICE_OPS, OpsHandler, format_body, reads_and_writes, run_body
+from spyrec.ir.ops import DEVICE_OPS, OpKind
 
-__all__ = ["DEVICE_OPS", "ROLES", "Access", "Buffer", "Graph", "Loop", "OpsHandler", "Operation",
-           "format_body", "reads_and_writes", "run_body"]
+__all__ = ["DEVICE_OPS", "ROLES", "Access", "Buffer", "Graph", "Loop", "OpKind", "Operation"]

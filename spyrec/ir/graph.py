@@ -8,11 +8,14 @@ output dims, then `r0, r1, …` for reduced dims). Gathers read index tensors th
 `index_inputs`; the gathered value appears in an input index as `Indirect('<index buffer>')`.
 
 What passes write are declared fields (`Buffer.layout`, `Buffer.hbm_address`,
-`Operation.core_splits`); nothing is attached at run time.
+`Operation.core_splits`); nothing is attached at run time. The IR is a plain record (see
+`ir/ops.py` for why there is no ops-handler layer): `ir/printer.py` writes every field as text,
+`ir/parser.py` reads it back, and equality is defined so that `parse(print(g)) == g`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -66,9 +69,13 @@ class Loop:
     tiled: tuple[str, ...]
 
 
-@dataclass
+@dataclass(eq=False)
 class Operation:
-    """One device op over an iteration space (see docs/formats.md for the op vocabulary)."""
+    """One device op over an iteration space (see docs/formats.md for the op vocabulary).
+
+    Equal when every field is; `constants` compare by their JSON text (what codegen writes),
+    so a NaN fill value equals itself and `1` differs from `1.0` and `True`.
+    """
 
     name: str
     op: str
@@ -82,9 +89,28 @@ class Operation:
     core_splits: dict[str, int] | None = None   # written by work_division
     loops: tuple[Loop, ...] = ()                 # enclosing loops, outermost first (tiling)
 
+    __hash__ = None  # mutable (passes write core_splits)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Operation):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def _key(self) -> tuple:
+        return (self.name, self.op, self.ranges, self.inputs, self.output, self.reduced,
+                constants_text(self.constants), self.index_inputs, self.source,
+                self.core_splits, self.loops)
+
     @property
     def is_reduction(self) -> bool:
         return bool(self.reduced)
+
+    def reads(self) -> tuple[Access, ...]:
+        """Every access the op reads: index tensors, then value inputs."""
+        return self.index_inputs + self.inputs
+
+    def writes(self) -> tuple[Access, ...]:
+        return (self.output,)
 
     @cached_property
     def var_ranges(self) -> Ranges:
@@ -105,9 +131,20 @@ class Operation:
                 if isinstance(leaf, Indirect)}
 
 
-@dataclass
+def constants_text(constants: dict) -> str:
+    """An op's constants as canonical JSON text (key order kept: codegen writes that order)."""
+    return json.dumps(constants, allow_nan=True, ensure_ascii=False)
+
+
+@dataclass(eq=False)
 class Graph:
-    """A whole program: buffers by name, operations in execution order, and its signature."""
+    """A whole program: buffers by name, operations in execution order, and its signature.
+
+    Equal when buffers (in order), ops, signature and mutated buffers are, and the constant
+    values are the same arrays (name, dtype, shape, bytes). The text form does not carry
+    constant values (weights are data, like MLIR's elided resources): `ir.parser.parse` takes
+    them as an argument.
+    """
 
     buffers: dict[str, Buffer] = field(default_factory=dict)
     ops: list[Operation] = field(default_factory=list)
@@ -116,6 +153,17 @@ class Graph:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     # buffer FQN -> the output buffer holding its new value (a KV cache updated in place)
     mutated_buffers: dict[str, str] = field(default_factory=dict)
+
+    __hash__ = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return (list(self.buffers.items()) == list(other.buffers.items())
+                and self.ops == other.ops and self.inputs == other.inputs
+                and self.outputs == other.outputs
+                and self.mutated_buffers == other.mutated_buffers
+                and _same_arrays(self.constants, other.constants))
 
     def add_buffer(self, buf: Buffer) -> Buffer:
         assert buf.name not in self.buffers, buf.name
@@ -133,7 +181,11 @@ class Graph:
         return f"{base}__{k}"
 
     def consumers(self, buffer: str) -> list[Operation]:
-        from spyrec.ir.ops import reads_and_writes
+        return [op for op in self.ops if any(a.buffer == buffer for a in op.reads())]
 
-        return [op for op in self.ops
-                if any(b == buffer for b, _ in reads_and_writes(op).reads)]
+
+def _same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    if list(a) != list(b):
+        return False
+    return all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+               for x, y in ((np.asarray(a[k]), np.asarray(b[k])) for k in a))

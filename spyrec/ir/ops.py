@@ -1,21 +1,26 @@
-"""The device op vocabulary, as data, and define-by-run op bodies over an `OpsHandler`.
+"""The device op vocabulary, as data: every op name an `Operation` may carry, and its family.
 
-Every `Operation` has a body: a function of an ops handler that loads its operands, applies its
-one device op and stores the result (seed 002, Inductor's virtualized ops). Analyses are just
-handlers run over the same bodies: `ReadWriteRecorder` extracts dependencies, `FormatHandler`
-prints a body for dumps. The semantics of each op are in docs/formats.md; the simulator's kernels
-implement them.
+Decision (issue 12 §2): **the IR is a plain record; there is no ops-handler layer.** An
+`Operation` is exactly one device op (one OpSpec): its operands, index tensors, output, ranges
+and constants are declared fields. Analyses read those fields directly —
+`Operation.reads()`/`writes()` for dependencies, `ir/printer.py` and `ir/parser.py` for the
+text form, `ir/verify.py` for invariants, `codegen/` and the cost model for their outputs.
+
+Why not Inductor's define-by-run bodies (seed 002)? Those pay off when one node holds a whole
+fused scalar program (loads, several arithmetic ops, masks, a store) that each analysis must
+interpret. Ours never did: every body was the same fixed template (index reads, loads, one op,
+one store), so a handler re-derived the fields it was built from, and a closure cannot be
+compared, printed exactly or parsed back, which the textual IR needs (`parse(print(g)) == g`).
+If fusion arrives (several scalar ops per device op), the body should come back as data — a
+small expression tree on `Operation`, printed and parsed like index expressions — rather than
+as a Python function over a dynamically scoped handler.
+
+The semantics of each op are in docs/formats.md; the simulator's kernels implement them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from spyrec.indexing import Lin
-
-if TYPE_CHECKING:
-    from spyrec.ir.graph import Operation
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -43,88 +48,3 @@ DEVICE_OPS: dict[str, OpKind] = {
     "identity": OpKind("copy", 1), "ReStickifyOpHBM": OpKind("copy", 1),
     "fill": OpKind("fill", 0),
 }
-
-
-class OpsHandler:
-    """The protocol: what an op body calls. `compute` covers every device op by name."""
-
-    def load(self, buffer: str, index: Lin) -> Any:
-        raise NotImplementedError
-
-    def indirect(self, buffer: str, index: Lin) -> Any:
-        """Read an index tensor whose value becomes `IndirectAccess(buffer)` in other loads."""
-        raise NotImplementedError
-
-    def compute(self, op: str, operands: list, constants: dict, reduced: tuple) -> Any:
-        raise NotImplementedError
-
-    def store(self, buffer: str, index: Lin, value: Any) -> None:
-        raise NotImplementedError
-
-
-def run_body(op: "Operation", ops: OpsHandler) -> None:
-    """The define-by-run body every Operation shares: index reads, loads, one op, one store."""
-    assert op.op in DEVICE_OPS, f"unknown device op {op.op}"
-    for a in op.index_inputs:
-        ops.indirect(a.buffer, a.index)
-    operands = [ops.load(a.buffer, a.index) for a in op.inputs]
-    value = ops.compute(op.op, operands, op.constants, op.reduced)
-    ops.store(op.output.buffer, op.output.index, value)
-
-
-@dataclass
-class ReadWriteRecorder(OpsHandler):
-    """Records (buffer, index) for every read and write: dependency extraction."""
-
-    reads: list[tuple[str, Lin]] = field(default_factory=list)
-    writes: list[tuple[str, Lin]] = field(default_factory=list)
-
-    def load(self, buffer, index):
-        self.reads.append((buffer, index))
-        return buffer
-
-    def indirect(self, buffer, index):
-        self.reads.append((buffer, index))
-        return buffer
-
-    def compute(self, op, operands, constants, reduced):
-        return op
-
-    def store(self, buffer, index, value):
-        self.writes.append((buffer, index))
-
-
-@dataclass
-class FormatHandler(OpsHandler):
-    """Renders a body as one line of text: `out[i] = op(a[i], b[j])`."""
-
-    line: str = ""
-
-    def load(self, buffer, index):
-        return f"{buffer}[{index}]"
-
-    def indirect(self, buffer, index):
-        return None
-
-    def compute(self, op, operands, constants, reduced):
-        text = f"{op}({', '.join(operands)})"
-        if reduced:
-            text += f" reduce({', '.join(reduced)})"
-        if constants:
-            text += f" {constants}"
-        return text
-
-    def store(self, buffer, index, value):
-        self.line = f"{buffer}[{index}] = {value}"
-
-
-def reads_and_writes(op: "Operation") -> ReadWriteRecorder:
-    rec = ReadWriteRecorder()
-    run_body(op, rec)
-    return rec
-
-
-def format_body(op: "Operation") -> str:
-    fmt = FormatHandler()
-    run_body(op, fmt)
-    return fmt.line

@@ -1,28 +1,99 @@
-"""Readable text form of a Graph, for `--dump-after` and for tests to compare against."""
+"""The text form of a Graph: what `--dump-after` prints, what pass tests are written in, and
+what `ir/parser.py` reads back exactly (`parse(format_graph(g)) == g`).
+
+One line per buffer, then one line per op in execution order, then the signature:
+
+    buffer x: input float16[64, 256] device [4, 64, 64] / [64, 256, 1] fp16 @hbm 0
+    op y: y[256*c0 + c1] = add(x[256*c0 + c1], b[c1]) over [c0<64, c1<256] cores [c0:32, c1:1]
+    inputs [x]
+    outputs [y]
+
+Buffer lines: role, host dtype and shape; then what passes decided, each only once decided:
+`device SIZE / STRIDE_MAP DTYPE` (the layout), `@hbm ADDRESS`, and `source "..."`. Op lines:
+`op NAME:` then the body `OUT[INDEX] = OPCODE(IN[INDEX], ...)` (indices in the index
+algebra's text form, `spyrec/indexing/printer.py`), then `over [VAR<SIZE, ...]` and optional
+clauses in this order: `reduce [VARS]`, `gather [IDX[INDEX], ...]` (index tensors read
+first), `attrs {JSON}` (op constants), `cores [VAR:SLICES, ...]`, `loops [COUNT(VARS), ...]`
+(outermost first), `source "..."`. Names that are not plain identifiers, and all source lines,
+are JSON strings. Constant *values* are not printed (weights are data, not IR).
+"""
 
 from __future__ import annotations
 
-from spyrec.ir.graph import Graph
-from spyrec.ir.ops import format_body
+import json
+import re
+
+from spyrec.indexing.printer import format_expr
+from spyrec.ir.graph import Access, Buffer, Graph, Operation, constants_text
+
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 def format_graph(graph: Graph) -> str:
-    lines = []
-    for buf in graph.buffers.values():
-        layout = ""
-        if buf.layout is not None:
-            layout = (f" device {list(buf.layout.device_size)} / {list(buf.layout.stride_map)} "
-                      f"{buf.layout.device_dtype}")
-        addr = f" @hbm {buf.hbm_address}" if buf.hbm_address is not None else ""
-        lines.append(f"buffer {buf.name}: {buf.role} {buf.host_dtype}{list(buf.host_size)}"
-                     f"{layout}{addr}")
-    for op in graph.ops:
-        space = ", ".join(f"{v}<{n}" for v, n in op.ranges)
-        gathers = "".join(f" gather {a.buffer}[{a.index}]" for a in op.index_inputs)
-        cores = ""
-        if op.core_splits:
-            cores = " cores(" + ", ".join(f"{v}:{k}" for v, k in op.core_splits.items()
-                                          if k > 1) + ")"
-        lines.append(f"{format_body(op)} over [{space}]{gathers}{cores}")
-    lines.append(f"inputs {graph.inputs} outputs {graph.outputs}")
+    lines = [format_buffer(b) for b in graph.buffers.values()]
+    lines += [format_op(op) for op in graph.ops]
+    lines.append(f"inputs {_names(graph.inputs)}")
+    lines.append(f"outputs {_names(graph.outputs)}")
+    if graph.mutated_buffers:
+        pairs = ", ".join(f"{format_name(k)} -> {format_name(v)}"
+                          for k, v in graph.mutated_buffers.items())
+        lines.append(f"mutated [{pairs}]")
     return "\n".join(lines) + "\n"
+
+
+def format_name(name: str) -> str:
+    """A buffer, op or variable name: bare when it is a plain identifier, else a JSON string."""
+    return name if PLAIN_NAME.match(name) else _quote(name)
+
+
+def format_buffer(buf: Buffer) -> str:
+    text = (f"buffer {format_name(buf.name)}: {buf.role} {buf.host_dtype}"
+            f"{_ints(buf.host_size)}")
+    if buf.layout is not None:
+        text += (f" device {_ints(buf.layout.device_size)} / {_ints(buf.layout.stride_map)} "
+                 f"{buf.layout.device_dtype}")
+    if buf.hbm_address is not None:
+        text += f" @hbm {buf.hbm_address}"
+    return text + _source(buf.source)
+
+
+def format_access(a: Access) -> str:
+    return f"{format_name(a.buffer)}[{format_expr(a.index)}]"
+
+
+def format_op(op: Operation) -> str:
+    operands = ", ".join(format_access(a) for a in op.inputs)
+    space = ", ".join(f"{format_name(v)}<{n}" for v, n in op.ranges)
+    text = (f"op {format_name(op.name)}: {format_access(op.output)} = {op.op}({operands}) "
+            f"over [{space}]")
+    if op.reduced:
+        text += f" reduce {_names(op.reduced)}"
+    if op.index_inputs:
+        text += f" gather [{', '.join(format_access(a) for a in op.index_inputs)}]"
+    if op.constants:
+        text += f" attrs {constants_text(op.constants)}"
+    if op.core_splits is not None:
+        splits = ", ".join(f"{format_name(v)}:{k}" for v, k in op.core_splits.items())
+        text += f" cores [{splits}]"
+    if op.loops:
+        loops = ", ".join(f"{loop.count}({', '.join(map(format_name, loop.tiled))})"
+                          for loop in op.loops)
+        text += f" loops [{loops}]"
+    return text + _source(op.source)
+
+
+def _ints(values) -> str:
+    return f"[{', '.join(str(v) for v in values)}]"
+
+
+def _names(names) -> str:
+    return f"[{', '.join(format_name(n) for n in names)}]"
+
+
+def _source(source: str | None) -> str:
+    return "" if source is None else f" source {_quote(source)}"
+
+
+def _quote(text: str) -> str:
+    """A JSON string, non-ASCII kept readable (control characters are still escaped)."""
+    return json.dumps(text, ensure_ascii=False)

@@ -5,8 +5,9 @@ Writes: for each matmul whose K is not a multiple of the stick size E, a buffer 
 with K rounded up to whole sticks, a `fill` of zeros and an `identity` copy of y into it; the
 matmul then reads the padded buffer. The `matmul_padding` report (count, elements).
 Guarantees: only y is padded, along K (a non-stick dim of y, so its layout keeps the stick on
-N); x is untouched — its lanes past K are padding the hardware masks. The op's iteration
-range stays K (iteration spaces count real elements); the device's padded K reads zeros.
+N, or stays stick-sparse when y has no N and is read sparse); x is untouched — its lanes past
+K are padding the hardware masks. The op's iteration range stays K (iteration spaces count
+real elements); the device's padded K reads zeros.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from spyrec.indexing import Lin, Var, var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
+from spyrec.layout.search import layout_with_stick
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
@@ -41,9 +43,9 @@ class MatmulPadding(Pass):
         e = graph.buffers[x.buffer].layout.elems_per_stick
         if sizes[k] % e == 0:
             return op
-        free = [v for v, _ in op.ranges if v not in op.reduced]
-        n_var = free[-1] if free else None   # none when M and N are both 1 (a dot product)
         used = {a.name for a in y.index.free_atoms() if isinstance(a, Var)}
+        free = [v for v, _ in op.ranges if v not in op.reduced and v in used]
+        n_var = free[-1] if free else None   # none when y has no N (matrix-vector, dot)
         order = [v for v, _ in op.ranges if v in used and v not in (k, n_var)] + \
             [v for v in (k, n_var) if v is not None]
         k_pad = -(-sizes[k] // e) * e
@@ -51,7 +53,11 @@ class MatmulPadding(Pass):
         shape = tuple(k_pad if v == k else sizes[v] for v in order)
         buf = graph.add_buffer(Buffer(graph.fresh_name(f"{y.buffer}__kpad"), shape,
                                       src.host_dtype, "intermediate", source=op.source))
-        buf.layout = default_layout(shape, src.host_dtype)
+        # A stick-sparse y (a vector read one element per stick) stays sparse when padded:
+        # its lanes hold no N, so a dense copy would put K in the lanes of an operand whose
+        # consumer expects its own stick var (or none) there.
+        buf.layout = layout_with_stick(buf, None) if src.layout.is_sparse else \
+            default_layout(shape, src.host_dtype)
         index = sum((var(v).scale(s) for v, s, n in zip(order, buf.host_strides, shape)
                      if n > 1), Lin())
         padded_ranges = tuple((v, n) for v, n in zip(order, shape))

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from spyrec.errors import ConfigError
-from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, Pass, load_all, providers
+from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, PASSES, Pass, get_pass, providers
 
 DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "configs" / "pipeline.yaml"
 
@@ -70,16 +73,15 @@ def read_pipeline_file(path: Path | None) -> tuple[list[dict], str]:
 
 def build_pipeline(entries: list[dict], overrides: list[str] = (),
                    where: str = "pipeline") -> list[Pass]:
-    passes = load_all()
     configured: list[tuple[type[Pass], dict]] = []
     for i, entry in enumerate(entries):
         entry = dict(entry)
         name = entry.pop("pass", None)
-        if not isinstance(name, str) or name not in passes:
+        if not isinstance(name, str) or name not in PASSES:
             raise ConfigError(f"{where}: entry {i + 1}: unknown pass {name!r}"
-                              f"{_near(str(name), passes)}; "
-                              f"valid passes: {', '.join(sorted(passes))}")
-        configured.append((passes[name], entry))
+                              f"{_near(str(name), PASSES)}; "
+                              f"valid passes: {', '.join(sorted(PASSES))}")
+        configured.append((get_pass(name), entry))
     set_by: dict[tuple[str, str], str] = {}   # (pass, option) -> the --set that gave it
     for text in overrides:
         key, sep, raw = text.partition("=")
@@ -182,3 +184,106 @@ def _type_ok(value, expected: type) -> bool:
 def describe(pipeline: list[Pass]) -> list[dict]:
     """The resolved pipeline, as written to the manifest."""
     return [{"pass": p.name, "options": dataclasses.asdict(p)} for p in pipeline]
+
+
+# --- running a pipeline, with instruments around every pass (MLIR's PassInstrumentation) -----
+
+
+class Instrument:
+    """Called before and after every pass; `facts` are the registry facts that hold after it.
+    Step 0 is the lowering (`after` only), steps 1.. the pipeline's passes in order."""
+
+    def before(self, step: int, name: str, graph) -> None:
+        pass
+
+    def after(self, step: int, name: str, graph, facts: frozenset[str]) -> None:
+        pass
+
+
+def run_passes(graph, pipeline: list[Pass], ctx, instruments: list[Instrument] = (),
+               timings: list[dict] | None = None) -> list[dict]:
+    """Run the pipeline over `graph`; appends `{name, wall_ms}` per pass to `timings`."""
+    timings = [] if timings is None else timings
+    holds: set[str] = set()
+    for step, p in enumerate(pipeline, start=1):
+        for ins in instruments:
+            ins.before(step, p.name, graph)
+        t0 = time.perf_counter()
+        p.run(graph, ctx)
+        timings.append({"name": p.name, "wall_ms": round((time.perf_counter() - t0) * 1e3, 3)})
+        holds.difference_update(p.contract.invalidates)
+        holds.update(p.contract.provides)
+        for ins in instruments:
+            ins.after(step, p.name, graph, frozenset(holds))
+    return timings
+
+
+IR_DUMP_FILE = re.compile(r"\d\d+_[A-Za-z0-9_]+\.ir\Z")
+
+
+def check_dump_dir(path: Path, out_dir: Path) -> None:
+    """`--print-ir-after-all DIR`: a directory spyrec may fill with `NN_<pass>.ir` files — new,
+    empty, or holding only such files (an earlier dump, replaced) — and not inside `-o OUT`."""
+    path = Path(path)
+    option = f"--print-ir-after-all {path}"
+    resolved, out = path.resolve(), Path(out_dir).resolve()
+    if resolved == out or out in resolved.parents:
+        raise ConfigError(f"{option}: is inside the output directory {out_dir}, which compile "
+                          f"replaces; choose another directory")
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ConfigError(f"{option}: exists and is not a directory; give a directory for the "
+                          f"IR dumps")
+    foreign = sorted(p.name for p in path.iterdir() if not IR_DUMP_FILE.match(p.name))
+    if foreign:
+        raise ConfigError(f"{option}: holds {foreign[0]!r}, not an IR dump; give a new or "
+                          f"empty directory (spyrec replaces only its own NN_<pass>.ir files)")
+
+
+@dataclass
+class IRPrinter(Instrument):
+    """`--dump-after PASS|all` and `--print-ir-before PASS` to `stream`, and
+    `--print-ir-after-all DIR` as one file per step, `NN_<pass>.ir` (step 00 is `lower`)."""
+
+    stream: object
+    dump_after: str | None = None
+    print_before: str | None = None
+    after_all_dir: Path | None = None
+
+    def before(self, step, name, graph) -> None:
+        if self.print_before == name:
+            self._print(f"before {name}", graph)
+
+    def after(self, step, name, graph, facts) -> None:
+        if self.dump_after in ("all", name):
+            self._print(f"after {name}", graph)
+        if self.after_all_dir is not None:
+            self._write(step, name, graph)
+
+    def _print(self, when: str, graph) -> None:
+        from spyrec.ir.printer import format_graph
+
+        print(f"// ----- IR {when} -----\n{format_graph(graph)}", file=self.stream)
+
+    def _write(self, step: int, name: str, graph) -> None:
+        from spyrec.ir.printer import format_graph
+
+        folder = Path(self.after_all_dir)
+        if step == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.iterdir():
+                if IR_DUMP_FILE.match(old.name):
+                    old.unlink()
+        text = f"// IR after {name} (step {step})\n{format_graph(graph)}"
+        (folder / f"{step:02d}_{name}.ir").write_text(text, encoding="utf-8")
+
+
+class Verifier(Instrument):
+    """`--verify-each` (and the tests): `ir.verify.check` after the lowering and every pass;
+    an invalid graph is an internal error naming the pass."""
+
+    def after(self, step, name, graph, facts) -> None:
+        from spyrec.ir.verify import check
+
+        check(graph, name, facts)

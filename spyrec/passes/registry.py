@@ -1,17 +1,20 @@
-"""The pass registry: snake_case name -> pass class (a frozen dataclass of options).
+"""The pass registry: one dict, snake_case name -> loader of the pass class (xDSL's
+`get_all_passes`). A pass module is imported only when a pipeline names it, or when every pass
+is listed (`--list-passes`); the module is `spyrec/passes/<name>.py` (STYLE: module, YAML key,
+dump name and report row share one name).
 
-Each pass also declares a contract: the graph facts it needs, the ones it establishes and the
-ones it destroys (a pass that adds ops or buffers leaves them without core splits or addresses).
-`pipeline.check_order` walks a configured pipeline with these before anything runs, so a
-pipeline in an order that cannot work fails at once with the pass that is missing.
+Each entry also carries the pass's contract: the graph facts it needs, the ones it establishes
+and the ones it destroys (a pass that adds ops or buffers leaves them without core splits or
+addresses). `pipeline.check_order` walks a configured pipeline with these before anything
+runs, so a pipeline in an order that cannot work fails at once with the pass that is missing;
+the verifier (`ir/verify.py`) checks that the facts a pipeline has established really hold.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import ClassVar
-
-PASSES: dict[str, type["Pass"]] = {}
 
 # The facts a pass can rely on, and how messages describe them.
 FACTS = {
@@ -35,21 +38,39 @@ class Contract:
         assert not unknown, f"unknown facts {unknown}; known: {list(FACTS)}"
 
 
-# The built-in passes' contracts, read from what each pass module reads and writes (see their
-# docstrings). Kept here rather than on the classes so one table shows the whole dependency
-# graph; a pass class may still set its own `contract`.
-CONTRACTS = {
+@dataclass(frozen=True)
+class PassLoader:
+    """Imports `spyrec.passes.<name>` on first call and returns its pass class."""
+
+    name: str
+    class_name: str
+    contract: Contract
+
+    def __call__(self) -> type["Pass"]:
+        cls = getattr(importlib.import_module(f"spyrec.passes.{self.name}"), self.class_name)
+        assert cls.name == self.name, f"{cls.__name__} registers as {cls.name!r}, not {self.name!r}"
+        return cls
+
+
+def _entry(name: str, class_name: str, **contract) -> tuple[str, PassLoader]:
+    return name, PassLoader(name, class_name, Contract(**contract))
+
+
+# Every pass, by name. Contracts are read from what each pass module reads and writes (see
+# their docstrings), kept here so one table shows the whole dependency graph.
+PASSES: dict[str, PassLoader] = dict([
     # Lays out every buffer and inserts restickify copies and view copies (new ops, buffers).
-    "stick_layout": Contract(provides=("layouts",),
-                             invalidates=("core_splits", "hbm_addresses")),
+    _entry("stick_layout", "StickLayout", provides=("layouts",),
+           invalidates=("core_splits", "hbm_addresses")),
     # Reads operand layouts to find K; adds a padded buffer, a fill and a copy per matmul.
-    "matmul_padding": Contract(requires=("layouts",),
-                               invalidates=("core_splits", "hbm_addresses")),
+    _entry("matmul_padding", "MatmulPadding", requires=("layouts",),
+           invalidates=("core_splits", "hbm_addresses")),
     # Reads the output's layout to split whole sticks across cores.
-    "work_division": Contract(requires=("layouts",), provides=("core_splits",)),
+    _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",)),
     # Reads every buffer's device bytes; addresses every buffer that has none.
-    "memory_planning": Contract(requires=("layouts",), provides=("hbm_addresses",)),
-}
+    _entry("memory_planning", "MemoryPlanning", requires=("layouts",),
+           provides=("hbm_addresses",)),
+])
 
 
 @dataclass
@@ -80,24 +101,54 @@ class Pass:
 
 
 def register_pass(name: str):
+    """Name a pass class and give it its registry contract; the name must be in `PASSES`."""
+    assert name in PASSES, f"pass {name!r} is not in spyrec.passes.registry.PASSES; add it"
+
     def register(cls):
         cls.name = name
-        if "contract" not in cls.__dict__ and name in CONTRACTS:
-            cls.contract = CONTRACTS[name]
-        PASSES[name] = cls
+        if "contract" not in cls.__dict__:
+            cls.contract = PASSES[name].contract
         return cls
     return register
 
 
-def load_all() -> dict[str, type[Pass]]:
-    """Import every pass module (registration happens on import)."""
-    from spyrec.passes import (  # noqa: F401
-        matmul_padding, memory_planning, stick_layout, work_division,
-    )
+def get_pass(name: str) -> type[Pass]:
+    """The pass class registered as `name` (imports its module); KeyError if unknown."""
+    return PASSES[name]()
 
-    return PASSES
+
+def load_all() -> dict[str, type[Pass]]:
+    """Every pass class by name (imports every pass module): for `--list-passes` and tests."""
+    return {name: loader() for name, loader in PASSES.items()}
 
 
 def providers(fact: str) -> list[str]:
     """Names of the registered passes that establish `fact`, for messages."""
-    return sorted(n for n, cls in PASSES.items() if fact in cls.contract.provides)
+    return sorted(n for n, loader in PASSES.items() if fact in loader.contract.provides)
+
+
+def describe_passes() -> str:
+    """`--list-passes`: each pass with the first paragraph of its module docstring (which
+    starts `name — what it does`), its options (type and default) and its contract."""
+    import dataclasses
+    import sys
+
+    blocks = []
+    for name, cls in load_all().items():
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n\n")[0]
+        doc = " ".join(doc.split())
+        lines = [doc if doc.startswith(name) else f"{name} — {doc or 'no description'}"]
+        fields = dataclasses.fields(cls)
+        lines += [f"    {f.name}: {_type_name(f.type)} = {f.default!r}" for f in fields] or \
+            ["    (no options)"]
+        c = cls.contract
+        for label, facts in (("needs", c.requires), ("provides", c.provides),
+                             ("invalidates", c.invalidates)):
+            if facts:
+                lines.append(f"    {label}: {'; '.join(FACTS[f] for f in facts)}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _type_name(t) -> str:
+    return t if isinstance(t, str) else t.__name__

@@ -160,7 +160,7 @@ def _run(info, sample, tmp: Path) -> Verdict:
     except Exception as e:  # noqa: BLE001  (whatever torch.export refuses is not ours)
         return Verdict("unexportable", _first_line(e))
     try:
-        compile_program(tmp / "model.pt2", tmp / "out", CompileOptions(verbose=-1))
+        compile_program(tmp / "model.pt2", tmp / "out", CompileOptions(verbose=-1, verify_each=True))
     except UnsupportedProgram as e:
         reason = str(e).strip()
         return Verdict("refused", reason) if reason else Verdict("failed", "refused, no reason")

@@ -65,10 +65,7 @@ def test_a_pass_that_adds_buffers_after_addressing_is_refused():
         build_pipeline(_names("stick_layout", "memory_planning", "matmul_padding"))
 
 
-def test_every_registered_pass_has_a_contract_and_the_default_order_holds():
-    from spyrec.passes.registry import CONTRACTS, load_all
-
-    assert set(load_all()) == set(CONTRACTS)
+def test_the_default_order_holds():
     entries, where = read_pipeline_file(None)
     build_pipeline(entries, where=where)   # check_order passes
 

@@ -1,0 +1,386 @@
+"""The IR verifier: what every graph must satisfy between passes (xDSL's contract: a pass may
+assume a valid graph and must leave one).
+
+`verify(graph, facts)` returns every problem as one line of text naming the buffer or the op
+and the access (XLA's `Verify(out)`: tests compare exact messages); `check(graph, after,
+facts)` raises an `InternalError` (exit 70) naming the pass after which the graph broke, which
+is how `--verify-each` and the tests call it. Checks are tables of small generator functions,
+so a new invariant is one function and one table entry; per buffer and per op, the first check
+that finds a problem is the one reported (later checks assume what earlier ones establish):
+
+- `BUFFER_CHECKS` (per buffer): a host dtype the device stores, sizes, a layout of the right
+  device dtype that tiles the host tensor, an aligned address;
+- `OP_CHECKS` (per op): a device op of the vocabulary with at most its arity of operands;
+  ranges; reduced vars among them; every access names a buffer, uses only the op's variables
+  and stays inside its buffer — host elements, and device coordinates inside `device_size`
+  once the buffer has a layout (bounds from `spyrec.indexing`, the one place bounds are
+  computed); gathers read declared index tensors; compute ops read stick-compatible operands
+  (layouts consistent across the op: stick_layout's guarantee); core splits divide their
+  ranges, leave reduced vars whole, give each core whole output sticks and use at most the
+  device's cores;
+  loops (`check_loops`: where the loop-structure check goes when tiling lands);
+- `GRAPH_CHECKS` (whole graph): the signature and constants, nothing read before it is
+  written, the facts established by earlier passes (registry contracts) hold everywhere, and
+  buffers that are live at the same time do not share device memory.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+from spyrec.errors import InternalError
+from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
+from spyrec.indexing.coordinates import device_dim_sources
+from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation
+from spyrec.ir.ops import DEVICE_OPS
+from spyrec.ir.printer import format_access
+from spyrec.layout.dtypes import HOST_TO_DEVICE
+from spyrec.layout.sticks import access_coordinates, compatible, stick_info
+
+ALIGN_BYTES = 128
+DEVICE_CORES = 32   # DESIGN §3; to be read from the device-facts module once there is one
+
+
+def verify(graph: Graph, facts: Iterable[str] = ()) -> list[str]:
+    """Every problem in `graph`, one line each; `facts` (registry FACTS) must hold too."""
+    problems: list[str] = []
+    for buf in graph.buffers.values():
+        problems += [f"buffer {buf.name!r}: {p}" for p in _first(BUFFER_CHECKS, buf)]
+    for op in graph.ops:
+        where = f"op {op.name!r}" + (f" ({op.source})" if op.source else "")
+        problems += [f"{where}: {p}" for p in _first(OP_CHECKS, graph, op)]
+    for rule in GRAPH_CHECKS:
+        problems += list(rule(graph, tuple(facts)))
+    return problems
+
+
+def _first(rules, *args) -> list[str]:
+    """The problems of the first rule that finds any: later rules assume what earlier ones
+    check (a stick analysis needs accesses inside their buffer), so one root cause gives one
+    message."""
+    for rule in rules:
+        found = list(rule(*args))
+        if found:
+            return found
+    return []
+
+
+def check(graph: Graph, after: str, facts: Iterable[str] = ()) -> None:
+    """Raise InternalError (exit 70) naming the pass `after` which `graph` is not valid."""
+    problems = verify(graph, facts)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise InternalError(f"the IR is not valid after {after}: {problems[0]}{more}; this is a "
+                            f"spyrec bug, please report it with the command and input")
+
+
+# --- buffers -----------------------------------------------------------------------------------
+
+
+def check_dtype_and_size(buf: Buffer) -> Iterator[str]:
+    if buf.role not in ROLES:
+        yield f"role {buf.role!r} is not one of {', '.join(ROLES)}"
+    if buf.host_dtype not in HOST_TO_DEVICE:
+        yield f"host dtype {buf.host_dtype!r} has no device format"
+    if any(not isinstance(n, int) or n < 0 for n in buf.host_size):
+        yield f"host size {list(buf.host_size)} is not a list of non-negative integers"
+
+
+def check_layout(buf: Buffer) -> Iterator[str]:
+    lay = buf.layout
+    if lay is None or buf.host_dtype not in HOST_TO_DEVICE:
+        return
+    want = HOST_TO_DEVICE[buf.host_dtype].name
+    if lay.device_dtype != want:
+        yield f"layout device dtype {lay.device_dtype} but {buf.host_dtype} is stored as {want}"
+    if not _tiles(buf):
+        yield (f"layout {list(lay.device_size)} / {list(lay.stride_map)} does not tile host "
+               f"{list(buf.host_size)}")
+
+
+def check_address(buf: Buffer) -> Iterator[str]:
+    if buf.hbm_address is None:
+        return
+    if buf.hbm_address < 0 or buf.hbm_address % ALIGN_BYTES:
+        yield f"device address {buf.hbm_address} is not a non-negative multiple of {ALIGN_BYTES}"
+    if buf.layout is None:
+        yield "has a device address but no layout"
+
+
+def _tiles(buf: Buffer) -> bool:
+    """Every host element has a device position (an empty tensor has nothing to place)."""
+    if buf.numel == 0:
+        return True
+    try:
+        device_dim_sources(tuple(buf.host_size), buf.host_strides, buf.layout.device_size,
+                           buf.layout.stride_map)
+    except ValueError:
+        return False
+    return True
+
+
+BUFFER_CHECKS: tuple[Callable[[Buffer], Iterator[str]], ...] = (
+    check_dtype_and_size, check_layout, check_address)
+
+
+# --- ops ---------------------------------------------------------------------------------------
+
+
+def check_kind(graph: Graph, op: Operation) -> Iterator[str]:
+    kind = DEVICE_OPS.get(op.op)
+    if kind is None:
+        yield f"{op.op!r} is not a device op"
+    elif len(op.inputs) > kind.arity:
+        yield f"{op.op} takes at most {kind.arity} operands, has {len(op.inputs)}"
+
+
+def check_ranges(graph: Graph, op: Operation) -> Iterator[str]:
+    names = [v for v, _ in op.ranges]
+    if len(set(names)) != len(names):
+        yield f"iteration variables repeat: {names}"
+    for v, n in op.ranges:
+        if not isinstance(n, int) or n < 0:
+            yield f"range {v}<{n} is not a non-negative integer"
+    for v in op.reduced:
+        if v not in names:
+            yield f"reduced variable {v} is not an iteration variable ({', '.join(names)})"
+
+
+def check_accesses(graph: Graph, op: Operation) -> Iterator[str]:
+    names = {v for v, _ in op.ranges}
+    gathered = {a.buffer for a in op.index_inputs}
+    for role, access in _labelled(op):
+        what = f"{role} {format_access(access)}"
+        buf = graph.buffers.get(access.buffer)
+        if buf is None:
+            yield f"{what}: no buffer {access.buffer!r}"
+            continue
+        leaves = access.index.free_atoms()
+        unknown = sorted(a.name for a in leaves if isinstance(a, Var) and a.name not in names)
+        if unknown:
+            yield f"{what}: uses {', '.join(unknown)}, not iteration variables of the op"
+            continue
+        indirect = {a.tensor for a in leaves if isinstance(a, Indirect)}
+        if indirect and not role.startswith("input"):
+            yield f"{what}: a gathered value (IndirectAccess) only indexes value inputs"
+            continue
+        if indirect - gathered:
+            yield (f"{what}: gathers through {', '.join(sorted(indirect - gathered))}, which "
+                   f"the op does not read as an index tensor")
+            continue
+        if role == "output" and any(a.name in op.reduced for a in leaves if isinstance(a, Var)):
+            yield f"{what}: the output is indexed by a reduced variable"
+        yield from _within(what, buf, op, access)
+
+
+def _labelled(op: Operation) -> Iterator[tuple[str, Access]]:
+    for i, a in enumerate(op.index_inputs):
+        yield f"gather {i}", a
+    for i, a in enumerate(op.inputs):
+        yield f"input {i}", a
+    yield "output", op.output
+
+
+def _within(what: str, buf: Buffer, op: Operation, access: Access) -> Iterator[str]:
+    """Host elements inside the buffer, and device coordinates inside its device size."""
+    if any(n == 0 for _, n in op.ranges):
+        return  # an empty iteration space touches nothing
+    ranges = _with_gathered(op.var_ranges, buf, access.index)
+    lo, hi = value_range(access.index, ranges)
+    if lo < 0 or hi > buf.numel - 1:
+        yield (f"{what}: reads elements [{lo}, {hi}] but {buf.name} has {buf.numel} "
+               f"({list(buf.host_size)})")
+        return
+    if buf.layout is None or buf.numel == 0 or not _tiles(buf):
+        return
+    coords = access_coordinates(tuple(buf.host_size), buf.host_strides, buf.layout,
+                                op.var_ranges, access.index)
+    for j, (c, n) in enumerate(zip(coords, buf.layout.device_size)):
+        lo, hi = value_range(c, ranges)
+        if lo < 0 or hi > n - 1:
+            yield (f"{what}: device coordinate {j} ({c}) spans [{lo}, {hi}] outside "
+                   f"device size {list(buf.layout.device_size)}")
+
+
+def _with_gathered(ranges: Ranges, buf: Buffer, index: Lin) -> Ranges:
+    """A gathered value ranges over the host dim it steps through (the simulator checks the
+    real values at run time); one that steps through no dim stays unbounded."""
+    updates = {}
+    for atom, coeff in index.terms:
+        if isinstance(atom, Indirect):
+            for n, s in zip(buf.host_size, buf.host_strides):
+                if s == coeff:
+                    updates[atom] = (0, n - 1)
+                    break
+    return ranges.with_vars(updates) if updates else ranges
+
+
+def check_stick_compatible(graph: Graph, op: Operation) -> Iterator[str]:
+    """A compute op reads each operand with the output's stick variable in the lane (a
+    matmul's x with K there), the stick_layout guarantee (A-layout §4.1). Copies and fills
+    read or write any layout; ops with a buffer not yet laid out are not checked."""
+    kind = DEVICE_OPS.get(op.op)
+    if kind is None or kind.family in ("copy", "fill"):
+        return
+    bufs = [graph.buffers.get(a.buffer) for a in op.inputs + (op.output,)]
+    if any(b is None or b.layout is None or b.numel == 0 or not _tiles(b) for b in bufs):
+        return
+    out = bufs[-1]
+    target = stick_info(tuple(out.host_size), out.host_strides, out.layout, op.var_ranges,
+                        op.output.index).stick_var
+    for k, (access, buf) in enumerate(zip(op.inputs, bufs)):
+        want = op.reduced[0] if kind.family == "matmul" and k == 0 and op.reduced else target
+        info = stick_info(tuple(buf.host_size), buf.host_strides, buf.layout, op.var_ranges,
+                          access.index)
+        if not compatible(info, want, op.reduced, buf.layout.elems_per_stick):
+            lane = info.coords[-1]
+            yield (f"input {k} {format_access(access)}: its lane ({lane}) is not "
+                   f"stick-compatible with stick variable {want or 'none'}")
+
+
+def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
+    splits = op.core_splits
+    if splits is None:
+        return
+    sizes = dict(op.ranges)
+    if set(splits) != set(sizes):
+        yield (f"cores {_splits(splits)} do not name exactly the iteration variables "
+               f"{', '.join(sizes)}")
+        return
+    total = 1
+    for v, k in splits.items():
+        total *= k
+        if k < 1 or sizes[v] % k:
+            yield f"cores {_splits(splits)}: {k} slices do not divide {v}<{sizes[v]}"
+        elif k > 1 and v in op.reduced:
+            yield f"cores {_splits(splits)}: reduced variable {v} is split across cores"
+    if total > DEVICE_CORES:
+        yield f"cores {_splits(splits)} use {total} cores; the device has {DEVICE_CORES}"
+    yield from _whole_sticks(graph, op, splits)
+
+
+def _whole_sticks(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
+    out = graph.buffers.get(op.output.buffer)
+    if out is None or out.layout is None or out.numel == 0 or not _tiles(out):
+        return
+    stick = stick_info(tuple(out.host_size), out.host_strides, out.layout, op.var_ranges,
+                       op.output.index).stick_var
+    e = out.layout.elems_per_stick
+    k = splits.get(stick, 1) if stick else 1
+    if k > 1 and (dict(op.ranges)[stick] // k) % e:
+        yield (f"cores {_splits(splits)}: splitting stick variable {stick} into {k} slices "
+               f"gives cores partial sticks of {format_access(op.output)} ({e} per stick)")
+
+
+def _splits(splits: dict[str, int]) -> str:
+    return "[" + ", ".join(f"{v}:{k}" for v, k in splits.items()) + "]"
+
+
+def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
+    """Each enclosing loop counts at least once and tiles iteration variables of the op.
+    When coarse tiling lands, the loop-structure check goes here: a loop's count divides the
+    ranges it tiles, and ops that share a loop level are consecutive in `graph.ops`."""
+    names = {v for v, _ in op.ranges}
+    for depth, loop in enumerate(op.loops):
+        if loop.count < 1:
+            yield f"loop {depth} counts {loop.count} iterations"
+        for v in loop.tiled:
+            if v not in names:
+                yield f"loop {depth} tiles {v}, not an iteration variable of the op"
+
+
+OP_CHECKS: tuple[Callable[[Graph, Operation], Iterator[str]], ...] = (
+    check_kind, check_ranges, check_accesses, check_stick_compatible, check_core_splits,
+    check_loops)
+
+
+# --- the whole graph ---------------------------------------------------------------------------
+
+
+def check_signature(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    for kind, names in (("input", graph.inputs), ("output", graph.outputs)):
+        for name in names:
+            if name not in graph.buffers:
+                yield f"program {kind} {name!r} is not a buffer"
+    for name in graph.inputs:
+        if name in graph.buffers and graph.buffers[name].role != "input":
+            yield f"program input {name!r} has role {graph.buffers[name].role}"
+    for name, buf in graph.buffers.items():
+        if buf.role == "input" and name not in graph.inputs:
+            yield f"buffer {name!r} has role input but is not a program input"
+    for fqn, name in graph.mutated_buffers.items():
+        if name not in graph.buffers:
+            yield f"mutated buffer {fqn} -> {name!r}: no such buffer"
+    for name, value in graph.constants.items():
+        buf = graph.buffers.get(name)
+        if buf is None or buf.role != "constant":
+            yield f"constant value {name!r} has no constant buffer"
+        elif tuple(value.shape) != tuple(buf.host_size):
+            yield (f"constant value {name!r} has shape {list(value.shape)}, its buffer "
+                   f"{list(buf.host_size)}")
+
+
+def check_def_use(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    """Intermediates and outputs are written by an earlier op before any op reads them."""
+    written: set[str] = set()
+    names = [op.name for op in graph.ops]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        yield f"op name {name!r} is used by {names.count(name)} ops"
+    for op in graph.ops:
+        for access in op.reads():
+            buf = graph.buffers.get(access.buffer)
+            if buf is not None and buf.role in ("intermediate", "output") and \
+                    access.buffer not in written:
+                yield (f"op {op.name!r}: reads {format_access(access)} before any op "
+                       f"writes {access.buffer}")
+        written.add(op.output.buffer)
+
+
+def check_facts(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    """The facts earlier passes established (registry contracts) hold for every buffer/op."""
+    if "layouts" in facts:
+        yield from (f"buffer {b.name!r}: no device layout, though an earlier pass laid out "
+                    f"every buffer" for b in graph.buffers.values() if b.layout is None)
+    if "core_splits" in facts:
+        yield from (f"op {op.name!r}: no core splits, though an earlier pass split every op"
+                    for op in graph.ops if op.core_splits is None)
+    if "hbm_addresses" in facts:
+        yield from (f"buffer {b.name!r}: no device address, though an earlier pass addressed "
+                    f"every buffer" for b in graph.buffers.values() if b.hbm_address is None)
+
+
+def check_memory(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    """Buffers live at the same time never share device bytes (live: from the first write to
+    the last access; inputs and constants from the start, outputs to the end)."""
+    end_of_program = len(graph.ops)
+    live: dict[str, list[int]] = {}
+    for name, buf in graph.buffers.items():
+        if buf.role in ("input", "constant"):
+            live[name] = [-1, -1]
+        if buf.role == "output" or name in graph.outputs:
+            live.setdefault(name, [end_of_program, end_of_program])[1] = end_of_program
+    for i, op in enumerate(graph.ops):
+        for access in op.reads() + op.writes():
+            span = live.setdefault(access.buffer, [i, i])
+            span[0], span[1] = min(span[0], i), max(span[1], i)
+    placed = sorted((b.hbm_address, b.hbm_address + b.layout.device_bytes, b.name)
+                    for b in graph.buffers.values()
+                    if b.hbm_address is not None and b.layout is not None)
+    open_: list[tuple[int, int, str]] = []
+    for start, end, name in placed:
+        open_ = [o for o in open_ if o[1] > start]
+        for _, o_end, other in open_:
+            if _overlap(live.get(name), live.get(other)):
+                yield (f"buffers {other!r} and {name!r} are live at the same time and share "
+                       f"device bytes [{start}, {min(end, o_end)})")
+        open_.append((start, end, name))
+
+
+def _overlap(a: list[int] | None, b: list[int] | None) -> bool:
+    if a is None or b is None:
+        return False  # a buffer no op touches holds nothing
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+GRAPH_CHECKS: tuple[Callable[[Graph, tuple[str, ...]], Iterator[str]], ...] = (
+    check_signature, check_def_use, check_facts, check_memory)

@@ -1,0 +1,60 @@
+"""work_division, IR text in and out: output vars outermost first take the largest divisor the
+remaining cores allow; a stick var splits only into whole sticks; reduced vars stay whole."""
+
+from spyrec.passes.work_division import WorkDivision
+from tests.passes.textir import ir, run_pass
+
+BUFFERS = """
+    buffer x: input float16[64, 256] device [4, 64, 64] / [64, 256, 1] fp16
+    buffer b: input float16[3, 256] device [4, 3, 64] / [64, 256, 1] fp16
+    buffer c: input float16[2, 100] device [2, 2, 64] / [64, 100, 1] fp16
+    buffer y: output float16[64, 256] device [4, 64, 64] / [64, 256, 1] fp16
+    buffer z: output float16[3, 256] device [4, 3, 64] / [64, 256, 1] fp16
+    buffer w: output float16[2, 100] device [2, 2, 64] / [64, 100, 1] fp16
+    buffer s: output float16[256] device [4, 64] / [64, 1] fp16
+"""
+SIGNATURE = """
+    inputs [x, b, c]
+    outputs [y, z, w, s]
+"""
+
+
+def test_splits_rows_then_whole_sticks_and_never_reduced_vars():
+    before = ir(BUFFERS) + ir("""
+    op y: y[256*c0 + c1] = exp(x[256*c0 + c1]) over [c0<64, c1<256]
+    op z: z[256*c0 + c1] = neg(b[256*c0 + c1]) over [c0<3, c1<256]
+    op w: w[100*c0 + c1] = abs(c[100*c0 + c1]) over [c0<2, c1<100]
+    op s: s[c0] = sum(x[c0 + 256*r0]) over [c0<256, r0<64] reduce [r0]
+    """) + ir(SIGNATURE)
+    # 64 rows: 32 cores. 3 rows: 3 cores, 10 left, c1's 4 whole sticks take 4. 100 lanes are
+    # not whole sticks: c1 stays on one core. s's 256 results are 4 sticks (c0 is its stick
+    # var), so c0 splits in 4 although 32 cores are free; the reduced r0 is never split.
+    assert run_pass(WorkDivision(), before, facts=("layouts",)) == ir(BUFFERS) + ir("""
+    op y: y[256*c0 + c1] = exp(x[256*c0 + c1]) over [c0<64, c1<256] cores [c0:32, c1:1]
+    op z: z[256*c0 + c1] = neg(b[256*c0 + c1]) over [c0<3, c1<256] cores [c0:3, c1:4]
+    op w: w[100*c0 + c1] = abs(c[100*c0 + c1]) over [c0<2, c1<100] cores [c0:2, c1:1]
+    op s: s[c0] = sum(x[c0 + 256*r0]) over [c0<256, r0<64] reduce [r0] cores [c0:4, r0:1]
+    """) + ir(SIGNATURE)
+
+
+def test_cores_option_caps_the_product():
+    before = ir(BUFFERS) + ir("""
+    op z: z[256*c0 + c1] = neg(b[256*c0 + c1]) over [c0<3, c1<256]
+    """) + ir(SIGNATURE)
+    out = run_pass(WorkDivision(cores=8), before, facts=("layouts",))
+    # 3 rows take 3 cores; 8 // 3 = 2 left, and c1's 4 sticks split in 2
+    assert "over [c0<3, c1<256] cores [c0:3, c1:2]\n" in out
+
+
+def test_matmul_splits_m_and_n_but_not_k():
+    text = """
+    buffer a: input float16[4, 64] device [1, 4, 64] / [64, 64, 1] fp16
+    buffer m: input float16[64, 128] device [2, 64, 64] / [64, 128, 1] fp16
+    buffer o: output float16[4, 128] device [2, 4, 64] / [64, 128, 1] fp16
+    op o: o[128*c0 + c1] = batchmatmul(a[64*c0 + r0], m[128*r0 + c1]) over [c0<4, c1<128, r0<64] reduce [r0]
+    inputs [a, m]
+    outputs [o]
+    """
+    out = run_pass(WorkDivision(), text, facts=("layouts",))
+    # c0 takes all 4 rows, leaving 8 cores; c1's 2 sticks take 2 of them
+    assert out.splitlines()[3].endswith("reduce [r0] cores [c0:4, c1:2, r0:1]")
