@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -17,7 +18,9 @@ import yaml
 from spyrec.errors import ConfigError
 from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, Pass, load_all, providers
 
-DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "configs" / "pipeline.yaml"
+# Package data (spyrec/configs/, which the repository's top-level configs/ links to), so an
+# installed wheel finds it as a checkout does. A Traversable; a real path unless zip-imported.
+DEFAULT_PIPELINE = resources.files("spyrec") / "configs" / "pipeline.yaml"
 
 
 def _near(name: str, choices) -> str:
@@ -57,6 +60,7 @@ def yaml_problem(e: yaml.YAMLError) -> str:
 
 
 def read_pipeline_file(path: Path | None) -> tuple[list[dict], str]:
+    """The entries of `path` (the packaged default when None) and the name errors use."""
     path = Path(path) if path else DEFAULT_PIPELINE
     data = read_yaml_file(path, "pipeline", "--pipeline")
     if data is None or data == []:
