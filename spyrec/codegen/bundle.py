@@ -4,9 +4,9 @@ This module builds plain data (affine maps, body lines); `templates/bundle.mlir.
 and substitutes. Without coarse tiling every op executes once with the concrete addresses in its
 spec, so the body is one `sdscbundle.sdsc_execute` per op.
 
-The template is package data (`spyrec/templates/`, which the repository's top-level
-`templates/` links to), read with importlib.resources so an installed wheel renders the same
-bundle as a checkout.
+The template is package data (`spyrec/templates` is a symlink to the repository's
+`templates/`, which the wheel ships as files), read with importlib.resources so an installed
+spyrec renders the same bundle as a checkout.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import yaml
 from spyrec.errors import ConfigError
 from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, Pass, load_all, providers
 
-# Package data (spyrec/configs/, which the repository's top-level configs/ links to), so an
-# installed wheel finds it as a checkout does. A Traversable; a real path unless zip-imported.
+# Package data: spyrec/configs is a symlink to the repository's configs/ (the one copy users
+# edit) that the wheel ships as files, so an installed spyrec finds it as a checkout does.
 DEFAULT_PIPELINE = resources.files("spyrec") / "configs" / "pipeline.yaml"
 
 

@@ -1,7 +1,7 @@
 """spyrec works installed, not only from a checkout (issue 12 §1).
 
-The default pipeline and the bundle template are package data under spyrec/ (the repository's
-configs/ and templates/ are symlinks to them: one copy). These tests build a wheel from a copy
+The default pipeline and the bundle template are package data: spyrec/configs and
+spyrec/templates are symlinks to the repository's configs/ and templates/ (one copy). These tests build a wheel from a copy
 of the sources, install it (and, separately, an editable install) into a fresh venv whose
 dependencies come from the running venv's site-packages, and compile and check a sample from a
 directory outside the repository with PYTHONPATH unset, so nothing can come from the checkout.
@@ -24,12 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "spyrec", "configs", "templates")
 
 
-def test_configs_and_templates_have_one_copy_inside_the_package():
+def test_configs_and_templates_have_one_copy():
     for name in ("configs", "templates"):
-        link = ROOT / name
-        assert link.is_symlink(), f"{name}/ must link into spyrec/, not be a second copy"
-        assert link.resolve() == (ROOT / "spyrec" / name).resolve()
-    assert (ROOT / "configs" / "pipeline.yaml").read_text().startswith("#")
+        link = ROOT / "spyrec" / name
+        assert link.is_symlink(), f"spyrec/{name} must link to {name}/, not be a second copy"
+        assert link.resolve() == (ROOT / name).resolve()
+        assert (ROOT / name).is_dir() and not (ROOT / name).is_symlink()
+    assert (ROOT / "spyrec" / "configs" / "pipeline.yaml").read_text().startswith("#")
 
 
 def test_resources_resolve_inside_the_package():
