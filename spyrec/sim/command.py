@@ -19,10 +19,11 @@ from spyrec.errors import CheckMismatch
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--inputs", "inputs_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="Input arrays (.npz); keys are the program's input names.")
+              help="Input arrays (.npz, or .safetensors for bf16); keys are the program's "
+                   "input names.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the outputs (.npz, keys output_0, …; written under exactly "
-                   "this name); default OUT/outputs.npz.")
+              help="Where to write the outputs (.npz, or .safetensors by suffix; keys "
+                   "output_0, …; written under exactly this name); default OUT/outputs.npz.")
 @click.option("--check", is_flag=True,
               help="Also run program.pt2 in PyTorch eager and compare; exit 1 on a mismatch.")
 @click.option("--report", is_flag=True, help="Print the estimated cost per op.")

@@ -2,7 +2,9 @@
 
 Keys are the user-input names of the exported program (manifest `inputs`). numpy has no
 bfloat16, so a bf16 array travels as its uint16 bit patterns plus a tag key
-`__dtype__.<name>` = "bfloat16" (DESIGN §1); outputs are written the same way. Every problem
+`__dtype__.<name>` = "bfloat16" (DESIGN §1); outputs are written the same way. A
+`.safetensors` file (the ecosystem's bf16 container) may stand in for an .npz on either side:
+`safetensors.py` turns its BF16 tensors into the same tagged form. Every problem
 with a file (missing or extra keys, wrong shapes or dtypes) is collected into ONE error that
 ends with the expected signature, so a user fixes everything in one round trip.
 """
@@ -20,6 +22,7 @@ from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
 from spyrec.sim.numerics import float32_to_bf16_bits
+from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
 from spyrec.sim.transfer import HOST_NUMPY
 
@@ -90,15 +93,28 @@ def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
                                  f"again with numpy.savez") from None
 
 
+def is_safetensors(path: str | Path) -> bool:
+    return Path(path).suffix.lower() == ".safetensors"
+
+
+def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """An .npz or (by its suffix) a .safetensors file, in the same tagged host form."""
+    return read_safetensors(path) if is_safetensors(path) else read_npz(path)
+
+
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write `arrays` to exactly `path` (numpy.savez would append `.npz` to a bare name),
-    through a temporary sibling renamed into place: no half-written file on failure."""
+    """Write `arrays` to exactly `path` (numpy.savez would append `.npz` to a bare name), as
+    .safetensors when the name ends so, through a temporary sibling renamed into place: no
+    half-written file on failure."""
     path = Path(path)
     check_output_path(path, "output")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            if is_safetensors(path):
+                f.write(safetensors_bytes(arrays))
+            else:
+                np.savez(f, **arrays)
         os.replace(tmp, path)
     except OSError as e:
         raise InputFileError(f"{path}: cannot write the outputs ({e.strerror}); choose "
@@ -201,7 +217,7 @@ def check_inputs(manifest: Manifest, arrays: dict[str, np.ndarray],
 
 
 def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
-    return check_inputs(manifest, read_npz(path), str(path), from_file=True)
+    return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
 
 
 def read_constants(manifest: Manifest, out_dir: Path) -> dict[str, np.ndarray]:
