@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from spyrec.errors import ConfigError, InputFileError
 from spyrec.outdir import check_output_dir
@@ -26,6 +27,14 @@ class CompileOptions:
     timings: bool = False
     verbose: int = 0
     frontend: str = "auto"
+    progress: Callable[[str], None] | None = None   # told each phase as it starts (cli.py)
+
+
+def _phase(opts: CompileOptions, name: str) -> float:
+    """Tell the progress display (if any) that phase `name` starts; its start time."""
+    if opts.progress is not None:
+        opts.progress(name)
+    return time.perf_counter()
 
 
 def _log(opts: CompileOptions, message: str) -> None:
@@ -118,12 +127,12 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     from spyrec.frontend.limits import check_limits
 
     timings: list[dict] = []
-    t0 = time.perf_counter()
+    t0 = _phase(opts, "load")
     program = load_program(source, opts.frontend)
     timings.append({"name": "load", "wall_ms": _ms(t0)})
     if program.fallback_reason:
         _log(opts, f"spyrec: note: using the torch front end: {program.fallback_reason}")
-    t0 = time.perf_counter()
+    t0 = _phase(opts, "lower")
     graph = lower_program(program)
     check_limits(graph)
     check_layout_names(checked.layouts, graph, opts.layouts)
@@ -131,13 +140,13 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     _dump(opts, "lower", graph)
     ctx = CompileContext(layouts_config=checked.layouts)
     for p in pipeline:
-        t0 = time.perf_counter()
+        t0 = _phase(opts, p.name)
         p.run(graph, ctx)
         timings.append({"name": p.name, "wall_ms": _ms(t0)})
         if opts.verbose > 0:
             _log(opts, f"spyrec: {p.name}: {timings[-1]['wall_ms']:.1f} ms")
         _dump(opts, p.name, graph)
-    t0 = time.perf_counter()
+    t0 = _phase(opts, "codegen")
     report = _report(graph, ctx, timings)
     report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
                           "fallback_reason": program.fallback_reason or None}

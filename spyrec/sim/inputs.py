@@ -11,6 +11,7 @@ ends with the expected signature, so a user fixes everything in one round trip.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import zipfile
@@ -104,21 +105,28 @@ def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
 
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     """Write `arrays` to exactly `path` (numpy.savez would append `.npz` to a bare name), as
-    .safetensors when the name ends so, through a temporary sibling renamed into place: no
-    half-written file on failure."""
+    .safetensors when the name ends so."""
+    if is_safetensors(path):
+        data = safetensors_bytes(arrays)
+    else:
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        data = buffer.getvalue()
+    write_file(path, data, "-o", "the outputs")
+
+
+def write_file(path: str | Path, data: bytes, option: str, what: str) -> None:
+    """Write `data` to exactly `path` through a temporary sibling renamed into place: no
+    half-written file on failure; a directory or a missing parent is refused first."""
     path = Path(path)
-    check_output_path(path, "output")
+    check_output_path(path, option)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            if is_safetensors(path):
-                f.write(safetensors_bytes(arrays))
-            else:
-                np.savez(f, **arrays)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as e:
-        raise InputFileError(f"{path}: cannot write the outputs ({e.strerror}); choose "
-                             f"another -o path") from None
+        raise InputFileError(f"{option} {path}: cannot write {what} ({e.strerror}); choose "
+                             f"another path") from None
     finally:
         tmp.unlink(missing_ok=True)
 
