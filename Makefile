@@ -4,16 +4,26 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.spyrec-installed
 
-.PHONY: setup test demo bench snapshots opinfo clean
+PIP    := $(PY) -m pip --disable-pip-version-check
+
+.PHONY: setup test demo bench snapshots opinfo constraints clean
 
 setup: $(STAMP)
 
 # torch first and pinned exactly: the local CPU wheel; anything else downloads CUDA packages.
-$(STAMP): pyproject.toml
+# Everything else at the exact versions of constraints.txt (pyproject.toml has the ranges).
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,models]'
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e '.[test,models]'
 	touch $(STAMP)
+
+# Rewrite constraints.txt from what .venv holds (after an intended upgrade; DEVELOPERS.md).
+constraints: $(STAMP)
+	{ sed -n '/^#/p' constraints.txt; \
+	  $(PIP) freeze --exclude-editable | grep -v -i '^pyflakes==' | sed 's/+cpu$$//'; } \
+	  > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 test: $(STAMP)
 	$(PY) -m pytest -q

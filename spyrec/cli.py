@@ -72,11 +72,17 @@ def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after,
                     print_ir_before, verify_each, frontend, timings, verbose, quiet):
     """Compile MODEL.pt2 (from torch.export.save) into an output directory."""
     from spyrec.compiler import CompileOptions, compile_program
+    from spyrec.progress import Progress
 
+    ticker = Progress("spyrec compile", enabled=not quiet and verbose == 0)
     opts = CompileOptions(pipeline, tiling, layouts, list(sets), dump_after, timings,
                           _verbosity(verbose, quiet), frontend, print_ir_after_all=ir_dir,
-                          print_ir_before=print_ir_before, verify_each=verify_each)
-    report = compile_program(model, out_dir, opts)
+                          print_ir_before=print_ir_before, verify_each=verify_each,
+                          progress=ticker.step)
+    try:
+        report = compile_program(model, out_dir, opts)
+    finally:
+        ticker.done()
     if opts.verbose >= 0:
         r = report["restickify"]
         click.echo(f"spyrec: wrote {out_dir} ({report['ops']} ops, {r['count']} restickify)",
@@ -93,11 +99,32 @@ def _list_passes(ctx: click.Context) -> None:
 @cli.command("inspect")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.argument("tensor", required=False)
-def inspect_command(out_dir, tensor):
-    """Show the layouts, restickifies and cost in OUT, or how TENSOR is laid out and accessed."""
-    from spyrec.inspect_dir import inspect_directory
+@click.option("--svg", "svg_path", type=click.Path(path_type=Path),
+              help="Draw TENSOR's stick layout (host grid coloured by stick) into FILE.svg.")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path),
+              help="Write the cost model as a Chrome/Perfetto trace (one lane per core).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def inspect_command(out_dir, tensor, svg_path, trace_path, as_json):
+    """Show the layouts, restickifies and cost in OUT, or how TENSOR is laid out and accessed.
 
-    click.echo(inspect_directory(out_dir, tensor), nl=False)
+    With --svg or --trace the files are written and stdout stays empty (unless --json)."""
+    import json
+
+    from spyrec.inspect_dir import inspect_data, inspect_directory, write_svg, write_trace
+
+    if svg_path is not None and tensor is None:
+        raise click.UsageError("--svg draws one tensor: give TENSOR (spyrec inspect OUT "
+                               "TENSOR --svg FILE)")
+    if svg_path is not None:
+        write_svg(out_dir, tensor, svg_path)
+        click.echo(f"spyrec: wrote {svg_path}", err=True)
+    if trace_path is not None:
+        write_trace(out_dir, trace_path)
+        click.echo(f"spyrec: wrote {trace_path}", err=True)
+    if as_json:
+        click.echo(json.dumps(inspect_data(out_dir, tensor), indent=1))
+    elif svg_path is None and trace_path is None:
+        click.echo(inspect_directory(out_dir, tensor), nl=False)
 
 
 def _register_run_command() -> None:

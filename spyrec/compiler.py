@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from spyrec.errors import ConfigError, InputFileError
 from spyrec.outdir import check_output_dir
@@ -32,6 +33,14 @@ class CompileOptions:
     print_ir_after_all: Path | None = None   # one NN_<pass>.ir file per step
     print_ir_before: str | None = None
     verify_each: bool = False                # ir.verify after lowering and every pass
+    progress: Callable[[str], None] | None = None   # told each phase as it starts (cli.py)
+
+
+def _phase(opts: CompileOptions, name: str) -> float:
+    """Tell the progress display (if any) that phase `name` starts; its start time."""
+    if opts.progress is not None:
+        opts.progress(name)
+    return time.perf_counter()
 
 
 def _log(opts: CompileOptions, message: str) -> None:
@@ -126,12 +135,12 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     from spyrec.frontend.limits import check_limits
 
     timings: list[dict] = []
-    t0 = time.perf_counter()
+    t0 = _phase(opts, "load")
     program = load_program(source, opts.frontend)
     timings.append({"name": "load", "wall_ms": _ms(t0)})
     if program.fallback_reason:
         _log(opts, f"spyrec: note: using the torch front end: {program.fallback_reason}")
-    t0 = time.perf_counter()
+    t0 = _phase(opts, "lower")
     graph = lower_program(program)
     check_limits(graph)
     check_layout_names(checked.layouts, graph, opts.layouts)
@@ -141,7 +150,7 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     for ins in instruments:
         ins.after(0, "lower", graph, frozenset())
     run_passes(graph, pipeline, ctx, instruments, timings)
-    t0 = time.perf_counter()
+    t0 = _phase(opts, "codegen")
     report = _report(graph, ctx, timings)
     report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
                           "fallback_reason": program.fallback_reason or None}

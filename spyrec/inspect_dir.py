@@ -1,15 +1,22 @@
-"""`spyrec inspect OUT [TENSOR]`: a readable view of a compiled output directory.
+"""`spyrec inspect OUT [TENSOR] [--json] [--svg FILE] [--trace FILE.json]`.
 
 Reads only the output directory (like the simulator): without TENSOR, every tensor's layout,
 address and size, the restickifies and the estimated cost; with TENSOR, its layout and every op
-that reads or writes it, with the device coordinates of each access.
+that reads or writes it, with the device coordinates of each access. `inspect_data` is the same
+content as one JSON document (`--json`, schemas/inspect.schema.json); `write_svg` draws
+TENSOR's sticks (stick_svg.py), `write_trace` the cost model's timeline (cost_trace.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from spyrec.errors import InputFileError
+
+# manifest tensor fields that tools outside spyrec read (DESIGN §2), in --json
+TENSOR_KEYS = ("name", "role", "host_shape", "host_dtype", "device_size", "stride_map",
+               "device_dtype", "hbm_address", "device_bytes", "source")
 
 
 def _load(out_dir: Path, name: str, schema: str) -> dict:
@@ -24,22 +31,80 @@ def _load(out_dir: Path, name: str, schema: str) -> dict:
     return read_json(path, schema)
 
 
-def inspect_directory(out_dir: Path, tensor: str | None = None) -> str:
+def _manifest(out_dir: Path) -> dict:
     from spyrec.sim.loader import check_output_directory
 
-    out_dir = Path(out_dir)
     check_output_directory(out_dir)
-    manifest = _load(out_dir, "manifest.json", "manifest")
+    return _load(out_dir, "manifest.json", "manifest")
+
+
+def _tensor(out_dir: Path, manifest: dict, tensor: str) -> dict:
     tensors = {t["name"]: t for t in manifest["tensors"]}
-    if tensor is None:
-        return _summary(out_dir, manifest)
     if tensor not in tensors:
         import difflib
 
         near = difflib.get_close_matches(tensor, list(tensors), n=3)
         hint = f"; did you mean {', '.join(near)}?" if near else ""
         raise InputFileError(f"{out_dir}: no tensor named {tensor!r}{hint}")
-    return _tensor_view(out_dir, manifest, tensors[tensor])
+    return tensors[tensor]
+
+
+def inspect_directory(out_dir: Path, tensor: str | None = None) -> str:
+    out_dir = Path(out_dir)
+    manifest = _manifest(out_dir)
+    if tensor is None:
+        return _summary(out_dir, manifest)
+    return _tensor_view(out_dir, manifest, _tensor(out_dir, manifest, tensor))
+
+
+def inspect_data(out_dir: Path, tensor: str | None = None) -> dict:
+    """`inspect --json`: the summary, or one tensor and its accesses, with stable keys."""
+    out_dir = Path(out_dir)
+    manifest = _manifest(out_dir)
+    if tensor is not None:
+        t = _tensor(out_dir, manifest, tensor)
+        return {"out_dir": str(out_dir), "tensor": {k: t[k] for k in TENSOR_KEYS},
+                "accesses": [{"file": name, "op": spec["op"],
+                              "access": "read" if arg["is_input"] else "write",
+                              "device_coordinates": arg["device_coordinates"],
+                              "iteration_space": {v: n for v, (n, _) in
+                                                  spec["iteration_space"].items()}}
+                             for name, spec, arg in _accesses(out_dir, manifest, t)]}
+    report = _load(out_dir, "report.json", "report") if (out_dir / "report.json").exists() \
+        else {}
+    cost = report.get("cost")
+    return {"out_dir": str(out_dir), "ops": len(_op_files(manifest)),
+            "hbm_bytes": manifest["hbm_bytes"], "inputs": manifest["inputs"],
+            "outputs": manifest["outputs"],
+            "tensors": [{k: t[k] for k in TENSOR_KEYS} for t in manifest["tensors"]],
+            "restickify": report.get("restickify"),
+            "cost_totals": {k: v for k, v in cost["totals"].items() if k != "per_bundle"}
+            if cost else None}
+
+
+def write_svg(out_dir: Path, tensor: str, path: Path) -> None:
+    """TENSOR's stick layout drawn into `path` (stick_svg.py)."""
+    from spyrec.sim.inputs import write_file
+    from spyrec.stick_svg import stick_layout_svg
+
+    out_dir = Path(out_dir)
+    manifest = _manifest(out_dir)
+    write_file(path, stick_layout_svg(_tensor(out_dir, manifest, tensor)).encode(), "--svg",
+               "the picture")
+
+
+def write_trace(out_dir: Path, path: Path) -> dict:
+    """The cost model's timeline as a Chrome/Perfetto trace in `path`; returns the cost."""
+    from spyrec.cost_trace import cost_trace
+    from spyrec.sim.inputs import write_file
+    from spyrec.sim.runner import load_program, program_cost
+
+    program = load_program(out_dir)
+    cost = program_cost(program)
+    trace = [(kernel, ex.file) for kernel, ex in program.trace]
+    write_file(path, (json.dumps(cost_trace(trace, cost), indent=1) + "\n").encode(),
+               "--trace", "the trace")
+    return cost
 
 
 def _op_files(manifest: dict) -> list[str]:
@@ -85,20 +150,26 @@ def _flat_specs(opspecs: dict) -> list[dict]:
     return out
 
 
+def _accesses(out_dir: Path, manifest: dict, t: dict):
+    """(sdsc file, op spec, arg) for every arg of every op that names tensor `t` (from
+    opspecs.json: sdsc files are SuperDSC, which names no tensors)."""
+    opspecs = _load(out_dir, "opspecs.json", "opspecs")
+    for name, spec in zip(_op_files(manifest), _flat_specs(opspecs)):
+        for arg in spec["args"]:
+            if arg["name"] == t["name"]:
+                yield name, spec, arg
+
+
 def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
     lines = [f"{t['name']}: {t['role']} {t['host_dtype']}{t['host_shape']}",
              f"  device_size {t['device_size']}  stride_map {t['stride_map']}  "
              f"{t['device_dtype']}  {t['device_bytes']} bytes at {t['hbm_address']}",
              f"  source {t['source']}", ""]
-    opspecs = _load(out_dir, "opspecs.json", "opspecs")
-    for name, spec in zip(_op_files(manifest), _flat_specs(opspecs)):
-        for arg in spec["args"]:
-            if arg["name"] != t["name"]:
-                continue
-            role = "reads " if arg["is_input"] else "writes"
-            space = ", ".join(f"{v}<{n}" for v, (n, _) in spec["iteration_space"].items())
-            where = ", ".join(str(w) for w in (spec.get("name"), spec.get("source")) if w)
-            lines.append(f"  {name:<14} {spec['op']:<16} {role} "
-                         f"[{', '.join(arg['device_coordinates'])}] over [{space}]"
-                         + (f"  ({where})" if where else ""))
+    for name, spec, arg in _accesses(out_dir, manifest, t):
+        role = "reads " if arg["is_input"] else "writes"
+        space = ", ".join(f"{v}<{n}" for v, (n, _) in spec["iteration_space"].items())
+        where = ", ".join(str(w) for w in (spec.get("name"), spec.get("source")) if w)
+        lines.append(f"  {name:<14} {spec['op']:<16} {role} "
+                     f"[{', '.join(arg['device_coordinates'])}] over [{space}]"
+                     + (f"  ({where})" if where else ""))
     return "\n".join(lines) + "\n"

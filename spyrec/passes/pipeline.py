@@ -13,6 +13,7 @@ import difflib
 import re
 import time
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -20,7 +21,9 @@ import yaml
 from spyrec.errors import ConfigError
 from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, PASSES, Pass, get_pass, providers
 
-DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "configs" / "pipeline.yaml"
+# Package data: spyrec/configs is a symlink to the repository's configs/ (the one copy users
+# edit) that the wheel ships as files, so an installed spyrec finds it as a checkout does.
+DEFAULT_PIPELINE = resources.files("spyrec") / "configs" / "pipeline.yaml"
 
 
 def _near(name: str, choices) -> str:
@@ -60,6 +63,7 @@ def yaml_problem(e: yaml.YAMLError) -> str:
 
 
 def read_pipeline_file(path: Path | None) -> tuple[list[dict], str]:
+    """The entries of `path` (the packaged default when None) and the name errors use."""
     path = Path(path) if path else DEFAULT_PIPELINE
     data = read_yaml_file(path, "pipeline", "--pipeline")
     if data is None or data == []:

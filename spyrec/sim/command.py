@@ -1,36 +1,43 @@
-"""`spyrec run OUT --inputs DATA.npz [-o OUTPUTS.npz] [--check] [--report] [-v|-q]`.
+"""`spyrec run OUT --inputs DATA.npz [-o OUTPUTS.npz] [--check] [--report] [--json] [-v|-q]`.
 
 A thin click command over `runner.simulate` (DESIGN §1). The results a user asked for (the
-`--check` table, the `--report` cost table) go to stdout; progress goes to stderr, so stdout
-stays clean for pipes. Errors are SpyrecError subclasses and `cli.main` maps them to exit codes:
+`--check` table, the `--report` cost table, or with `--json` one JSON document holding both,
+schemas/run.schema.json) go to stdout; progress goes to stderr, so stdout stays clean for
+pipes. Errors are SpyrecError subclasses and `cli.main` maps them to exit codes:
 2 for a bad input file or directory, 1 (CheckMismatch) when `--check` finds a difference.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import click
 
 from spyrec.errors import CheckMismatch
+from spyrec.progress import Progress
 
 
 @click.command("run")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--inputs", "inputs_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="Input arrays (.npz); keys are the program's input names.")
+              help="Input arrays (.npz, or .safetensors for bf16); keys are the program's "
+                   "input names.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the outputs (.npz, keys output_0, …; written under exactly "
-                   "this name); default OUT/outputs.npz.")
+              help="Where to write the outputs (.npz, or .safetensors by suffix; keys "
+                   "output_0, …; written under exactly this name); default OUT/outputs.npz.")
 @click.option("--check", is_flag=True,
               help="Also run program.pt2 in PyTorch eager and compare; exit 1 on a mismatch.")
 @click.option("--report", is_flag=True, help="Print the estimated cost per op.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document (outputs, --check results, --report cost).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log every op as it runs (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: bool,
-                report: bool, verbose: bool, quiet: bool) -> None:
+                report: bool, as_json: bool, verbose: bool, quiet: bool) -> None:
     """Simulate the compiled program in OUT on the inputs in an .npz file."""
     # Imported here, not at the top: `spyrec compile` and `--help` must not pay for them.
     from spyrec.sim.check import check_outputs, check_reference_program, format_checks
@@ -42,9 +49,12 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         if not quiet:
             click.echo(f"spyrec run: {msg}", err=True)
 
+    ticker = Progress("spyrec run", enabled=not quiet and not verbose)
+
     def detail(msg: str) -> None:
         if verbose and not quiet:
             click.echo(f"spyrec run: {msg}", err=True)
+        ticker.step(msg)
 
     # Everything that can be checked without simulating is checked first, so a typo in -o or a
     # missing program.pt2 fails in a second rather than after the whole run.
@@ -55,18 +65,51 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         check_reference_program(out)
     inputs = read_inputs(program.manifest, inputs_path)
     result = simulate(out, inputs, log=detail, program=program)
+    ticker.done()
     output_path = output_path or out / "outputs.npz"
     write_npz(output_path, npz_arrays(result.outputs, result.output_dtypes, result.names))
     progress(f"{len(result.outputs)} output(s) written to {output_path} "
              f"({result.wall_s:.2f} s)")
-    if report:
+    if report and not as_json:
         click.echo(format_table(result.cost))
+    checks = None
     if check:
         progress("running program.pt2 in PyTorch eager for --check")
         checks = check_outputs(out, program.manifest, inputs, result.outputs)
-        click.echo(format_checks(checks))
+        if not as_json:
+            click.echo(format_checks(checks))
+    if as_json:
+        click.echo(json.dumps(run_document(result, output_path, checks,
+                                           result.cost if report else None), indent=1))
+    if checks is not None:
         bad = [c for c in checks if not c.ok]
         if bad:
             names = ", ".join(f"output_{c.index} ({c.name})" for c in bad)
             raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from PyTorch "
                                 f"eager beyond tolerance: {names}")
+
+
+def run_document(result, output_path: Path, checks: list | None, cost: dict | None) -> dict:
+    """`run --json`: every key always present (null when not asked for); NaN (no comparison
+    possible) is null, as JSON has no NaN."""
+    def number(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    return {
+        "output_file": str(output_path),
+        "wall_s": round(result.wall_s, 6),
+        "outputs": [{"key": key, "tensor": name, "dtype": dtype, "shape": list(a.shape)}
+                    for key, name, dtype, a in zip(result.names, _tensor_names(result),
+                                                   result.output_dtypes, result.outputs)],
+        "check": None if checks is None else [
+            {"key": c.key or f"output_{c.index}", "tensor": c.name, "dtype": c.dtype,
+             "ok": c.ok, "max_abs_err": number(c.max_abs), "max_rel_err": number(c.max_rel),
+             "tolerance": c.tolerance, "mismatches": c.mismatches, "total": c.total,
+             "problem": c.problem} for c in checks],
+        "cost": cost,
+    }
+
+
+def _tensor_names(result) -> list[str]:
+    manifest = result.program.manifest
+    return list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]

@@ -2,13 +2,16 @@
 
 Keys are the user-input names of the exported program (manifest `inputs`). numpy has no
 bfloat16, so a bf16 array travels as its uint16 bit patterns plus a tag key
-`__dtype__.<name>` = "bfloat16" (DESIGN §1); outputs are written the same way. Every problem
+`__dtype__.<name>` = "bfloat16" (DESIGN §1); outputs are written the same way. A
+`.safetensors` file (the ecosystem's bf16 container) may stand in for an .npz on either side:
+`safetensors.py` turns its BF16 tensors into the same tagged form. Every problem
 with a file (missing or extra keys, wrong shapes or dtypes) is collected into ONE error that
 ends with the expected signature, so a user fixes everything in one round trip.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import zipfile
@@ -20,6 +23,7 @@ from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
 from spyrec.sim.numerics import float32_to_bf16_bits
+from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
 from spyrec.sim.transfer import HOST_NUMPY
 
@@ -90,19 +94,39 @@ def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
                                  f"again with numpy.savez") from None
 
 
+def is_safetensors(path: str | Path) -> bool:
+    return Path(path).suffix.lower() == ".safetensors"
+
+
+def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """An .npz or (by its suffix) a .safetensors file, in the same tagged host form."""
+    return read_safetensors(path) if is_safetensors(path) else read_npz(path)
+
+
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write `arrays` to exactly `path` (numpy.savez would append `.npz` to a bare name),
-    through a temporary sibling renamed into place: no half-written file on failure."""
+    """Write `arrays` to exactly `path` (numpy.savez would append `.npz` to a bare name), as
+    .safetensors when the name ends so."""
+    if is_safetensors(path):
+        data = safetensors_bytes(arrays)
+    else:
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        data = buffer.getvalue()
+    write_file(path, data, "-o", "the outputs")
+
+
+def write_file(path: str | Path, data: bytes, option: str, what: str) -> None:
+    """Write `data` to exactly `path` through a temporary sibling renamed into place: no
+    half-written file on failure; a directory or a missing parent is refused first."""
     path = Path(path)
-    check_output_path(path, "output")
+    check_output_path(path, option)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as e:
-        raise InputFileError(f"{path}: cannot write the outputs ({e.strerror}); choose "
-                             f"another -o path") from None
+        raise InputFileError(f"{option} {path}: cannot write {what} ({e.strerror}); choose "
+                             f"another path") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -201,7 +225,7 @@ def check_inputs(manifest: Manifest, arrays: dict[str, np.ndarray],
 
 
 def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
-    return check_inputs(manifest, read_npz(path), str(path), from_file=True)
+    return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
 
 
 def read_constants(manifest: Manifest, out_dir: Path) -> dict[str, np.ndarray]:
