@@ -18,7 +18,10 @@ def format_graph(graph: Graph) -> str:
                      f"{layout}{addr}")
     for op in graph.ops:
         space = ", ".join(f"{v}<{n}" for v, n in op.ranges)
-        gathers = "".join(f" gather {a.buffer}[{a.index}]" for a in op.index_inputs)
+        bounds = [f" in {lo}..{n - 1}" for lo, n in op.index_bounds] or [""] * len(
+            op.index_inputs)
+        gathers = "".join(f" gather {a.buffer}[{a.index}]{b}"
+                          for a, b in zip(op.index_inputs, bounds))
         cores = ""
         if op.core_splits:
             cores = " cores(" + ", ".join(f"{v}:{k}" for v, k in op.core_splits.items()

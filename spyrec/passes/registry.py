@@ -39,6 +39,8 @@ class Contract:
 # docstrings). Kept here rather than on the classes so one table shows the whole dependency
 # graph; a pass class may still set its own `contract`.
 CONTRACTS = {
+    # Adds index-check ops and buffers and fuses gathers: runs before layouts exist.
+    "gather_coordinates": Contract(invalidates=("layouts", "core_splits", "hbm_addresses")),
     # Lays out every buffer and inserts restickify copies and view copies (new ops, buffers).
     "stick_layout": Contract(provides=("layouts",),
                              invalidates=("core_splits", "hbm_addresses")),
@@ -92,7 +94,7 @@ def register_pass(name: str):
 def load_all() -> dict[str, type[Pass]]:
     """Import every pass module (registration happens on import)."""
     from spyrec.passes import (  # noqa: F401
-        matmul_padding, memory_planning, stick_layout, work_division,
+        gather_coordinates, matmul_padding, memory_planning, stick_layout, work_division,
     )
 
     return PASSES

@@ -68,14 +68,23 @@ def test_manifest_signature_and_addresses(program, tmp_path):
 
 
 def test_gather_lists_the_index_tensor_first(program, tmp_path):
+    """The index is checked (sdsc_0), then read first by the op it gathers for: the add the
+    gather is fused into, or (fuse=false) the gather itself."""
     out = compile_pt2(program, tmp_path / "out")
-    gather = load_json(out / "sdsc_0.json")
-    assert gather["op"] == "identity"
-    index, table, result = gather["args"]
+    check = load_json(out / "sdsc_0.json")
+    assert check["op"] == "wrapindex" and check["op_info"]["constants"]["size"] == 50
+    fused = load_json(out / "sdsc_1.json")
+    assert fused["op"] == "add"
+    index, table, x, result = fused["args"]
     assert (index["name"], index["is_input"], index["device_coordinates"]) == \
-        ("idx", True, ["0", "c0"])
-    assert table["device_coordinates"] == ["floor(c1/32)", "IndirectAccess('idx')", "Mod(c1, 32)"]
-    assert result["is_input"] is False and result["arg_index"] == 2
+        ("idx_check50", True, ["0", "c0"])
+    assert table["device_coordinates"] == ["floor(c1/32)", "IndirectAccess('idx_check50')",
+                                           "Mod(c1, 32)"]
+    assert x["name"] == "x" and result["is_input"] is False and result["arg_index"] == 3
+    unfused = compile_pt2(program, tmp_path / "unfused", sets=["gather_coordinates.fuse=false"])
+    gather = load_json(unfused / "sdsc_1.json")
+    assert gather["op"] == "identity" and gather["args"][0]["name"] == "idx_check50"
+    assert load_json(unfused / "report.json")["gather_coordinates"]["unfused"] == 1
 
 
 def test_per_core_split_covers_the_iteration_space(program, tmp_path):
@@ -84,7 +93,7 @@ def test_per_core_split_covers_the_iteration_space(program, tmp_path):
     cores = spec["cores"]
     assert len(cores) == 3
     assert [c["ranges"]["c0"] for c in cores] == [[0, 2], [2, 4], [4, 6]]
-    first_input = [c["arg_start_bytes"][0] for c in cores]
+    first_input = [c["arg_start_bytes"][2] for c in cores]  # x (after the index, the table)
     x_row_bytes = 32 * 4  # one fp32 stick row of the [4, 6, 32] device layout
     assert first_input[1] - first_input[0] == 2 * x_row_bytes
 
@@ -93,5 +102,5 @@ def test_dump_after_prints_the_ir(program, tmp_path, capsys):
     compile_pt2(program, tmp_path / "out", dump_after="stick_layout")
     err = capsys.readouterr().err
     assert "// ----- IR after stick_layout -----" in err and "device [4, 6, 32]" in err
-    with pytest.raises(ConfigError, match="choose one of: all, lower, stick_layout"):
+    with pytest.raises(ConfigError, match="choose one of: all, lower, gather_coordinates, stick_layout"):
         compile_pt2(program, tmp_path / "out2", dump_after="nope")
