@@ -163,10 +163,14 @@ def torch_gather(ctx, x, dim: int, index, wrap: bool = False):
 @lowering("aten.take_along_dim.default")
 def _take_along_dim(ctx, node, x, indices, dim=None):
     """torch.take_along_dim: torch.gather after broadcasting every dim but `dim` (no dim: of
-    the flattened tensors)."""
+    the flattened tensors). Eager (2.13) wraps a negative index with a dim, not without."""
     if dim is None:
-        return torch_gather(ctx, x.reshape([x.numel]), 0, indices.reshape([indices.numel]),
-                            wrap=True)
+        # a flat index into a multi-dim tensor is not one device coordinate: gather from a
+        # 1-D copy (an indirect coordinate indexes one dim of the tensor it reads)
+        flat = x.reshape([x.numel])
+        if x.rank > 1:
+            flat = ctx.pointwise("identity", [flat], out_dtype=x.dtype, shape=flat.shape)
+        return torch_gather(ctx, flat, 0, indices.reshape([indices.numel]))  # no wrap here
     dim %= x.rank
     shape = ctx.out_meta()[0]
     x = x.expand([x.shape[d] if d == dim else n for d, n in enumerate(shape)])

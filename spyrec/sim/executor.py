@@ -63,7 +63,7 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
     where = np.broadcast_to(access.relative(b), shape)
     result = np.asarray(result)
     assert np.broadcast_shapes(result.shape, shape) == shape, (spec.op, result.shape, shape)
-    if scatter.is_scatter(b.arg):
+    if scatter.is_scatter(spec, b.arg):
         scatter.write(spec, b, access, result, shape)
         return
     if not one_to_one(spec, b, chunk):

@@ -95,6 +95,8 @@ def _output_problems(spec: OpSpec) -> list[str]:
         if v in names:
             out.append(f"reduced var {v} indexes the output")
     for v, (n, _) in spec.iteration_space.items():
+        if spec.constants.get("scatter") in SCATTER_MODES:
+            break                # a scatter says what several points on one element do
         if v not in spec.reduced and n > 1 and v not in names:
             out.append(f"output var {v} (range {n}) does not index the output, so every "
                        f"output element would be written {n} times")

@@ -22,8 +22,11 @@ from spyrec.sim.numerics import to_storage
 MODES = ("assign", "add")
 
 
-def is_scatter(arg) -> bool:
-    return any(isinstance(leaf, Indirect) for c in arg.coordinates for leaf in c.free_atoms())
+def is_scatter(spec, arg) -> bool:
+    """An output written through IndirectAccess, or any op marked `scatter` (indexing a dim
+    of size 1 leaves no IndirectAccess, yet several points still land on one element)."""
+    return spec.constants.get("scatter") in MODES or any(
+        isinstance(leaf, Indirect) for c in arg.coordinates for leaf in c.free_atoms())
 
 
 def write(spec, b, access, result: np.ndarray, shape: tuple[int, ...]) -> None:
