@@ -3,7 +3,6 @@ written with index_copy_, attention over the cache — compiled by the fast fron
 simulated, equal to eager, the updated caches returned under their FQNs."""
 
 import pytest
-import torch
 
 from samples.decoder_step import make
 from tests.differential.harness import run_and_compare

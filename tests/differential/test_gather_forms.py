@@ -97,8 +97,7 @@ SCATTERS = {
         lambda m, x, i, j, v: torch.index_put(x, (i, j), v),
         (r(5, 7, 33), I([0, 4, -1]), I([6, 1, 2]), r(33, seed=2))),
     "index_put_cols_duplicates_last_wins": (
-        lambda m, x, i, v: torch.index_put(x, (slice(None), i), v) if False else
-        x.index_put((torch.arange(3)[:, None], i[None, :]), v),
+        lambda m, x, i, v: x.index_put((torch.arange(3)[:, None], i[None, :]), v),
         (r(3, 70), I([5, 69, 5]), r(3, 3, seed=3))),
     "index_copy_dim1_duplicates": (lambda m, x, i, s: x.index_copy(1, i, s) * 1,
                                    (r(2, 6, 2), I([1, 1, 5]), r(2, 3, 2, seed=1))),
