@@ -248,6 +248,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "layout_search": ctx.report.get("layout_search"),
         "matmul_padding": ctx.report.get("matmul_padding",
                                          {"count": 0, "elements": 0, "list": []}),
+        "gather_coordinates": ctx.report.get("gather_coordinates"),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
@@ -269,6 +270,11 @@ def report_text(report: dict) -> str:
     lines += ["", f"matmul K padding: {pad['count']} operands, {pad['elements']} device elements"]
     lines += [f"  {row['tensor']} -> {row['padded']}: K {row['k']} -> {row['k_padded']} for "
               f"{row['op']}" for row in pad["list"]]
+    gat = report.get("gather_coordinates")
+    if gat:
+        lines += ["", f"gathers: {gat['gathers']} ({gat['fused']} fused, {gat['unfused']} "
+                      f"unfused), scatters: {gat['scatters']}, index checks: "
+                      f"{gat['index_checks']}"]
     lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes", "",
               "layouts:"]
     for name, lay in report["layouts"].items():

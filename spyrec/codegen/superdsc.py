@@ -22,8 +22,9 @@ form for it:
   F §4.4). Index tensors are `SENUINT32` as in the reference.
 - Op attributes that are not numbers (`scalar_side`, `approximate`) go in
   `computeOp_[0].attributes_` next to `dataFormat_` and `fidelity_`.
-- An op that no SuperDSC fields can express (data moved inside a stick) carries its access in
-  `spyrecAccess_` and is counted in report.json: the backend cannot compile it as is.
+- An op that no SuperDSC fields can express (data moved inside a stick; a scatter, whose
+  output is written through IndirectAccess) carries its access in `spyrecAccess_` and is
+  counted in report.json: the backend cannot compile it as is.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import struct
 
 from spyrec.codegen.sdsc_dims import Digit, NotExpressible, OpDims, TensorDims, op_dims
 from spyrec.errors import InternalError
+from spyrec.indexing import Indirect
 
 _LABELS = ("mb", "x", "y", "i", "j", "ki", "kj")
 _MATMUL_LABELS = ("ki", "kj", "y", "x", "mb", "out", "in")
@@ -61,6 +63,23 @@ def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str]) -> d
     which the simulator runs and the backend rejects (counted in report.json)."""
     coords = [a["_coords"] for a in spec["args"]]
     try:
+        if "scatter" in spec["op_info"]["constants"] or any(
+                isinstance(atom, Indirect) for c in coords[-1] for atom in c.free_atoms()):
+            raise NotExpressible("scatter: SuperDSC has no indirect output (its "
+                                 "IndirectAccess is for inputs only)")
+        gathered = {atom.tensor for c in coords[:-1] for coord in c
+                    for atom in coord.free_atoms() if isinstance(atom, Indirect)}
+        if any(coord.const and any(isinstance(a, Indirect) for a in coord.free_atoms())
+               for c in coords[:-1] for coord in c):
+            # a gathered dim that starts past 0 (x[1:][i]): the per-core start addresses the
+            # fields give do not include that offset
+            raise NotExpressible("a gathered coordinate with a constant offset: SuperDSC "
+                                 "places the gathered level at the index value alone")
+        if len(gathered) > 1:
+            # sdsc_dims gives each index tensor its own level, but the emitted coordInfo
+            # folds of such an op do not read back (sim/superdsc.py): our own form until then
+            raise NotExpressible(f"multi-index gather (through {', '.join(sorted(gathered))}): "
+                                 f"SuperDSC emission covers one index tensor per op")
         dims = op_dims(list((v, n) for v, (n, _) in spec["iteration_space"].items()), coords,
                        [b.layout.device_size for b in bufs],
                        [b.layout.device_strides_elems for b in bufs],

@@ -1,32 +1,32 @@
-"""The functional forms of in-place writes: `copy` and `index_copy`.
+"""The functional forms of in-place writes: `copy` and the scatters.
 
 A program that writes a buffer in place (`cache.copy_(x)`, a static KV cache's
-`keys.index_copy_(2, cache_position, k)`) reaches the lowering functionalized (torch's
-`run_decompositions`, or `functionalize.py` for the fast front end): the write is a functional
-op whose result is the buffer's new value, returned under the buffer's FQN (DESIGN §1).
+`keys.index_copy_(2, cache_position, k)`, `cache[:, pos] = k`) reaches the lowering
+functionalized (torch's `run_decompositions`, or `functionalize.py` for the fast front end): the
+write is a functional op whose result is the buffer's new value, returned under the buffer's FQN
+(DESIGN §1).
 
-`index_copy` is lowered without a scatter: for each index j, the positions s along `dim` where
-`index[j] == s` (a compare of a compile-time arange with the index tensor) take `source`'s
-slice j, the others keep `x` (`where3`): one compare and one where3 over x per index.
-Selection, never arithmetic: exact in every dtype. With several indices the writes are applied
-in index order, so a duplicate index takes the last source slice, as eager's CPU kernel does
-(eager calls the result of duplicates undefined). An index outside 0..size-1 faults (exit 2),
-as eager raises.
+Every indexed write (`index_copy`, `index_put`, `scatter`, `scatter_add`, `index_add`) is a true
+scatter (`indexed.emit_scatter`): a copy of the destination, then one op whose output index
+holds the index tensor's value. Copy rather than update in place: the IR is single-assignment
+(a buffer keeps the value it was made with, so a reader of the old cache before the write and
+one after both stay right, and `spyrec run` can run a directory twice from the same constants);
+the cost is one pass over the destination, which an aliasing memory plan could remove later.
+
+Duplicate indices: `scatter: add` sums every contribution (fp32, rounded once); `assign` lets
+the later iteration point win, which is what eager's CPU kernels do for index_copy, index_put
+and scatter (eager calls it undefined). Out-of-range indices fault in the simulator (exit 2).
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.lower import iteration_vars, lowering, names_of, source_of
+from spyrec.frontend.aten_ops import binary
+from spyrec.frontend.indexed import (
+    IndexUse, advanced_coordinates, advanced_shape, check_index, distinct_indices, emit_scatter,
+)
+from spyrec.frontend.lower import Scalar, lowering
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, as_lin
-from spyrec.ir import Access
-
-# One where3 over the whole destination per index: a write of more indices than this (a long
-# prefill into a cache) would multiply the traffic; a true scatter is the way there.
-MAX_INDEX_COPY_INDICES = 64
 
 
 @lowering("aten.copy.default")
@@ -36,55 +36,82 @@ def _copy(ctx, node, dst, src, non_blocking=False):
     return ctx.pointwise("identity", [src], out_dtype=dtype, shape=shape)
 
 
+@lowering("aten.index_put.default")
+def _index_put(ctx, node, x, indices, values, accumulate=False):
+    """x with x[indices] = values (or += with accumulate), values broadcast to x[indices]."""
+    indices = distinct_indices(ctx, x.shape, list(indices))
+    shape = advanced_shape(x.shape, indices)
+    src = values.value if isinstance(values, Scalar) else values
+    return emit_scatter(ctx, x, shape,
+                        lambda cvars: advanced_coordinates(x.shape, indices, cvars), src,
+                        "add" if accumulate else "assign")
+
+
+def _along(ctx, x: TensorValue, dim: int, index: TensorValue, source, mode: str):
+    """x with x[..., index[j], ...] (=|+=) source[..., j, ...] along `dim` (1-D index; a
+    negative index is an error, as in eager's index_copy and index_add)."""
+    if x.rank == 0:
+        out = _along(ctx, x.reshape([1]), 0, index.reshape([1]),
+                     source.reshape([1]) if isinstance(source, TensorValue) else source, mode)
+        return out.reshape([])
+    dim %= x.rank
+    index = index.reshape([1]) if index.rank == 0 else index
+    indices = distinct_indices(ctx, x.shape, [None] * dim + [index])
+    shape = advanced_shape(x.shape, indices)
+    return emit_scatter(ctx, x, shape,
+                        lambda cvars: advanced_coordinates(x.shape, indices, cvars, False),
+                        source, mode)
+
+
 @lowering("aten.index_copy.default")
 def _index_copy(ctx, node, x, dim, index, source):
-    """x with x[..., index[j], ...] = source[..., j, ...] along `dim`.
+    return _along(ctx, x, dim, index, source, "assign")
 
-    The indices are first read through a gather of the positions 0..size-1 (its value is the
-    index itself): an index outside 0..size-1, which eager refuses ("index_copy_(): index -1
-    is out of bounds"), faults in the simulator like any gather, instead of writing nothing.
-    """
-    where = source_of(node) or "unknown source line"
+
+@lowering("aten.index_add.default")
+def _index_add(ctx, node, x, dim, index, source, alpha=1):
+    if alpha != 1:
+        source = binary(ctx, "mul", source, alpha, out_dtype=x.dtype)
+    return _along(ctx, x, dim, index, source, "add")
+
+
+def _scatter(ctx, x: TensorValue, dim: int, index: TensorValue, src, mode: str):
+    """out[..., index[p], ...] (=|+=) src[p] along `dim`, p over index's shape (torch.scatter:
+    index has x's rank; src is read at p, or is a number)."""
     if x.rank == 0:
-        x, source = x.reshape([1]), source.reshape([1])
-        dim = 0
+        out = _scatter(ctx, x.reshape([1]), 0, index.reshape([1]),
+                       src.reshape([1]) if isinstance(src, TensorValue) else src, mode)
+        return out.reshape([])
     dim %= x.rank
-    if index.rank == 0:
-        index = index.reshape([1])
-    count = index.numel
-    if count > MAX_INDEX_COPY_INDICES:
-        raise UnsupportedProgram(f"{node.name}: index_copy of {count} indices (more than "
-                                 f"{MAX_INDEX_COPY_INDICES}) is not supported yet ({where})")
-    size = x.shape[dim]
-    shape, dtype = tuple(x.shape), x.dtype
-    if count == 0:  # nothing written, but the result is a new tensor
-        return ctx.pointwise("identity", [x], out_dtype=dtype, shape=shape)
-    positions = _int_constant(ctx, "positions", np.arange(max(size, 2)), index.dtype)
-    checked = _checked_indices(ctx, positions, index)
-    positions = positions.slice(0, 0, size).reshape(
-        [size if d == dim else 1 for d in range(x.rank)])
-    out = x
-    for j in range(count):
-        i = checked.select(0, j).reshape([1] * x.rank)
-        mask = ctx.pointwise("equal", [positions, i], out_dtype="bool",
-                             shape=positions.shape)
-        row = source.select(dim, j).unsqueeze(dim)
-        out = ctx.pointwise("where3", [mask, row, out], out_dtype=dtype, shape=shape)
-    return out
+    check_index(ctx, index)
+    if isinstance(src, TensorValue) and src.shape != index.shape:
+        src = _crop(src, index.shape)
+
+    def coordinates(cvars):
+        coords = list(cvars)
+        coords[dim] = as_lin(Indirect(index.buffer))
+        return coords, [IndexUse(index, index.at(cvars), x.shape[dim], 0)]
+    return emit_scatter(ctx, x, index.shape, coordinates, src, mode)
 
 
-def _checked_indices(ctx, positions: TensorValue, index: TensorValue) -> TensorValue:
-    """positions[index]: the index itself, read through a gather (range-checked). `positions`
-    has at least two entries (a gather along a size-1 dim has no indirect coordinate)."""
-    out = ctx.new_value((index.numel,), index.dtype, role="index")
-    cvars = iteration_vars(out.shape)
-    ctx.emit("identity", out, list(zip(names_of(cvars), out.shape)),
-             [Access(positions.buffer, positions.at([as_lin(Indirect(index.buffer))]))],
-             out.at(cvars), index_inputs=[Access(index.buffer, index.at(cvars))])
-    return out
+def _crop(src: TensorValue, shape) -> TensorValue:
+    """The leading `shape` block of src (torch.scatter reads src only where index has data)."""
+    for d, n in enumerate(shape):
+        if src.shape[d] != n:
+            src = src.slice(d, 0, n)
+    return src
 
 
-def _int_constant(ctx, base: str, values: np.ndarray, dtype: str) -> TensorValue:
-    """A compile-time integer constant buffer in the index's dtype (values in constants.npz)."""
-    values = np.ascontiguousarray(values, dtype=np.dtype(dtype))
-    return ctx.new_constant(values, dtype, role=base)
+@lowering("aten.scatter.src")
+def _scatter_src(ctx, node, x, dim, index, src):
+    return _scatter(ctx, x, dim, index, src, "assign")
+
+
+@lowering("aten.scatter.value")
+def _scatter_value(ctx, node, x, dim, index, value):
+    return _scatter(ctx, x, dim, index, value, "assign")
+
+
+@lowering("aten.scatter_add.default")
+def _scatter_add(ctx, node, x, dim, index, src):
+    return _scatter(ctx, x, dim, index, src, "add")

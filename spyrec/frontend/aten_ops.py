@@ -11,11 +11,13 @@ import numpy as np
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.lower import (
-    LOWERINGS, LoweringContext, Scalar, host_dtype, iteration_vars, lowering,
-    names_of, source_of,
+    LOWERINGS, LoweringContext, Scalar, host_dtype, iteration_vars, lowering, names_of,
+)
+from spyrec.frontend.indexed import (
+    advanced_coordinates, advanced_shape, distinct_indices, emit_gather,
 )
 from spyrec.frontend.views import TensorValue
-from spyrec.indexing import Indirect, Lin, as_lin, const, var
+from spyrec.indexing import Lin, const, var
 from spyrec.ir import Access
 
 # --- pointwise -------------------------------------------------------------------------------
@@ -410,53 +412,29 @@ def _cat(ctx, node, values, dim=0):
 
 @lowering("aten.index.Tensor")
 def _index(ctx, node, x, indices):
-    positions = [i for i, t in enumerate(indices) if t is not None]
-    if len(positions) != 1:
-        raise UnsupportedProgram(f"{node.name}: indexing with {len(positions)} index tensors; "
-                                 f"only one index tensor is supported (x[idx], x[:, idx])")
-    return gather(ctx, x, positions[0], indices[positions[0]])
+    """x[i, :, j, ...]: advanced indexing with any number of index tensors of any rank."""
+    return advanced_index(ctx, x, list(indices))
 
 
 @lowering("aten.embedding.default")
-def _embedding(ctx, node, weight, idx, *args):
+def _embedding(ctx, node, weight, idx, padding_idx=-1, scale_grad_by_freq=False,
+               sparse=False):
+    """weight[idx]; padding_idx only changes the gradient."""
     return gather(ctx, weight, 0, idx)
 
 
+def advanced_index(ctx: LoweringContext, x: TensorValue, indices: list,
+                   wrap: bool = True) -> TensorValue:
+    indices = distinct_indices(ctx, x.shape, indices)
+    shape = advanced_shape(x.shape, indices)
+    return emit_gather(ctx, x, shape,
+                       lambda cvars: advanced_coordinates(x.shape, indices, cvars, wrap))
+
+
 def gather(ctx: LoweringContext, x: TensorValue, dim: int, idx: TensorValue) -> TensorValue:
-    """out[pre, i, post] = x[pre, idx[i], post] (one identity op with an indirect coordinate)."""
-    def coordinates(cvars):
-        return (cvars[:dim] + [as_lin(Indirect(idx.buffer))] + cvars[dim + idx.rank:],
-                cvars[dim:dim + idx.rank])
-    return emit_gather(ctx, x, dim, idx, coordinates)
-
-
-def emit_gather(ctx: LoweringContext, x: TensorValue, dim: int, idx: TensorValue,
-                coordinates) -> TensorValue:
-    """One identity op reading `x` through an indirect coordinate along `dim`.
-
-    `coordinates(output vars) -> (x's index, idx's index)` says where each output element
-    reads x and which index element it uses."""
-    if not host_dtype_is_integer(idx.dtype):
-        raise UnsupportedProgram(f"{ctx.node.name}: index tensor {idx.buffer} has dtype "
-                                 f"{idx.dtype}; gathers need integer indices")
-    if x.shape[dim] == 1:
-        # x's own index drops a size-1 dim, so the indirect coordinate (and with it the
-        # simulator's range check of every index) would vanish: refuse rather than read blind.
-        raise UnsupportedProgram(f"{ctx.node.name}: gathering along a dim of size 1 "
-                                 f"({source_of(ctx.node) or 'unknown source line'}) is not "
-                                 f"supported yet; index a tensor with more than one row")
-    shape, dtype = ctx.out_meta()
-    out = ctx.new_value(shape, dtype)
-    cvars = iteration_vars(shape)
-    x_idx, idx_vars = coordinates(cvars)
-    ctx.emit("identity", out, list(zip(names_of(cvars), shape)),
-             [Access(x.buffer, x.at(x_idx))], out.at(cvars),
-             index_inputs=[Access(idx.buffer, idx.at(idx_vars))])
-    return out
-
-
-def host_dtype_is_integer(dtype: str) -> bool:
-    return dtype in ("int32", "int64", "int8", "uint8", "int16")
+    """out[pre, i, post] = x[pre, idx[i], post] (one identity op with an indirect coordinate);
+    a negative idx is an error, as in eager's index_select and embedding."""
+    return advanced_index(ctx, x, [None] * dim + [idx], wrap=False)
 
 
 __all__ = ["binary", "gather", "host_dtype"]

@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_ops import binary, emit_gather, gather
+from spyrec.frontend.aten_ops import binary, gather
+from spyrec.frontend.indexed import IndexUse, check_index, emit_gather
 from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul
 from spyrec.frontend.lower import lowering, source_of
 from spyrec.indexing import Indirect, as_lin
@@ -136,13 +137,39 @@ def _stack(ctx, node, values, dim=0):
 def _torch_gather(ctx, node, x, dim, index, sparse_grad=False):
     """torch.gather: out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim`, every other
     coordinate the output's own (index has x's rank)."""
-    dim = dim % max(x.rank, 1)
+    if x.rank == 0:  # the only valid index is 0 (or -1): a 0-d gather of a 0-d tensor
+        x, index = x.reshape([1]), index.reshape([1])
+        return torch_gather(ctx, x, 0, index).reshape([])
+    return torch_gather(ctx, x, dim % x.rank, index)
+
+
+def torch_gather(ctx, x, dim: int, index, wrap: bool = False):
+    """Negative indices are errors in eager's gather, but wrap in take_along_dim."""
+    check_index(ctx, index)
+    n = x.shape[dim]
 
     def coordinates(cvars):
-        x_idx = list(cvars)
-        x_idx[dim] = as_lin(Indirect(index.buffer))
-        return x_idx, cvars
-    return emit_gather(ctx, x, dim, index, coordinates)
+        coords = list(cvars)
+        coords[dim] = as_lin(Indirect(index.buffer))
+        return coords, [IndexUse(index, index.at(cvars), n, -n if wrap else 0)]
+    return emit_gather(ctx, x, index.shape, coordinates)
+
+
+@lowering("aten.take_along_dim.default")
+def _take_along_dim(ctx, node, x, indices, dim=None):
+    """torch.take_along_dim: torch.gather after broadcasting every dim but `dim` (no dim: of
+    the flattened tensors). Eager (2.13) wraps a negative index with a dim, not without."""
+    if dim is None:
+        # a flat index into a multi-dim tensor is not one device coordinate: gather from a
+        # 1-D copy (an indirect coordinate indexes one dim of the tensor it reads)
+        flat = x.reshape([x.numel])
+        if x.rank > 1:
+            flat = ctx.pointwise("identity", [flat], out_dtype=x.dtype, shape=flat.shape)
+        return torch_gather(ctx, flat, 0, indices.reshape([indices.numel]))  # no wrap here
+    dim %= x.rank
+    shape = ctx.out_meta()[0]
+    x = x.expand([x.shape[d] if d == dim else n for d, n in enumerate(shape)])
+    return torch_gather(ctx, x, dim, indices.expand(shape), wrap=True)
 
 
 _BOOL_BINARY = {"and": "minimum", "or": "maximum", "xor": "notequal"}

@@ -79,7 +79,8 @@ class LoweringContext:
 
     def emit(self, op: str, out: TensorValue, ranges: Sequence[tuple[str, int]],
              inputs: Sequence[Lin | tuple], out_index: Lin, reduced: Sequence[str] = (),
-             constants: dict | None = None, index_inputs: Sequence[Access] = ()) -> None:
+             constants: dict | None = None, index_inputs: Sequence[Access] = (),
+             index_bounds: Sequence[tuple[int, int]] = ()) -> None:
         """Append one device op writing `out` (named when lowering ends, `names.py`)."""
         assert op in DEVICE_OPS, f"lowering emitted unknown device op {op}"
         if any(int(n) == 0 for _, n in ranges):
@@ -91,7 +92,8 @@ class LoweringContext:
             name=out.buffer, op=op, ranges=tuple((v, int(n)) for v, n in ranges),
             inputs=tuple(inputs), output=Access(out.buffer, out_index),
             reduced=tuple(reduced), constants=dict(constants or {}),
-            index_inputs=tuple(index_inputs), source=source_of(self.node)))
+            index_inputs=tuple(index_inputs), index_bounds=tuple(index_bounds),
+            source=source_of(self.node)))
 
     def meta_of(self, arg):
         """The TensorMeta of a node argument (a `Ref`), or None."""

@@ -88,6 +88,12 @@ class Operation:
     source: str | None = None
     core_splits: dict[str, int] | None = None   # written by work_division
     loops: tuple[Loop, ...] = ()                 # enclosing loops, outermost first (tiling)
+    # (low, size) per index input (parallel to index_inputs; last so that positional
+    # constructors keep working): its values index a dim of
+    # `size`; valid values are low..size-1, and low = -size means negatives wrap once
+    # (advanced indexing), low = 0 that they are errors (index_select, gather, scatter, as
+    # eager). gather_coordinates turns this into a checked `wrapindex` op per index tensor.
+    index_bounds: tuple[tuple[int, int], ...] = ()
 
     __hash__ = None  # mutable (passes write core_splits)
 
@@ -99,7 +105,7 @@ class Operation:
     def _key(self) -> tuple:
         return (self.name, self.op, self.ranges, self.inputs, self.output, self.reduced,
                 constants_text(self.constants), self.index_inputs, self.source,
-                self.core_splits, self.loops)
+                self.core_splits, self.loops, self.index_bounds)
 
     @property
     def is_reduction(self) -> bool:
@@ -126,9 +132,15 @@ class Operation:
         yield "output", self.output
 
     def gathered(self) -> set[str]:
-        """Names of the index buffers whose values appear in this op's input indices."""
-        return {leaf.tensor for a in self.inputs for leaf in a.index.free_atoms()
-                if isinstance(leaf, Indirect)}
+        """Names of the index buffers whose values appear in this op's indices (inputs, and
+        the output of a scatter)."""
+        return {leaf.tensor for a in self.inputs + (self.output,)
+                for leaf in a.index.free_atoms() if isinstance(leaf, Indirect)}
+
+    @property
+    def is_scatter(self) -> bool:
+        """Whether the output index holds an `Indirect` (a write at gathered positions)."""
+        return any(isinstance(leaf, Indirect) for leaf in self.output.index.free_atoms())
 
 
 def constants_text(constants: dict) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class OpKind:
-    family: str     # pointwise | compare | reduction | matmul | copy | fill
+    family: str     # pointwise | compare | reduction | matmul | copy | fill | index
     arity: int      # tensor operands (a scalar in op_info may stand for one)
 
 
@@ -47,4 +47,7 @@ DEVICE_OPS: dict[str, OpKind] = {
     "batchmatmul": OpKind("matmul", 2),
     "identity": OpKind("copy", 1), "ReStickifyOpHBM": OpKind("copy", 1),
     "fill": OpKind("fill", 0),
+    # out = v + size if v < 0 else v, for v in -size..size-1; any other v is a fault naming the
+    # index tensor and position (constants: size, index_tensor, index_shape, used_by)
+    "wrapindex": OpKind("index", 1),
 }

@@ -185,11 +185,13 @@ class _Line:
         ranges = tuple(self.bracketed(self.range))
         reduced = tuple(self.bracketed(self.name)) if self.keyword("reduce") else ()
         gathers = tuple(self.bracketed(self.access)) if self.keyword("gather") else ()
+        bounds = tuple(self.bracketed(self.bound)) if self.keyword("bounds") else ()
         constants = self.attrs() if self.keyword("attrs") else {}
         cores = dict(self.bracketed(self.split)) if self.keyword("cores") else None
         loops = tuple(self.bracketed(self.loop)) if self.keyword("loops") else ()
         graph.ops.append(Operation(name, opcode, ranges, tuple(inputs), output, reduced,
-                                   constants, gathers, self.source(), cores, loops))
+                                   constants, gathers, self.source(), cores, loops,
+                                   index_bounds=bounds))
 
     def access(self) -> Access:
         buffer = self.name()
@@ -208,6 +210,12 @@ class _Line:
         var = self.name()
         self.expect("<")
         return var, self.integer()
+
+    def bound(self) -> tuple[int, int]:
+        """`LOW..HIGH` -> (low, size): an index tensor's valid values."""
+        low = self.integer()
+        self.expect("..")
+        return low, self.integer() + 1
 
     def split(self) -> tuple[str, int]:
         var = self.name()

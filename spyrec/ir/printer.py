@@ -13,9 +13,9 @@ Buffer lines: role, host dtype and shape; then what passes decided, each only on
 `op NAME:` then the body `OUT[INDEX] = OPCODE(IN[INDEX], ...)` (indices in the index
 algebra's text form, `spyrec/indexing/printer.py`), then `over [VAR<SIZE, ...]` and optional
 clauses in this order: `reduce [VARS]`, `gather [IDX[INDEX], ...]` (index tensors read
-first), `attrs {JSON}` (op constants), `cores [VAR:SLICES, ...]`, `loops [COUNT(VARS), ...]`
-(outermost first), `source "..."`. Names that are not plain identifiers, and all source lines,
-are JSON strings. Constant *values* are not printed (weights are data, not IR).
+first), `bounds [LOW..HIGH, ...]` (per index tensor, the values it may hold), `attrs {JSON}`
+(op constants), `cores [VAR:SLICES, ...]`, `loops [COUNT(VARS), ...]` (outermost first),
+`source "..."`. Names that are not plain identifiers, and all source lines, are JSON strings. Constant *values* are not printed (weights are data, not IR).
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def format_op(op: Operation) -> str:
         text += f" reduce {_names(op.reduced)}"
     if op.index_inputs:
         text += f" gather [{', '.join(format_access(a) for a in op.index_inputs)}]"
+    if op.index_bounds:
+        text += f" bounds [{', '.join(f'{lo}..{n - 1}' for lo, n in op.index_bounds)}]"
     if op.constants:
         text += f" attrs {constants_text(op.constants)}"
     if op.core_splits is not None:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
+from spyrec.device import ALIGN_BYTES
+from spyrec.device import CORES as DEVICE_CORES
 from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.coordinates import device_dim_sources
@@ -35,10 +37,10 @@ from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
 from spyrec.layout.dtypes import HOST_TO_DEVICE
-from spyrec.layout.sticks import access_coordinates, compatible, stick_info
+from spyrec.indexing.sticks import access_coordinates, compatible, stick_info
 
-ALIGN_BYTES = 128
-DEVICE_CORES = 32   # DESIGN §3; to be read from the device-facts module once there is one
+# what several iteration points landing on one output element do (docs/formats.md)
+SCATTER_MODES = ("assign", "add")
 
 
 def verify(graph: Graph, facts: Iterable[str] = ()) -> list[str]:
@@ -149,6 +151,9 @@ def check_ranges(graph: Graph, op: Operation) -> Iterator[str]:
 def check_accesses(graph: Graph, op: Operation) -> Iterator[str]:
     names = {v for v, _ in op.ranges}
     gathered = {a.buffer for a in op.index_inputs}
+    if op.index_bounds and len(op.index_bounds) != len(op.index_inputs):
+        yield (f"{len(op.index_bounds)} index bounds for {len(op.index_inputs)} index "
+               f"tensors (one (low, size) per index tensor)")
     for role, access in _labelled(op):
         what = f"{role} {format_access(access)}"
         buf = graph.buffers.get(access.buffer)
@@ -161,8 +166,13 @@ def check_accesses(graph: Graph, op: Operation) -> Iterator[str]:
             yield f"{what}: uses {', '.join(unknown)}, not iteration variables of the op"
             continue
         indirect = {a.tensor for a in leaves if isinstance(a, Indirect)}
-        if indirect and not role.startswith("input"):
-            yield f"{what}: a gathered value (IndirectAccess) only indexes value inputs"
+        if indirect and role == "output" and op.constants.get("scatter") not in SCATTER_MODES:
+            yield (f"{what}: a gathered value (IndirectAccess) indexes the output, but "
+                   f"constants.scatter is {op.constants.get('scatter')!r}, not one of "
+                   f"{list(SCATTER_MODES)}")
+            continue
+        if indirect and role.startswith("gather"):
+            yield f"{what}: a gathered value (IndirectAccess) indexes an index tensor"
             continue
         if indirect - gathered:
             yield (f"{what}: gathers through {', '.join(sorted(indirect - gathered))}, which "
@@ -185,7 +195,7 @@ def _within(what: str, buf: Buffer, op: Operation, access: Access) -> Iterator[s
     """Host elements inside the buffer, and device coordinates inside its device size."""
     if any(n == 0 for _, n in op.ranges):
         return  # an empty iteration space touches nothing
-    ranges = _with_gathered(op.var_ranges, buf, access.index)
+    ranges = _with_gathered(op, buf, access.index)
     lo, hi = value_range(access.index, ranges)
     if lo < 0 or hi > buf.numel - 1:
         yield (f"{what}: reads elements [{lo}, {hi}] but {buf.name} has {buf.numel} "
@@ -202,12 +212,19 @@ def _within(what: str, buf: Buffer, op: Operation, access: Access) -> Iterator[s
                    f"device size {list(buf.layout.device_size)}")
 
 
-def _with_gathered(ranges: Ranges, buf: Buffer, index: Lin) -> Ranges:
-    """A gathered value ranges over the host dim it steps through (the simulator checks the
-    real values at run time); one that steps through no dim stays unbounded."""
+def _with_gathered(op: Operation, buf: Buffer, index: Lin) -> Ranges:
+    """A gathered value ranges over the dim it indexes: 0..size-1 from the op's `index_bounds`
+    (a negative value wraps into that range, any other is a run-time fault), else over the
+    host dim it steps through (the simulator checks the real values at run time); one that
+    steps through no dim stays unbounded."""
+    ranges = op.var_ranges
+    bounds = {a.buffer: size for a, (_, size) in zip(op.index_inputs, op.index_bounds)}
     updates = {}
     for atom, coeff in index.terms:
         if isinstance(atom, Indirect):
+            if atom.tensor in bounds:
+                updates[atom] = (0, bounds[atom.tensor] - 1)
+                continue
             for n, s in zip(buf.host_size, buf.host_strides):
                 if s == coeff:
                     updates[atom] = (0, n - 1)

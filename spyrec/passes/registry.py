@@ -59,6 +59,9 @@ def _entry(name: str, class_name: str, **contract) -> tuple[str, PassLoader]:
 # Every pass, by name. Contracts are read from what each pass module reads and writes (see
 # their docstrings), kept here so one table shows the whole dependency graph.
 PASSES: dict[str, PassLoader] = dict([
+    # Adds index-check ops and buffers and fuses gathers: runs before layouts exist.
+    _entry("gather_coordinates", "GatherCoordinates",
+           invalidates=("layouts", "core_splits", "hbm_addresses")),
     # Lays out every buffer and inserts restickify copies and view copies (new ops, buffers).
     _entry("stick_layout", "StickLayout", provides=("layouts",),
            invalidates=("core_splits", "hbm_addresses")),

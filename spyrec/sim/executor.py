@@ -11,7 +11,7 @@ import numpy as np
 
 from spyrec.errors import SimulatorFault
 from spyrec.sim.access import Binding, Chunk, ChunkAccess, bind, chunks, one_to_one
-from spyrec.sim.kernels import KERNELS, Kernel, KernelContext
+from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm
 from spyrec.sim.numerics import is_integer, to_storage
 from spyrec.sim.specs import Execute, OpSpec
@@ -46,7 +46,8 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm) -> None:
             inputs = [_masked(spec, chunk, _at_rank(access.read(b).astype(compute),
                                                     len(chunk.shape)))
                       for b in values_in]
-            ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute)
+            ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
+                                chunk.lo)
             result = kern.fn(ctx, inputs)
             _write(spec, bindings[-1], access, result, reduced_axes)
 
@@ -78,6 +79,9 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
     where = np.broadcast_to(access.relative(b), shape)
     result = np.asarray(result)
     assert np.broadcast_shapes(result.shape, shape) == shape, (spec.op, result.shape, shape)
+    if scatter.is_scatter(spec, b.arg):
+        scatter.write(spec, b, access, result, shape)
+        return
     if not one_to_one(spec, b, chunk):
         _check_unique(spec, b, chunk, where)
     what = f"output '{b.arg.name}' of {spec.describe()}"

@@ -22,6 +22,7 @@ from spyrec.device import CORES
 from spyrec.errors import InputFileError
 from spyrec.indexing import Indirect, Var, evaluate
 from spyrec.sim.kernels import KERNELS
+from spyrec.sim.kernels.scatter import MODES as SCATTER_MODES
 from spyrec.sim.loader import Program
 from spyrec.sim.numerics import is_integer
 from spyrec.sim.specs import OpSpec
@@ -82,13 +83,21 @@ def op_problems(spec: OpSpec) -> list[str]:
 def _output_problems(spec: OpSpec) -> list[str]:
     used = {leaf for c in spec.output.coordinates for leaf in c.free_atoms()}
     out = []
-    if any(isinstance(leaf, Indirect) for leaf in used):
-        out.append("the output uses IndirectAccess (scatter), which the format does not define")
     names = {leaf.name for leaf in used if isinstance(leaf, Var)}
+    gathered = {leaf.tensor for leaf in used if isinstance(leaf, Indirect)}
+    if gathered and spec.constants.get("scatter") not in SCATTER_MODES:
+        out.append(f"the output uses IndirectAccess (a scatter) but op_info.constants.scatter "
+                   f"is {spec.constants.get('scatter')!r}, not one of {list(SCATTER_MODES)}")
+    for a in spec.index_args:   # a scatter's destination also varies with its index reads
+        if a.name in gathered:
+            names |= {leaf.name for c in a.coordinates for leaf in c.free_atoms()
+                      if isinstance(leaf, Var)}
     for v in spec.reduced:
         if v in names:
             out.append(f"reduced var {v} indexes the output")
     for v, (n, _) in spec.iteration_space.items():
+        if spec.constants.get("scatter") in SCATTER_MODES:
+            break                # a scatter says what several points on one element do
         if v not in spec.reduced and n > 1 and v not in names:
             out.append(f"output var {v} (range {n}) does not index the output, so every "
                        f"output element would be written {n} times")

@@ -68,30 +68,51 @@ def test_manifest_signature_and_addresses(program, tmp_path):
 
 
 def test_gather_lists_the_index_tensor_first(program, tmp_path):
+    """The index is checked (op 0, `wrapindex`), then read first by the op it gathers for: the
+    add the gather is fused into, or (fuse=false) the gather itself."""
     out = compile_pt2(program, tmp_path / "out")
-    sdsc = load_json(out / "sdsc_0.json")["0_identity"]
-    dsc = sdsc["dscs_"][0]["identity"]
+    specs = load_json(out / "opspecs.json")["kernels"][0]["specs"]
+    check = specs[0]
+    assert check["op"] == "wrapindex" and check["op_info"]["constants"]["size"] == 50
+    fused = specs[1]
+    assert fused["op"] == "add"
+    index, table, x, result = fused["args"]
+    assert (index["name"], index["is_input"], index["device_coordinates"]) == \
+        ("idx__check50", True, ["0", "c0"])
+    assert table["device_coordinates"] == ["floor(c1/32)", "IndirectAccess('idx__check50')",
+                                           "Mod(c1, 32)"]
+    assert x["name"] == "x" and result["is_input"] is False and result["arg_index"] == 3
+    # the wrapindex op is SuperDSC: numbers in constantInfo_, the rest in attributes_
+    (wrap,) = load_json(out / "sdsc_0.json")["0_wrapindex"]["dscs_"][0].values()
+    assert {c["name_"] for c in wrap["constantInfo_"].values()} == {"size", "low"}
+    assert wrap["computeOp_"][0]["attributes_"]["index_tensor"] == "idx"
+    # the fused add reads the table through the checked index (SuperDSC indirect fields)
+    (dsc,) = load_json(out / "sdsc_1.json")["1_add"]["dscs_"][0].values()
     nodes, labeled = dsc["scheduleTree_"], dsc["labeledDs_"]
     assert [n["indirectAllocType_"] for n in nodes] == ["index_tensor", "value_tensor",
-                                                       "no_indirection"]
+                                                       "no_indirection", "no_indirection"]
     assert nodes[0]["relatedIndirectAccessAlloc_"] == "allocate-Tensor1_hbm"
     assert (labeled[0]["dsType_"], labeled[0]["dataFormat_"]) == ("KERNEL_IDX", "SENUINT32")
     assert dsc["computeOp_"][0]["indirectAccessIndexLabeledDs"] == ["Tensor0-idx0"]
-    assert dsc["computeOp_"][0]["inputLabeledDs"] == ["Tensor1-idx1"]
+    assert dsc["computeOp_"][0]["inputLabeledDs"] == ["Tensor1-idx1", "Tensor2-idx2"]
     (gathered,) = nodes[1]["indirectDim_"].values()
     assert gathered["size"] == 50     # the table's rows: the extent SuperDSC itself lacks
-    gather = load_json(out / "opspecs.json")["kernels"][0]["specs"][0]
-    assert gather["op"] == "identity"
-    index, table, result = gather["args"]
-    assert (index["name"], index["is_input"], index["device_coordinates"]) == \
-        ("idx", True, ["0", "c0"])
-    assert table["device_coordinates"] == ["floor(c1/32)", "IndirectAccess('idx')", "Mod(c1, 32)"]
-    assert result["is_input"] is False and result["arg_index"] == 2
+    unfused = compile_pt2(program, tmp_path / "unfused", sets=["gather_coordinates.fuse=false"])
+    gather = load_json(unfused / "opspecs.json")["kernels"][0]["specs"][1]
+    assert gather["op"] == "identity" and gather["args"][0]["name"] == "idx__check50"
+    (dsc,) = load_json(unfused / "sdsc_1.json")["1_identity"]["dscs_"][0].values()
+    assert [n["indirectAllocType_"] for n in dsc["scheduleTree_"]] == [
+        "index_tensor", "value_tensor", "no_indirection"]
+    report = load_json(unfused / "report.json")
+    assert report["gather_coordinates"]["unfused"] == 1 and report["sdsc"]["own_form"] == 0
 
 
 def test_per_core_split_covers_the_iteration_space(program, tmp_path):
     out = compile_pt2(program, tmp_path / "out", sets=["work_division.cores=3"])
-    spec = load_json(out / "opspecs.json")["kernels"][0]["specs"][1]
+    # the sub of the softmax (the fused gather-add reads the index with c0 as its stick var,
+    # 6 < 32 elements: one core, as every core starts at a stick boundary)
+    spec = load_json(out / "opspecs.json")["kernels"][0]["specs"][3]
+    assert spec["op"] == "sub"
     cores = spec["cores"]
     assert len(cores) == 3
     assert [c["ranges"]["c0"] for c in cores] == [[0, 2], [2, 4], [4, 6]]
@@ -104,5 +125,6 @@ def test_dump_after_prints_the_ir(program, tmp_path, capsys):
     compile_pt2(program, tmp_path / "out", dump_after="stick_layout")
     err = capsys.readouterr().err
     assert "// ----- IR after stick_layout -----" in err and "device [4, 6, 32]" in err
-    with pytest.raises(ConfigError, match="choose one of: all, lower, stick_layout"):
+    with pytest.raises(ConfigError, match="choose one of: all, lower, gather_coordinates, "
+                                            "stick_layout"):
         compile_pt2(program, tmp_path / "out2", dump_after="nope")

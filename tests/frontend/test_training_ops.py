@@ -1,9 +1,11 @@
 """Stored-graph ops the fast front end lowers itself: compiled without torch, equal to eager."""
 
+import numpy as np
 import pytest
 import torch
 
-from spyrec.errors import UnsupportedProgram
+from spyrec.errors import SimulatorFault, UnsupportedProgram
+from spyrec.sim.runner import simulate
 from tests.differential.harness import run_and_compare
 from tests.programs import Lambda, compile_pt2, export, load_json
 
@@ -78,10 +80,16 @@ def test_unbind_and_index_select_equal_eager(tmp_path):
                     (r(6, 4), torch.tensor([5, 0, 2, 2, 1, 3])), frontend="fast")
 
 
-def test_gathering_along_a_dim_of_size_one_is_refused_not_read_blind(tmp_path):
-    pt2 = export(tmp_path, Lambda(lambda m, x, i: x[i]), (r(1, 8), torch.tensor([0, 0])))
-    with pytest.raises(UnsupportedProgram, match="gathering along a dim of size 1"):
-        compile_pt2(pt2, tmp_path / "out", frontend="fast")
+def test_gathering_along_a_dim_of_size_one_equals_eager_and_checks_every_index(tmp_path):
+    """The gathered coordinate is always 0, so it leaves the read; the index check stays."""
+    x = r(1, 8)
+    pt2 = export(tmp_path, Lambda(lambda m, x, i: x[i] * 2), (x, torch.tensor([0, -1])))
+    out = compile_pt2(pt2, tmp_path / "out", frontend="fast")
+    got = simulate(out, {"args_0": x.numpy(), "args_1": np.array([0, -1])}).outputs[0]
+    np.testing.assert_array_equal(got, (x[torch.tensor([0, -1])] * 2).numpy())
+    with pytest.raises(SimulatorFault,
+                       match=r"'args_1' \(used by index\): the value 1 at position \[0\]"):
+        simulate(out, {"args_0": x.numpy(), "args_1": np.array([1, 0])})
 
 
 def test_torch_gather_along_each_dim_equals_eager(tmp_path):

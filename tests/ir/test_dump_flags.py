@@ -14,8 +14,8 @@ from spyrec.ir.parser import parse
 from spyrec.ir.printer import format_graph
 from tests.programs import Lambda, export
 
-STEPS = ["00_lower.ir", "01_stick_layout.ir", "02_matmul_padding.ir", "03_work_division.ir",
-         "04_memory_planning.ir"]
+STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_stick_layout.ir", "03_matmul_padding.ir",
+         "04_work_division.ir", "05_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,8 @@ def run(*args) -> int:
 def test_list_passes_needs_no_model_and_lists_every_pass(capsys):
     assert run("compile", "--list-passes") == 0
     out = capsys.readouterr().out
-    assert out.startswith("stick_layout — choose a DeviceLayout for every buffer")
+    assert out.startswith("gather_coordinates — everything indirect: index checks")
+    assert "\nstick_layout — choose a DeviceLayout for every buffer" in out
     assert "\nwork_division — split every op's iteration space across the cores.\n" \
            "    cores: int = 32\n" in out
 
@@ -50,10 +51,10 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     graphs = [parse(t) for t in texts]
     assert [format_graph(g) for g in graphs] == [t.split("\n", 1)[1] for t in texts]
     # K = 40 is not a whole fp32 stick: matmul_padding adds the padded copy of y (args_1)
-    assert "args_1_kpad" not in texts[1]
-    assert "buffer args_1_kpad: intermediate float32[64, 16]" in texts[2]
-    assert " cores [" in texts[3] and " cores [" not in texts[2]
-    assert all(b.hbm_address is not None for b in graphs[4].buffers.values())
+    assert "args_1__kpad" not in texts[2]
+    assert "buffer args_1__kpad: intermediate float32[64, 16]" in texts[3]
+    assert " cores [" in texts[4] and " cores [" not in texts[3]
+    assert all(b.hbm_address is not None for b in graphs[5].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -89,7 +90,7 @@ def test_print_ir_before_and_dump_after_go_to_stderr(pt2, tmp_path, capsys):
 @pytest.mark.parametrize("flag", ["--print-ir-before", "--dump-after"])
 def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     assert run("compile", pt2, "-o", tmp_path / "out", flag, "work_divison") == 2
-    valid = "stick_layout, matmul_padding, work_division, memory_planning"
+    valid = "gather_coordinates, stick_layout, matmul_padding, work_division, memory_planning"
     valid = f"all, lower, {valid}" if flag == "--dump-after" else valid
     assert capsys.readouterr().err == (f"spyrec: {flag} 'work_divison': not a pass of this "
                                        f"pipeline; choose one of: {valid}\n")
@@ -105,7 +106,7 @@ def test_verify_each_reports_the_pass_that_broke_the_graph(pt2, tmp_path, capsys
     assert run("compile", pt2, "-o", tmp_path / "out", "--verify-each") == 70
     err = capsys.readouterr().err
     # the first op is the fill of the padded K: [r0<64, c1<16]
-    assert re.fullmatch(r"spyrec: the IR is not valid after work_division: op 'args_1_kpad' "
+    assert re.fullmatch(r"spyrec: the IR is not valid after work_division: op 'args_1__kpad' "
                         r"\([^)]*\): cores \[r0:3, c1:1\]: 3 slices do not divide r0<64 \(and "
                         r"3 more problems\); this is a spyrec bug, please report it with the "
                         r"command and input\n", err), err

@@ -5,7 +5,7 @@ ladders). Adding an op = one decorated function in the module of its family.
 """
 
 # imported for their @kernel registrations
-from spyrec.sim.kernels import argreduce, arith, copy, pointwise, reduce  # noqa: F401
+from spyrec.sim.kernels import argreduce, arith, copy, index, pointwise, reduce  # noqa: F401
 from spyrec.sim.kernels.registry import (
     KERNELS, MATMUL, MOVE, TRANSCENDENTAL, VECTOR, Kernel, KernelContext, kernel,
 )

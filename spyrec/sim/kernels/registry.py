@@ -32,6 +32,7 @@ class KernelContext:
     shape: tuple[int, ...]             # iteration extents of this chunk, axis per var
     reduced_axes: tuple[int, ...]
     compute: np.dtype                  # float32, or int64 when every operand is an integer
+    origin: tuple[int, ...] = ()       # the chunk's first iteration point (for messages)
 
     def constant(self, key: str, default: object = None) -> object:
         return self.constants.get(key, default)

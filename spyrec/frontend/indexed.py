@@ -1,0 +1,156 @@
+"""Indexed reads and writes (gathers and scatters) as single device ops with indirect accesses.
+
+Lowering only records that an access is indirect: a coordinate of the accessed tensor is
+`Indirect('<index buffer>')`, the index tensor is read through `index_inputs`, and
+`index_bounds` holds the size of the dim each index tensor indexes. The `gather_coordinates`
+pass owns the rest (negative wrap and range checks, argument order, fusion).
+
+- A gather is one `identity` op: `out[c] = x[..., Indirect(i), ...]` with `i` read at `c`.
+- A scatter is a copy of the destination into a fresh buffer (SSA: every buffer keeps the value
+  it was made with, so the untouched part is preserved by that copy), then one op whose output
+  index holds `Indirect`: `out[..., Indirect(i), ...] = src[c]`, with op_info constant
+  `scatter` = `assign` (later iteration points win, as eager's CPU kernels) or `add` (every
+  contribution summed, duplicates included).
+
+Advanced indexing follows PyTorch: index tensors broadcast against each other; when they sit
+on adjacent dims their broadcast dims replace those dims in place, otherwise they go first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from spyrec.errors import UnsupportedProgram
+from spyrec.frontend.lower import LoweringContext, iteration_vars, names_of, source_of
+from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
+from spyrec.indexing import Indirect, Lin, as_lin
+from spyrec.ir import Access
+
+INTEGER_DTYPES = ("int32", "int64", "int8", "uint8", "int16")
+
+
+@dataclass(frozen=True)
+class IndexUse:
+    """Index tensor `tensor` read at `at` (op vars); its values index a dim of size `size`
+    and are valid in `low`..size-1 (low = -size: negatives wrap once, as advanced indexing;
+    low = 0: a negative value is an error, as index_select, gather and scatter)."""
+
+    tensor: TensorValue
+    at: Lin
+    size: int
+    low: int
+
+    @property
+    def bound(self) -> tuple[int, int]:
+        return (self.low, self.size)
+
+
+def check_index(ctx: LoweringContext, t: TensorValue) -> None:
+    where = source_of(ctx.node) or "unknown source line"
+    if t.dtype == "bool":
+        raise UnsupportedProgram(f"{ctx.node.name}: indexing with the boolean mask {t.buffer} "
+                                 f"({where}) gives a data-dependent shape; use torch.where")
+    if t.dtype not in INTEGER_DTYPES:
+        raise UnsupportedProgram(f"{ctx.node.name}: index tensor {t.buffer} has dtype "
+                                 f"{t.dtype} ({where}); indices must be integers (int32/int64)")
+
+
+def advanced_shape(x_shape: Sequence[int], indices: Sequence) -> tuple[int, ...]:
+    """The shape of `x[indices]` (None = a whole dim, else an index TensorValue)."""
+    indices = list(indices) + [None] * (len(x_shape) - len(indices))
+    positions = [d for d, t in enumerate(indices) if t is not None]
+    b = broadcast_shapes(*(indices[d].shape for d in positions))
+    kept = [n for d, n in enumerate(x_shape) if indices[d] is None]
+    if positions == list(range(positions[0], positions[-1] + 1)):
+        before = sum(1 for d in range(positions[0]) if indices[d] is None)
+        return tuple(kept[:before]) + b + tuple(kept[before:])
+    return b + tuple(kept)
+
+
+def advanced_coordinates(x_shape: Sequence[int], indices: Sequence, cvars: Sequence[Lin],
+                         wrap: bool = True) -> tuple[list[Lin], list[IndexUse]]:
+    """Per dim of x, the coordinate read at result point `cvars` of `x[indices]`, and the
+    index tensors' reads (each broadcast to the index shape). `wrap`: negative indices wrap
+    (advanced indexing, index_put) rather than being errors (index_select, index_copy)."""
+    indices = list(indices) + [None] * (len(x_shape) - len(indices))
+    positions = [d for d, t in enumerate(indices) if t is not None]
+    b = broadcast_shapes(*(indices[d].shape for d in positions))
+    if positions == list(range(positions[0], positions[-1] + 1)):
+        start = sum(1 for d in range(positions[0]) if indices[d] is None)
+    else:
+        start = 0
+    bvars = list(cvars[start:start + len(b)])
+    kept_vars = list(cvars[:start]) + list(cvars[start + len(b):])
+    coords: list[Lin] = []
+    uses: list[IndexUse] = []
+    for d, t in enumerate(indices):
+        if t is None:
+            coords.append(kept_vars.pop(0))
+            continue
+        coords.append(as_lin(Indirect(t.buffer)))
+        n = int(x_shape[d])
+        uses.append(IndexUse(t, broadcast_index(t, bvars), n, -n if wrap else 0))
+    return coords, uses
+
+
+def distinct_indices(ctx: LoweringContext, x_shape: Sequence[int],
+                     indices: Sequence) -> list:
+    """`indices` checked, with one buffer per distinct (view, bound): `Indirect(i)` names a
+    buffer, so an index tensor used twice through different views or on dims of different
+    sizes (`x[i, i.T]`) is read the second time through a copy."""
+    seen: dict[str, tuple] = {}
+    out = []
+    for d, t in enumerate(indices):
+        if t is not None:
+            check_index(ctx, t)
+            key = (t, int(x_shape[d]))
+            if seen.setdefault(t.buffer, key) != key:
+                t = ctx.pointwise("identity", [t], out_dtype=t.dtype, shape=t.shape)
+                seen[t.buffer] = (t, int(x_shape[d]))
+        out.append(t)
+    return out
+
+
+def _unique(uses: list[IndexUse]) -> list[IndexUse]:
+    return list(dict.fromkeys(uses))
+
+
+def emit_gather(ctx: LoweringContext, x: TensorValue, shape: Sequence[int],
+                coords_of) -> TensorValue:
+    """One identity op: out[c] = x[coords_of(c)], `coords_of(cvars) -> (coords, uses)`."""
+    dtype = ctx.out_meta()[1]
+    out = ctx.new_value(shape, dtype)
+    cvars = iteration_vars(shape)
+    coords, uses = coords_of(cvars)
+    uses = _unique(uses)
+    ctx.emit("identity", out, list(zip(names_of(cvars), shape)),
+             [Access(x.buffer, x.at(coords))], out.at(cvars),
+             index_inputs=[Access(u.tensor.buffer, u.at) for u in uses],
+             index_bounds=[u.bound for u in uses])
+    return out
+
+
+def emit_scatter(ctx: LoweringContext, dst: TensorValue, shape: Sequence[int], coords_of,
+                 src, mode: str) -> TensorValue:
+    """A copy of `dst`, then out[coords_of(c)] (=|+=) src[c] over `shape` (src a TensorValue
+    broadcast to `shape`, or a Python number)."""
+    assert mode in ("assign", "add"), mode
+    dtype = ctx.out_meta()[1]
+    out = ctx.pointwise("identity", [dst], out_dtype=dtype, shape=dst.shape)
+    if any(n == 0 for n in shape):
+        return out
+    cvars = iteration_vars(shape)
+    coords, uses = coords_of(cvars)
+    uses = _unique(uses)
+    constants: dict = {"scatter": mode}
+    if isinstance(src, TensorValue):
+        op, inputs = "identity", [Access(src.buffer, broadcast_index(src, cvars))]
+    else:
+        op, inputs = "fill", []
+        constants["value"] = src
+    ctx.emit(op, out, list(zip(names_of(cvars), shape)), inputs, out.at(coords),
+             constants=constants,
+             index_inputs=[Access(u.tensor.buffer, u.at) for u in uses],
+             index_bounds=[u.bound for u in uses])
+    return out
