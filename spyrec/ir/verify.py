@@ -35,7 +35,7 @@ from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
 from spyrec.layout.dtypes import HOST_TO_DEVICE
-from spyrec.layout.sticks import access_coordinates, compatible, stick_info
+from spyrec.indexing.sticks import access_coordinates, compatible, stick_info
 
 ALIGN_BYTES = 128
 DEVICE_CORES = 32   # DESIGN §3; to be read from the device-facts module once there is one

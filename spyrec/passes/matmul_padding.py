@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from spyrec.indexing import Lin, Var, var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
-from spyrec.layout.search import layout_with_stick
+from spyrec.passes.stick_layout.search import layout_with_stick
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
