@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
+from spyrec.device import ALIGN_BYTES, CORES as DEVICE_CORES
 from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.coordinates import device_dim_sources
@@ -37,8 +38,6 @@ from spyrec.ir.printer import format_access
 from spyrec.layout.dtypes import HOST_TO_DEVICE
 from spyrec.indexing.sticks import access_coordinates, compatible, stick_info
 
-ALIGN_BYTES = 128
-DEVICE_CORES = 32   # DESIGN §3; to be read from the device-facts module once there is one
 
 
 def verify(graph: Graph, facts: Iterable[str] = ()) -> list[str]:

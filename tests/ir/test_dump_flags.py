@@ -50,8 +50,8 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     graphs = [parse(t) for t in texts]
     assert [format_graph(g) for g in graphs] == [t.split("\n", 1)[1] for t in texts]
     # K = 40 is not a whole fp32 stick: matmul_padding adds the padded copy of y (args_1)
-    assert "args_1_kpad" not in texts[1]
-    assert "buffer args_1_kpad: intermediate float32[64, 16]" in texts[2]
+    assert "args_1__kpad" not in texts[1]
+    assert "buffer args_1__kpad: intermediate float32[64, 16]" in texts[2]
     assert " cores [" in texts[3] and " cores [" not in texts[2]
     assert all(b.hbm_address is not None for b in graphs[4].buffers.values())
     assert capsys.readouterr().err == ""
@@ -105,7 +105,7 @@ def test_verify_each_reports_the_pass_that_broke_the_graph(pt2, tmp_path, capsys
     assert run("compile", pt2, "-o", tmp_path / "out", "--verify-each") == 70
     err = capsys.readouterr().err
     # the first op is the fill of the padded K: [r0<64, c1<16]
-    assert re.fullmatch(r"spyrec: the IR is not valid after work_division: op 'args_1_kpad' "
+    assert re.fullmatch(r"spyrec: the IR is not valid after work_division: op 'args_1__kpad' "
                         r"\([^)]*\): cores \[r0:3, c1:1\]: 3 slices do not divide r0<64 \(and "
                         r"3 more problems\); this is a spyrec bug, please report it with the "
                         r"command and input\n", err), err

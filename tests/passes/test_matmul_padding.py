@@ -24,13 +24,13 @@ def test_k_of_100_is_padded_to_two_sticks_on_y():
     before = ir(BUFFERS) + MATMUL.format(y="y[c1 + 128*r0]") + ir(SIGNATURE)
     after = run_pass(MatmulPadding(), before, ctx, facts=("layouts",))
     assert after == ir(BUFFERS) + ir("""
-    buffer y_kpad: intermediate float16[128, 128] device [2, 128, 64] / [64, 128, 1] fp16 source "model.py:3"
-    op y_kpad: y_kpad[c1 + 128*r0] = fill() over [r0<128, c1<128] attrs {"value": 0.0} source "model.py:3"
-    op y_kpad.1: y_kpad[c1 + 128*r0] = identity(y[c1 + 128*r0]) over [r0<100, c1<128] source "model.py:3"
-    """) + MATMUL.format(y="y_kpad[c1 + 128*r0]") + ir(SIGNATURE)
+    buffer y__kpad: intermediate float16[128, 128] device [2, 128, 64] / [64, 128, 1] fp16 source "model.py:3"
+    op y__kpad: y__kpad[c1 + 128*r0] = fill() over [r0<128, c1<128] attrs {"value": 0.0} source "model.py:3"
+    op y__kpad.1: y__kpad[c1 + 128*r0] = identity(y[c1 + 128*r0]) over [r0<100, c1<128] source "model.py:3"
+    """) + MATMUL.format(y="y__kpad[c1 + 128*r0]") + ir(SIGNATURE)
     assert ctx.report["matmul_padding"] == {
         "count": 1, "elements": 128 * 128,
-        "list": [{"tensor": "y", "padded": "y_kpad", "k": 100, "k_padded": 128,
+        "list": [{"tensor": "y", "padded": "y__kpad", "k": 100, "k_padded": 128,
                   "elements": 128 * 128, "op": "out"}]}
 
 
@@ -44,11 +44,11 @@ def test_a_transposed_y_is_padded_into_k_major_order():
     """) + MATMUL.format(y="y[100*c1 + r0]") + ir(SIGNATURE)
     after = run_pass(MatmulPadding(), before, facts=("layouts",)).splitlines()
     assert after[3:6] == [
-        'buffer y_kpad: intermediate float16[128, 128] device [2, 128, 64] / [64, 128, 1] fp16 '
+        'buffer y__kpad: intermediate float16[128, 128] device [2, 128, 64] / [64, 128, 1] fp16 '
         'source "model.py:3"',
-        'op y_kpad: y_kpad[c1 + 128*r0] = fill() over [r0<128, c1<128] attrs {"value": 0.0} '
+        'op y__kpad: y__kpad[c1 + 128*r0] = fill() over [r0<128, c1<128] attrs {"value": 0.0} '
         'source "model.py:3"',
-        'op y_kpad.1: y_kpad[c1 + 128*r0] = identity(y[100*c1 + r0]) over [r0<100, c1<128] '
+        'op y__kpad.1: y__kpad[c1 + 128*r0] = identity(y[100*c1 + r0]) over [r0<100, c1<128] '
         'source "model.py:3"']
 
 
@@ -79,10 +79,10 @@ def test_a_matrix_vector_product_pads_the_vector_alone():
     """)
     after = run_pass(MatmulPadding(), before, facts=("layouts",)).splitlines()
     assert after[3:7] == [
-        "buffer v_kpad: intermediate float16[64] device [1, 64] / [64, 1] fp16",
-        'op v_kpad: v_kpad[r0] = fill() over [r0<64] attrs {"value": 0.0}',
-        "op v_kpad.1: v_kpad[r0] = identity(v[r0]) over [r0<40]",
-        "op out: out[c0] = batchmatmul(a[40*c0 + r0], v_kpad[r0]) over [c0<12, r0<40] "
+        "buffer v__kpad: intermediate float16[64] device [1, 64] / [64, 1] fp16",
+        'op v__kpad: v__kpad[r0] = fill() over [r0<64] attrs {"value": 0.0}',
+        "op v__kpad.1: v__kpad[r0] = identity(v[r0]) over [r0<40]",
+        "op out: out[c0] = batchmatmul(a[40*c0 + r0], v__kpad[r0]) over [c0<12, r0<40] "
         "reduce [r0]"]
 
 
@@ -98,4 +98,4 @@ def test_a_stick_sparse_vector_is_padded_stick_sparse():
     outputs [out]
     """)
     after = run_pass(MatmulPadding(), before, facts=("layouts",)).splitlines()
-    assert after[3] == "buffer v_kpad: intermediate float16[64] device [1, 64, 64] / [-1, 1, -1] fp16"
+    assert after[3] == "buffer v__kpad: intermediate float16[64] device [1, 64, 64] / [-1, 1, -1] fp16"

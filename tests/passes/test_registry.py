@@ -23,8 +23,9 @@ def test_every_loader_gives_the_class_of_the_module_named_like_the_pass():
 
 def test_every_pass_module_is_in_the_registry():
     """A module that registers a pass must be reachable by name (no second list to forget)."""
-    registering = {p.stem: re.findall(r'@register_pass\("(\w+)"\)', p.read_text())
-                   for p in PASS_DIR.glob("*.py")}
+    registering = {(p.parent.name if p.name == "__init__.py" else p.stem):
+                   re.findall(r'@register_pass\("(\w+)"\)', p.read_text())
+                   for p in [*PASS_DIR.glob("*.py"), *PASS_DIR.glob("*/__init__.py")]}
     registering = {stem: names for stem, names in registering.items() if names}
     assert registering == {name: [name] for name in PASSES}
 
@@ -48,7 +49,8 @@ def test_building_a_pipeline_imports_only_the_passes_it_names():
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                        timeout=300, check=True)
     assert r.stdout.split() == ["['spyrec.passes.memory_planning',", "'spyrec.passes.pipeline',",
-                                "'spyrec.passes.registry',", "'spyrec.passes.stick_layout']"]
+                                "'spyrec.passes.registry',", "'spyrec.passes.stick_layout',",
+                                "'spyrec.passes.stick_layout.search']"]
 
 
 def test_list_passes_shows_options_defaults_types_and_docs():

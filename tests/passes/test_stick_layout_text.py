@@ -16,7 +16,7 @@ BEFORE = """
 """
 
 
-def test_default_input_layouts_restickify_x_to_a_stick_on_c0():
+def test_default_input_layouts__restickify_x_to_a_stick_on_c0():
     ctx = CompileContext()
     after = run_pass(StickLayout(input_layouts="default"), BEFORE, ctx)
     # y and the copy of x: stick along host dim 0 (64 lanes of stride 128), rows along dim 1
@@ -24,9 +24,9 @@ def test_default_input_layouts_restickify_x_to_a_stick_on_c0():
     buffer a: input float16[128, 64] device [1, 128, 64] / [64, 64, 1] fp16
     buffer x: input float16[64, 128] device [2, 64, 64] / [64, 128, 1] fp16
     buffer y: output float16[64, 128] device [1, 128, 64] / [8192, 1, 128] fp16
-    buffer x_restick: intermediate float16[64, 128] device [1, 128, 64] / [8192, 1, 128] fp16
-    op x_restick: x_restick[128*c0 + c1] = ReStickifyOpHBM(x[128*c0 + c1]) over [c0<64, c1<128]
-    op y: y[128*c0 + c1] = add(a[c0 + 64*c1], x_restick[128*c0 + c1]) over [c0<64, c1<128]
+    buffer x__restick: intermediate float16[64, 128] device [1, 128, 64] / [8192, 1, 128] fp16
+    op x__restick: x__restick[128*c0 + c1] = ReStickifyOpHBM(x[128*c0 + c1]) over [c0<64, c1<128]
+    op y: y[128*c0 + c1] = add(a[c0 + 64*c1], x__restick[128*c0 + c1]) over [c0<64, c1<128]
     inputs [a, x]
     outputs [y]
     """)
