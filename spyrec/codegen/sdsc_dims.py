@@ -152,35 +152,34 @@ def _single_var(num: Lin) -> str | None:
 def _boundaries(coord: Lin, stick: str | None, e: int, bounds: dict[str, set[int]]) -> None:
     """Record the divisors at which `coord` cuts each variable."""
     for atom in coord.atoms():
-        if isinstance(atom, (Var, Indirect)):
+        if isinstance(atom, Indirect):
             continue
-        cuts = _atom_cuts(atom)
-        if cuts is None:
-            raise NotExpressible(f"coordinate {coord} uses {atom}, which is not a digit of "
-                                 f"one iteration variable")
-        v, points = cuts
+        v, lo, hi, _ = _digit_span(atom, coord)
         if v == stick and isinstance(atom, FloorDiv) and atom.divisor == e:
             continue          # the stick pattern itself: floor(v/E) next to Mod(v, E)
-        bounds[v].update(points)
+        bounds[v].update(b for b in (lo, hi) if b != math.inf)
 
 
-def _atom_cuts(atom) -> tuple[str, tuple[int, ...]] | None:
-    """(variable, boundaries) of floor(v/m), Mod(v, m), Mod(floor(v/a), b), floor(Mod(v, a)/b)."""
+def _digit_span(atom, coord: Lin) -> tuple[str, int, float, int]:
+    """(v, lo, hi, div) such that atom = Σ digit·weight/div over v's digits with
+    lo <= weight < hi: v, floor(v/m), Mod(v, m), Mod(floor(v/a), b) and floor(Mod(v, a)/b)."""
+    if isinstance(atom, Var):
+        return atom.name, 1, math.inf, 1
+    inner = atom.num.as_atom() if isinstance(atom, (FloorDiv, Mod)) else None
+    v = _single_var(atom.num) if inner is not None else None
     if isinstance(atom, FloorDiv):
-        v = _single_var(atom.num)
         if v is not None:
-            return v, (atom.divisor,)
-        inner = atom.num.as_atom()
+            return v, atom.divisor, math.inf, atom.divisor
         if isinstance(inner, Mod) and _single_var(inner.num):
-            return _single_var(inner.num), (atom.divisor, inner.modulus)
+            return _single_var(inner.num), atom.divisor, inner.modulus, atom.divisor
     if isinstance(atom, Mod):
-        v = _single_var(atom.num)
         if v is not None:
-            return v, (atom.modulus,)
-        inner = atom.num.as_atom()
+            return v, 1, atom.modulus, 1
         if isinstance(inner, FloorDiv) and _single_var(inner.num):
-            return _single_var(inner.num), (inner.divisor, inner.divisor * atom.modulus)
-    return None
+            a = inner.divisor
+            return _single_var(inner.num), a, a * atom.modulus, a
+    raise NotExpressible(f"coordinate {coord} uses {atom}, which is not a digit of one "
+                         f"iteration variable")
 
 
 def _digits(v: str, n: int, bounds: set[int]) -> list[Digit]:
@@ -197,27 +196,11 @@ def _digits(v: str, n: int, bounds: set[int]) -> list[Digit]:
     return digits[::-1]
 
 
-def _expand(atom, coeff: int, var_digits: dict[str, list[Digit]]) -> dict[Digit, int]:
-    """`coeff·atom` as digit multiples (the atom is a var or one of the cut forms)."""
-    if isinstance(atom, Var):
-        v, lo, hi, div = atom.name, 1, math.inf, 1
-    else:
-        v, points = _atom_cuts(atom)
-        if isinstance(atom, FloorDiv):
-            inner = atom.num.as_atom()
-            lo, hi, div = atom.divisor, (inner.modulus if isinstance(inner, Mod) else math.inf), \
-                atom.divisor
-        else:
-            inner = atom.num.as_atom()
-            if isinstance(inner, FloorDiv):
-                lo, hi, div = inner.divisor, inner.divisor * atom.modulus, inner.divisor
-            else:
-                lo, hi, div = 1, atom.modulus, 1
-    out = {}
-    for d in var_digits[v]:
-        if lo <= d.weight < hi:
-            out[d] = coeff * d.weight // div
-    return out
+def _expand(atom, coeff: int, var_digits: dict[str, list[Digit]],
+            coord: Lin) -> dict[Digit, int]:
+    """`coeff·atom` as digit multiples."""
+    v, lo, hi, div = _digit_span(atom, coord)
+    return {d: coeff * d.weight // div for d in var_digits[v] if lo <= d.weight < hi}
 
 
 def _tensor_dims(coords: tuple[Lin, ...], stick: str | None, e: int, sizes: tuple[int, ...],
@@ -246,7 +229,7 @@ def _tensor_dims(coords: tuple[Lin, ...], stick: str | None, e: int, sizes: tupl
                 for d in var_digits[stick][:-1]:
                     per_digit[d] = per_digit.get(d, 0) + d.weight // e * stride
                 continue
-            for d, k in _expand(atom, coeff, var_digits).items():
+            for d, k in _expand(atom, coeff, var_digits, coord).items():
                 if stick_digit is not None and d == stick_digit:
                     raise NotExpressible(f"the stick variable {stick} also appears outside its "
                                          f"stick in {coord}")

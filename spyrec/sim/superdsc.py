@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from spyrec.errors import InputFileError
-from spyrec.indexing import Indirect, Lin, Var, const, floordiv, mod, var
+from spyrec.indexing import Indirect, Lin, const, floordiv, mod, var
 from spyrec.layout import DeviceLayout
 from spyrec.sim.specs import ArgSpec, CoreSplit, OpSpec
 
@@ -59,7 +59,6 @@ class _Reader:
         self.slices = [w["coreIdToWkSlice_"][str(c)] for c in range(nc)]
         self.P = {d: self.N[d] // self.split[d] for d in self.labels}
         args = self._args(nc)
-        out = args[-1]
         out_labels = {d for d, used in self.addressed[-1].items() if used}
         reduced = tuple(d for d in self.labels if d not in out_labels)
         op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
@@ -70,7 +69,6 @@ class _Reader:
                                 tuple(self.starts[i][c] for i in range(len(args))))
                       for c in range(nc))
         masking = {d: (m[0][0], m[0][1]) for d, m in dsc["coordinateMasking_"].items()}
-        del out
         return OpSpec(file=filename, index=index, op=op, name=name, source=source,
                       is_reduction=bool(reduced), iteration_space={d: (self.N[d], self.split[d])
                                                                    for d in self.labels},
