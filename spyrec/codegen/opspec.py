@@ -118,9 +118,14 @@ def _nest(items: list[tuple[Operation, dict]], depth: int) -> list[dict]:
         loop = op.loops[depth]
         j = i
         while j < len(items) and len(items[j][0].loops) > depth and \
-                items[j][0].loops[:depth + 1] == op.loops[:depth + 1]:
+                _loop_ids(items[j][0].loops[:depth + 1]) == _loop_ids(op.loops[:depth + 1]):
             j += 1
         out.append({"loop": {"count": loop.count, "tiled_symbols": list(loop.tiled),
                              "body": _nest(items[i:j], depth + 1)}})
         i = j
     return out
+
+
+def _loop_ids(loops) -> tuple:
+    """What makes two ops share a loop: its key and count (their tiled vars may differ)."""
+    return tuple((loop.key, loop.count) for loop in loops)

@@ -16,7 +16,7 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.names import Names
 from spyrec.frontend.program import Program, Ref
-from spyrec.frontend.sources import source_of
+from spyrec.frontend.sources import module_path, source_of
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
 from spyrec.indexing import Lin, var
 from spyrec.ir import DEVICE_OPS, Access, Buffer, Graph, Operation
@@ -93,7 +93,7 @@ class LoweringContext:
             inputs=tuple(inputs), output=Access(out.buffer, out_index),
             reduced=tuple(reduced), constants=dict(constants or {}),
             index_inputs=tuple(index_inputs), index_bounds=tuple(index_bounds),
-            source=source_of(self.node)))
+            source=source_of(self.node), node=self.node.name, scope=module_path(self.node)))
 
     def meta_of(self, arg):
         """The TensorMeta of a node argument (a `Ref`), or None."""

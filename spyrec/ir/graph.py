@@ -40,6 +40,11 @@ class Buffer:
     source: str | None = None
     layout: DeviceLayout | None = None      # written by stick_layout
     hbm_address: int | None = None          # written by memory_planning
+    # written by coarse_tiling: the buffer holds one tile of a loop body's intermediate (its
+    # host_size is the tile's); accesses to it never advance with the loop (DESIGN §4
+    # `per_tile_fixed`), so it can live in LX at one fixed address for every iteration
+    per_tile: bool = False
+    lx_address: int | None = None           # written by scratchpad_planning: per-core LX offset
 
     def __post_init__(self) -> None:
         assert self.role in ROLES, self.role
@@ -63,10 +68,16 @@ class Access:
 
 @dataclass(frozen=True)
 class Loop:
-    """One counted loop around ops (coarse tiling): `count` iterations over `tiled` vars."""
+    """One level of a counted loop around ops (coarse tiling): `count` iterations, dividing
+    the op's vars `tiled` (the op's ranges are then one tile's extents).
+
+    `key` names the loop itself ("g0.1": group 0, level 1): ops of one loop share it, while
+    each op lists its own tiled vars (ops of one loop may call the tiled dim c0 and c1;
+    reference/G §5 P5), so nesting compares keys, never var lists."""
 
     count: int
     tiled: tuple[str, ...]
+    key: str = ""
 
 
 @dataclass(eq=False)
@@ -94,6 +105,10 @@ class Operation:
     # (advanced indexing), low = 0 that they are errors (index_select, gather, scatter, as
     # eager). gather_coordinates turns this into a checked `wrapindex` op per index tensor.
     index_bounds: tuple[tuple[int, int], ...] = ()
+    # the FX node this op was lowered from and that node's module path (`nn_module_stack`),
+    # which tiling configs select ops by (DESIGN §6); ops a pass adds inherit them
+    node: str | None = None
+    scope: str = ""
 
     __hash__ = None  # mutable (passes write core_splits)
 
@@ -105,7 +120,7 @@ class Operation:
     def _key(self) -> tuple:
         return (self.name, self.op, self.ranges, self.inputs, self.output, self.reduced,
                 constants_text(self.constants), self.index_inputs, self.source,
-                self.core_splits, self.loops, self.index_bounds)
+                self.core_splits, self.loops, self.index_bounds, self.node, self.scope)
 
     @property
     def is_reduction(self) -> bool:

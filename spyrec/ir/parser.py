@@ -160,11 +160,14 @@ class _Line:
             stride_map = tuple(self.bracketed(self.integer))
             device_dtype = self.match(_WORD, "a device dtype")
             layout = self.layout(device_size, stride_map, device_dtype)
+        per_tile = self.keyword("per_tile")
         address = self.integer() if self.accept("@hbm") else None
+        lx = self.integer() if self.accept("@lx") else None
         if name in graph.buffers:
             raise self.error(f"a buffer name not declared before ({name!r} is)")
         graph.buffers[name] = Buffer(name, size, dtype, role, source=self.source(),
-                                     layout=layout, hbm_address=address)
+                                     layout=layout, hbm_address=address, per_tile=per_tile,
+                                     lx_address=lx)
 
     def layout(self, device_size, stride_map, device_dtype) -> DeviceLayout:
         try:
@@ -189,9 +192,11 @@ class _Line:
         constants = self.attrs() if self.keyword("attrs") else {}
         cores = dict(self.bracketed(self.split)) if self.keyword("cores") else None
         loops = tuple(self.bracketed(self.loop)) if self.keyword("loops") else ()
+        node = self.name() if self.keyword("node") else None
+        scope = self.string() if self.keyword("scope") else ""
         graph.ops.append(Operation(name, opcode, ranges, tuple(inputs), output, reduced,
                                    constants, gathers, self.source(), cores, loops,
-                                   index_bounds=bounds))
+                                   index_bounds=bounds, node=node, scope=scope))
 
     def access(self) -> Access:
         buffer = self.name()
@@ -224,7 +229,8 @@ class _Line:
 
     def loop(self) -> Loop:
         count = self.integer()
-        return Loop(count, tuple(self.bracketed(self.name, "(", ")")))
+        tiled = tuple(self.bracketed(self.name, "(", ")"))
+        return Loop(count, tiled, self.name() if self.accept("@") else "")
 
     def attrs(self) -> dict:
         return self.json_value("{", dict, "a JSON object")

@@ -14,8 +14,9 @@ Buffer lines: role, host dtype and shape; then what passes decided, each only on
 algebra's text form, `spyrec/indexing/printer.py`), then `over [VAR<SIZE, ...]` and optional
 clauses in this order: `reduce [VARS]`, `gather [IDX[INDEX], ...]` (index tensors read
 first), `bounds [LOW..HIGH, ...]` (per index tensor, the values it may hold), `attrs {JSON}`
-(op constants), `cores [VAR:SLICES, ...]`, `loops [COUNT(VARS), ...]` (outermost first),
-`source "..."`. Names that are not plain identifiers, and all source lines, are JSON strings. Constant *values* are not printed (weights are data, not IR).
+(op constants), `cores [VAR:SLICES, ...]`, `loops [COUNT(VARS)@KEY, ...]` (outermost first),
+`node NAME` (the FX node), `scope "..."` (its module path), `source "..."`. Buffers add
+`per_tile` (one tile of a loop body's intermediate) and `@lx OFFSET` (per-core LX) when set. Names that are not plain identifiers, and all source lines, are JSON strings. Constant *values* are not printed (weights are data, not IR).
 """
 
 from __future__ import annotations
@@ -52,8 +53,12 @@ def format_buffer(buf: Buffer) -> str:
     if buf.layout is not None:
         text += (f" device {_ints(buf.layout.device_size)} / {_ints(buf.layout.stride_map)} "
                  f"{buf.layout.device_dtype}")
+    if buf.per_tile:
+        text += " per_tile"
     if buf.hbm_address is not None:
         text += f" @hbm {buf.hbm_address}"
+    if buf.lx_address is not None:
+        text += f" @lx {buf.lx_address}"
     return text + _source(buf.source)
 
 
@@ -79,8 +84,13 @@ def format_op(op: Operation) -> str:
         text += f" cores [{splits}]"
     if op.loops:
         loops = ", ".join(f"{loop.count}({', '.join(map(format_name, loop.tiled))})"
+                          f"{'@' + format_name(loop.key) if loop.key else ''}"
                           for loop in op.loops)
         text += f" loops [{loops}]"
+    if op.node is not None:
+        text += f" node {format_name(op.node)}"
+    if op.scope:
+        text += f" scope {_quote(op.scope)}"
     return text + _source(op.source)
 
 

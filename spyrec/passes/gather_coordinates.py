@@ -153,7 +153,7 @@ class _Checks:
         names, index = _contiguous(shape)
         new_ops.append(Operation(
             name, "wrapindex", tuple(zip(names, shape)), (Access(buf.name, index),),
-            Access(name, index), source=op.source, loops=op.loops,
+            Access(name, index), source=op.source, loops=op.loops, node=op.node, scope=op.scope,
             constants={"size": size, "low": low, "index_tensor": buf.name,
                        "index_shape": list(shape), "used_by": op.name}))
         return name

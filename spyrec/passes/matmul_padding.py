@@ -62,10 +62,10 @@ class MatmulPadding(Pass):
                      if n > 1), Lin())
         padded_ranges = tuple((v, n) for v, n in zip(order, shape))
         new_ops.append(Operation(buf.name, "fill", padded_ranges, (), Access(buf.name, index),
-                                 constants={"value": 0.0}, source=op.source, loops=op.loops))
+                                 constants={"value": 0.0}, source=op.source, loops=op.loops, node=op.node, scope=op.scope))
         new_ops.append(Operation(f"{buf.name}.1", "identity",
                                  tuple((v, sizes[v]) for v in order), (y,),
-                                 Access(buf.name, index), source=op.source, loops=op.loops))
+                                 Access(buf.name, index), source=op.source, loops=op.loops, node=op.node, scope=op.scope))
         rows.append({"tensor": y.buffer, "padded": buf.name, "k": sizes[k], "k_padded": k_pad,
                      "elements": buf.layout.device_elems, "op": op.name})
         return replace(op, inputs=(x, Access(buf.name, index)))

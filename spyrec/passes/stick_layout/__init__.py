@@ -115,7 +115,7 @@ class _Commit:
         index = _contiguous_index([f"c{i}" for i in range(len(src.host_size))], src)
         ranges = tuple((f"c{i}", n) for i, n in enumerate(src.host_size))
         new_ops.append(Operation(copy.name, "ReStickifyOpHBM", ranges, (Access(name, index),),
-                                 Access(copy.name, index), source=op.source, loops=op.loops))
+                                 Access(copy.name, index), source=op.source, loops=op.loops, node=op.node, scope=op.scope))
         self.inserted.add(copy.name)
         return copy.name
 
@@ -130,7 +130,7 @@ class _Commit:
         index = _contiguous_index(order, buf)
         new_ops.append(Operation(buf.name, "identity", tuple((v, sizes[v]) for v in order),
                                  (access,), Access(buf.name, index), source=op.source,
-                                 loops=op.loops))
+                                 loops=op.loops, node=op.node, scope=op.scope))
         self.inserted.add(buf.name)
         return Access(buf.name, index)
 
