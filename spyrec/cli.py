@@ -46,7 +46,8 @@ def _verbosity(verbose: int, quiet: bool) -> int:
 @click.option("--pipeline", type=click.Path(path_type=Path),
               help="Pipeline YAML (default: configs/pipeline.yaml).")
 @click.option("--tiling", type=click.Path(path_type=Path),
-              help="Tiling YAML (configs/tiling/); coarse tiling is not implemented yet.")
+              help="Tiling YAML (examples in configs/tiling/): counted loops around groups of "
+                   "ops (DESIGN §6).")
 @click.option("--layouts", type=click.Path(path_type=Path),
               help="Stick-dim pins for inputs: {inputs: {NAME: {stick_dim: D}}}.")
 @click.option("--set", "sets", multiple=True, metavar="PASS.OPTION=VALUE",

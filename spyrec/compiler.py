@@ -5,6 +5,7 @@ Progress and `--dump-after` text go to stderr; nothing is printed on stdout.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -112,10 +113,9 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
 
     if opts.frontend not in FRONTENDS:
         raise ConfigError(f"--frontend {opts.frontend!r}: choose one of {', '.join(FRONTENDS)}")
-    if opts.tiling is not None:
-        raise ConfigError("--tiling: coarse tiling is not implemented yet; compile without it")
     entries, pipeline_path = read_pipeline_file(opts.pipeline)
-    pipeline = build_pipeline(entries, opts.sets, where=pipeline_path)
+    pipeline = build_pipeline(entries, list(opts.sets) + _tiling_set(opts.tiling, entries),
+                              where=pipeline_path)
     _check_dump_name(opts, pipeline)
     if opts.print_ir_after_all is not None:
         check_dump_dir(opts.print_ir_after_all, out_dir)
@@ -123,6 +123,19 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
     check_model_path(source)
     check_output_dir(out_dir)  # refuse an -o spyrec may not replace before any work
     return Plan(pipeline, pipeline_path, layouts)
+
+
+def _tiling_set(tiling: Path | None, entries: list[dict]) -> list[str]:
+    """`--tiling FILE` is the coarse_tiling pass's `config` option (DESIGN §6)."""
+    if tiling is None:
+        return []
+    if str(tiling) == "auto":
+        raise ConfigError("--tiling auto: automatic tiling is not implemented yet; give a "
+                          "tiling YAML (examples in configs/tiling/)")
+    if not any(e.get("pass") == "coarse_tiling" for e in entries):
+        raise ConfigError(f"--tiling {tiling}: the pipeline has no coarse_tiling pass; add "
+                          f"`- {{pass: coarse_tiling}}` after matmul_padding")
+    return [f"coarse_tiling.config={json.dumps(str(tiling))}"]
 
 
 def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
@@ -155,7 +168,7 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
                           "fallback_reason": program.fallback_reason or None}
     report["constant_folding"] = {"folded": program.constants_folded}
-    configs = {"pipeline": pipeline_path, "tiling": None,
+    configs = {"pipeline": pipeline_path, "tiling": str(opts.tiling) if opts.tiling else None,
                "layouts": str(opts.layouts) if opts.layouts else None}
     files = build_outputs(graph, source, describe(pipeline), configs, ctx.report)
     timings.append({"name": "codegen", "wall_ms": _ms(t0)})

@@ -18,7 +18,8 @@ that finds a problem is the one reported (later checks assume what earlier ones 
   (layouts consistent across the op: stick_layout's guarantee); core splits divide their
   ranges, leave reduced vars whole, give each core whole output sticks and use at most the
   device's cores;
-  loops (`check_loops`: where the loop-structure check goes when tiling lands);
+  loops (`check_loops`: keys, tiled vars, per-tile buffers only inside loops, full-buffer
+  accesses inside the buffer on every iteration);
 - `GRAPH_CHECKS` (whole graph): the signature and constants, nothing read before it is
   written, the facts established by earlier passes (registry contracts) hold everywhere, and
   buffers that are live at the same time do not share device memory.
@@ -26,6 +27,7 @@ that finds a problem is the one reported (later checks assume what earlier ones 
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Iterator
 
 from spyrec.device import ALIGN_BYTES
@@ -294,16 +296,39 @@ def _splits(splits: dict[str, int]) -> str:
 
 
 def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
-    """Each enclosing loop counts at least once and tiles iteration variables of the op.
-    When coarse tiling lands, the loop-structure check goes here: a loop's count divides the
-    ranges it tiles, and ops that share a loop level are consecutive in `graph.ops`."""
+    """Each enclosing loop counts at least once, has a key, and divides vars of the op (none
+    for an op that runs every iteration at one place: an accumulator's combine); per-tile
+    buffers are touched only inside loops; every access to a full buffer stays inside it on
+    the last iteration too (the per-tile ranges times the counts)."""
     names = {v for v, _ in op.ranges}
     for depth, loop in enumerate(op.loops):
         if loop.count < 1:
             yield f"loop {depth} counts {loop.count} iterations"
+        if not loop.key:
+            yield f"loop {depth} has no key (coarse_tiling names every loop g<G>.<L>)"
         for v in loop.tiled:
             if v not in names:
                 yield f"loop {depth} tiles {v}, not an iteration variable of the op"
+    if any(v not in names for loop in op.loops for v in loop.tiled):
+        return
+    mult: dict[str, int] = {}
+    for loop in op.loops:
+        for v in loop.tiled:
+            mult[v] = mult.get(v, 1) * loop.count
+    full = Ranges({Var(v): (0, n * mult.get(v, 1) - 1) for v, n in op.ranges})
+    for _, access in op.accesses():
+        buf = graph.buffers.get(access.buffer)
+        if buf is None:
+            continue
+        if buf.per_tile and not op.loops:
+            yield f"{format_access(access)}: per-tile buffer {buf.name!r} used outside a loop"
+        if buf.per_tile or not op.loops or any(
+                isinstance(leaf, Indirect) for leaf in access.index.free_atoms()):
+            continue
+        lo, hi = value_range(access.index, full)
+        if lo < 0 or hi >= max(buf.numel, 1):
+            yield (f"{format_access(access)}: over all {math.prod(mult.values())} tiles the "
+                   f"index reaches {lo}..{hi}, outside {buf.name} (0..{buf.numel - 1})")
 
 
 OP_CHECKS: tuple[Callable[[Graph, Operation], Iterator[str]], ...] = (

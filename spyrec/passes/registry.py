@@ -68,6 +68,10 @@ PASSES: dict[str, PassLoader] = dict([
     # Reads operand layouts to find K; adds a padded buffer, a fill and a copy per matmul.
     _entry("matmul_padding", "MatmulPadding", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses")),
+    # Reads layouts (whole-stick tiles, device-address shifts); shrinks ranges, adds loops,
+    # per-tile buffers and accumulator ops.
+    _entry("coarse_tiling", "CoarseTiling", requires=("layouts",),
+           invalidates=("core_splits", "hbm_addresses")),
     # Reads the output's layout to split whole sticks across cores.
     _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",)),
     # Reads every buffer's device bytes; addresses every buffer that has none.

@@ -72,7 +72,7 @@ def test_the_good_graph_is_valid():
     ("sum(t[c0 + 128*r0])", "sum(t[64*c0 + r0])",   # a reduction along t's sticks
      "op 'y': input 0 t[64*c0 + r0]: its lane (r0) is not stick-compatible with stick "
      "variable c0"),
-    ("cores [c0:32, c1:1]", "cores [c0:32, c1:1] loops [2(c2)]",
+    ("cores [c0:32, c1:1]", "cores [c0:32, c1:1] loops [2(c2)@g0.0]",
      "op 't': loop 0 tiles c2, not an iteration variable of the op"),
     # the whole graph
     ("inputs [x]", "inputs [x, w]", "program input 'w' is not a buffer"),

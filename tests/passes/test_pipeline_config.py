@@ -9,19 +9,20 @@ from spyrec.passes.pipeline import build_pipeline, describe, read_pipeline_file
 def test_default_pipeline_reads():
     entries, where = read_pipeline_file(None)
     names = [p.name for p in build_pipeline(entries, where=where)]
-    assert names == ["gather_coordinates", "stick_layout", "matmul_padding", "work_division",
+    assert names == ["gather_coordinates", "stick_layout", "matmul_padding", "coarse_tiling",
+                     "work_division",
                      "memory_planning"]
 
 
 def test_set_overrides_one_option():
     entries, _ = read_pipeline_file(None)
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
-    assert describe(pipeline)[3] == {"pass": "work_division", "options": {"cores": 8}}
+    assert describe(pipeline)[4] == {"pass": "work_division", "options": {"cores": 8}}
 
 
 def test_unknown_pass_lists_valid_names():
     with pytest.raises(ConfigError, match=r"unknown pass 'stick_layuot' \(did you mean "
-                                          r"'stick_layout'\?\); valid passes: gather_coordinates, "):
+                                          r"'stick_layout'\?\); valid passes: coarse_tiling, gather_coordinates, "):
         build_pipeline([{"pass": "stick_layuot"}])
 
 

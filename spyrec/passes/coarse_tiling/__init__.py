@@ -1,0 +1,51 @@
+"""coarse_tiling — split the dims a tiling config names into counted loops around groups of ops.
+
+Reads: the tiling config (`--tiling FILE.yaml`, or the pass option `config:`; DESIGN §6), buffer
+layouts (tiles must be whole sticks and constant device-address shifts). Writes: per-tile
+`ranges` and `loops` on the ops of each group, `per_tile` buffers (intermediates of one loop
+body, the tile's shape), accumulators for reductions over a tiled dim, and the group's ops made
+contiguous in `graph.ops`. Guarantees the tiling contract (DESIGN §4–5): every access to a full
+buffer inside a loop moves by one constant device-address step per iteration; ops of one loop
+are consecutive; no op is repeated by a loop it does not carry. Without a config it does nothing.
+
+`unroll: true` replaces each loop nest by its iterations (one op per iteration, indices moved to
+the iteration's tile), which simulates bit-identically to the looped form.
+
+The plan (which ops, which var carries each loop's dim) comes from `config.py`; the rewrite is
+`transform.py`; the per-access proofs (boxes, advances, re-indexing) are `tiles.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from spyrec.ir import Graph
+from spyrec.passes.registry import CompileContext, Pass, register_pass
+
+
+@register_pass("coarse_tiling")
+@dataclass(frozen=True)
+class CoarseTiling(Pass):
+    config: str = ""        # tiling YAML (set by --tiling); empty: no loops
+    unroll: bool = False    # emit the flat, unrolled form
+
+    def _check_options(self) -> None:
+        """Read and shape-check the config before the model is loaded (exit 2 on error)."""
+        if self.config:
+            from spyrec.passes.coarse_tiling.config import read_tiling_file
+
+            read_tiling_file(Path(self.config))
+
+    def run(self, graph: Graph, ctx: CompileContext) -> None:
+        if not self.config:
+            return
+        from spyrec.passes.coarse_tiling.config import read_tiling_file, resolve
+        from spyrec.passes.coarse_tiling.transform import tile_graph, unroll
+
+        config = read_tiling_file(Path(self.config))
+        plan = resolve(graph, config, Path(self.config).name)
+        groups = tile_graph(graph, plan)
+        added = unroll(graph) if self.unroll else 0
+        ctx.report["tiling"] = {"config": str(self.config), "unrolled": self.unroll,
+                                "unrolled_ops_added": added, "groups": groups}
