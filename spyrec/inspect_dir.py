@@ -124,6 +124,7 @@ def _summary(out_dir: Path, manifest: dict) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  "
                      + r[4].rjust(widths[4]))
+    lines += ["", *_op_tree(out_dir, manifest)]
     report_txt = out_dir / "report.txt"
     if report_txt.exists():
         text = report_txt.read_text(encoding="utf-8")
@@ -133,6 +134,41 @@ def _summary(out_dir: Path, manifest: dict) -> str:
         if cost >= 0:
             lines += ["", text[cost:].strip()]
     return "\n".join(lines) + "\n"
+
+
+def _op_tree(out_dir: Path, manifest: dict) -> list[str]:
+    """Every op in execution order, inside its loop nest (counts and tiled dims), with the
+    node name and module path a tiling config selects it by (DESIGN §6), one tile's
+    iteration space, and where each arg lives (HBM, or LX at a per-core offset)."""
+    opspecs = _load(out_dir, "opspecs.json", "opspecs")
+    files = iter(_op_files(manifest))
+    lines = ["ops (file, op, node [module path], one tile's iteration space, args):"]
+
+    def walk(body: list, depth: int) -> None:
+        pad = "  " * (depth + 1)
+        for item in body:
+            if "loop" in item:
+                loop = item["loop"]
+                lines.append(f"{pad}loop {loop['count']}x over "
+                             f"[{', '.join(loop['tiled_symbols'])}]")
+                walk(loop["body"], depth + 1)
+                continue
+            space = ", ".join(f"{v}<{n}" for v, (n, _) in item["iteration_space"].items())
+            scope = f" [{item['scope']}]" if item.get("scope") else ""
+            args = ", ".join(f"{a['name']}@{_placement(a)}" for a in item["args"])
+            lines.append(f"{pad}{next(files, '?'):<14} {item['op']:<16} "
+                         f"node {item.get('node') or '-'}{scope}  [{space}]  {args}")
+    for kernel in opspecs["kernels"]:
+        walk(kernel["specs"], 0)
+    return lines
+
+
+def _placement(arg: dict) -> str:
+    where = arg.get("allocation") or {}
+    if where.get("lx") is not None:
+        return f"lx:{where['lx']}"
+    tile = "/tile" if arg.get("per_tile_fixed") else ""
+    return f"hbm{tile}"
 
 
 def _flat_specs(opspecs: dict) -> list[dict]:

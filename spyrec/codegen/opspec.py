@@ -42,6 +42,8 @@ def op_spec(graph: Graph, op: Operation) -> dict:
     spec = {
         "op": op.op,
         "name": op.name,
+        "node": op.node,
+        "scope": op.scope,
         "source": op.source,
         "is_reduction": op.is_reduction,
         "iteration_space": {v: [n, splits.get(v, 1)] for v, n in op.ranges},
