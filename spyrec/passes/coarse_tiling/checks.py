@@ -20,8 +20,11 @@ from spyrec.passes.coarse_tiling.dimnames import describe_op
 def check_whole_sticks(graph: Graph, op: Operation, var: str, dim: str, count: int,
                        where: str) -> None:
     """Tiling `var` of `op` into `count` pieces (level dim `dim`) keeps every access's tiles
-    whole sticks."""
-    tile = dict(op.ranges)[var] // count
+    whole sticks (one piece splits nothing, even a dim shorter than a stick)."""
+    if count == 1:
+        return
+    size = dict(op.ranges)[var]
+    tile = size // count
     for _, access in op.accesses():
         buf = graph.buffers[access.buffer]
         if buf.layout is None:
@@ -36,14 +39,13 @@ def check_whole_sticks(graph: Graph, op: Operation, var: str, dim: str, count: i
                 f"{where}: loops: {{{dim}: {count}}} splits sticks of {buf.name} at "
                 f"{describe_op(op)}: a tile is {tile} elements of its stick dim, and a stick "
                 f"of {buf.layout.device_dtype} holds {per_stick}; "
-                f"{_whole_stick_counts(tile * count, per_stick, count)}")
+                f"{_whole_stick_counts(dim, size, per_stick, count)}")
 
 
-def _whole_stick_counts(size: int, per_stick: int, count: int) -> str:
-    good = [k for k in range(1, size + 1) if size % k == 0 and (size // k) % per_stick == 0]
+def _whole_stick_counts(dim: str, size: int, per_stick: int, count: int) -> str:
+    good = [k for k in range(2, size + 1) if size % k == 0 and (size // k) % per_stick == 0]
     if not good:
-        return (f"the dim ({size}) is less than one stick; it cannot be tiled, drop the "
-                f"level")
+        return f"{dim} ({size}) cannot be cut into tiles of whole sticks; drop the level"
     near = sorted(good, key=lambda k: (abs(k - count), k))[:3]
     return f"counts that keep whole sticks: {', '.join(map(str, sorted(near)))}"
 

@@ -37,20 +37,20 @@ class Level:
 
 @dataclass(frozen=True)
 class GroupPlan:
-    index: int                                   # position in `groups` (loop keys "g<index>.<level>")
-    ops: tuple[str, ...]                         # Operation.name of every op in the group, graph order
-    levels: tuple[Level, ...]                    # outermost first
+    index: int                  # position in `groups` (loop keys "g<index>.<level>")
+    ops: tuple[str, ...]        # Operation.name of every op in the group, graph order
+    levels: tuple[Level, ...]   # outermost first
     # op name -> per level: the op's variable that carries the level's dim (tiled or
     # reduced), or None when the op does not carry it
     vars: dict[str, tuple[str | None, ...]]
-    where: str                                   # "tiling.yaml: group 1" for messages
+    where: str                  # "tiling.yaml: group 1" for messages
 
 
 @dataclass(frozen=True)
 class TilingPlan:
     path: str
     groups: tuple[GroupPlan, ...]
-    dim_sizes: dict[str, int]                    # each named dim's size
+    dim_sizes: dict[str, int]   # each named dim's size
 
 
 def resolve(graph: Graph, config: dict, where: str) -> TilingPlan:
@@ -107,17 +107,24 @@ def _select(graph: Graph, spec: GroupSpec, where: str) -> list[Operation]:
         for glob in spec.ops:
             if not any(fnmatchcase(n, glob) for n in nodes):
                 raise ConfigError(
-                    f"{where}: ops: {glob!r} matches no node of the program{near(glob, nodes)}"
-                    f"; `spyrec inspect OUT` lists every op with its node name")
+                    f"{where}: ops: {glob!r} matches no node of the program"
+                    f"{near(_plain(glob), nodes)}; `spyrec inspect OUT` lists every op with its "
+                    f"node name")
         return [op for op in graph.ops
                 if op.node and any(fnmatchcase(op.node, g) for g in spec.ops)]
     chosen = [op for op in graph.ops if fnmatchcase(op.scope, spec.scope)]
     if not chosen:
         scopes = [op.scope for op in graph.ops if op.scope]
         raise ConfigError(
-            f"{where}: scope {spec.scope!r} matches no op's module path{near(spec.scope, scopes)}"
-            f"; `spyrec inspect OUT` lists every op with its module path")
+            f"{where}: scope {spec.scope!r} matches no op's module path"
+            f"{near(_plain(spec.scope), scopes)}; `spyrec inspect OUT` lists every op with its "
+            f"module path")
     return chosen
+
+
+def _plain(glob: str) -> str:
+    """A glob without its wildcards, to look for near names."""
+    return glob.translate(str.maketrans("", "", "*?[]"))
 
 
 def _group_plan(graph: Graph, spec: GroupSpec, index: int, named: DimNames,
@@ -128,18 +135,18 @@ def _group_plan(graph: Graph, spec: GroupSpec, index: int, named: DimNames,
     per_op: dict[str, list[str | None]] = {op.name: [] for op in ops}
     for level in levels:
         _check_level(level, sizes, where)
-        carriers = 0
-        for op in ops:
-            var = _carrier(op, named.op_vars[op.name], level.dim, where)
+        carried = [(op, _carrier(op, named.op_vars[op.name], level.dim, where)) for op in ops]
+        for op, var in carried:
             per_op[op.name].append(var)
-            if var is not None:
-                carriers += 1
-                check_whole_sticks(graph, op, var, level.dim, level.count, where)
-        if not carriers:
+        if all(var is None for _, var in carried):
+            nodes = list(dict.fromkeys(op.node or op.name for op in ops))
+            shown = ", ".join(nodes[:8]) + (f", … ({len(nodes)} nodes)" if nodes[8:] else "")
             raise ConfigError(
                 f"{where}: loops: no op of the group carries dim {level.dim!r} (nodes: "
-                f"{', '.join(dict.fromkeys(op.node or op.name for op in ops))}); name "
-                f"{level.dim} on a dim these ops iterate, or drop the level")
+                f"{shown}); name {level.dim} on a dim these ops iterate, or drop the level")
+        for op, var in carried:
+            if var is not None:
+                check_whole_sticks(graph, op, var, level.dim, level.count, where)
     return GroupPlan(index, tuple(op.name for op in ops), levels,
                      {name: tuple(v) for name, v in per_op.items()}, where)
 
@@ -150,12 +157,12 @@ def _check_level(level: Level, sizes: dict[str, int], where: str) -> None:
                           f"{near(level.dim, sizes)}; named dims: {', '.join(sizes)}")
     size = sizes[level.dim]
     if size % level.count:
-        divisors = [k for k in range(1, size + 1) if size % k == 0]
+        divisors = [k for k in range(2, size + 1) if size % k == 0]
         close = sorted(sorted(divisors, key=lambda k: (abs(k - level.count), k))[:3])
         raise ConfigError(
             f"{where}: loops: {{{level.dim}: {level.count}}}: {level.count} does not divide "
             f"{level.dim}'s size {size}; choose a divisor such as "
-            f"{', '.join(map(str, close))}")
+            f"{', '.join(map(str, close)) or 1}")
 
 
 def _carrier(op: Operation, op_vars: dict[str, str], dim: str, where: str) -> str | None:

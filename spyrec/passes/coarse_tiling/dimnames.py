@@ -19,10 +19,10 @@ variable walks another dim of the output), reductions (the reduced variable keep
 and matmuls (M from the left operand's walk, N from the right's, K from either). It repeats
 to a fixpoint so buffers written by several ops (padding fills and copies) agree.
 
-Two names meeting on one variable or one dim, or a name on a variable whose range is not the
-name's size, is a `ConfigError` naming the op; one name on two variables of one op is
-recorded (a Gram matrix x @ x.T carries its token dim twice) and refused only if a loop
-tiles it (config.py).
+Two names meeting on one variable or one dim is a `ConfigError` naming the op (one name on
+dims of different sizes is refused where the config names them, config.py). One name on two
+variables of one op is recorded (a Gram matrix x @ x.T carries its token dim twice) and
+refused only if a loop tiles it (config.py).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def walked_dims(index: Lin, host_size: tuple[int, ...],
     """{var: host dim} for each variable of `index` that walks a dim of `host_size` whole."""
     strides = contiguous_strides(host_size)
     plain = {atom.name: coeff for atom, coeff in index.terms if isinstance(atom, Var)}
-    inside = {leaf.name for atom, _ in index.terms if not isinstance(atom, Var)
-              for leaf in atom.free_atoms() if isinstance(leaf, Var)}
+    rest = Lin([(atom, coeff) for atom, coeff in index.terms if not isinstance(atom, Var)])
+    inside = {leaf.name for leaf in rest.free_atoms() if isinstance(leaf, Var)}
     found: dict[str, int] = {}
     for d, (size, stride) in enumerate(zip(host_size, strides)):
         if size <= 1:
@@ -111,11 +111,9 @@ def _carried(graph: Graph, op: Operation, names: dict, sizes: dict[str, int],
                     f"{where}: dims: names {other!r} and {name!r} meet on one dim at "
                     f"{describe_op(op)}: its variable {v} walks {other_seen} ({other!r}) and "
                     f"{seen} ({name!r}); give both the same name or leave one '_'")
-            if ranges[v] != sizes[name]:
-                raise ConfigError(
-                    f"{where}: dims: {name!r} is {sizes[name]} long, but at "
-                    f"{describe_op(op)} it names {seen} of size {ranges[v]}; one name must "
-                    f"mean one size")
+            # a name sits on a dim of its size (config.py checks the seeds, walked_dims the
+            # range), so a variable that walks the dim whole has that size too
+            assert ranges[v] == sizes[name], (op.name, v, name)
             carried.setdefault(v, (name, seen))
     return carried
 
