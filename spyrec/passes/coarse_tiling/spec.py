@@ -1,0 +1,161 @@
+"""The shape of a tiling YAML file (DESIGN §6), checked before the program is known.
+
+```yaml
+dims: {a: [A, B], fc1.weight: [_, K]}     # program inputs or parameter FQNs: one name per dim
+groups:
+  - ops: [add, mul]                       # FX node name globs, or `scope: "layers.0.mlp*"`
+    loops: [{A: 2}, {B: 4}]               # outermost first: one dim per level, a count each
+```
+Everything the file alone can get wrong (keys, types, a dim twice in one group, a count that
+is not a positive integer) is one `ConfigError` here, naming the file and the group; what needs
+the graph (unknown inputs, ops and dims, sizes) is config.py's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from spyrec.errors import ConfigError
+from spyrec.passes.pipeline import read_yaml_file
+
+TILING_FORM = ("{dims: {INPUT: [NAME|_, ...]}, groups: [{ops: [GLOB, ...] | scope: GLOB, "
+               "loops: [{NAME: COUNT}, ...]}]}")
+UNNAMED = "_"
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One entry of `groups`: a selector (exactly one of `ops`, `scope`) and its loops."""
+
+    ops: tuple[str, ...] | None
+    scope: str | None
+    loops: tuple[tuple[str, int], ...]   # (dim, count), outermost first
+
+
+@dataclass(frozen=True)
+class TilingSpec:
+    dims: dict[str, tuple[str | None, ...]]   # tensor -> name per dim (None for `_`)
+    groups: tuple[GroupSpec, ...]
+
+
+def read_tiling_file(path: Path) -> dict:
+    """The YAML document of `--tiling FILE` (safe_load), its shape checked; ConfigError if
+    the file is missing, not YAML, or not a tiling file."""
+    data = read_yaml_file(Path(path), "tiling", "--tiling")
+    check_shape(data, str(path))
+    return data
+
+
+def near(name: str, choices) -> str:
+    """The suffix `(did you mean 'x' or 'y'?)` for up to three close names, or ''."""
+    close = difflib.get_close_matches(name, sorted(set(choices)), n=3)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def group_where(where: str, index: int) -> str:
+    """How messages name a group: the file, then its 1-based position in `groups`."""
+    return f"{where}: group {index + 1}"
+
+
+def check_shape(data, where: str) -> TilingSpec:
+    """The checked, normalized form of a tiling document (`where` prefixes messages)."""
+    if data is None:
+        raise ConfigError(f"{where}: the tiling file is empty; a tiling file is {TILING_FORM}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a tiling file is a mapping {TILING_FORM}, got "
+                          f"{type(data).__name__}")
+    for key in data:
+        if key not in ("dims", "groups"):
+            raise ConfigError(f"{where}: unknown key {key!r}{near(str(key), ['dims', 'groups'])}"
+                              f"; a tiling file has only dims and groups: {TILING_FORM}")
+    for key in ("dims", "groups"):
+        if key not in data:
+            raise ConfigError(f"{where}: no {key!r}; a tiling file is {TILING_FORM}")
+    dims = _dims(data["dims"], where)
+    groups = data["groups"]
+    if not isinstance(groups, list) or not groups:
+        raise ConfigError(f"{where}: groups must be a non-empty list of {{ops: [...] | scope: "
+                          f"..., loops: [...]}}, got {groups!r}")
+    return TilingSpec(dims, tuple(_group(g, group_where(where, i)) for i, g in enumerate(groups)))
+
+
+def _dims(dims, where: str) -> dict[str, tuple[str | None, ...]]:
+    if not isinstance(dims, dict) or not dims:
+        raise ConfigError(f"{where}: dims must map input names or parameter FQNs to a list "
+                          f"of dim names, e.g. {{x: [T, _]}}; got {dims!r}")
+    out = {}
+    for tensor, names in dims.items():
+        if not isinstance(tensor, str):
+            raise ConfigError(f"{where}: dims: key {tensor!r} is not a tensor name; keys are "
+                              f"input names or parameter FQNs (fc1.weight)")
+        if not isinstance(names, list) or not names:
+            raise ConfigError(f"{where}: dims: {tensor} must be a list with one name per dim "
+                              f"('_' for a dim left unnamed), got {names!r}")
+        for n in names:
+            if not isinstance(n, str) or not (n == UNNAMED or _NAME.match(n)):
+                raise ConfigError(f"{where}: dims: {tensor}: {n!r} is not a dim name; use a "
+                                  f"name like T or d_model (a letter first), or '_'")
+        named = [n for n in names if n != UNNAMED]
+        twice = sorted({n for n in named if named.count(n) > 1})
+        if twice:
+            raise ConfigError(f"{where}: dims: {tensor} names two of its dims {twice[0]!r}; "
+                              f"one name marks one dim of a tensor")
+        out[tensor] = tuple(None if n == UNNAMED else n for n in names)
+    return out
+
+
+def _group(group, where: str) -> GroupSpec:
+    if not isinstance(group, dict):
+        raise ConfigError(f"{where}: a group is {{ops: [GLOB, ...] | scope: GLOB, loops: "
+                          f"[{{NAME: COUNT}}, ...]}}, got {group!r}")
+    known = ("ops", "scope", "loops")
+    for key in group:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r}{near(str(key), known)}; a group "
+                              f"has ops or scope, and loops")
+    if ("ops" in group) == ("scope" in group):
+        raise ConfigError(f"{where}: give exactly one of ops (FX node name globs) or scope "
+                          f"(a module path glob)")
+    ops = scope = None
+    if "ops" in group:
+        ops = group["ops"]
+        if (not isinstance(ops, list) or not ops
+                or not all(isinstance(o, str) and o for o in ops)):
+            raise ConfigError(f"{where}: ops must be a non-empty list of node name globs, "
+                              f"e.g. [add, mul] or ['*'], got {ops!r}")
+        ops = tuple(ops)
+    else:
+        scope = group["scope"]
+        if not isinstance(scope, str):
+            raise ConfigError(f"{where}: scope must be a module path glob such as "
+                              f"'layers.0.mlp*', got {scope!r}")
+    if "loops" not in group:
+        raise ConfigError(f"{where}: no loops; give them outermost first, e.g. "
+                          f"loops: [{{A: 2}}, {{B: 4}}]")
+    return GroupSpec(ops, scope, _loops(group["loops"], where))
+
+
+def _loops(loops, where: str) -> tuple[tuple[str, int], ...]:
+    if not isinstance(loops, list) or not loops:
+        raise ConfigError(f"{where}: loops must be a non-empty list of {{NAME: COUNT}}, "
+                          f"outermost first, got {loops!r}")
+    out: list[tuple[str, int]] = []
+    for level in loops:
+        if not isinstance(level, dict) or len(level) != 1:
+            raise ConfigError(f"{where}: loops: each level is one {{NAME: COUNT}} (one dim per "
+                              f"level), got {level!r}")
+        ((dim, count),) = level.items()
+        if not isinstance(dim, str) or dim == UNNAMED or not _NAME.match(dim):
+            raise ConfigError(f"{where}: loops: {dim!r} is not a dim name")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"{where}: loops: the count of {dim} must be a positive integer, "
+                              f"got {count!r}")
+        if any(d == dim for d, _ in out):
+            raise ConfigError(f"{where}: loops: {dim} appears at two levels; each dim may be "
+                              f"tiled once per group")
+        out.append((dim, count))
+    return tuple(out)
