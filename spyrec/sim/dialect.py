@@ -7,7 +7,8 @@ executes one device op. Outside loops it has no operands (every address in the o
 concrete). Inside loops each operand is the byte address a symbolic start address of the op's
 JSON takes at this iteration: operand k binds the symbol id `symbol_ids[k]` (a negative id that
 appears in the JSON's `data_` entries; reference/F-superdsc.md §3.G rule 2), so the two lists
-must have equal length. Declared with IRDL so xDSL parses and verifies the pretty form we emit;
+must have equal length. (Without `symbol_ids`, operands bind through each arg's `operand`
+field: the form the simulator's older tests write.) Declared with IRDL so xDSL parses and verifies the pretty form we emit;
 `sdsc_filename` and `symbol_ids` are attributes (not properties) so the generic form uses the
 same `{...}` that real MLIR with `--allow-unregistered-dialect` expects.
 """
@@ -37,6 +38,8 @@ class SdscExecuteOp(IRDLOperation):
         if not self.sdsc_filename.data.endswith(".json"):
             raise VerifyException(
                 f"sdsc_filename must end with '.json', got {self.sdsc_filename.data!r}")
+        if self.symbol_ids is None:
+            return   # the older form: operands bound through each arg's `operand` field
         ids = symbol_ids(self)
         if len(ids) != len(self.args):
             raise VerifyException(
