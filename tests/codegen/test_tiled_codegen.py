@@ -52,6 +52,7 @@ def compile_text(text: str, tmp: Path, cores: int = 32) -> tuple[dict, CompileCo
     for p in (WorkDivision(cores=cores), ScratchpadPlanning(), MemoryPlanning()):
         p.run(graph, ctx)
     assert verify(graph, ("layouts", "core_splits", "hbm_addresses")) == []
+    tmp.mkdir(parents=True, exist_ok=True)
     src = tmp / "prog.pt2"
     src.write_bytes(b"not read")
     configs = {"pipeline": None, "tiling": None, "layouts": None}
