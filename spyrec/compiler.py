@@ -262,10 +262,23 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "matmul_padding": ctx.report.get("matmul_padding",
                                          {"count": 0, "elements": 0, "list": []}),
         "gather_coordinates": ctx.report.get("gather_coordinates"),
+        "scratchpad": ctx.report.get("scratchpad"),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
     }
+
+
+def _scratchpad_text(plan: dict | None) -> list[str]:
+    """The LX plan: only when some buffer is per-tile (a tiled program)."""
+    if not plan or not plan["buffers"]:
+        return []
+    lines = ["", f"scratchpad (LX per core): peak {plan['peak_bytes_per_core']} of "
+                 f"{plan['budget_bytes']} bytes"]
+    for row in plan["buffers"]:
+        where = f"LX @{row['lx_address']}" if row["placed"] else f"HBM ({row['reason']})"
+        lines.append(f"  {row['buffer']:<24} {row['bytes_per_core']:>10} bytes/core  {where}")
+    return lines
 
 
 def report_text(report: dict) -> str:
@@ -288,6 +301,7 @@ def report_text(report: dict) -> str:
         lines += ["", f"gathers: {gat['gathers']} ({gat['fused']} fused, {gat['unfused']} "
                       f"unfused), scatters: {gat['scatters']}, index checks: "
                       f"{gat['index_checks']}"]
+    lines += _scratchpad_text(report.get("scratchpad"))
     lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes", "",
               "layouts:"]
     for name, lay in report["layouts"].items():

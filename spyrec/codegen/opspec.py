@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from spyrec.codegen.symbols import level_advances_bytes
 from spyrec.indexing import Indirect, Lin, evaluate
 from spyrec.ir import Access, Graph, Operation
 from spyrec.indexing.sticks import access_coordinates
@@ -28,11 +29,17 @@ def tensor_arg(graph: Graph, op: Operation, role: str, access: Access, arg_index
         "device_size": list(buf.layout.device_size),
         "stride_map": list(buf.layout.stride_map),
         "device_coordinates": [str(c) for c in coords],
-        "allocation": {"hbm": buf.hbm_address},
+        "allocation": allocation(buf),
         "operand": None,
-        "per_tile_fixed": False,
-        "_coords": coords,  # stripped before writing
+        "per_tile_fixed": buf.per_tile,
+        "_coords": coords,  # private keys (`_…`) are stripped before writing
+        "_advance_bytes": level_advances_bytes(buf, op, access),
     }
+
+
+def allocation(buf) -> dict:
+    """DESIGN §4 `allocation`: the per-core LX offset of a buffer in LX, else its HBM address."""
+    return {"lx": buf.lx_address} if buf.lx_address is not None else {"hbm": buf.hbm_address}
 
 
 def op_spec(graph: Graph, op: Operation) -> dict:
@@ -60,7 +67,7 @@ def strip_private(spec: dict) -> dict:
     """The spec as opspecs.json shows it (without the parsed coordinates codegen keeps)."""
     if "args" not in spec:
         return spec
-    return {**spec, "args": [{k: v for k, v in a.items() if k != "_coords"}
+    return {**spec, "args": [{k: v for k, v in a.items() if not k.startswith("_")}
                              for a in spec["args"]]}
 
 
@@ -87,6 +94,8 @@ def _start_addresses(graph: Graph, arg: dict, env: dict, n: int) -> list:
     if any(isinstance(leaf, Indirect) for c in coords for leaf in c.free_atoms()):
         return [None] * n  # data-dependent: known only when the index tensor is read
     buf = graph.buffers[arg["name"]]
+    if buf.lx_address is not None:
+        return [buf.lx_address] * n  # every core's LX holds its own slice at one offset
     offset = np.zeros(n, dtype=np.int64)
     for c, stride in zip(coords, buf.layout.device_strides_elems):
         offset = offset + np.asarray(evaluate(c, env), dtype=np.int64) * stride

@@ -33,7 +33,8 @@ import math
 import struct
 
 from spyrec.codegen.sdsc_dims import Digit, NotExpressible, OpDims, TensorDims, op_dims
-from spyrec.errors import InternalError
+from spyrec.codegen.symbols import SymbolTable
+from spyrec.errors import InternalError, UnsupportedProgram
 from spyrec.indexing import Indirect
 
 _LABELS = ("mb", "x", "y", "i", "j", "ki", "kj")
@@ -56,9 +57,11 @@ def label_names(n: int, matmul: bool) -> list[str]:
     return first + ["out"]
 
 
-def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str]) -> dict:
+def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str],
+                      symbols: SymbolTable | None = None) -> dict:
     """The `sdsc_<n>.json` object of one op; `bufs` and `roles` (index | input | output) are
-    the args' buffers and roles in arg order. An op whose accesses no SuperDSC fields can
+    the args' buffers and roles in arg order. `symbols` issues the ids of the op's symbolic
+    start addresses (args that advance with an enclosing loop; codegen/symbols.py). An op whose accesses no SuperDSC fields can
     express is written as `{"<n>_<op>": {"debug_handle_", "spyrecAccess_"}}`: our own form,
     which the simulator runs and the backend rejects (counted in report.json)."""
     coords = [a["_coords"] for a in spec["args"]]
@@ -84,19 +87,23 @@ def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str]) -> d
                        [b.layout.device_size for b in bufs],
                        [b.layout.device_strides_elems for b in bufs],
                        [b.layout.elems_per_stick for b in bufs])
-        return _Emitter(index, spec, dims, bufs, roles).document()
+        return _Emitter(index, spec, dims, bufs, roles, symbols).document()
     except NotExpressible as e:
+        _refuse_in_loop(spec, e)
         keys = ("op", "name", "source", "is_reduction", "iteration_space", "reduced", "op_info",
                 "args", "cores")
         access = {k: spec[k] for k in keys}
-        access["args"] = [{k: v for k, v in a.items() if k != "_coords"} for a in spec["args"]]
+        access["args"] = [{k: v for k, v in a.items() if not k.startswith("_")}
+                          for a in spec["args"]]
         return {f"{index}_{spec['op']}": {"debug_handle_": _debug_handle(spec),
                                           "spyrecAccess_": {"reason": str(e), **access}}}
 
 
 class _Emitter:
-    def __init__(self, index: int, spec: dict, dims: OpDims, bufs: list, roles: list[str]):
+    def __init__(self, index: int, spec: dict, dims: OpDims, bufs: list, roles: list[str],
+                 symbols: SymbolTable | None = None):
         self.index, self.spec, self.bufs = index, spec, bufs
+        self.symbols = symbols
         self.matmul = spec["op"] == "batchmatmul"
         self.dims = dims
         self.roles = roles
@@ -270,12 +277,14 @@ class _Emitter:
     def _node(self, i: int, info: dict) -> dict:
         arg, t = self.spec["args"][i], info["dims"]
         role = self.roles[i]
+        memory = "lx" if self._in_lx(i) else "hbm"
         node = {
             "nodeType_": "allocate",
-            "name_": f"allocate-Tensor{i}_hbm",
+            "name_": f"allocate-Tensor{i}_{memory}",
             "prev_": "",
             "ldsIdx_": i,
-            "component_": "hbm",
+            "component_": memory,
+            **({"isStartAddrSymbolic_": 1} if self._symbolic(i) else {}),
             "layoutDimOrder_": [self.names[d] for d in info["order"]],
             "maxDimSizes_": [-1] * len(info["label_order"]),
             "indirectAllocType_": "no_indirection",
@@ -293,10 +302,10 @@ class _Emitter:
             "dim_prop_attr": [{"factor_": self.nc, "label_": "core"},
                               {"factor_": 1, "label_": "corelet"},
                               {"factor_": 1, "label_": "time"}],
-            "data_": {f"[{c}, 0, 0]": str(a) for c, a in enumerate(self._starts(i, info))}}
+            "data_": self._start_data(i, info)}
         gaps = self._gaps(t)
         if gaps:
-            node["backGapCore_"] = {self.names[d]: {"-1": str(g)} for d, g in gaps.items()}
+            node["backGapCore_"] = self._back_gaps(i, gaps)
         if t.indirect:
             node["indirectDim_"] = {f"Tensor{self._arg_of(name)}": {
                 "dim": self.names[d], "size": n} for name, (d, n) in t.indirect.items()}
@@ -349,9 +358,41 @@ class _Emitter:
                           "dim_prop_attr": [{"factor_": f, "label_": lab}
                                             for f, lab in zip(attrs, labels)]}}
 
+    # --- placement: HBM or LX, concrete or symbolic (issue 8 contract §2) -----------------
+
+    def _in_lx(self, i: int) -> bool:
+        return self.bufs[i].lx_address is not None
+
+    def _symbolic(self, i: int) -> bool:
+        """An HBM arg that advances with an enclosing loop (F §3.G rule 1)."""
+        return self.symbols is not None and not self._in_lx(i) and \
+            any(self.spec["args"][i]["_advance_bytes"])
+
+    def _start_data(self, i: int, info: dict) -> dict[str, str]:
+        """`startAddressCoreCorelet_.data_`: per core a decimal address (the tile's first
+        element at iteration 0), the same LX offset on every core, or a symbol id."""
+        starts = self._starts(i, info)
+        if self._symbolic(i):
+            advance = tuple(self.spec["args"][i]["_advance_bytes"])
+            starts = [self.symbols.symbol(self.index, a, advance) for a in starts]
+        return {f"[{c}, 0, 0]": str(a) for c, a in enumerate(starts)}
+
+    def _back_gaps(self, i: int, gaps: dict[Digit, int]) -> dict:
+        """HBM: one gap for the tensor (`"-1"`); LX: one per core, since each core's LX holds
+        only its own slice (F §2.4, §4.2 step 8): with every level's extent `P_d + gap`."""
+        keys = [str(c) for c in range(self.nc)] if self._in_lx(i) else ["-1"]
+        return {self.names[d]: {k: str(g) for k in keys} for d, g in gaps.items()}
+
     def _starts(self, i: int, info: dict) -> list[int]:
-        """Per-core start addresses, checked against our own coordinates."""
+        """Per-core start addresses, checked against our own coordinates. An LX arg starts
+        at its offset on every core (F §2.11 step 4): each core's LX holds its own slice."""
         buf, t = self.bufs[i], info["dims"]
+        if self._in_lx(i):
+            if t.offset:
+                raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} reads "
+                                    f"LX buffer {buf.name} from element {t.offset}, not its "
+                                    f"start (scratchpad_planning places whole-buffer accesses)")
+            return [buf.lx_address] * self.nc
         wl = buf.layout.dtype.itemsize
         strides = {lv.digit: lv.stride for lv in t.levels}
         base = buf.hbm_address + wl * t.offset
@@ -390,6 +431,7 @@ class _Emitter:
                 "scale_": [self._scale(info, d) for d in info["label_order"]],
                 "wordLength": buf.layout.dtype.itemsize, "dataFormat_": fmt,
                 "memOrg_": {"hbm": {"isPresent": 1}} if index
+                else {"lx": {"isPresent": 1}} if self._in_lx(i)
                 else {"hbm": {"isPresent": 1}, "lx": {"isPresent": 1}}}
 
     # --- constants and the compute op ------------------------------------------------------
@@ -433,6 +475,14 @@ class _Emitter:
         if index:
             op["indirectAccessIndexLabeledDs"] = index
         return op
+
+
+def _refuse_in_loop(spec: dict, e: NotExpressible) -> None:
+    """Our own `spyrecAccess_` form has no symbolic addresses: an op in that form that moves
+    with a tiling loop would run every iteration on its first tile."""
+    if any(any(a.get("_advance_bytes", ())) for a in spec["args"]):
+        raise UnsupportedProgram(f"op {_debug_handle(spec)} cannot run inside a tiling loop: "
+                                 f"{e}; leave it out of the tiling group")
 
 
 def _debug_handle(spec: dict) -> str:

@@ -22,7 +22,9 @@ from spyrec import __version__
 from spyrec.codegen.bundle import bundle_data, render_bundle
 from spyrec.codegen.opspec import op_spec, spec_tree
 from spyrec.codegen.superdsc import superdsc_document
+from spyrec.codegen.symbols import SymbolTable
 from spyrec.ir import Graph
+from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.outdir import check_output_dir, replace_directory
 
 MANIFEST_FORMAT = "spyrec-manifest/1"
@@ -60,16 +62,20 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     specs = [op_spec(graph, op) for op in graph.ops]
     files: dict[str, bytes | str] = {}
     sdsc_names = []
+    symbols = SymbolTable()
     for i, (op, spec) in enumerate(zip(graph.ops, specs)):
         name = f"sdsc_{i}.json"
         sdsc_names.append(name)
         accesses = list(op.accesses())
         bufs = [graph.buffers[a.buffer] for _, a in accesses]
-        files[name] = dump_json(superdsc_document(i, spec, bufs, [r for r, _ in accesses]))
+        files[name] = dump_json(superdsc_document(i, spec, bufs, [r for r, _ in accesses],
+                                                  symbols))
     tree = spec_tree(graph.ops, specs)
     files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
                                        "kernels": [{"name": "main", "specs": tree}]})
-    files["bundle.mlir"] = render_bundle(bundle_data(sdsc_names))
+    files["bundle.mlir"] = render_bundle(bundle_data(
+        sdsc_names, [op.loops for op in graph.ops],
+        [symbols.of(i) for i in range(len(graph.ops))]))
     files["manifest.json"] = dump_json(manifest(graph, source, pipeline, configs, sdsc_names,
                                                 report.get("hbm_bytes", 0)))
     tags = {f"__dtype__.{n}": np.array("bfloat16") for n in graph.constants
@@ -86,7 +92,7 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
             "name": buf.name, "role": buf.role, "host_shape": list(buf.host_size),
             "host_dtype": buf.host_dtype, **buf.layout.to_json(),
             "hbm_address": buf.hbm_address, "device_bytes": buf.layout.device_bytes,
-            "source": buf.source})
+            "source": buf.source, **_lx_fields(graph, buf)})
     return {
         "format": MANIFEST_FORMAT, "spyrec_version": __version__,
         "source": {"file": source.name, "sha256": sha256_of(source)},
@@ -97,6 +103,13 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         "kernels": [{"name": "main", "bundle": "bundle.mlir", "ops": sdsc_names}],
         "hbm_bytes": hbm_bytes,
     }
+
+
+def _lx_fields(graph: Graph, buf) -> dict:
+    """An LX tensor's per-core offset and bytes (issue 8 contract §2); nothing for HBM ones."""
+    if buf.lx_address is None:
+        return {}
+    return {"lx_address": buf.lx_address, "lx_bytes_per_core": lx_bytes_per_core(graph, buf)}
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:

@@ -30,12 +30,13 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable, Iterator
 
-from spyrec.device import ALIGN_BYTES
+from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
 from spyrec.device import CORES as DEVICE_CORES
 from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.coordinates import device_dim_sources
 from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation
+from spyrec.ir.lx import box_bytes, core_boxes, writer_of
 from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
 from spyrec.layout.dtypes import HOST_TO_DEVICE
@@ -123,8 +124,23 @@ def _tiles(buf: Buffer) -> bool:
     return True
 
 
+def check_lx_address(buf: Buffer) -> Iterator[str]:
+    """An LX buffer (scratchpad_planning) is a per-tile intermediate at one aligned offset of
+    every core's LX, and lives nowhere else."""
+    if buf.lx_address is None:
+        return
+    if buf.lx_address < 0 or buf.lx_address % ALIGN_BYTES:
+        yield f"LX offset {buf.lx_address} is not a non-negative multiple of {ALIGN_BYTES}"
+    if buf.hbm_address is not None:
+        yield f"lives in LX at {buf.lx_address} and in HBM at {buf.hbm_address}"
+    if not buf.per_tile:
+        yield "lives in LX but is not per-tile (its accesses would advance with the loop)"
+    if buf.layout is None:
+        yield "lives in LX but has no layout"
+
+
 BUFFER_CHECKS: tuple[Callable[[Buffer], Iterator[str]], ...] = (
-    check_dtype_and_size, check_layout, check_address)
+    check_dtype_and_size, check_layout, check_address, check_lx_address)
 
 
 # --- ops ---------------------------------------------------------------------------------------
@@ -388,7 +404,8 @@ def check_facts(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
                     for op in graph.ops if op.core_splits is None)
     if "hbm_addresses" in facts:
         yield from (f"buffer {b.name!r}: no device address, though an earlier pass addressed "
-                    f"every buffer" for b in graph.buffers.values() if b.hbm_address is None)
+                    f"every buffer" for b in graph.buffers.values()
+                    if b.hbm_address is None and b.lx_address is None)
 
 
 def check_memory(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
@@ -424,5 +441,29 @@ def _overlap(a: list[int] | None, b: list[int] | None) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+def check_lx_slices(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    """Every LX buffer fits each core's usable LX, and every op touching it gives each core
+    the slice its writer gave that core (each core holds only its own slice)."""
+    for buf in graph.buffers.values():
+        if buf.lx_address is None or buf.layout is None:
+            continue
+        writer = writer_of(graph, buf.name)
+        if writer is None:
+            continue
+        boxes = core_boxes(buf, writer, writer.output)
+        if boxes is None:
+            yield f"LX buffer {buf.name!r}: written through a gather"
+            continue
+        end = buf.lx_address + box_bytes(buf, boxes[0])
+        if end > LX_USABLE_BYTES_PER_CORE:
+            yield (f"LX buffer {buf.name!r}: ends at byte {end} of each core's LX, past the "
+                   f"{LX_USABLE_BYTES_PER_CORE} usable")
+        for op in graph.ops:
+            for _, access in op.accesses():
+                if access.buffer == buf.name and core_boxes(buf, op, access) != boxes:
+                    yield (f"LX buffer {buf.name!r}: op {op.name!r} divides it across cores "
+                           f"unlike its writer {writer.name!r}")
+
+
 GRAPH_CHECKS: tuple[Callable[[Graph, tuple[str, ...]], Iterator[str]], ...] = (
-    check_signature, check_def_use, check_facts, check_memory)
+    check_signature, check_def_use, check_facts, check_memory, check_lx_slices)

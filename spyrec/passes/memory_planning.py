@@ -1,6 +1,7 @@
 """memory_planning — give every buffer a device (HBM) address.
 
-Reads: buffer layouts (device bytes).  Writes: `Buffer.hbm_address`.
+Reads: buffer layouts (device bytes), `Buffer.lx_address`.  Writes: `Buffer.hbm_address` of
+every buffer not in LX.
 Guarantees: addresses are 128-byte aligned, live buffers never overlap, and everything fits in
 the device's memory (`spyrec.device.DEVICE_MEMORY_BYTES`), else the program is unsupported.
 Program inputs first, then constants, then the rest in order of first write: a bump allocator,
@@ -31,8 +32,8 @@ class MemoryPlanning(Pass):
         next_free = _align(self.base_address)
         for name in dict.fromkeys(order):
             buf = graph.buffers[name]
-            if buf.hbm_address is not None:
-                continue
+            if buf.hbm_address is not None or buf.lx_address is not None:
+                continue   # addressed already, or in LX (scratchpad_planning)
             buf.hbm_address = next_free
             next_free = _align(next_free + buf.layout.device_bytes)
         _check_fits(graph, next_free)

@@ -74,6 +74,8 @@ PASSES: dict[str, PassLoader] = dict([
            invalidates=("core_splits", "hbm_addresses")),
     # Reads the output's layout to split whole sticks across cores.
     _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",)),
+    # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops).
+    _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits")),
     # Reads every buffer's device bytes; addresses every buffer that has none.
     _entry("memory_planning", "MemoryPlanning", requires=("layouts",),
            provides=("hbm_addresses",)),

@@ -24,8 +24,9 @@ import numpy as np
 from spyrec.errors import SimulatorFault
 from spyrec.indexing import Indirect, Lin, Var, evaluate
 from spyrec.layout import STICK_BYTES
-from spyrec.sim.memory import Hbm
-from spyrec.sim.specs import ArgSpec, OpSpec
+from spyrec.sim.addresses import check_window, symbolic_base
+from spyrec.sim.memory import Allocation, Hbm, Lx
+from spyrec.sim.specs import ArgSpec, Execute, OpSpec
 
 MAX_CHUNK_POINTS = 1 << 22   # bounds the int64 offset arrays to ~32 MiB each
 
@@ -88,15 +89,25 @@ class Binding:
     arg: ArgSpec
     base_elems: int                # element offset of the arg's device element 0
     tile_coords: tuple[int, ...]   # device coordinates of the tile base (all 0 without a tile)
+    lx: Allocation | None = None   # the LX tensor an LX arg reads or writes
 
 
-def bind(spec: OpSpec, operands: tuple[int, ...], hbm: Hbm, location: str) -> list[Binding]:
+def bind(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> list[Binding]:
     """Resolve every arg's base address for one `sdsc_execute` and check it is addressable."""
     out = []
     for arg in spec.args:
         what = f"{spec.describe()}, arg '{arg.name}'"
-        if arg.hbm_address is None:
-            raise SimulatorFault(f"{what}: LX allocations are not simulated yet (HBM only)")
+        if arg.in_lx and not arg.tile_strides_elems:
+            raise SimulatorFault(f"{what}: LX allocations are simulated from SuperDSC LX "
+                                 f"nodes only; the spyrecAccess_ form has no per-core layout")
+        if arg.in_lx:
+            out.append(_bind_lx(spec, arg, ex, lx))
+            continue
+        if arg.symbols is not None:
+            base = symbolic_base(spec, arg, ex)
+            check_window(spec, arg, base, ex, hbm)
+            out.append(Binding(arg, base // arg.itemsize, (0,) * len(arg.layout.device_size)))
+            continue
         if arg.hbm_address % STICK_BYTES:
             raise SimulatorFault(f"{what}: allocation.hbm {arg.hbm_address} is not "
                                  f"{STICK_BYTES}-byte aligned")
@@ -107,9 +118,28 @@ def bind(spec: OpSpec, operands: tuple[int, ...], hbm: Hbm, location: str) -> li
                 f"manifest.json")
         tile = (0,) * len(arg.layout.device_size)
         if arg.operand is not None:
-            tile = _tile_coords(what, arg, operands, location)
+            tile = _tile_coords(what, arg, ex.operands, ex.location)
         out.append(Binding(arg, arg.hbm_address // arg.itemsize, tile))
     return out
+
+
+def _bind_lx(spec: OpSpec, arg: ArgSpec, ex: Execute, lx: Lx | None) -> Binding:
+    """An LX arg: its per-core window must lie inside the manifest LX tensor it names."""
+    where = f"{spec.describe()} {ex.where()}: LX arg '{arg.name}'"
+    alloc = lx.find(arg.name) if lx is not None else None
+    if alloc is None:
+        raise SimulatorFault(f"{where}: no LX tensor of manifest.json has lx_address "
+                             f"{arg.lx_offset}; re-run spyrec compile")
+    if arg.lx_offset % STICK_BYTES:
+        raise SimulatorFault(f"{where}: LX offset {arg.lx_offset} is not {STICK_BYTES}-byte "
+                             f"aligned")
+    if not alloc.contains(arg.lx_offset, arg.extent_bytes):
+        raise SimulatorFault(
+            f"{where}: each core's window [{arg.lx_offset}, {arg.lx_offset + arg.extent_bytes})"
+            f" is not inside LX tensor '{alloc.name}' [{alloc.address}, {alloc.end}) "
+            f"(lx_bytes_per_core); re-run spyrec compile")
+    return Binding(arg, arg.lx_offset // arg.itemsize, (0,) * len(arg.layout.device_size),
+                   alloc)
 
 
 def _tile_coords(what: str, arg: ArgSpec, operands: tuple[int, ...],
@@ -137,25 +167,31 @@ class ChunkAccess:
     index arg, read first, under `Indirect` keys.
     """
 
-    def __init__(self, spec: OpSpec, bindings: list[Binding], chunk: Chunk, hbm: Hbm):
-        self.spec, self.chunk, self.hbm = spec, chunk, hbm
+    def __init__(self, spec: OpSpec, bindings: list[Binding], chunk: Chunk, hbm: Hbm,
+                 lx: Lx | None = None, where: str = ""):
+        self.spec, self.chunk, self.hbm, self.lx, self.where = spec, chunk, hbm, lx, where
         self.env = chunk.env()
         self._relative: dict[tuple, np.ndarray] = {}
+        self._cores: np.ndarray | None = None
         for b in bindings:
             if b.arg.is_index:
                 self.env[Indirect(b.arg.name)] = self.read(b).astype(np.int64)
 
     def base_view(self, b: Binding) -> np.ndarray:
         """The arena as the arg's dtype, starting at the arg's device element 0."""
-        return self.hbm.view(b.arg.device_dtype)[b.base_elems:]
+        arena = self.lx if b.lx is not None else self.hbm
+        return arena.view(b.arg.device_dtype)[b.base_elems:]
 
     def read(self, b: Binding) -> np.ndarray:
+        if b.lx is not None:
+            self._check_lx_read(b)
         return np.take(self.base_view(b), self.relative(b))
 
     def relative(self, b: Binding) -> np.ndarray:
-        """Element offsets from the arg's base at every point (broadcastable), bounds-checked."""
+        """Element offsets from the arg's base at every point (broadcastable), bounds-checked.
+        An LX arg's points live in the LX of the core that runs them (`cores`)."""
         arg = b.arg
-        key = (arg.coordinates, arg.layout.device_size, b.tile_coords)
+        key = (arg.coordinates, arg.layout.device_size, b.tile_coords, b.lx is not None)
         if key not in self._relative:
             parts = []
             for j, (coord, size, stride) in enumerate(zip(
@@ -164,8 +200,72 @@ class ChunkAccess:
                 if value.size and (value.min() < 0 or value.max() >= size):
                     _out_of_range(self.spec, b, self.chunk, self.env, j, value)
                 parts.append(value * stride)
+            if b.lx is not None:
+                parts.append(self.cores() * (self.lx.core_bytes // arg.itemsize))
             self._relative[key] = _broadcast_sum(parts)
         return self._relative[key]
+
+    # --- LX ---------------------------------------------------------------------------------
+
+    def cores(self) -> np.ndarray:
+        """The core that runs each point (coreIdToWkSlice_), broadcast over the split vars."""
+        if self._cores is None:
+            self._cores = core_ids(self.spec, self.chunk)
+        return self._cores
+
+    def lx_sticks(self, b: Binding) -> tuple[np.ndarray, np.ndarray]:
+        """(index into lx.tags, expected tag) at every point of an LX arg."""
+        rel = self.relative(b)
+        sticks = (rel + b.base_elems) * b.arg.itemsize // STICK_BYTES
+        tile = _broadcast_sum([np.asarray(evaluate(c, self.env), dtype=np.int64) * s for c, s
+                               in zip(b.arg.tile_coordinates, b.arg.tile_strides_elems)])
+        return np.broadcast_arrays(sticks, self.lx.tag(b.lx, tile))
+
+    def mark_written(self, b: Binding, shape: tuple[int, ...]) -> None:
+        sticks, tags = self.lx_sticks(b)
+        self.lx.tags[np.broadcast_to(sticks, shape)] = np.broadcast_to(tags, shape)
+
+    def _check_lx_read(self, b: Binding) -> None:
+        sticks, want = self.lx_sticks(b)
+        have = self.lx.tags[sticks]
+        bad = np.argwhere(have != want)
+        if not len(bad):
+            return
+        at = tuple(bad[0])
+        core = int(np.broadcast_to(self.cores(), sticks.shape)[at])
+        owner, tile_stick = self.lx.tag_owner(int(have[at]))
+        _, wanted = self.lx.tag_owner(int(want[at]))
+        if owner is None:
+            what = "that no op wrote on this core"
+        elif owner != b.lx.name:
+            what = f"that holds tensor '{owner}' (a stale or overlapping LX plan)"
+        else:
+            what = (f"that holds stick {tile_stick} of the tile, not stick {wanted}: the op "
+                    f"that wrote it split the tile over the cores differently (each core "
+                    f"reads only its own LX)")
+        raise SimulatorFault(
+            f"{self.spec.describe()} {self.where}: core {core} reads LX arg '{b.arg.name}' "
+            f"(LX tensor '{b.lx.name}' at offset {b.lx.address}) at "
+            f"{self.chunk.point(at, sticks.shape)}, a stick {what}")
+
+
+def core_ids(spec: OpSpec, chunk: Chunk) -> np.ndarray:
+    """The id of the core whose slice holds each point of `chunk` (product splits of equal
+    slices, as SuperDSC's `numWkSlicesPerDim_` gives), broadcastable over the chunk."""
+    per = [spec.iteration_space[v][0] // spec.iteration_space[v][1] for v in spec.vars]
+    grid = np.zeros([k for _, k in spec.iteration_space.values()], dtype=np.int64)
+    for c in spec.cores:
+        grid[tuple(c.ranges[v][0] // p for v, p in zip(spec.vars, per))] = c.core
+    rank = len(spec.vars)
+    index = []
+    for axis, (v, p) in enumerate(zip(spec.vars, per)):
+        shape = [1] * rank
+        if spec.iteration_space[v][1] > 1:
+            shape[axis] = chunk.hi[axis] - chunk.lo[axis]
+            index.append(np.arange(chunk.lo[axis], chunk.hi[axis]).reshape(shape) // p)
+        else:
+            index.append(np.zeros(shape, dtype=np.int64))
+    return grid[tuple(index)]
 
 
 def _broadcast_sum(parts: list[np.ndarray]) -> np.ndarray:

@@ -13,13 +13,13 @@ starts and we add the def-use walk; every error names `bundle.mlir:LINE:COL`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from xdsl.context import Context
 from xdsl.dialects import affine, arith, func, scf
-from xdsl.dialects.builtin import Builtin, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, Builtin, IntegerAttr, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
@@ -121,6 +121,7 @@ class _State:
     trace: list[Execute]
     locate: Callable[[Operation], str]
     iterations: int = 0
+    loop: list[tuple[str, int]] = field(default_factory=list)   # enclosing scf.for indices
 
     def fail(self, op: Operation, msg: str) -> None:
         raise InputFileError(f"{self.locate(op)}: {op.name}: {msg}")
@@ -179,15 +180,38 @@ def _for(op: Operation, st: _State) -> None:
         st.fail(op, f"{trips} iterations ({lb} to {ub} step {step}) take the bundle past "
                     f"{MAX_ITERATIONS} loop iterations in all, more than any compiled program "
                     f"runs; the loop bound is damaged: re-run spyrec compile")
+    name = f"i_{len(st.loop)}"       # induction vars are numbered by depth (contract §2)
+    st.loop.append((name, lb))
     for i in range(lb, ub, step):
         st.env[induction] = i
+        st.loop[-1] = (name, i)
         _run_block(body, st)
+    st.loop.pop()
 
 
 @_handles("sdscbundle.sdsc_execute")
 def _execute(op: Operation, st: _State) -> None:
     filename = op.sdsc_filename.data  # type: ignore[attr-defined]
-    st.trace.append(Execute(filename, tuple(st.env[v] for v in op.operands), st.locate(op)))
+    symbol_ids = _symbol_ids(op, st)
+    st.trace.append(Execute(filename, tuple(st.env[v] for v in op.operands), st.locate(op),
+                            symbol_ids, tuple(st.loop)))
+
+
+def _symbol_ids(op: Operation, st: _State) -> tuple[int, ...]:
+    """The optional `symbol_ids` attribute: operand k binds id symbol_ids[k] (negative)."""
+    attr = op.attributes.get("symbol_ids")
+    if attr is None:
+        return ()
+    if not isinstance(attr, ArrayAttr) or not all(isinstance(a, IntegerAttr) for a in attr):
+        st.fail(op, f"symbol_ids must be an array of integers, got {attr}")
+    ids = tuple(a.value.data for a in attr)
+    if len(ids) != len(op.operands):
+        st.fail(op, f"{len(ids)} symbol_ids for {len(op.operands)} operands; operand k binds "
+                    f"symbol_ids[k], so the counts must agree: re-run spyrec compile")
+    if any(i >= 0 for i in ids) or len(set(ids)) != len(ids):
+        st.fail(op, f"symbol_ids {list(ids)} must be distinct negative ids: re-run spyrec "
+                    f"compile")
+    return ids
 
 
 @_handles("scf.yield", "func.return")

@@ -6,14 +6,17 @@ split of the sdsc file), following reference/C-simulator.md §5.9:
 
 - HBM bytes: distinct 128-byte sticks each HBM arg touches in c's slice × 128 (`footprint`);
   inputs are reads, the output a write. Useful bytes (elements × itemsize) give the stick
-  efficiency (a stick-sparse output moves 64× its data).
+  efficiency (a stick-sparse output moves 64× its data). LX args are counted the same way
+  as LX bytes, reported beside the HBM bytes and free in time (KC default): keeping a tile in
+  LX is what saves the HBM traffic, and the report shows both sides.
 - compute: vector ops `points × w / (lanes × clock)` with w = 1, or the transcendental factor;
   matmul `MACs / (per-core PT MAC rate × eff)` with eff = min(1, sqrt(max(1, M_c/8)/8)); data
   movement (identity, restickify, fill) costs no compute.
 - memory: HBM bytes / (aggregate bandwidth / active cores) — cores share the bandwidth.
 - ring: a reduction split over k cores pays (k − 1) hops × output elements × PSUM cost.
 - op time = max over cores of max(compute, memory) (overlapped; `serial_us` adds them) + ring
-  + per-op overhead. Bundle time = Σ op time × executions + per-bundle overhead.
+  + per-op overhead. Bundle time = Σ op time × executions + per-bundle overhead; every
+  execution of a loop body counts (bytes too: a looped op moves its tile's bytes per trip).
 
 Every parameter is a named constant below with its source and confidence.
 """
@@ -69,13 +72,17 @@ def _us(x: float) -> float:
 
 
 def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
-              footprints: list[tuple[bool, int, ArgFootprint]] | None = None) -> dict:
+              footprints: list[tuple[bool, int, ArgFootprint, bool]] | None = None) -> dict:
     """Traffic and time of one core's slice of one op execution (`footprints`: the HBM args'
     (is_input, itemsize, footprint), shared by every core of the op)."""
     kern = KERNELS[spec.op]
-    reads = writes = useful = 0
-    for is_input, itemsize, fp in footprints or _footprints(spec):
+    reads = writes = useful = lx_reads = lx_writes = 0
+    for is_input, itemsize, fp, in_lx in footprints or _footprints(spec):
         moved = fp.sticks(core.ranges) * STICK_BYTES
+        if in_lx:
+            lx_reads += moved if is_input else 0
+            lx_writes += 0 if is_input else moved
+            continue
         if is_input:
             reads += moved
         else:
@@ -95,14 +102,14 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
         compute_s = points * weight / (p.vector_elems_per_cycle * p.clock_hz)
     memory_s = (reads + writes) / (p.hbm_bytes_per_s / max(active, 1))
     return {"core": core.core, "points": points, "hbm_read_bytes": reads,
-            "hbm_write_bytes": writes, "useful_bytes": useful,
+            "hbm_write_bytes": writes, "lx_read_bytes": lx_reads, "lx_write_bytes": lx_writes,
+            "useful_bytes": useful,
             "compute_us": _us(compute_s * 1e6), "memory_us": _us(memory_s * 1e6)}
 
 
-def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint]]:
-    """The HBM args of `spec`; LX traffic is free in this model (KC default)."""
-    return [(a.is_input, a.itemsize, ArgFootprint(spec, a)) for a in spec.args
-            if a.hbm_address is not None]
+def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint, bool]]:
+    """(is_input, itemsize, footprint, in LX) of every arg of `spec`."""
+    return [(a.is_input, a.itemsize, ArgFootprint(spec, a), a.in_lx) for a in spec.args]
 
 
 def _m_vars(spec: OpSpec) -> set[str]:
@@ -134,12 +141,15 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
         flops = 0
     reads = sum(c["hbm_read_bytes"] for c in cores)
     writes = sum(c["hbm_write_bytes"] for c in cores)
+    lx_reads = sum(c["lx_read_bytes"] for c in cores)
+    lx_writes = sum(c["lx_write_bytes"] for c in cores)
     useful = sum(c["useful_bytes"] for c in cores)
     return {
         "file": spec.file, "index": spec.index, "op": spec.op, "name": spec.name,
         "source": spec.source, "executions": executions, "class": KERNELS[spec.op].cost_class,
         "cores_used": active, "points": spec.points, "flops": flops,
-        "hbm_read_bytes": reads, "hbm_write_bytes": writes, "useful_bytes": useful,
+        "hbm_read_bytes": reads, "hbm_write_bytes": writes, "lx_read_bytes": lx_reads,
+        "lx_write_bytes": lx_writes, "useful_bytes": useful,
         "stick_efficiency": round(useful / (reads + writes), 6) if reads + writes else 1.0,
         "compute_us": _us(parts["compute"]), "memory_us": _us(parts["memory"]),
         "ring_us": _us(ring), "overhead_us": _us(p.op_overhead_us),
@@ -183,7 +193,8 @@ def _totals(runs: list[tuple[dict, int]], bundles: int, p: CostParams) -> dict:
         totals[key] = _us(sum(r[key] * n for r, n in runs))
     for key in ("time_us", "serial_us", "overhead_us"):
         totals[key] = _us(totals[key] + bundles * p.bundle_overhead_us)
-    for key in ("hbm_read_bytes", "hbm_write_bytes", "useful_bytes", "flops"):
+    for key in ("hbm_read_bytes", "hbm_write_bytes", "lx_read_bytes", "lx_write_bytes",
+                "useful_bytes", "flops"):
         totals[key] = sum(r[key] * n for r, n in runs)
     return totals
 
@@ -206,7 +217,10 @@ def format_table(cost: dict) -> str:
         f"total: {t['executions']} op executions in {t['bundles']} bundle(s), "
         f"{t['time_us']:.3f} us estimated ({t['serial_us']:.3f} us without overlap), "
         f"HBM {t['hbm_read_bytes'] / 1024:.1f} KiB read / {t['hbm_write_bytes'] / 1024:.1f} KiB "
-        f"written, {t['flops']} flops")
+        f"written, {t['flops']} flops"
+        + (f"; LX {t['lx_read_bytes'] / 1024:.1f} KiB read / "
+           f"{t['lx_write_bytes'] / 1024:.1f} KiB written"
+           if t["lx_read_bytes"] + t["lx_write_bytes"] else ""))
     if len(t["per_bundle"]) > 1:
         for b in t["per_bundle"]:
             lines.append(f"  bundle {b['name']}: {b['executions']} op executions, "

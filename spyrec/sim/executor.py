@@ -12,7 +12,7 @@ import numpy as np
 from spyrec.errors import SimulatorFault
 from spyrec.sim.access import Binding, Chunk, ChunkAccess, bind, chunks, one_to_one
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
-from spyrec.sim.memory import Hbm
+from spyrec.sim.memory import Hbm, Lx
 from spyrec.sim.numerics import is_integer, to_storage
 from spyrec.sim.specs import Execute, OpSpec
 
@@ -33,16 +33,17 @@ def compute_dtype(spec: OpSpec, kern: Kernel) -> np.dtype:
     return np.dtype(np.float32 if floats else np.int64)
 
 
-def run_op(spec: OpSpec, ex: Execute, hbm: Hbm) -> None:
-    """Execute `spec` once with the operands of `ex` (tile bases) on the arena `hbm`."""
+def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
+    """Execute `spec` once with the operands of `ex` (tile bases, symbol values) on the
+    arenas `hbm` and `lx`."""
     kern = KERNELS[spec.op]
-    bindings = bind(spec, ex.operands, hbm, ex.location)
+    bindings = bind(spec, ex, hbm, lx)
     compute = compute_dtype(spec, kern)
     reduced_axes = tuple(spec.vars.index(v) for v in spec.reduced)
     values_in = [b for b in bindings[:-1] if not b.arg.is_index]
     with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
         for chunk in chunks(spec):
-            access = ChunkAccess(spec, bindings, chunk, hbm)
+            access = ChunkAccess(spec, bindings, chunk, hbm, lx, ex.where())
             inputs = [_masked(spec, chunk, _at_rank(access.read(b).astype(compute),
                                                     len(chunk.shape)))
                       for b in values_in]
@@ -80,6 +81,9 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
     result = np.asarray(result)
     assert np.broadcast_shapes(result.shape, shape) == shape, (spec.op, result.shape, shape)
     if scatter.is_scatter(spec, b.arg):
+        if b.lx is not None:
+            raise SimulatorFault(f"{spec.describe()}: a scatter into LX ('{b.arg.name}') is "
+                                 f"not simulated; keep scatter outputs in HBM")
         scatter.write(spec, b, access, result, shape)
         return
     if not one_to_one(spec, b, chunk):
@@ -87,6 +91,8 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
     what = f"output '{b.arg.name}' of {spec.describe()}"
     stored = to_storage(np.broadcast_to(result, shape), b.arg.device_dtype, what)
     access.base_view(b)[where] = stored
+    if b.lx is not None:
+        access.mark_written(b, shape)
 
 
 def _check_unique(spec: OpSpec, b: Binding, chunk: Chunk, where: np.ndarray) -> None:

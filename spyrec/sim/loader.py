@@ -185,8 +185,17 @@ def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
     if t["device_bytes"] != layout.device_bytes:
         raise InputFileError(f"{label}: device_bytes {t['device_bytes']} but the layout "
                              f"{list(layout.device_size)} needs {layout.device_bytes}")
+    lx, lx_bytes = t.get("lx_address"), t.get("lx_bytes_per_core")
+    if (t["hbm_address"] is None) == (lx is None) or (lx is None) != (lx_bytes is None):
+        raise InputFileError(f"{label}: a tensor has either an hbm_address, or an lx_address "
+                             f"with lx_bytes_per_core (got hbm_address {t['hbm_address']}, "
+                             f"lx_address {lx}, lx_bytes_per_core {lx_bytes}); re-run spyrec "
+                             f"compile")
+    if lx is not None and t["role"] != "intermediate":
+        raise InputFileError(f"{label}: a program {t['role']} cannot live in LX (lx_address "
+                             f"{lx}): the host reads and writes HBM only; re-run spyrec compile")
     return TensorSpec(t["name"], t["role"], tuple(t["host_shape"]), t["host_dtype"], layout,
-                      t["hbm_address"], t["device_bytes"], t["source"])
+                      t["hbm_address"], t["device_bytes"], t["source"], lx, lx_bytes)
 
 
 def load_manifest(files: _Files) -> Manifest:
@@ -261,9 +270,11 @@ def _indirect_names(data: dict) -> set[str]:
     return names
 
 
-def load_op(files: _Files, filename: str, manifest: Manifest) -> OpSpec:
+def load_op(files: _Files, filename: str, manifest: Manifest,
+            first: Execute | None = None) -> OpSpec:
     """One `sdsc_<n>.json`: SuperDSC (sim/superdsc.py), or our own `spyrecAccess_` form for an
-    op SuperDSC cannot express."""
+    op SuperDSC cannot express. `first`: the op's first execution, whose operands name the
+    tensors of symbolic start addresses."""
     path = files.out_dir / filename
     doc = files.json(filename, "sdsc")
     (key, wrapper), = doc.items()
@@ -275,13 +286,15 @@ def load_op(files: _Files, filename: str, manifest: Manifest) -> OpSpec:
     if "spyrecAccess_" not in wrapper:
         from spyrec.sim.superdsc import _Reader
 
-        return _Reader(path, key, wrapper, _resolver(manifest)).op(filename, index)
+        return _Reader(path, key, wrapper, _resolver(manifest), first,
+                       _lx_names(manifest)).op(filename, index)
     return _load_access(path, filename, index, wrapper["spyrecAccess_"])
 
 
 def _resolver(manifest: Manifest):
     """address -> (tensor name, first byte, bytes) of the manifest tensor holding it."""
-    spans = sorted((t.hbm_address, t.device_bytes, t.name) for t in manifest.tensors.values())
+    spans = sorted((t.hbm_address, t.device_bytes, t.name) for t in manifest.tensors.values()
+                   if t.hbm_address is not None)
     starts = [a for a, _, _ in spans]
 
     def resolve(address: int):
@@ -292,6 +305,15 @@ def _resolver(manifest: Manifest):
             return spans[k][2], spans[k][0], spans[k][1]
         return None
     return resolve
+
+
+def _lx_names(manifest: Manifest) -> dict[int, list[str]]:
+    """LX tensors by offset, manifest order: an LX arg names its tensor by its offset."""
+    names: dict[int, list[str]] = {}
+    for t in manifest.tensors.values():
+        if t.lx_address is not None:
+            names.setdefault(t.lx_address, []).append(t.name)
+    return names
 
 
 def _load_access(path: Path, filename: str, index: int, data: dict) -> OpSpec:
@@ -382,16 +404,44 @@ def _load(files: _Files) -> Program:
     ops: dict[str, OpSpec] = {}
     trace: list[tuple[str, Execute]] = []
     for kernel in manifest.kernels:
-        for filename in kernel.ops:
-            if filename not in ops:
-                ops[filename] = load_op(files, filename, manifest)
         listed = set(kernel.ops)
-        for ex in _read_bundle(files, kernel.bundle):
+        executes = _read_bundle(files, kernel.bundle)   # first: symbols name their tensors
+        first: dict[str, Execute] = {}
+        for ex in executes:
             if ex.file not in listed:
                 raise InputFileError(f"{ex.location}: executes {ex.file}, which kernel "
                                      f"'{kernel.name}' of manifest.json does not list in ops")
+            first.setdefault(ex.file, ex)
             trace.append((kernel.name, ex))
+        for filename in kernel.ops:
+            if filename not in ops:
+                ops[filename] = load_op(files, filename, manifest, first.get(filename))
+        for ex in executes:
+            check_symbols(ops[ex.file], ex)
     return Program(files.out_dir, manifest, ops, tuple(trace))
+
+
+def check_symbols(spec: OpSpec, ex: Execute) -> None:
+    """The execute binds exactly the op's symbol ids, in order of first appearance (HBM args
+    in tensor order, then cores; tiling contract §2), and concrete args take no operand."""
+    ids: list[int] = []
+    for arg in spec.args:
+        for i in arg.symbols or ():
+            if i not in ids:
+                ids.append(i)
+    if any(a.operand is not None for a in spec.args):
+        return                            # the spyrecAccess_ form names operands itself
+    if len(ex.operands) != len(ids) and not ex.symbol_ids:
+        raise InputFileError(
+            f"{ex.location}: sdsc_execute of {spec.describe()} passes {len(ex.operands)} "
+            f"operands without symbol_ids, but the file has {len(ids)} symbolic start "
+            f"addresses to bind; re-run spyrec compile")
+    if tuple(ids) != ex.symbol_ids:
+        raise InputFileError(
+            f"{ex.location}: sdsc_execute of {spec.describe()} binds symbol_ids "
+            f"{list(ex.symbol_ids)}, but the file's symbolic start addresses use "
+            f"{ids or 'none'} (in order of first appearance); the bundle and the file "
+            f"disagree: re-run spyrec compile")
 
 
 def _read_bundle(files: _Files, name: str) -> list[Execute]:

@@ -124,3 +124,89 @@ def _span(live: tuple[int, int]) -> str:
     lo = "start" if live[0] < 0 else str(live[0])
     hi = "end" if live[1] >= ALWAYS_LIVE[1] else str(live[1])
     return f"{lo}..{hi}"
+
+
+# --- LX: one scratchpad per core ------------------------------------------------------------
+
+NO_TAG = -1
+_TAG_SHIFT = 40   # a stick's tag: allocation number << 40 | the stick's place in the tile
+
+
+class Lx:
+    """Every core's LX scratchpad (spyrec.device: 32 cores, 1,625,344 usable bytes each) as one
+    byte arena: core c's byte b is arena byte `c * core_bytes + b`.
+
+    Allocations come from the manifest's LX tensors (`lx_address`, `lx_bytes_per_core`, the
+    same offset on every core) with live ranges from the trace; misalignment, a tensor past the
+    usable budget and two live tensors sharing bytes are refused before anything runs.
+
+    Each LX stick of each core carries a tag: which allocation wrote it and which stick of the
+    tile it holds (`tag`). A reader computes the tag it expects from its own file, so a core
+    reading a stick it never wrote, another core's slice (a consumer split differently from its
+    producer) or a stale tensor is caught by name — the vectorized executor would otherwise
+    read whatever bytes sit there.
+    """
+
+    def __init__(self, cores: int, usable_bytes: int):
+        self.cores, self.usable_bytes = cores, usable_bytes
+        self.allocations: list[Allocation] = []
+        self.core_bytes = 0
+        self.arena = np.zeros(0, dtype=np.uint8)
+        self.tags = np.zeros(0, dtype=np.int64)
+        self._views: dict[str, np.ndarray] = {}
+
+    def allocate(self, name: str, offset: int, nbytes: int, device_dtype: str,
+                 live: tuple[int, int] = ALWAYS_LIVE) -> Allocation:
+        if offset % STICK_BYTES:
+            raise SimulatorFault(f"LX tensor '{name}': lx_address {offset} is not "
+                                 f"{STICK_BYTES}-byte aligned; re-run spyrec compile")
+        if offset + nbytes > self.usable_bytes:
+            raise SimulatorFault(
+                f"LX tensor '{name}': bytes [{offset}, {offset + nbytes}) per core overflow the "
+                f"{self.usable_bytes} usable bytes of each core's LX (the backend owns the "
+                f"rest); re-run spyrec compile")
+        alloc = Allocation(name, offset, nbytes, device_dtype, live)
+        for other in self.allocations:
+            if _overlap(alloc, other):
+                raise SimulatorFault(
+                    f"LX tensors '{other.name}' [{other.address}, {other.end}) and '{name}' "
+                    f"[{offset}, {alloc.end}) overlap in every core's LX while both are live "
+                    f"(executions {_span(other.live)} and {_span(live)}); the LX plan is "
+                    f"wrong: re-run spyrec compile")
+        self.allocations.append(alloc)
+        return alloc
+
+    def build(self) -> None:
+        """Size the arena to the highest allocated byte (all zeros when nothing is in LX)."""
+        top = max((a.end for a in self.allocations), default=0)
+        self.core_bytes = -(-top // STICK_BYTES) * STICK_BYTES
+        self.arena = np.zeros(self.cores * self.core_bytes, dtype=np.uint8)
+        self.tags = np.full(self.cores * self.core_bytes // STICK_BYTES, NO_TAG, dtype=np.int64)
+        self._views = {}
+
+    def find(self, name: str) -> Allocation | None:
+        return next((a for a in self.allocations if a.name == name), None)
+
+    def view(self, device_dtype: str) -> np.ndarray:
+        if device_dtype not in self._views:
+            self._views[device_dtype] = self.arena.view(storage_dtype(device_dtype))
+        return self._views[device_dtype]
+
+    def begin(self, alloc: Allocation) -> None:
+        """A tensor's life starts: its bytes on every core hold nothing (NaN, untagged)."""
+        itemsize = storage_dtype(alloc.device_dtype).itemsize
+        view = self.view(alloc.device_dtype)
+        for core in range(self.cores):
+            lo = core * self.core_bytes + alloc.address
+            view[lo // itemsize:(lo + alloc.nbytes) // itemsize] = FILL_VALUE[alloc.device_dtype]
+            self.tags[lo // STICK_BYTES:-(-(lo + alloc.nbytes) // STICK_BYTES)] = NO_TAG
+
+    def tag(self, alloc: Allocation, tile_stick: np.ndarray) -> np.ndarray:
+        """The tag of the stick holding stick `tile_stick` of the tile of `alloc`."""
+        return np.int64(self.allocations.index(alloc) + 1 << _TAG_SHIFT) + tile_stick
+
+    def tag_owner(self, tag: int) -> tuple[str | None, int]:
+        """(tensor name, tile stick) a tag stands for; (None, -1) for a stick never written."""
+        if tag == NO_TAG:
+            return None, -1
+        return self.allocations[(tag >> _TAG_SHIFT) - 1].name, tag & ((1 << _TAG_SHIFT) - 1)

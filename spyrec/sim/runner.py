@@ -22,7 +22,8 @@ from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, read_constants
 from spyrec.sim.loader import Program, load_directory, load_files
-from spyrec.sim.memory import ALWAYS_LIVE, Hbm
+from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
+from spyrec.sim.memory import ALWAYS_LIVE, Allocation, Hbm, Lx
 from spyrec.sim.transfer import read_tensor, write_tensor
 from spyrec.sim.verify import verify_program
 
@@ -87,7 +88,8 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
     live throughout. Args are matched to tensors by name, else by address."""
     manifest = program.manifest
     live: dict[str, tuple[int, int]] = {}
-    by_address = sorted(manifest.tensors.values(), key=lambda t: t.hbm_address)
+    by_address = sorted((t for t in manifest.tensors.values() if t.hbm_address is not None),
+                        key=lambda t: t.hbm_address)
     for i, (_, ex) in enumerate(program.trace):
         for arg in program.ops[ex.file].args:
             name = arg.name if arg.name in manifest.tensors else next(
@@ -103,13 +105,35 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
 
 
 def place_tensors(program: Program) -> Hbm:
-    """An arena with every manifest tensor allocated (and NaN-filled)."""
+    """An arena with every manifest HBM tensor allocated (and NaN-filled)."""
     hbm = Hbm(program.manifest.hbm_bytes)
     live = live_ranges(program)
     for t in program.manifest.tensors.values():
-        hbm.allocate(t.name, t.hbm_address, t.device_bytes, t.layout.device_dtype,
-                     live.get(t.name, (1 << 62, -1)))
+        if t.hbm_address is not None:
+            hbm.allocate(t.name, t.hbm_address, t.device_bytes, t.layout.device_dtype,
+                         live.get(t.name, (1 << 62, -1)))
     return hbm
+
+
+def place_lx(program: Program) -> Lx:
+    """Every core's LX with the manifest's LX tensors allocated (checked: alignment, budget,
+    live overlaps), before anything runs."""
+    lx = Lx(CORES, LX_USABLE_BYTES_PER_CORE)
+    live = live_ranges(program)
+    for t in program.manifest.tensors.values():
+        if t.in_lx:
+            lx.allocate(t.name, t.lx_address, t.lx_bytes_per_core, t.layout.device_dtype,
+                        live.get(t.name, (1 << 62, -1)))
+    lx.build()
+    return lx
+
+
+def _lx_births(lx: Lx) -> dict[int, list[Allocation]]:
+    """LX tensors by the execution that starts their life (their bytes are reset then)."""
+    births: dict[int, list[Allocation]] = {}
+    for a in lx.allocations:
+        births.setdefault(max(a.live[0], 0), []).append(a)
+    return births
 
 
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
@@ -121,6 +145,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     host_inputs = check_inputs(manifest, inputs)
     constants = read_constants(manifest, program.out_dir)
     hbm = place_tensors(program)
+    lx = place_lx(program)
+    births = _lx_births(lx)
     for name, array in {**host_inputs, **constants}.items():
         write_tensor(hbm, manifest.tensors[name], array)
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
@@ -128,7 +154,9 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     for i, (kernel, ex) in enumerate(program.trace):
         spec = program.ops[ex.file]
         t0 = time.perf_counter()
-        run_op(spec, ex, hbm)
+        for alloc in births.get(i, ()):
+            lx.begin(alloc)
+        run_op(spec, ex, hbm, lx)
         log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
             f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
     tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]

@@ -22,6 +22,21 @@ class Execute:
     file: str
     operands: tuple[int, ...]
     location: str        # "bundle.mlir:LINE:COL" of the sdsc_execute, for messages
+    # Operand k binds the symbol id symbol_ids[k] (negative) of the op's symbolic `data_`
+    # entries (tiling contract §2); empty outside loops.
+    symbol_ids: tuple[int, ...] = ()
+    # (induction var, value) of every enclosing scf.for, outermost first: ("i_0", 1), ...
+    loop: tuple[tuple[str, int], ...] = ()
+
+    def iteration(self) -> str:
+        """`i_0=1, i_1=3` for messages; empty outside loops."""
+        return ", ".join(f"{name}={value}" for name, value in self.loop)
+
+    def where(self) -> str:
+        """`at iteration i_0=1, i_1=3 (bundle.mlir:12:9)`, or `at bundle.mlir:3:5`."""
+        if self.loop:
+            return f"at iteration {self.iteration()} ({self.location})"
+        return f"at {self.location}"
 
 
 @dataclass(frozen=True)
@@ -33,13 +48,19 @@ class TensorSpec:
     host_shape: tuple[int, ...]
     host_dtype: str             # torch name without the prefix: float16, bfloat16, int64, ...
     layout: DeviceLayout
-    hbm_address: int
+    hbm_address: int | None     # None: the tensor lives in LX (lx_address)
     device_bytes: int
     source: str | None
+    lx_address: int | None = None          # byte offset in every core's LX scratchpad
+    lx_bytes_per_core: int | None = None   # each core's slice
 
     @property
     def numel(self) -> int:
         return math.prod(self.host_shape)
+
+    @property
+    def in_lx(self) -> bool:
+        return self.lx_address is not None
 
 
 @dataclass(frozen=True)
@@ -75,6 +96,20 @@ class ArgSpec:
     per_tile_fixed: bool
     is_index: bool = False           # read through IndirectAccess by another arg
     span_bytes: int | None = None    # bytes from the base to the end of the last stick touched
+    # Symbolic HBM start (isStartAddrSymbolic_): each core's symbol id, resolved per execution
+    # from the sdsc_execute operands; hbm_address is None then.
+    symbols: tuple[int, ...] | None = None
+    # Bytes from the arg's base to each core's first element (F §4.2 step 6), for checking
+    # resolved symbolic starts; one entry per core.
+    core_origin_bytes: tuple[int, ...] = ()
+    # LX args: the element offset, in the tile's unsplit layout, of each point: the identity
+    # of the data a stick holds, so a reader with another layout or split is caught.
+    tile_coordinates: tuple[Lin, ...] = ()
+    tile_strides_elems: tuple[int, ...] = ()
+
+    @property
+    def in_lx(self) -> bool:
+        return self.lx_offset is not None
 
     @property
     def itemsize(self) -> int:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from spyrec.errors import InputFileError
-from spyrec.indexing import Indirect, Lin, const, floordiv, mod, var
+from spyrec.indexing import Indirect, Lin, Var, const, floordiv, mod, substitute, var
 from spyrec.layout import DeviceLayout
-from spyrec.sim.specs import ArgSpec, CoreSplit, OpSpec
+from spyrec.sim.specs import ArgSpec, CoreSplit, Execute, OpSpec
 
 # dataFormat_ -> our device dtype name (F §2.6); SENUINT32 is how index tensors are labelled
 FORMATS = {"SEN169_FP16": "fp16", "IEEE_FP32": "fp32", "IEEE_INT32": "int32",
@@ -34,11 +35,15 @@ _WORD = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8_e4m3": 1, "fp8_e5m2":
 
 # What an address resolves to: (tensor name, its first byte, its byte length) or None.
 Resolver = Callable[[int], "tuple[str, int, int] | None"]
+# The manifest's LX tensors by lx_address (manifest order).
+LxNames = dict[int, list[str]]
 
 
 class _Reader:
-    def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver):
+    def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver,
+                 first: Execute | None = None, lx_names: LxNames | None = None):
         self.path, self.key, self.w, self.resolve = path, key, wrapper, resolve
+        self.first, self.lx_names = first, lx_names or {}
 
     def fail(self, where: str, msg: str) -> None:
         raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; the file is not "
@@ -123,15 +128,18 @@ class _Reader:
 
     def _tensor_name(self, i: int, node: dict) -> str:
         a0 = int(node["startAddressCoreCorelet_"]["data_"].get("[0, 0, 0]", "-1"))
-        found = self.resolve(a0)
+        if node["component_"] == "lx":
+            return self.lx_names.get(a0, [f"Tensor{i}"])[0]
+        if a0 < 0:
+            a0 = _bound(self.first, a0)
+        found = self.resolve(a0) if a0 is not None else None
         return found[0] if found else f"Tensor{i}"
 
     def _arg(self, i: int, node: dict, lds: dict, nc: int, names: list[str]) -> ArgSpec:
         where = f"dscs_[0].scheduleTree_[{i}]"
         if node["ldsIdx_"] != i or lds["ldsIdx_"] != i:
             self.fail(where, f"ldsIdx_ must be the position {i}")
-        if node["component_"] != "hbm":
-            self.fail(f"{where}.component_", "LX tensors are not simulated yet (HBM only)")
+        lx = node["component_"] == "lx"
         layouts = self.dsc["primaryDsInfo_"]
         if lds["dsType_"] not in layouts:
             self.fail(f"dscs_[0].labeledDs_[{i}].dsType_", f"{lds['dsType_']} is not in "
@@ -152,12 +160,14 @@ class _Reader:
             self.fail(f"dscs_[0].labeledDs_[{i}]", f"dataFormat_ {lds['dataFormat_']}, "
                       f"wordLength {lds['wordLength']} and stickSize_ {eps} do not make a "
                       f"128-byte stick")
-        gaps = {d: int(g["-1"]) for d, g in node.get("backGapCore_", {}).items()}
+        gaps = self._lx_gaps(where, node, nc) if lx else {
+            d: int(g["-1"]) for d, g in node.get("backGapCore_", {}).items()}
+        held = self.P if lx else self.N      # an LX arg holds only its core's slice
         indirect = {v["dim"]: (k, v["size"]) for k, v in node.get("indirectDim_", {}).items()}
         self._check_folds(i, node, scale, stick, eps, label_order)
         extent, coord = {}, {}
         for d in order:
-            n, gap = self.N[d], gaps.get(d, 0)
+            n, gap = held[d], gaps.get(d, 0)
             if d in indirect:
                 extent[d] = indirect[d][1]
                 j = int(indirect[d][0].removeprefix("Tensor"))
@@ -179,18 +189,27 @@ class _Reader:
         layout = DeviceLayout(sizes, (-1,) * len(sizes), dtype)
         strides = dict(zip(dims, layout.device_strides_elems))
         self.addressed.append({d: scale[d] == 1 for d in order})
-        starts = self._starts(i, node, nc, lds["wordLength"], scale, stick, eps, strides)
+        used = {d: (1 if coord[d] == const(0) else extent[d] if d in indirect
+                    else -(-held[d] // eps) if d == stick else held[d]) for d in order}
+        last = sum((n - 1) * strides[d] for d, n in used.items() if n > 1)
+        arg = ArgSpec(name=names[i], is_input=i < len(self.dsc["scheduleTree_"]) - 1,
+                      arg_index=i, layout=layout, coordinates=coords,
+                      coordinate_text=tuple(str(c) for c in coords), hbm_address=None,
+                      lx_offset=None, operand=None, per_tile_fixed=False,
+                      is_index=node.get("indirectAllocType_") == "index_tensor",
+                      span_bytes=lds["wordLength"] * (last + eps))
+        wl = lds["wordLength"]
+        if lx:
+            self.starts.append([None] * nc)
+            return self._lx_arg(i, node, nc, arg, dims, stick, eps)
+        if node.get("isStartAddrSymbolic_") == 1:
+            origins = [self._origin(c, wl, scale, stick, eps, strides) for c in range(nc)]
+            self.starts.append([None] * nc)
+            return self._symbolic_arg(i, node, nc, arg, origins)
+        starts = self._starts(i, node, nc, wl, scale, stick, eps, strides)
         self.starts.append(starts)
-        last = sum((n - 1) * strides[d] for d in order
-                   if (n := (1 if coord[d] == const(0) else extent[d] if d in indirect
-                             else -(-self.N[d] // eps) if d == stick else self.N[d])) > 1)
-        return ArgSpec(name=names[i], is_input=i < len(self.dsc["scheduleTree_"]) - 1,
-                       arg_index=i, layout=layout, coordinates=coords,
-                       coordinate_text=tuple(str(c) for c in coords), hbm_address=starts[0]
-                       - self._origin(0, lds["wordLength"], scale, stick, eps, strides),
-                       lx_offset=None, operand=None, per_tile_fixed=False,
-                       is_index=node.get("indirectAllocType_") == "index_tensor",
-                       span_bytes=lds["wordLength"] * (last + eps))
+        return replace(arg, hbm_address=starts[0] - self._origin(0, wl, scale, stick, eps,
+                                                                 strides))
 
     def _origin(self, c: int, wl: int, scale: dict, stick: str, eps: int,
                 strides: dict) -> int:
@@ -221,6 +240,66 @@ class _Reader:
         if base < 0 or base % 128 and scale.get(stick) == 1:
             self.fail(f"{where}.data_", f"the tensor origin {base} is not stick-aligned")
         return starts
+
+    # --- symbolic starts and LX (tiling contract §2; F §3.G, §4.2 step 8) -------------------
+
+    def _symbolic_arg(self, i: int, node: dict, nc: int, arg: ArgSpec,
+                      origins: list[int]) -> ArgSpec:
+        """An HBM arg whose per-core starts are negative symbol ids, bound per execution from
+        the sdsc_execute operands; the addresses are checked there (sim/addresses.py)."""
+        where = f"dscs_[0].scheduleTree_[{i}].startAddressCoreCorelet_"
+        if node["startAddressCoreCorelet_"]["dim_prop_attr"][0]["factor_"] != nc:
+            self.fail(f"{where}.dim_prop_attr", f"the core factor is not {nc}")
+        data = node["startAddressCoreCorelet_"]["data_"]
+        try:
+            ids = tuple(int(data[f"[{c}, 0, 0]"]) for c in range(nc))
+        except (KeyError, ValueError):
+            self.fail(f"{where}.data_", f"one symbol id per core 0..{nc - 1} is required")
+        if any(k >= 0 for k in ids):
+            self.fail(f"{where}.data_", f"isStartAddrSymbolic_ is 1, so every core's entry "
+                      f"must be a negative symbol id, got {list(ids)}")
+        return replace(arg, symbols=ids, core_origin_bytes=tuple(origins))
+
+    def _lx_gaps(self, where: str, node: dict, nc: int) -> dict[str, int]:
+        """An LX node's back gaps: one value per core (keys "0".."NC-1"), equal on every core,
+        since every core holds its slice in the same per-core layout."""
+        gaps = {}
+        for d, per_core in node.get("backGapCore_", {}).items():
+            values = {per_core.get(str(c)) for c in range(nc)}
+            if len(values) != 1 or None in values or len(per_core) != nc:
+                self.fail(f"{where}.backGapCore_.{d}", f"an LX gap needs one equal entry per "
+                          f"core 0..{nc - 1}, got {per_core}")
+            gaps[d] = int(values.pop())
+        return gaps
+
+    def _lx_arg(self, i: int, node: dict, nc: int, arg: ArgSpec, dims: list[str],
+                stick: str, eps: int) -> ArgSpec:
+        """An LX arg: the same offset on every core; each core holds its own slice (F §4.2
+        step 8), so coordinates are the core-local ones (var mod the per-core size)."""
+        where = f"dscs_[0].scheduleTree_[{i}]"
+        data = node["startAddressCoreCorelet_"]["data_"]
+        offsets = {data.get(f"[{c}, 0, 0]") for c in range(nc)}
+        if len(offsets) != 1 or None in offsets or not offsets.copy().pop().isdigit():
+            self.fail(f"{where}.startAddressCoreCorelet_.data_", f"an LX tensor has one "
+                      f"non-negative offset, the same on every core 0..{nc - 1}")
+        if node.get("isStartAddrSymbolic_") == 1:
+            self.fail(f"{where}.isStartAddrSymbolic_", "LX addresses are never symbolic")
+        if not arg.is_input and any(self.split[d] > 1 for d in self.labels
+                                    if not self.addressed[-1].get(d)):
+            self.fail(f"{where}.component_", "a reduction split over cores (partial sums) "
+                      "cannot write its output into LX: each core would hold a partial")
+        local = {Var(d): mod(var(d), self.P[d]) for d in self.labels if self.split[d] > 1}
+        coords = tuple(substitute(c, local) for c in arg.coordinates)
+        lead = len(arg.coordinates) - 1 - len(dims)     # a padding dim added for rank 1
+        # the tile's unsplit layout: where each stick's data sits in the whole tile
+        full = tuple(1 if c == const(0) else -(-self.N[d] // eps) if d == stick else self.N[d]
+                     for d, c in zip(dims, arg.coordinates[lead:-1]))
+        tile = DeviceLayout(full + (eps,), (-1,) * (len(dims) + 1), arg.layout.device_dtype)
+        stick_strides = tuple(s // eps for s in tile.device_strides_elems[:-1])
+        return replace(arg, coordinates=coords, coordinate_text=tuple(str(c) for c in coords),
+                       lx_offset=int(offsets.pop()),
+                       tile_coordinates=arg.coordinates[lead:-1],
+                       tile_strides_elems=stick_strides)
 
     def _check_folds(self, i: int, node: dict, scale: dict, stick: str, eps: int,
                      label_order: list[str]) -> None:
@@ -268,6 +347,13 @@ class _Reader:
     def _attributes(self) -> dict:
         attrs = self.dsc["computeOp_"][0]["attributes_"]
         return {k: v for k, v in attrs.items() if k not in ("dataFormat_", "fidelity_")}
+
+
+def _bound(first: Execute | None, symbol: int) -> int | None:
+    """The value symbol id `symbol` takes at the op's first execution (None if unbound)."""
+    if first is None or symbol not in first.symbol_ids:
+        return None
+    return first.operands[first.symbol_ids.index(symbol)]
 
 
 def _debug(handle: str) -> tuple[str, str | None]:

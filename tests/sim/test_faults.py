@@ -118,10 +118,10 @@ def test_operand_missing_from_the_bundle(out):
         simulate(path, {"x": X})
 
 
-def test_lx_arguments_are_not_simulated_yet(out):
+def test_lx_arguments_need_superdsc(out):
     path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
     edit(path / "sdsc_0.json", lambda d: d["args"][1].update(allocation={"lx": 0}))
-    with pytest.raises(SimulatorFault, match="arg 'out': LX allocations are not simulated yet"):
+    with pytest.raises(SimulatorFault, match="arg 'out': LX allocations are simulated from SuperDSC"):
         simulate(path, {"x": X})
 
 

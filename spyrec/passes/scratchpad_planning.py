@@ -1,0 +1,192 @@
+"""scratchpad_planning — keep the intermediates of tiled loop bodies in the cores' LX scratchpads.
+
+Reads: `Buffer.per_tile` (coarse_tiling), layouts, `Operation.core_splits` and `loops`.
+Writes: `Buffer.lx_address` (a per-core byte offset); a `scratchpad` report row per buffer.
+Guarantees: a buffer placed in LX is per-tile, has no HBM address, and
+(a) each core's slice fits the budget (DESIGN §3: 1,625,344 usable bytes per core);
+(b) every op that writes or reads it gives each core the same slice of it (the box of device
+    coordinates per core, `ir/lx.py`, in SuperDSC core order): each core then reads only what
+    it wrote itself — a reader split differently, or split over a var that does not index the
+    buffer, would read another core's LX, so such a buffer stays in HBM and the report says why;
+(c) buffers live at the same time (by op order, widened over every loop instance a buffer is
+    live across) never share bytes; offsets are 128-byte aligned; space is reused after a
+    buffer's last use and across groups.
+memory_planning then addresses only the buffers left in HBM.
+
+First fit in order of first use: each buffer takes the lowest aligned offset clear of every
+placed buffer it is live with; one that does not fit the budget there stays in HBM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
+from spyrec.errors import ConfigError
+from spyrec.indexing import Var
+from spyrec.ir import Buffer, Graph, Operation
+from spyrec.ir.lx import box_bytes, core_boxes
+from spyrec.passes.registry import CompileContext, Pass, register_pass
+
+
+@register_pass("scratchpad_planning")
+@dataclass(frozen=True)
+class ScratchpadPlanning(Pass):
+    budget_bytes: int = LX_USABLE_BYTES_PER_CORE
+    enabled: bool = True
+
+    def check_options(self) -> None:
+        if not 0 <= self.budget_bytes <= LX_USABLE_BYTES_PER_CORE:
+            raise ConfigError(f"scratchpad_planning.budget_bytes must be between 0 and "
+                              f"{LX_USABLE_BYTES_PER_CORE} (the LX bytes per core the compiler "
+                              f"may use), got {self.budget_bytes}")
+
+    def run(self, graph: Graph, ctx: CompileContext) -> None:
+        self.check_options()
+        users = _users(graph)
+        rows: dict[str, dict] = {}
+        sizes: dict[str, int] = {}
+        for name in users:
+            buf = graph.buffers[name]
+            if not buf.per_tile:
+                continue
+            reason, size = _slice_bytes(graph, buf, users[name])
+            if reason is None and not self.enabled:
+                reason = "scratchpad_planning is disabled (enabled: false)"
+            if reason is None and size > self.budget_bytes:
+                reason = (f"its per-core slice of {size} bytes exceeds the LX budget of "
+                          f"{self.budget_bytes} bytes")
+            rows[name] = {"buffer": name, "placed": False, "bytes_per_core": size,
+                          "lx_address": None, "reason": reason}
+            if reason is None:
+                sizes[name] = size
+        live = _lifetimes(graph, users)
+        peak = _place(graph, sizes, live, rows, self.budget_bytes)
+        ctx.report["scratchpad"] = {"budget_bytes": self.budget_bytes,
+                                    "peak_bytes_per_core": peak, "buffers": list(rows.values())}
+
+
+def _users(graph: Graph) -> dict[str, list[int]]:
+    """Buffer -> indices of the ops that access it, in program order (first use first)."""
+    out: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        for _, access in op.accesses():
+            uses = out.setdefault(access.buffer, [])
+            if not uses or uses[-1] != i:
+                uses.append(i)
+    return out
+
+
+def _slice_bytes(graph: Graph, buf: Buffer, uses: list[int]) -> tuple[str | None, int]:
+    """(why it cannot live in LX or None, bytes of each core's slice) — condition (b)."""
+    ops = [graph.ops[i] for i in uses]
+    writer = next((op for op in ops if op.output.buffer == buf.name), None)
+    if writer is None:
+        return "no op writes it", buf.layout.device_bytes
+    if buf.hbm_address is not None:
+        return "it already has an HBM address", buf.layout.device_bytes
+    boxes = core_boxes(buf, writer, writer.output)
+    if boxes is None:
+        return f"op {writer.name!r} writes it through a gather", buf.layout.device_bytes
+    size = box_bytes(buf, boxes[0])
+    if len(set(boxes)) != len(boxes) or size * len(boxes) != buf.layout.device_bytes:
+        return (f"its writer {writer.name!r} does not give each core a separate whole slice "
+                f"(cores {_split_text(writer)})"), size
+    for op in ops:
+        for _, access in op.accesses():
+            if access.buffer != buf.name:
+                continue
+            problem = _same_slices(buf, op, access, boxes, writer)
+            if problem:
+                return problem, size
+    return None, size
+
+
+def _same_slices(buf: Buffer, op: Operation, access, boxes: list, writer: Operation) -> str:
+    """Why `op` would touch another core's slice of `buf` (empty when it does not)."""
+    used = {leaf.name for leaf in access.index.free_atoms() if isinstance(leaf, Var)}
+    stray = [v for v, k in (op.core_splits or {}).items() if k > 1 and v not in used]
+    if stray:
+        return (f"op {op.name!r} splits {', '.join(stray)} across cores, which does not index "
+                f"it: its cores would read slices other cores hold")
+    theirs = core_boxes(buf, op, access)
+    if theirs != boxes:
+        return (f"op {op.name!r} divides it across cores as {_split_text(op)}, its writer "
+                f"{writer.name!r} as {_split_text(writer)}: cores would read slices other "
+                f"cores hold")
+    return ""
+
+
+def _split_text(op: Operation) -> str:
+    return "[" + ", ".join(f"{v}:{k}" for v, k in (op.core_splits or {}).items()) + "]"
+
+
+def _lifetimes(graph: Graph, users: dict[str, list[int]]) -> dict[str, tuple[int, int]]:
+    """Each buffer's live op interval, widened to the whole of every loop instance it is live
+    across but not contained in (written before a loop and read in it, or written in it and
+    read after: every iteration of the loop then needs it)."""
+    spans = _loop_spans(graph.ops)
+    live = {}
+    for name, uses in users.items():
+        lo, hi = uses[0], uses[-1]
+        changed = True
+        while changed:
+            changed = False
+            for s, e in spans:
+                if lo <= e and s <= hi and not (s <= lo and hi <= e) and (s < lo or e > hi):
+                    lo, hi = min(lo, s), max(hi, e)
+                    changed = True
+        live[name] = (lo, hi)
+    return live
+
+
+def _loop_spans(ops: list[Operation]) -> list[tuple[int, int]]:
+    """(first, last) op index of every loop instance, at every depth."""
+    spans = []
+    depth = max((len(op.loops) for op in ops), default=0)
+    for d in range(depth):
+        i = 0
+        while i < len(ops):
+            if len(ops[i].loops) <= d:
+                i += 1
+                continue
+            ident = _ids(ops[i], d)
+            j = i
+            while j + 1 < len(ops) and len(ops[j + 1].loops) > d and _ids(ops[j + 1], d) == ident:
+                j += 1
+            spans.append((i, j))
+            i = j + 1
+    return spans
+
+
+def _ids(op: Operation, depth: int) -> tuple:
+    return tuple((loop.key, loop.count) for loop in op.loops[:depth + 1])
+
+
+def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]],
+           rows: dict[str, dict], budget: int) -> int:
+    """First fit in order of first use; returns the peak LX bytes per core."""
+    placed: list[tuple[int, int, str]] = []       # (offset, end, name)
+    peak = 0
+    for name in sorted(sizes, key=lambda n: live[n]):
+        lo, hi = live[name]
+        busy = sorted((o, e) for o, e, other in placed
+                      if live[other][0] <= hi and lo <= live[other][1])
+        offset = 0
+        for o, e in busy:
+            if offset + sizes[name] <= o:
+                break
+            offset = max(offset, _align(e))
+        if offset + sizes[name] > budget:
+            rows[name]["reason"] = (f"LX is full while it is live: it needs {sizes[name]} bytes "
+                                    f"per core at offset {offset}, past the budget of {budget}")
+            continue
+        graph.buffers[name].lx_address = offset
+        placed.append((offset, offset + sizes[name], name))
+        rows[name].update(placed=True, lx_address=offset)
+        peak = max(peak, offset + sizes[name])
+    return peak
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN_BYTES) * ALIGN_BYTES

@@ -1,0 +1,173 @@
+"""scratchpad_planning, IR text in and out: which per-tile buffers go to LX, where, and why not.
+
+Sizes by hand: a per-tile fp16 [512, 1024] tile (device [16, 512, 64]) is 1 MiB; split by rows
+over 32 cores each core holds 16 rows x 16 sticks = 32768 bytes.
+"""
+
+import pytest
+
+from spyrec.errors import ConfigError
+from spyrec.ir.parser import parse
+from spyrec.ir.verify import verify
+from spyrec.passes.memory_planning import MemoryPlanning
+from spyrec.passes.registry import CompileContext
+from spyrec.passes.scratchpad_planning import ScratchpadPlanning
+from tests.passes.textir import ir, run_pass
+
+FACTS = ("layouts", "core_splits")
+FULL = "float16[1024, 4096] device [64, 1024, 64] / [64, 4096, 1] fp16"
+TILE = "float16[512, 1024] device [16, 512, 64] / [64, 1024, 1] fp16 per_tile"
+LOOPS = "loops [2(c0)@g0.0, 4(c1)@g0.1]"
+SPACE = "over [c0<512, c1<1024]"
+
+
+def seed(reader_cores: str = "[c0:32, c1:1]") -> str:
+    return f"""
+    buffer a: input {FULL}
+    buffer b: input {FULL}
+    buffer y: intermediate {TILE}
+    buffer z: output {FULL}
+    op y: y[1024*c0 + c1] = add(a[4096*c0 + c1], b[4096*c0 + c1]) {SPACE} cores [c0:32, c1:1] {LOOPS}
+    op z: z[4096*c0 + c1] = mul(y[1024*c0 + c1], a[4096*c0 + c1]) {SPACE} cores {reader_cores} {LOOPS}
+    inputs [a, b]
+    outputs [z]
+    """
+
+
+def rows(ctx: CompileContext) -> dict:
+    return {r["buffer"]: r for r in ctx.report["scratchpad"]["buffers"]}
+
+
+def test_a_tile_that_fits_goes_to_lx_at_zero():
+    ctx = CompileContext()
+    out = run_pass(ScratchpadPlanning(), seed(), ctx, facts=FACTS)
+    assert f"buffer y: intermediate {TILE} @lx 0\n" in out
+    assert rows(ctx)["y"] == {"buffer": "y", "placed": True, "bytes_per_core": 32768,
+                              "lx_address": 0, "reason": None}
+    assert ctx.report["scratchpad"]["peak_bytes_per_core"] == 32768
+
+
+def test_memory_planning_gives_lx_buffers_no_hbm_address():
+    graph = parse(ir(seed()))
+    ctx = CompileContext()
+    ScratchpadPlanning().run(graph, ctx)
+    MemoryPlanning().run(graph, ctx)
+    assert graph.buffers["y"].hbm_address is None
+    # a, b, z: three 8 MiB tensors, nothing for y
+    assert ctx.report["hbm_bytes"] == 3 * 8 * 2**20
+    assert verify(graph, FACTS + ("hbm_addresses",)) == []
+
+
+def test_a_slice_larger_than_the_budget_stays_in_hbm():
+    ctx = CompileContext()
+    out = run_pass(ScratchpadPlanning(budget_bytes=32640), seed(), ctx, facts=FACTS)
+    assert f"buffer y: intermediate {TILE}\n" in out
+    assert rows(ctx)["y"]["reason"] == ("its per-core slice of 32768 bytes exceeds the LX "
+                                        "budget of 32640 bytes")
+
+
+def test_a_reader_split_differently_keeps_it_in_hbm():
+    ctx = CompileContext()
+    out = run_pass(ScratchpadPlanning(), seed("[c0:16, c1:2]"), ctx, facts=FACTS)
+    assert "@lx" not in out
+    assert rows(ctx)["y"]["reason"] == (
+        "op 'z' divides it across cores as [c0:16, c1:2], its writer 'y' as [c0:32, c1:1]: "
+        "cores would read slices other cores hold")
+
+
+def test_a_reader_split_over_a_var_that_does_not_index_it_keeps_it_in_hbm():
+    text = f"""
+    buffer a: input {FULL}
+    buffer y: intermediate {TILE}
+    buffer s: output float16[1024, 4096, 2] device [4096, 1, 1024, 64] / [2, -1, 8192, 1] fp16
+    op y: y[1024*c0 + c1] = identity(a[4096*c0 + c1]) {SPACE} cores [c0:16, c1:1] {LOOPS}
+    op s: s[8192*c0 + 2*c1 + c2] = identity(y[1024*c0 + c1]) over [c0<512, c1<1024, c2<2] \
+cores [c0:16, c1:1, c2:2] {LOOPS}
+    inputs [a]
+    outputs [s]
+    """
+    ctx = CompileContext()
+    graph = parse(ir(text).replace("\\\n", ""))
+    ScratchpadPlanning().run(graph, ctx)
+    assert graph.buffers["y"].lx_address is None
+    assert rows(ctx)["y"]["reason"] == ("op 's' splits c2 across cores, which does not index "
+                                        "it: its cores would read slices other cores hold")
+
+
+def test_disabled_places_nothing():
+    ctx = CompileContext()
+    out = run_pass(ScratchpadPlanning(enabled=False), seed(), ctx, facts=FACTS)
+    assert "@lx" not in out
+    assert rows(ctx)["y"]["reason"] == "scratchpad_planning is disabled (enabled: false)"
+
+
+def test_a_budget_past_the_usable_lx_is_refused():
+    with pytest.raises(ConfigError, match="between 0 and 1625344"):
+        ScratchpadPlanning(budget_bytes=1677721).check_options()
+
+
+CHAIN = f"""
+    buffer a: input {FULL}
+    buffer t1: intermediate {TILE}
+    buffer t2: intermediate {TILE}
+    buffer t3: intermediate {TILE}
+    buffer z: output {FULL}
+    op t1: t1[1024*c0 + c1] = neg(a[4096*c0 + c1]) {SPACE} cores [c0:32, c1:1] {LOOPS}
+    op t2: t2[1024*c0 + c1] = neg(t1[1024*c0 + c1]) {SPACE} cores [c0:32, c1:1] {LOOPS}
+    op t3: t3[1024*c0 + c1] = neg(t2[1024*c0 + c1]) {SPACE} cores [c0:32, c1:1] {LOOPS}
+    op z: z[4096*c0 + c1] = neg(t3[1024*c0 + c1]) {SPACE} cores [c0:32, c1:1] {LOOPS}
+    inputs [a]
+    outputs [z]
+"""
+
+
+def test_space_is_reused_after_a_last_use():
+    # t1 and t2 meet in op t2, t2 and t3 in op t3; t1 is dead by then, so t3 takes its bytes
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(), CHAIN, ctx, facts=FACTS)
+    assert {n: r["lx_address"] for n, r in rows(ctx).items()} == \
+        {"t1": 0, "t2": 32768, "t3": 0}
+    assert ctx.report["scratchpad"]["peak_bytes_per_core"] == 65536
+
+
+def test_a_buffer_read_across_an_inner_loop_stays_live_through_it():
+    # t1 is written once per outer iteration and read in every inner one, so t3 (inner,
+    # after t1's last read in program order) must not take t1's bytes
+    text = CHAIN.replace(f"op t2: t2[1024*c0 + c1] = neg(t1[1024*c0 + c1]) {SPACE} cores "
+                         f"[c0:32, c1:1] {LOOPS}",
+                         f"op t2: t2[1024*c0 + c1] = neg(t1[1024*c0 + c1]) {SPACE} cores "
+                         f"[c0:32, c1:1] loops [2(c0)@g0.0, 4(c1)@g0.1, 2(c1)@g0.2]")
+    text = text.replace(f"op t3: t3[1024*c0 + c1] = neg(t2[1024*c0 + c1]) {SPACE} cores "
+                        f"[c0:32, c1:1] {LOOPS}",
+                        f"op t3: t3[1024*c0 + c1] = neg(t2[1024*c0 + c1]) {SPACE} cores "
+                        f"[c0:32, c1:1] loops [2(c0)@g0.0, 4(c1)@g0.1, 2(c1)@g0.2]")
+    ctx = CompileContext()
+    graph = parse(ir(text))
+    ScratchpadPlanning().run(graph, ctx)
+    placed = {n: r["lx_address"] for n, r in rows(ctx).items()}
+    assert placed["t1"] != placed["t3"] and placed["t2"] != placed["t3"]
+    assert placed == {"t1": 0, "t2": 32768, "t3": 65536}
+
+
+def test_lx_full_keeps_the_rest_in_hbm():
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(budget_bytes=65536 - 128), CHAIN, ctx, facts=FACTS)
+    r = rows(ctx)
+    assert (r["t1"]["placed"], r["t2"]["placed"], r["t3"]["placed"]) == (True, False, True)
+    assert r["t2"]["reason"] == ("LX is full while it is live: it needs 32768 bytes per core "
+                                 "at offset 32768, past the budget of 65408")
+
+
+def test_verify_names_a_wrong_lx_plan():
+    graph = parse(ir(seed("[c0:16, c1:2]")))
+    graph.buffers["y"].lx_address = 0
+    graph.buffers["a"].lx_address = 64
+    problems = verify(graph, FACTS)
+    assert "buffer 'a': LX offset 64 is not a non-negative multiple of 128" in problems
+    assert "buffer 'a': lives in LX but is not per-tile (its accesses would advance with the " \
+        "loop)" in problems
+    assert "LX buffer 'y': op 'z' divides it across cores unlike its writer 'y'" in problems
+    graph = parse(ir(seed()))
+    graph.buffers["y"].lx_address = 1625344 - 128
+    assert verify(graph, FACTS) == [
+        "LX buffer 'y': ends at byte 1657984 of each core's LX, past the 1625344 usable"]
