@@ -263,6 +263,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
                                          {"count": 0, "elements": 0, "list": []}),
         "gather_coordinates": ctx.report.get("gather_coordinates"),
         "scratchpad": ctx.report.get("scratchpad"),
+        "tiling": ctx.report.get("tiling"),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),

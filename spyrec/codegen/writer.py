@@ -99,10 +99,26 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         "pipeline": pipeline, "configs": configs,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
         **({"mutated_buffers": dict(graph.mutated_buffers)} if graph.mutated_buffers else {}),
+        **_lx_args(graph, sdsc_names),
         "tensors": tensors,
         "kernels": [{"name": "main", "bundle": "bundle.mlir", "ops": sdsc_names}],
         "hbm_bytes": hbm_bytes,
     }
+
+
+def _lx_args(graph: Graph, sdsc_names: list[str]) -> dict:
+    """`lx_args`: which tensor each LX arg of each op holds ({file: {arg index: name}}).
+
+    SuperDSC names no tensors, and LX offsets are reused by tensors whose values never
+    overlap in time (a loop body's per-tile buffers), so the offset alone cannot say which
+    tensor an arg is; the simulator needs it to check lifetimes. Absent without LX."""
+    table = {}
+    for name, op in zip(sdsc_names, graph.ops):
+        held = {str(i): a.buffer for i, (_, a) in enumerate(op.accesses())
+                if graph.buffers[a.buffer].lx_address is not None}
+        if held:
+            table[name] = held
+    return {"lx_args": table} if table else {}
 
 
 def _lx_fields(graph: Graph, buf) -> dict:

@@ -231,8 +231,14 @@ def load_manifest(files: _Files) -> Manifest:
         if name not in tensors:
             raise InputFileError(f"{path}: at $.mutated_buffers.{fqn}: no tensor named "
                                  f"'{name}' in $.tensors")
+    lx_args = data.get("lx_args", {})
+    for file, held in lx_args.items():
+        for i, name in held.items():
+            if name not in tensors or tensors[name].lx_address is None:
+                raise InputFileError(f"{path}: at $.lx_args.{file}.{i}: '{name}' is not an "
+                                     f"LX tensor of $.tensors; re-run spyrec compile")
     return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
-                    data["hbm_bytes"], mutated)
+                    data["hbm_bytes"], mutated, lx_args)
 
 
 # --- sdsc -------------------------------------------------------------------------------------
@@ -287,7 +293,8 @@ def load_op(files: _Files, filename: str, manifest: Manifest,
         from spyrec.sim.superdsc import _Reader
 
         return _Reader(path, key, wrapper, _resolver(manifest), first,
-                       _lx_names(manifest)).op(filename, index)
+                       _lx_names(manifest), manifest.lx_args.get(filename, {})).op(
+                           filename, index)
     return _load_access(path, filename, index, wrapper["spyrecAccess_"])
 
 

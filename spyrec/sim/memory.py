@@ -35,6 +35,9 @@ class Allocation:
     nbytes: int
     device_dtype: str
     live: tuple[int, int]  # first and last execution index that uses it (inclusive)
+    # the values it holds, each from a write to its last read (LX tensors inside loops are
+    # rewritten every iteration: between two values their bytes may hold another tensor)
+    values: tuple[tuple[int, int], ...] = ()
 
     @property
     def end(self) -> int:
@@ -116,8 +119,18 @@ def _arena(nbytes: int) -> np.ndarray:
 
 def _overlap(a: Allocation, b: Allocation) -> bool:
     bytes_overlap = a.address < b.end and b.address < a.end
-    live_overlap = a.live[0] <= b.live[1] and b.live[0] <= a.live[1]
+    spans_a, spans_b = a.values or (a.live,), b.values or (b.live,)
+    live_overlap = any(x[0] <= y[1] and y[0] <= x[1] for x in spans_a for y in spans_b)
     return bytes_overlap and live_overlap and a.nbytes > 0 and b.nbytes > 0
+
+
+def _clash(a: Allocation, b: Allocation) -> str:
+    """The first pair of value spans of `a` and `b` that intersect, for messages."""
+    for x in a.values or (a.live,):
+        for y in b.values or (b.live,):
+            if x[0] <= y[1] and y[0] <= x[1]:
+                return f"{_span(x)} and {_span(y)}"
+    return f"{_span(a.live)} and {_span(b.live)}"
 
 
 def _span(live: tuple[int, int]) -> str:
@@ -156,7 +169,8 @@ class Lx:
         self._views: dict[str, np.ndarray] = {}
 
     def allocate(self, name: str, offset: int, nbytes: int, device_dtype: str,
-                 live: tuple[int, int] = ALWAYS_LIVE) -> Allocation:
+                 live: tuple[int, int] = ALWAYS_LIVE,
+                 values: tuple[tuple[int, int], ...] = ()) -> Allocation:
         if offset % STICK_BYTES:
             raise SimulatorFault(f"LX tensor '{name}': lx_address {offset} is not "
                                  f"{STICK_BYTES}-byte aligned; re-run spyrec compile")
@@ -165,13 +179,13 @@ class Lx:
                 f"LX tensor '{name}': bytes [{offset}, {offset + nbytes}) per core overflow the "
                 f"{self.usable_bytes} usable bytes of each core's LX (the backend owns the "
                 f"rest); re-run spyrec compile")
-        alloc = Allocation(name, offset, nbytes, device_dtype, live)
+        alloc = Allocation(name, offset, nbytes, device_dtype, live, values)
         for other in self.allocations:
             if _overlap(alloc, other):
                 raise SimulatorFault(
                     f"LX tensors '{other.name}' [{other.address}, {other.end}) and '{name}' "
-                    f"[{offset}, {alloc.end}) overlap in every core's LX while both are live "
-                    f"(executions {_span(other.live)} and {_span(live)}); the LX plan is "
+                    f"[{offset}, {alloc.end}) overlap in every core's LX while both hold a "
+                    f"value (executions {_clash(other, alloc)}); the LX plan is "
                     f"wrong: re-run spyrec compile")
         self.allocations.append(alloc)
         return alloc

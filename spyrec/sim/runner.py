@@ -115,15 +115,38 @@ def place_tensors(program: Program) -> Hbm:
     return hbm
 
 
+def lx_values(program: Program) -> dict[str, list[tuple[int, int]]]:
+    """Per LX tensor, the execution spans of the values it holds: a value starts at a write
+    that follows a read of the previous value and ends at its last read (a loop body rewrites
+    its per-tile buffers every iteration, so their bytes are free between two values)."""
+    names = {t.name for t in program.manifest.tensors.values() if t.in_lx}
+    spans: dict[str, list[list[int]]] = {}
+    read_since_write: dict[str, bool] = {}
+    for i, (_, ex) in enumerate(program.trace):
+        args = program.ops[ex.file].args
+        for arg in args:
+            if arg.name not in names:
+                continue
+            if not arg.is_input and (arg.name not in spans or read_since_write[arg.name]):
+                spans.setdefault(arg.name, []).append([i, i])
+                read_since_write[arg.name] = False
+            elif arg.name in spans:
+                spans[arg.name][-1][1] = i
+            if arg.is_input:
+                read_since_write[arg.name] = True
+    return {name: [tuple(s) for s in v] for name, v in spans.items()}
+
+
 def place_lx(program: Program) -> Lx:
     """Every core's LX with the manifest's LX tensors allocated (checked: alignment, budget,
     live overlaps), before anything runs."""
     lx = Lx(CORES, LX_USABLE_BYTES_PER_CORE)
     live = live_ranges(program)
+    values = lx_values(program)
     for t in program.manifest.tensors.values():
         if t.in_lx:
             lx.allocate(t.name, t.lx_address, t.lx_bytes_per_core, t.layout.device_dtype,
-                        live.get(t.name, (1 << 62, -1)))
+                        live.get(t.name, (1 << 62, -1)), tuple(values.get(t.name, ())))
     lx.build()
     return lx
 

@@ -78,6 +78,7 @@ class Manifest:
     kernels: tuple[KernelSpec, ...]
     hbm_bytes: int
     mutated_buffers: tuple[tuple[str, str], ...] = ()   # (buffer FQN, tensor name)
+    lx_args: dict = field(default_factory=dict)   # file -> {arg index (str): LX tensor name}
 
 
 @dataclass(frozen=True)

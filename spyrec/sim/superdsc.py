@@ -41,9 +41,11 @@ LxNames = dict[int, list[str]]
 
 class _Reader:
     def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver,
-                 first: Execute | None = None, lx_names: LxNames | None = None):
+                 first: Execute | None = None, lx_names: LxNames | None = None,
+                 lx_args: dict | None = None):
         self.path, self.key, self.w, self.resolve = path, key, wrapper, resolve
         self.first, self.lx_names = first, lx_names or {}
+        self.lx_args = lx_args or {}   # manifest lx_args of this file: arg index -> tensor
 
     def fail(self, where: str, msg: str) -> None:
         raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; the file is not "
@@ -129,6 +131,12 @@ class _Reader:
     def _tensor_name(self, i: int, node: dict) -> str:
         a0 = int(node["startAddressCoreCorelet_"]["data_"].get("[0, 0, 0]", "-1"))
         if node["component_"] == "lx":
+            named = self.lx_args.get(str(i))
+            if named is not None:
+                if named not in self.lx_names.get(a0, ()):
+                    self.fail(f"dscs_[0].scheduleTree_[{i}]", f"LX offset {a0} is not where "
+                              f"manifest lx_args puts '{named}'")
+                return named
             return self.lx_names.get(a0, [f"Tensor{i}"])[0]
         if a0 < 0:
             a0 = _bound(self.first, a0)
