@@ -18,7 +18,7 @@ that finds a problem is the one reported (later checks assume what earlier ones 
   (layouts consistent across the op: stick_layout's guarantee); core splits divide their
   ranges, leave reduced vars whole, give each core whole output sticks and use at most the
   device's cores;
-  loops (`check_loops`: keys, tiled vars, per-tile buffers only inside loops, full-buffer
+  loops (`check_loops`: keys, tiled vars, full-buffer
   accesses inside the buffer on every iteration);
 - `GRAPH_CHECKS` (whole graph): the signature and constants, nothing read before it is
   written, the facts established by earlier passes (registry contracts) hold everywhere, and
@@ -336,8 +336,6 @@ def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
         buf = graph.buffers.get(access.buffer)
         if buf is None:
             continue
-        if buf.per_tile and not op.loops:
-            yield f"{format_access(access)}: per-tile buffer {buf.name!r} used outside a loop"
         if buf.per_tile or not op.loops or any(
                 isinstance(leaf, Indirect) for leaf in access.index.free_atoms()):
             continue

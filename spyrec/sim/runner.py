@@ -116,24 +116,23 @@ def place_tensors(program: Program) -> Hbm:
 
 
 def lx_values(program: Program) -> dict[str, list[tuple[int, int]]]:
-    """Per LX tensor, the execution spans of the values it holds: a value starts at a write
-    that follows a read of the previous value and ends at its last read (a loop body rewrites
-    its per-tile buffers every iteration, so their bytes are free between two values)."""
+    """Per LX tensor, the execution spans of the values it holds: each write (by an op that
+    does not also read the tensor) starts a value, which lasts until its last read (a loop
+    body rewrites its per-tile buffers every iteration, so their bytes are free between two
+    values). A value built by several writers (slices of a cat) is several spans here; the
+    stick tags still catch a clobber between them when the value is read."""
     names = {t.name for t in program.manifest.tensors.values() if t.in_lx}
     spans: dict[str, list[list[int]]] = {}
-    read_since_write: dict[str, bool] = {}
     for i, (_, ex) in enumerate(program.trace):
         args = program.ops[ex.file].args
+        read = {a.name for a in args if a.is_input and a.name in names}
         for arg in args:
             if arg.name not in names:
                 continue
-            if not arg.is_input and (arg.name not in spans or read_since_write[arg.name]):
+            if not arg.is_input and arg.name not in read:
                 spans.setdefault(arg.name, []).append([i, i])
-                read_since_write[arg.name] = False
             elif arg.name in spans:
                 spans[arg.name][-1][1] = i
-            if arg.is_input:
-                read_since_write[arg.name] = True
     return {name: [tuple(s) for s in v] for name, v in spans.items()}
 
 

@@ -81,7 +81,11 @@ def op_problems(spec: OpSpec) -> list[str]:
 
 
 def _output_problems(spec: OpSpec) -> list[str]:
-    used = {leaf for c in spec.output.coordinates for leaf in c.free_atoms()}
+    # an LX output's own coordinates are core-local; the tile coordinates say which element
+    # of the whole tile each point writes (a var split over cores picks the core)
+    coords = spec.output.tile_coordinates if spec.output.in_lx and \
+        spec.output.tile_coordinates else spec.output.coordinates
+    used = {leaf for c in coords for leaf in c.free_atoms()}
     out = []
     names = {leaf.name for leaf in used if isinstance(leaf, Var)}
     gathered = {leaf.tensor for leaf in used if isinstance(leaf, Indirect)}

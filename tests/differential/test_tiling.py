@@ -156,7 +156,8 @@ def apply_step(step, t, y):
     if kind == "unary":
         return torch.exp(-t.abs()) if step[1] == "exp_neg" else getattr(torch, step[1])(t)
     if kind == "binary":
-        return {"add": t + y, "mul": t * y, "max": torch.maximum(t, y)}[step[1]]
+        return {"add": lambda: t + y, "mul": lambda: t * y,
+                "max": lambda: torch.maximum(t, y)}[step[1]]()
     if kind == "scalar":
         return t * step[1]
     _, op, dim = step

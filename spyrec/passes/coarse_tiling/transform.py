@@ -16,8 +16,8 @@ that cannot stay in one piece simply becomes two loops (two nests) — still cor
   would be repeated by the outer loop: refused with that reason.
 - **reductions over a tiled dim** (sum, mean, max, min, matmul K; reference/G §3.1 monoid
   accumulators): the reduction writes a per-tile partial; `combine` folds it into an fp32
-  accumulator filled with the identity before the loop; after the loop one op writes the
-  result (a copy, or the division of a mean by the count). A consumer that needs the full
+  accumulator filled with the identity before the loop; after the loop one copy writes the
+  result (a mean's `scaling_factor` is 1/the whole reduced size, so its partials add up). A consumer that needs the full
   reduction inside the same loop lands after that op, in a second nest (DESIGN §6: "two
   nests, never tile-local and wrong").
 """
@@ -182,13 +182,10 @@ class _GroupTiler:
         fill = replace(tiled, name=acc.name, op="fill", reduced=(), ranges=out_ranges,
                        inputs=(), output=Access(acc.name, index), constants={"value": identity},
                        index_inputs=(), index_bounds=(), loops=outer)
-        if op.op == "mean":
-            final = replace(fill, name=op.name, op="realdiv", inputs=(Access(acc.name, index),),
-                            output=op.output, constants={"scalar": float(self.counts[level]),
-                                                         "scalar_side": "rhs"})
-        else:
-            final = replace(fill, name=op.name, op="identity",
-                            inputs=(Access(acc.name, index),), output=op.output, constants={})
+        # a mean scales by 1/(the whole reduced size) (its `scaling_factor`), so each tile's
+        # partial is already its share of the mean: the partials add up to it
+        final = replace(fill, name=op.name, op="identity",
+                        inputs=(Access(acc.name, index),), output=op.output, constants={})
         self.report.accumulators.append({"op": op.name, "reduction": op.op,
                                          "accumulator": acc.name, "partial": part.name,
                                          "level": level})
