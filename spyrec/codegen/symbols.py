@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Ranges, Var, evaluate
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Access, Buffer, Operation
@@ -46,10 +47,18 @@ def level_advances_bytes(buf: Buffer, op: Operation, access: Access) -> tuple[in
     base = [evaluate(c, origin) for c in coords]
     strides = buf.layout.device_strides_elems
     itemsize = buf.layout.dtype.itemsize
+    corner = {**origin, **{v: n - 1 for v, n in tile.items()}}
+    far = [evaluate(c, corner) for c in coords]
     out = []
-    for loop in op.loops:
+    for depth, loop in enumerate(op.loops):
         moved = {**origin, **{v: tile[v] for v in loop.tiled}}
         delta = [evaluate(c, moved) - b for c, b in zip(coords, base)]
+        moved_far = {**corner, **{v: corner[v] + tile[v] for v in loop.tiled}}
+        if delta[-1] or [evaluate(c, moved_far) - f for c, f in zip(coords, far)] != delta:
+            # coarse_tiling guarantees a whole-stick translation (issue 8 contract §1)
+            raise InternalError(f"op {op.name!r}: loop {depth} ({loop.key}) does not move "
+                                f"{access.buffer} by one device translation of whole sticks "
+                                f"(origin {delta}); coarse_tiling should have refused it")
         out.append(sum(d * s for d, s in zip(delta, strides)) * itemsize)
     return tuple(out)
 

@@ -287,3 +287,18 @@ def test_untiled_bundle_has_no_loop_scaffolding(tmp_path):
         "module {\n  func.func @sdsc_bundle() {\n"
         '    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}\n'
         "    func.return\n  }\n}\n")
+
+
+def test_a_tile_that_is_not_a_translation_is_an_internal_error(tmp_path):
+    # 100 columns in two tiles of 50: the second tile starts inside a stick (lane 50)
+    from spyrec.errors import InternalError
+    with pytest.raises(InternalError, match=r"op 'z': loop 0 \(g0.0\) does not move x by one "
+                                            r"device translation of whole sticks"):
+        compile_text("""
+        buffer x: input float16[256, 100] device [2, 256, 64] / [64, 100, 1] fp16
+        buffer z: output float16[256, 100] device [2, 256, 64] / [64, 100, 1] fp16
+        op z: z[100*c0 + c1] = identity(x[100*c0 + c1]) over [c0<256, c1<50] \\
+        loops [2(c1)@g0.0]
+        inputs [x]
+        outputs [z]
+        """, tmp_path)
