@@ -3,7 +3,8 @@
 The bundle is a tiny program (docs/formats.md, DESIGN §5): `arith.constant`/`arith.addi` for
 addresses, nested `scf.for` with constant bounds, `affine.apply` for per-iteration tile bases,
 and one `sdscbundle.sdsc_execute` per device op. Interpreting it up front gives the simulator a
-flat list of `Execute(file, operands)` in execution order; the data work happens elsewhere.
+flat list of `Execute(file, operands, symbol_ids, loop indices)` in execution order; the data
+work happens elsewhere.
 
 Why a real MLIR parser (xDSL) rather than regexes: the contract says the bundle must parse and
 verify with one, and a file that only our own regexes accept would not. xDSL keeps no source

@@ -132,7 +132,9 @@ def test_symbol_ids_count_must_match_operands(untiled, tmp_path):
     text = (path / "bundle.mlir").read_text()
     (path / "bundle.mlir").write_text(text.replace("symbol_ids = [-1, -2, -3, -4,",
                                                    "symbol_ids = [-1, -2, -3,"))
-    with pytest.raises(InputFileError, match="11 symbol_ids for 12 operands"):
+    # the dialect's verifier (codegen's) or the interpreter, whichever reads it first
+    with pytest.raises(InputFileError, match="12 operands but 11 symbol_ids|11 symbol_ids for "
+                                             "12 operands"):
         load_directory(path)
 
 
