@@ -70,7 +70,7 @@ class Detour(nn.Module):
 
 
 PROGRAMS = {
-    **{name: make for name, make in TILING_SAMPLES.items()},
+    **TILING_SAMPLES,
     "mlp_fp16": SAMPLES["mlp_fp16"],
     "decoder_fp32": SAMPLES["decoder_fp32"],
     "transpose": lambda: (Transpose(), (h(128, 256), h(256, 128, seed=1))),
