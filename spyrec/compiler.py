@@ -5,6 +5,7 @@ Progress and `--dump-after` text go to stderr; nothing is printed on stdout.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -114,8 +115,8 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
     if opts.frontend not in FRONTENDS:
         raise ConfigError(f"--frontend {opts.frontend!r}: choose one of {', '.join(FRONTENDS)}")
     entries, pipeline_path = read_pipeline_file(opts.pipeline)
-    pipeline = build_pipeline(entries, list(opts.sets) + _tiling_set(opts.tiling, entries),
-                              where=pipeline_path)
+    pipeline = _with_tiling(build_pipeline(entries, opts.sets, where=pipeline_path),
+                            opts.tiling)
     _check_dump_name(opts, pipeline)
     if opts.print_ir_after_all is not None:
         check_dump_dir(opts.print_ir_after_all, out_dir)
@@ -125,17 +126,26 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
     return Plan(pipeline, pipeline_path, layouts)
 
 
-def _tiling_set(tiling: Path | None, entries: list[dict]) -> list[str]:
-    """`--tiling FILE` is the coarse_tiling pass's `config` option (DESIGN §6)."""
+def _with_tiling(pipeline: list, tiling: Path | None) -> list:
+    """`--tiling FILE` is the coarse_tiling pass's `config` option (DESIGN §6); the file is
+    read and shape-checked now, before the model is loaded."""
     if tiling is None:
-        return []
+        return pipeline
     if str(tiling) == "auto":
         raise ConfigError("--tiling auto: automatic tiling is not implemented yet; give a "
                           "tiling YAML (examples in configs/tiling/)")
-    if not any(e.get("pass") == "coarse_tiling" for e in entries):
+    if not any(p.name == "coarse_tiling" for p in pipeline):
         raise ConfigError(f"--tiling {tiling}: the pipeline has no coarse_tiling pass; add "
                           f"`- {{pass: coarse_tiling}}` after matmul_padding")
-    return [f"coarse_tiling.config={json.dumps(str(tiling))}"]
+    from spyrec.passes.coarse_tiling.spec import read_tiling_file
+
+    try:
+        read_tiling_file(Path(tiling))
+    except ConfigError as e:
+        text = str(e)
+        raise ConfigError(text if text.startswith("--tiling") else f"--tiling {text}") from None
+    return [dataclasses.replace(p, config=str(tiling)) if p.name == "coarse_tiling" else p
+            for p in pipeline]
 
 
 def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:

@@ -51,6 +51,9 @@ def level_advances_bytes(buf: Buffer, op: Operation, access: Access) -> tuple[in
     far = [evaluate(c, corner) for c in coords]
     out = []
     for depth, loop in enumerate(op.loops):
+        if loop.count == 1:      # never advances (and v = its range is outside the domain)
+            out.append(0)
+            continue
         moved = {**origin, **{v: tile[v] for v in loop.tiled}}
         delta = [evaluate(c, moved) - b for c, b in zip(coords, base)]
         moved_far = {**corner, **{v: corner[v] + tile[v] for v in loop.tiled}}

@@ -218,3 +218,19 @@ def test_distinct_tiles_land_in_their_own_place(tmp_path):
     x = torch.arange(256 * 128, dtype=torch.float32).reshape(256, 128)
     check_tiled(tmp_path, Fn(lambda m, x: x * 2), (x,),
                 write_tiling(tmp_path, {"x": ["R", "C"]}, [{"R": 4}, {"C": 2}]))
+
+
+def test_inspect_shows_the_loop_nest_tiles_placement_and_selectable_names(tmp_path):
+    from spyrec.inspect_dir import inspect_directory
+
+    module, inputs = TILING_SAMPLES["seed_add_mul"]()
+    out = compile_pt2(export(tmp_path, module, inputs), tmp_path / "out",
+                      tiling=CONFIGS / "seed_add_mul.yaml")
+    text = inspect_directory(out)
+    nest = text[text.index("ops (file"):].splitlines()
+    assert nest[1] == "  loop 2x over [c0]"
+    assert nest[2] == "    loop 4x over [c1]"
+    assert nest[3].split() == ["sdsc_0.json", "add", "node", "add", "[c0<512,", "c1<1024]",
+                               "a@hbm,", "b@hbm,", "add@lx:0"]
+    assert nest[4].split()[:4] == ["sdsc_1.json", "mul", "node", "mul"]
+    assert "scratchpad (LX per core)" in text or "add" in text

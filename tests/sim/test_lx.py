@@ -84,7 +84,7 @@ def test_overlapping_live_lx_tensors_are_refused_before_running(untiled, tmp_pat
     path = in_lx(untiled, tmp_path, w=128).path
     with pytest.raises(SimulatorFault, match=r"LX tensors 'add' \[0, 16384\) and 'mul' "
                                              r"\[128, 16512\) overlap in every core's LX while "
-                                             r"both are live \(executions 0\.\.10 and 1\.\.11\)"):
+                                             r"both hold a value \(executions 0\.\.1 and 1\.\.2\)"):
         simulate(path, inputs)
 
 

@@ -17,23 +17,44 @@ HERE = Path(__file__).resolve().parent
 UPDATE = os.environ.get("SPYREC_UPDATE_SNAPSHOTS") == "1"
 SNAPSHOT_SAMPLES = ["add_mul_fp16", "mlp_fp16", "attention_fp32", "layernorm_fp16",
                     "decoder_fp32"]
+# tiled programs (samples/tiling.py with configs/tiling/<name>.yaml), snapshotted as tiled_<name>
+TILED_SAMPLES = ["seed_add_mul", "softmax_rows", "decoder_mlp_tokens", "matmul_k"]
+CONFIGS = HERE.parents[1] / "configs" / "tiling"
 
 
 def normalized_opspecs(text: str) -> str:
     """opspecs.json without the per-core tables (derived data, very long)."""
     doc = json.loads(text)
-    for kernel in doc["kernels"]:
-        for spec in kernel["specs"]:
+
+    def strip(specs: list) -> None:
+        for spec in specs:
+            if "loop" in spec:
+                strip(spec["loop"]["body"])
             spec.pop("cores", None)
+    for kernel in doc["kernels"]:
+        strip(kernel["specs"])
     return json.dumps(doc, indent=1) + "\n"
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
-    return compile_samples(tmp_path_factory.mktemp("snap"), SNAPSHOT_SAMPLES)
+    built = compile_samples(tmp_path_factory.mktemp("snap"), SNAPSHOT_SAMPLES)
+    from samples.tiling import TILING_SAMPLES
+    from tests.programs import compile_pt2, export
+
+    tmp = tmp_path_factory.mktemp("snap_tiled")
+    for name in TILED_SAMPLES:
+        module, inputs = TILING_SAMPLES[name]()
+        built[f"tiled_{name}"] = compile_pt2(export(tmp, module, inputs, name),
+                                             tmp / f"tiled_{name}",
+                                             tiling=CONFIGS / f"{name}.yaml")
+    return built
 
 
-@pytest.mark.parametrize("sample", SNAPSHOT_SAMPLES)
+ALL_SAMPLES = SNAPSHOT_SAMPLES + [f"tiled_{name}" for name in TILED_SAMPLES]
+
+
+@pytest.mark.parametrize("sample", ALL_SAMPLES)
 @pytest.mark.parametrize("kind", ["bundle.mlir", "opspecs.json"])
 def test_snapshot(outputs, sample, kind):
     text = (outputs[sample] / kind).read_text()
@@ -54,10 +75,15 @@ def test_snapshot(outputs, sample, kind):
                     f"{diff[:6000]}")
 
 
-@pytest.mark.parametrize("sample", SNAPSHOT_SAMPLES)
+@pytest.mark.parametrize("sample", ALL_SAMPLES)
 def test_bundle_parses_and_verifies_with_xdsl(outputs, sample):
     from spyrec.sim.bundle import read_bundle
 
     executes = read_bundle(outputs[sample] / "bundle.mlir")
     n_ops = len(json.loads((outputs[sample] / "manifest.json").read_text())["kernels"][0]["ops"])
-    assert [e.file for e in executes] == [f"sdsc_{i}.json" for i in range(n_ops)]
+    files = [f"sdsc_{i}.json" for i in range(n_ops)]
+    if sample.startswith("tiled_"):   # loop bodies execute once per iteration
+        assert list(dict.fromkeys(e.file for e in executes)) == files
+        assert len(executes) > n_ops
+    else:
+        assert [e.file for e in executes] == files

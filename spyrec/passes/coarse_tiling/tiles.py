@@ -79,6 +79,8 @@ def device_advance(buf: Buffer, op: Operation, index: Lin, full: Ranges, tiled: 
     Device coordinates come from the layout (`access_coordinates`) over the op's *full*
     ranges `full`, so they hold at every iteration; the translation is proven on the tile's
     points for the first step, and on the tile's first point for every later iteration."""
+    if count == 1:
+        return 0
     coords = access_coordinates(tuple(buf.host_size), buf.host_strides, buf.layout, full,
                                 index)
     strides = buf.layout.device_strides_elems
@@ -93,6 +95,8 @@ def device_advance(buf: Buffer, op: Operation, index: Lin, full: Ranges, tiled: 
     if diff.size and diff.min() != diff.max():
         return None
     per_step = int(diff.flat[0]) if diff.size else 0
+    if per_step % buf.layout.elems_per_stick:
+        return None              # the tile would start inside a stick
     origin = {Var(v): np.zeros((1,) * len(op.ranges), dtype=np.int64) for v, _ in op.ranges}
     first = int(np.asarray(offset(origin)).flat[0])
     for i in range(2, count):

@@ -1,0 +1,81 @@
+#map_0 = affine_map<(d0)[s0] -> (s0 + 16384*d0)>
+module {
+  func.func @sdsc_bundle() {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %loop_bound_0 = arith.constant 4 : index
+    %sym_1 = arith.constant 0 : index
+    %sym_2 = arith.constant 256 : index
+    %sym_3 = arith.constant 512 : index
+    %sym_4 = arith.constant 768 : index
+    %sym_5 = arith.constant 1024 : index
+    %sym_6 = arith.constant 1280 : index
+    %sym_7 = arith.constant 1536 : index
+    %sym_8 = arith.constant 1792 : index
+    %sym_9 = arith.constant 2048 : index
+    %sym_10 = arith.constant 2304 : index
+    %sym_11 = arith.constant 2560 : index
+    %sym_12 = arith.constant 2816 : index
+    %sym_13 = arith.constant 3072 : index
+    %sym_14 = arith.constant 3328 : index
+    %sym_15 = arith.constant 3584 : index
+    %sym_16 = arith.constant 3840 : index
+    %sym_17 = arith.constant 4096 : index
+    %sym_18 = arith.constant 4352 : index
+    %sym_19 = arith.constant 4608 : index
+    %sym_20 = arith.constant 4864 : index
+    %sym_21 = arith.constant 5120 : index
+    %sym_22 = arith.constant 5376 : index
+    %sym_23 = arith.constant 5632 : index
+    %sym_24 = arith.constant 5888 : index
+    %sym_25 = arith.constant 6144 : index
+    %sym_26 = arith.constant 6400 : index
+    %sym_27 = arith.constant 6656 : index
+    %sym_28 = arith.constant 6912 : index
+    %sym_29 = arith.constant 7168 : index
+    %sym_30 = arith.constant 7424 : index
+    %sym_31 = arith.constant 7680 : index
+    %sym_32 = arith.constant 7936 : index
+    %sym_33 = arith.constant 65536 : index
+    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}
+    scf.for %i_0 = %c0 to %loop_bound_0 step %c1 {
+      %addr_1 = affine.apply #map_0(%i_0)[%sym_1]
+      %addr_2 = affine.apply #map_0(%i_0)[%sym_2]
+      %addr_3 = affine.apply #map_0(%i_0)[%sym_3]
+      %addr_4 = affine.apply #map_0(%i_0)[%sym_4]
+      %addr_5 = affine.apply #map_0(%i_0)[%sym_5]
+      %addr_6 = affine.apply #map_0(%i_0)[%sym_6]
+      %addr_7 = affine.apply #map_0(%i_0)[%sym_7]
+      %addr_8 = affine.apply #map_0(%i_0)[%sym_8]
+      %addr_9 = affine.apply #map_0(%i_0)[%sym_9]
+      %addr_10 = affine.apply #map_0(%i_0)[%sym_10]
+      %addr_11 = affine.apply #map_0(%i_0)[%sym_11]
+      %addr_12 = affine.apply #map_0(%i_0)[%sym_12]
+      %addr_13 = affine.apply #map_0(%i_0)[%sym_13]
+      %addr_14 = affine.apply #map_0(%i_0)[%sym_14]
+      %addr_15 = affine.apply #map_0(%i_0)[%sym_15]
+      %addr_16 = affine.apply #map_0(%i_0)[%sym_16]
+      %addr_17 = affine.apply #map_0(%i_0)[%sym_17]
+      %addr_18 = affine.apply #map_0(%i_0)[%sym_18]
+      %addr_19 = affine.apply #map_0(%i_0)[%sym_19]
+      %addr_20 = affine.apply #map_0(%i_0)[%sym_20]
+      %addr_21 = affine.apply #map_0(%i_0)[%sym_21]
+      %addr_22 = affine.apply #map_0(%i_0)[%sym_22]
+      %addr_23 = affine.apply #map_0(%i_0)[%sym_23]
+      %addr_24 = affine.apply #map_0(%i_0)[%sym_24]
+      %addr_25 = affine.apply #map_0(%i_0)[%sym_25]
+      %addr_26 = affine.apply #map_0(%i_0)[%sym_26]
+      %addr_27 = affine.apply #map_0(%i_0)[%sym_27]
+      %addr_28 = affine.apply #map_0(%i_0)[%sym_28]
+      %addr_29 = affine.apply #map_0(%i_0)[%sym_29]
+      %addr_30 = affine.apply #map_0(%i_0)[%sym_30]
+      %addr_31 = affine.apply #map_0(%i_0)[%sym_31]
+      %addr_32 = affine.apply #map_0(%i_0)[%sym_32]
+      %addr_33 = affine.apply #map_0(%i_0)[%sym_33]
+      sdscbundle.sdsc_execute (%addr_1, %addr_2, %addr_3, %addr_4, %addr_5, %addr_6, %addr_7, %addr_8, %addr_9, %addr_10, %addr_11, %addr_12, %addr_13, %addr_14, %addr_15, %addr_16, %addr_17, %addr_18, %addr_19, %addr_20, %addr_21, %addr_22, %addr_23, %addr_24, %addr_25, %addr_26, %addr_27, %addr_28, %addr_29, %addr_30, %addr_31, %addr_32, %addr_33) {sdsc_filename = "sdsc_1.json", symbol_ids = [-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13, -14, -15, -16, -17, -18, -19, -20, -21, -22, -23, -24, -25, -26, -27, -28, -29, -30, -31, -32, -33]}
+      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_2.json"}
+    }
+    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_3.json"}
+    func.return
+  }
+}
