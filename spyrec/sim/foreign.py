@@ -68,7 +68,11 @@ _KEY = re.compile(r"^(0|[1-9][0-9]*)_[A-Za-z][A-Za-z0-9_]*$")
 
 
 class _ReferenceReader(_Reader):
-    advice = "the reference's file does not say what spyrec's SuperDSC reader needs"
+    """The SuperDSC reader, whose messages blame the reference's file, not a stale compile."""
+
+    def fail(self, where: str, msg: str) -> None:
+        raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; the reference's "
+                             f"file does not say what spyrec's SuperDSC reader needs")
 
 
 def is_foreign(out_dir: Path) -> bool:
@@ -235,9 +239,7 @@ def _relocation(path: Path, tensors: dict[str, TensorSpec]):
     for _, nbytes, name in spans:
         packed[name] = cursor
         cursor += -(-nbytes // _ALIGN) * _ALIGN
-    placed = {name: TensorSpec(t.name, t.role, t.host_shape, t.host_dtype, t.layout,
-                               packed[name], t.device_bytes, t.source)
-              for name, t in tensors.items()}
+    placed = {name: replace(t, hbm_address=packed[name]) for name, t in tensors.items()}
 
     def relocate(address: int) -> tuple[int, TensorSpec] | None:
         for start, nbytes, name in spans:

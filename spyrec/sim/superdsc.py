@@ -37,14 +37,12 @@ Resolver = Callable[[int], "tuple[str, int, int] | None"]
 
 
 class _Reader:
-    # what a failed check means; a reader of foreign files (sim/foreign.py) says otherwise
-    advice = "the file is not as spyrec compile wrote it (re-run spyrec compile)"
-
     def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver):
         self.path, self.key, self.w, self.resolve = path, key, wrapper, resolve
 
     def fail(self, where: str, msg: str) -> None:
-        raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; {self.advice}")
+        raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; the file is not "
+                             f"as spyrec compile wrote it (re-run spyrec compile)")
 
     # --- the op -------------------------------------------------------------------------------
 
