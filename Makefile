@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.spyrec-installed
 
 PIP    := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: setup test demo bench snapshots opinfo constraints clean
+.PHONY: setup test demo bench snapshots opinfo reference constraints clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,10 @@ demo: $(STAMP)
 # Every OpInfo sample of every lowered op, fp32 and fp16 (tests/opinfo; a few minutes).
 opinfo: $(STAMP)
 	$(PY) -m tests.opinfo.sweep --refused
+
+# The reference's published matmul at full size (M512 K4096 N12800; 10-20 s, 1.7 GB of RAM).
+reference: $(STAMP)
+	SPYREC_FULL_REFERENCE=1 $(PY) -m pytest -q -s tests/sim/test_reference_bundles.py
 
 snapshots: $(STAMP)
 	SPYREC_UPDATE_SNAPSHOTS=1 $(PY) -m pytest -q tests/snapshots

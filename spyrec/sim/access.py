@@ -60,26 +60,46 @@ class Chunk:
 
 
 def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
-    """The iteration space in boxes of at most ~max_points, split along one output var.
+    """The iteration space in boxes whose arg accesses hold at most ~max_points each, split
+    along one output var.
 
     The split var is the outermost non-reduced var the output is indexed by, so chunks write
-    disjoint output elements and a reduction never straddles two chunks.
+    disjoint output elements and a reduction never straddles two chunks. The budget counts
+    what is materialized: each arg's offsets and values span only the vars its coordinates use,
+    so a matmul (x over M,K; y over K,N) runs in a few large chunks, not one per row of M (a
+    kernel never builds the M*N*K box; pointwise ops and reductions have an arg over it all).
     """
     vars_, extents = spec.vars, spec.extents
-    out_vars = {leaf.name for c in spec.output.coordinates for leaf in c.free_atoms()
-                if isinstance(leaf, Var)}
+    out_vars = _arg_vars(spec, spec.output)
     split = next((i for i, v in enumerate(vars_)
                   if v not in spec.reduced and v in out_vars and extents[i] > 1), None)
-    total = math.prod(extents)
-    if split is None or total <= max_points:
+    per_unit = [math.prod(n for v, n in zip(vars_, extents) if v in used and v != vars_[split])
+                for used in (_arg_vars(spec, a) for a in spec.args)
+                if split is not None and vars_[split] in used]
+    if split is None or max(per_unit) * extents[split] <= max_points:
         yield Chunk(vars_, (0,) * len(vars_), extents)
         return
-    step = max(1, max_points // (total // extents[split]))
+    step = max(1, max_points // max(per_unit))
     for start in range(0, extents[split], step):
         lo = [0] * len(vars_)
         hi = list(extents)
         lo[split], hi[split] = start, min(start + step, extents[split])
         yield Chunk(vars_, tuple(lo), tuple(hi))
+
+
+def _arg_vars(spec: OpSpec, arg: ArgSpec) -> set[str]:
+    """The iteration vars an arg's access varies along (a gathered coordinate: its index
+    arg's vars too)."""
+    used: set[str] = set()
+    for coord in arg.coordinates:
+        for leaf in coord.free_atoms():
+            if isinstance(leaf, Var):
+                used.add(leaf.name)
+            elif isinstance(leaf, Indirect):
+                index = next((a for a in spec.args if a.name == leaf.tensor and a is not arg),
+                             None)
+                used |= _arg_vars(spec, index) if index is not None else set(spec.vars)
+    return used
 
 
 @dataclass(frozen=True)

@@ -386,6 +386,11 @@ def load_directory(out_dir: str | Path) -> Program:
     """Manifest, every op listed by a kernel, and the flattened bundles, all checked."""
     out_dir = Path(out_dir)
     check_output_directory(out_dir)
+    from spyrec.sim import foreign   # a bundle another compiler wrote (docs/formats.md)
+
+    foreign.check_manifest_present(out_dir)
+    if foreign.is_foreign(out_dir):
+        return foreign.load_foreign(out_dir)
     return _load(_Files(out_dir))
 
 
