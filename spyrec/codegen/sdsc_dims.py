@@ -115,7 +115,7 @@ def op_dims(var_ranges: list[tuple[str, int]], coords: list[tuple[Lin, ...]],
             _boundaries(coord, stick, e, bounds)
     var_digits = {v: _digits(v, ranges[v], bounds[v]) for v, _ in var_ranges}
     for stick, e in zip(sticks, elems_per_stick):
-        if stick is not None:
+        if isinstance(stick, str):
             low = var_digits[stick][-1]
             if low.size != ranges[stick] and low.size % e:
                 raise NotExpressible(
@@ -128,20 +128,31 @@ def op_dims(var_ranges: list[tuple[str, int]], coords: list[tuple[Lin, ...]],
     return OpDims(synthetic + digits, tensors, var_digits)
 
 
-def _stick_var(coords: tuple[Lin, ...], e: int) -> str | None:
-    """The variable in the lanes: `Mod(v, E)` or a bare `v`; None for a constant 0 lane."""
+def _stick_var(coords: tuple[Lin, ...], e: int) -> str | Indirect | None:
+    """The variable in the lanes: `Mod(v, E)` or a bare `v`; an index tensor's value for an
+    element gather or scatter along the stick dim (`Mod(IndirectAccess(i), E)`); None for a
+    constant 0 lane."""
     lane = coords[-1]
     if lane.is_const and lane.const == 0:
         return None
     atom = lane.as_atom()
+    if isinstance(atom, Mod) and atom.modulus == e:
+        atom = atom.num.as_atom()
     if isinstance(atom, Var):
         return atom.name
-    if isinstance(atom, Mod) and atom.modulus == e:
-        inner = atom.num.as_atom()
-        if isinstance(inner, Var):
-            return inner.name
+    if isinstance(atom, Indirect):
+        return atom
     raise NotExpressible(f"lane coordinate {lane} is not a whole stick of one variable "
                          f"(an offset inside the stick needs a relayout first)")
+
+
+def _gathered_stick_index(atom, e: int) -> Indirect | None:
+    """The index of `floor(IndirectAccess(i)/E)`: the stick of a gathered stick dim."""
+    if isinstance(atom, FloorDiv) and atom.divisor == e:
+        inner = atom.num.as_atom()
+        if isinstance(inner, Indirect):
+            return inner
+    return None
 
 
 def _single_var(num: Lin) -> str | None:
@@ -152,7 +163,7 @@ def _single_var(num: Lin) -> str | None:
 def _boundaries(coord: Lin, stick: str | None, e: int, bounds: dict[str, set[int]]) -> None:
     """Record the divisors at which `coord` cuts each variable."""
     for atom in coord.atoms():
-        if isinstance(atom, Indirect):
+        if isinstance(atom, Indirect) or _gathered_stick_index(atom, e) is not None:
             continue
         v, lo, hi, _ = _digit_span(atom, coord)
         if v == stick and isinstance(atom, FloorDiv) and atom.divisor == e:
@@ -203,21 +214,37 @@ def _expand(atom, coeff: int, var_digits: dict[str, list[Digit]],
     return {d: coeff * d.weight // div for d in var_digits[v] if lo <= d.weight < hi}
 
 
-def _tensor_dims(coords: tuple[Lin, ...], stick: str | None, e: int, sizes: tuple[int, ...],
-                 strides: tuple[int, ...], var_digits: dict[str, list[Digit]]) -> TensorDims:
-    stick_digit = var_digits[stick][-1] if stick is not None else None
+def _tensor_dims(coords: tuple[Lin, ...], stick: str | Indirect | None, e: int,
+                 sizes: tuple[int, ...], strides: tuple[int, ...],
+                 var_digits: dict[str, list[Digit]]) -> TensorDims:
+    gathered = stick if isinstance(stick, Indirect) else None
+    stick_digit = var_digits[stick][-1] if isinstance(stick, str) else \
+        Digit("", -1, 1) if gathered else None
     t = TensorDims(stick_digit, e)
     per_digit: dict[Digit, int] = {}
     stick_level: int | None = None
+    sticks = 1                      # of a gathered stick dim
     for coord, stride, size in zip(coords[:-1], strides[:-1], sizes[:-1]):
         t.offset += coord.const * stride
         for atom, coeff in coord.terms:
+            if gathered is not None and _gathered_stick_index(atom, e) == gathered:
+                # the stick of an element gather / scatter along the stick dim
+                if coeff != 1 or stick_level is not None or not 0 <= coord.const < size:
+                    raise NotExpressible(f"the gathered stick index {coord} is not one "
+                                         f"index value at one device dim")
+                stick_level, sticks = stride, size - coord.const
+                continue
             if isinstance(atom, Indirect):
                 if coeff != 1 or atom.tensor in t.indirect:
                     raise NotExpressible(f"the gathered coordinate {coord} is not one index "
                                          f"value at one device dim")
-                d = Digit("", -1 - len(t.indirect), 1)
-                t.indirect[atom.tensor] = (d, size)
+                if not 0 <= coord.const < size:
+                    raise NotExpressible(f"the gathered coordinate {coord} starts outside "
+                                         f"its device dim of {size}")
+                # the constant (x[1:][i]) is in t.offset, so in the start address, like any
+                # view offset (F §3.F); the index then counts rows from there
+                d = Digit("", -2 - len(t.indirect), 1)
+                t.indirect[atom.tensor] = (d, size - coord.const)
                 per_digit[d] = stride
                 continue
             if stick is not None and isinstance(atom, FloorDiv) and atom.divisor == e \
@@ -234,7 +261,13 @@ def _tensor_dims(coords: tuple[Lin, ...], stick: str | None, e: int, sizes: tupl
                     raise NotExpressible(f"the stick variable {stick} also appears outside its "
                                          f"stick in {coord}")
                 per_digit[d] = per_digit.get(d, 0) + k * stride
-    if stick_digit is not None:
+    if gathered is not None:
+        # the value's stick is `value // E`, its lane `value % E` (F §4.2's stick model)
+        if gathered.tensor in t.indirect:
+            raise NotExpressible(f"index tensor {gathered.tensor} is read twice by one access")
+        t.indirect[gathered.tensor] = (stick_digit, sticks * e)
+        per_digit[stick_digit] = stick_level or 0
+    elif stick_digit is not None:
         if stick_level is None:
             if stick_digit.size > e:
                 raise NotExpressible(f"the stick variable {stick} spans several sticks but no "
@@ -306,9 +339,10 @@ def _nest(t: TensorDims) -> int | None:
 def _units(t: TensorDims, d: Digit) -> int:
     """A level's count in its own units: sticks for the stick level, the gathered dim's extent
     for a gather, values otherwise."""
-    if d == t.stick:
-        return -(-d.size // t.elems_per_stick)
+    e = t.elems_per_stick
     for gd, n in t.indirect.values():
         if gd == d:
-            return n
+            return -(-n // e) if d == t.stick else n
+    if d == t.stick:
+        return -(-d.size // e)
     return d.size

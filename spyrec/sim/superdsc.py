@@ -60,9 +60,14 @@ class _Reader:
         self.P = {d: self.N[d] // self.split[d] for d in self.labels}
         args = self._args(nc)
         out_labels = {d for d, used in self.addressed[-1].items() if used}
-        reduced = tuple(d for d in self.labels if d not in out_labels)
-        op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
+        for j in self.gathers[-1]:      # a scatter's destination moves with its index reads
+            out_labels |= {d for d, used in self.addressed[j].items() if used}
         constants = {**self._constants(), **self._attributes()}
+        # a scatter reduces nothing: points that land on one element follow its mode (even
+        # with no index left: a destination dim of size 1 takes every point at 0)
+        reduced = () if "scatter" in constants else \
+            tuple(d for d in self.labels if d not in out_labels)
+        op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
         name, source = _debug(w.get("debug_handle_", opfunc))
         cores = tuple(CoreSplit(c, {d: ((s := self.slices[c][d]) * self.P[d], (s + 1) * self.P[d])
                                     for d in self.labels},
@@ -117,6 +122,7 @@ class _Reader:
         if len(nodes) != len(lds) or len(nodes) < 1:
             self.fail("dscs_[0].labeledDs_", "one entry per allocate node is required")
         self.addressed: list[dict[str, bool]] = []
+        self.gathers: list[set[int]] = []        # per arg: the index args it is read through
         self.starts: list[list[int]] = []
         names = [self._tensor_name(i, n) for i, n in enumerate(nodes)]
         return [self._arg(i, nodes[i], lds[i], nc, names) for i in range(len(nodes))]
@@ -155,22 +161,24 @@ class _Reader:
         gaps = {d: int(g["-1"]) for d, g in node.get("backGapCore_", {}).items()}
         indirect = {v["dim"]: (k, v["size"]) for k, v in node.get("indirectDim_", {}).items()}
         self._check_folds(i, node, scale, stick, eps, label_order)
+        values = {d: self._gathered(i, d, indirect, names) if d in indirect else var(d)
+                  for d in order}
         extent, coord = {}, {}
         for d in order:
             n, gap = self.N[d], gaps.get(d, 0)
-            if d in indirect:
-                extent[d] = indirect[d][1]
-                j = int(indirect[d][0].removeprefix("Tensor"))
-                coord[d] = Lin({Indirect(names[j]): 1})
-            elif scale[d] <= 0:
+            if scale[d] <= 0:
                 extent[d], coord[d] = 1 + gap, const(0)
             elif d == stick:
                 if gap % eps:
                     self.fail(f"{where}.backGapCore_.{d}", f"{gap} is not whole sticks of {eps}")
-                extent[d], coord[d] = -(-n // eps) + gap // eps, floordiv(var(d), eps)
+                extent[d], coord[d] = -(-n // eps) + gap // eps, floordiv(values[d], eps)
             else:
-                extent[d], coord[d] = n + gap, var(d)
-        lane = mod(var(stick), eps) if scale.get(stick) == 1 else const(0)
+                extent[d], coord[d] = n + gap, values[d]
+            if d in indirect:
+                # the values an index may reach; a back gap (a strided view above the gathered
+                # dim) only widens the pitch, never the valid range
+                extent[d] = max(extent[d], _reach(indirect[d][1], d == stick, eps))
+        lane = mod(values[stick], eps) if scale.get(stick) == 1 else const(0)
         dims = list(reversed(order))
         sizes = tuple(extent[d] for d in dims) + (eps,)
         coords = tuple(coord[d] for d in dims) + (lane,)
@@ -179,10 +187,12 @@ class _Reader:
         layout = DeviceLayout(sizes, (-1,) * len(sizes), dtype)
         strides = dict(zip(dims, layout.device_strides_elems))
         self.addressed.append({d: scale[d] == 1 for d in order})
+        self.gathers.append({int(k.removeprefix("Tensor")) for k, _ in indirect.values()})
         starts = self._starts(i, node, nc, lds["wordLength"], scale, stick, eps, strides)
         self.starts.append(starts)
         last = sum((n - 1) * strides[d] for d in order
-                   if (n := (1 if coord[d] == const(0) else extent[d] if d in indirect
+                   if (n := (1 if coord[d] == const(0) else
+                             _reach(indirect[d][1], d == stick, eps) if d in indirect
                              else -(-self.N[d] // eps) if d == stick else self.N[d])) > 1)
         return ArgSpec(name=names[i], is_input=i < len(self.dsc["scheduleTree_"]) - 1,
                        arg_index=i, layout=layout, coordinates=coords,
@@ -191,6 +201,24 @@ class _Reader:
                        lx_offset=None, operand=None, per_tile_fixed=False,
                        is_index=node.get("indirectAllocType_") == "index_tensor",
                        span_bytes=lds["wordLength"] * (last + eps))
+
+    def _gathered(self, i: int, d: str, indirect: dict, names: list[str]) -> Lin:
+        """The value of dim d of arg i where `indirectDim_` names it: the index tensor's value
+        at the same point (spyrec's extension for gathers and scatters, docs/formats.md)."""
+        where = f"dscs_[0].scheduleTree_[{i}].indirectDim_"
+        tensor, size = indirect[d]
+        j = int(tensor.removeprefix("Tensor")) if tensor.removeprefix("Tensor").isdigit() \
+            else -1
+        nodes = self.dsc["scheduleTree_"]
+        if not 0 <= j < len(nodes) or j == i or \
+                nodes[j].get("indirectAllocType_") != "index_tensor":
+            self.fail(f"{where}.{tensor}", f"{tensor} is not another tensor of the op marked "
+                      f"indirectAllocType_ index_tensor")
+        if self.N[d] != 1 or self.split[d] != 1 or size < 1:
+            self.fail(f"{where}.{tensor}", f"the gathered dim {d} must be a size-1, unsplit "
+                      f"dim of N_ with a positive size (N_ {self.N[d]}, split "
+                      f"{self.split[d]}, size {size})")
+        return Lin({Indirect(names[j]): 1})
 
     def _origin(self, c: int, wl: int, scale: dict, stick: str, eps: int,
                 strides: dict) -> int:
@@ -268,6 +296,11 @@ class _Reader:
     def _attributes(self) -> dict:
         attrs = self.dsc["computeOp_"][0]["attributes_"]
         return {k: v for k, v in attrs.items() if k not in ("dataFormat_", "fidelity_")}
+
+
+def _reach(size: int, is_stick: bool, eps: int) -> int:
+    """The values of a gathered dim of `size` elements, in sticks for the stick dim."""
+    return -(-size // eps) if is_stick else size
 
 
 def _debug(handle: str) -> tuple[str, str | None]:
