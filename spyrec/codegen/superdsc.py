@@ -321,8 +321,8 @@ class _Emitter:
         gaps = {}
         for lv in t.levels[:-1] if t.levels else []:
             if lv.digit == t.stick:
-                gap = (lv.extent - -(-self.sizes[lv.digit] // t.elems_per_stick)) \
-                    * t.elems_per_stick
+                used = -(-(self.sizes[lv.digit] + t.lane_shift) // t.elems_per_stick)
+                gap = (lv.extent - used) * t.elems_per_stick
             else:
                 gap = lv.extent - self.sizes[lv.digit]
             if gap:
@@ -335,8 +335,12 @@ class _Emitter:
         scale = self._scale(info, d)
         s = self.splits[d] if scale == 1 else 1
         p = self.sizes[d] // self.splits[d]
+        betas = [0] * 5
         if scale == 1 and d == info["stick"]:
             alphas, attrs = [p, 0, 0, e, 1], [s, 1, 1, -(-p // e), e]
+            # a view that starts inside the stick (x[..., 16:]): the coordinate starts at
+            # the shift, the fold algebra's own offset (coordinate = Σ idx·alpha + beta)
+            betas[4] = info["dims"].lane_shift
         elif scale == 1:
             alphas, attrs = [p, 0, 0, 1], [s, 1, 1, p]
         elif scale == -2:
@@ -346,8 +350,8 @@ class _Emitter:
         labels = ["core_fold", "corelet_fold", "row_fold"] + \
             (["elem_arr_1", "elem_arr_0"] if len(alphas) == 5 else ["elem_arr_0"])
         return {"spatial": 3, "temporal": 0, "elemArr": len(alphas) - 3, "padding": "nopad",
-                "folds": {"dim_prop_func": [{"Affine": {"alpha_": a, "beta_": 0}}
-                                            for a in alphas],
+                "folds": {"dim_prop_func": [{"Affine": {"alpha_": a, "beta_": b}}
+                                            for a, b in zip(alphas, betas)],
                           "dim_prop_attr": [{"factor_": f, "label_": lab}
                                             for f, lab in zip(attrs, labels)]}}
 
@@ -369,6 +373,10 @@ class _Emitter:
                     off += k * (p // t.elems_per_stick if d == t.stick else p) * strides[d]
             starts.append(base + wl * off)
         ours = self._our_starts(i)
+        if t.lane_shift and ours is not None:
+            # our starts address the first element, which the shift moves past the stick
+            shift, e = t.lane_shift, t.elems_per_stick
+            ours = [a - wl * (shift // e * strides[t.stick] + shift % e) for a in ours]
         if ours is not None and ours != starts:
             raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} start "
                                 f"addresses from the SuperDSC fields {starts[:4]}… differ from "

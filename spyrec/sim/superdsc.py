@@ -71,7 +71,8 @@ class _Reader:
         name, source = _debug(w.get("debug_handle_", opfunc))
         cores = tuple(CoreSplit(c, {d: ((s := self.slices[c][d]) * self.P[d], (s + 1) * self.P[d])
                                     for d in self.labels},
-                                tuple(self.starts[i][c] for i in range(len(args))))
+                                tuple(self.starts[i][c] + self.shift_bytes[i]
+                                      for i in range(len(args))))
                       for c in range(nc))
         masking = {d: (m[0][0], m[0][1]) for d, m in dsc["coordinateMasking_"].items()}
         return OpSpec(file=filename, index=index, op=op, name=name, source=source,
@@ -123,6 +124,7 @@ class _Reader:
             self.fail("dscs_[0].labeledDs_", "one entry per allocate node is required")
         self.addressed: list[dict[str, bool]] = []
         self.gathers: list[set[int]] = []        # per arg: the index args it is read through
+        self.shift_bytes: list[int] = []         # per arg: start address -> first element
         self.starts: list[list[int]] = []
         names = [self._tensor_name(i, n) for i, n in enumerate(nodes)]
         return [self._arg(i, nodes[i], lds[i], nc, names) for i in range(len(nodes))]
@@ -160,9 +162,11 @@ class _Reader:
                       f"128-byte stick")
         gaps = {d: int(g["-1"]) for d, g in node.get("backGapCore_", {}).items()}
         indirect = {v["dim"]: (k, v["size"]) for k, v in node.get("indirectDim_", {}).items()}
-        self._check_folds(i, node, scale, stick, eps, label_order)
+        shift = self._check_folds(i, node, scale, stick, eps, label_order)
         values = {d: self._gathered(i, d, indirect, names) if d in indirect else var(d)
                   for d in order}
+        if shift:
+            values[stick] = values[stick] + shift
         extent, coord = {}, {}
         for d in order:
             n, gap = self.N[d], gaps.get(d, 0)
@@ -171,7 +175,8 @@ class _Reader:
             elif d == stick:
                 if gap % eps:
                     self.fail(f"{where}.backGapCore_.{d}", f"{gap} is not whole sticks of {eps}")
-                extent[d], coord[d] = -(-n // eps) + gap // eps, floordiv(values[d], eps)
+                extent[d] = -(-(n + shift) // eps) + gap // eps
+                coord[d] = floordiv(values[d], eps)
             else:
                 extent[d], coord[d] = n + gap, values[d]
             if d in indirect:
@@ -190,10 +195,13 @@ class _Reader:
         self.gathers.append({int(k.removeprefix("Tensor")) for k, _ in indirect.values()})
         starts = self._starts(i, node, nc, lds["wordLength"], scale, stick, eps, strides)
         self.starts.append(starts)
+        self.shift_bytes.append(lds["wordLength"] * (
+            shift // eps * strides[stick] + shift % eps) if shift else 0)
         last = sum((n - 1) * strides[d] for d in order
                    if (n := (1 if coord[d] == const(0) else
                              _reach(indirect[d][1], d == stick, eps) if d in indirect
-                             else -(-self.N[d] // eps) if d == stick else self.N[d])) > 1)
+                             else -(-(self.N[d] + shift) // eps) if d == stick
+                             else self.N[d])) > 1)
         return ArgSpec(name=names[i], is_input=i < len(self.dsc["scheduleTree_"]) - 1,
                        arg_index=i, layout=layout, coordinates=coords,
                        coordinate_text=tuple(str(c) for c in coords), hbm_address=starts[0]
@@ -251,8 +259,11 @@ class _Reader:
         return starts
 
     def _check_folds(self, i: int, node: dict, scale: dict, stick: str, eps: int,
-                     label_order: list[str]) -> None:
-        """coordInfo must say what N_, the split and the scale say (F §2.5, §2.12)."""
+                     label_order: list[str]) -> int:
+        """coordInfo must say what N_, the split and the scale say (F §2.5, §2.12). Returns
+        the lane shift: the `beta_` of the stick dim's `elem_arr_0` fold, where the stick dim's
+        coordinate starts (a view starting inside the stick); every other beta_ is 0."""
+        shift = 0
         info = node["coordinates_"]["coordInfo"]
         where = f"dscs_[0].scheduleTree_[{i}].coordinates_.coordInfo"
         if list(info) != label_order:
@@ -277,6 +288,16 @@ class _Reader:
                 self.fail(f"{where}.{d}.folds", f"alphas {alphas} and factors {factors}, but "
                           f"N_ {self.N[d]}, split {s} and scale {scale[d]} give {want[0]} and "
                           f"{want[1]}")
+            betas = [f["Affine"].get("beta_", 0) for f in folds["dim_prop_func"]]
+            shifted = scale[d] == 1 and d == stick
+            if any(betas[:-1]) or betas[-1] and not shifted or betas[-1] < 0 or \
+                    betas[-1] and s > 1 and p % eps:
+                self.fail(f"{where}.{d}.folds", f"betas {betas}: only the lanes (elem_arr_0) "
+                          f"of an iterated stick dim may start past 0, and not on a split "
+                          f"that starts a core inside a stick")
+            if shifted:
+                shift = betas[-1]
+        return shift
 
     # --- constants ----------------------------------------------------------------------------
 
