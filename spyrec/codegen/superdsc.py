@@ -19,12 +19,19 @@ form for it:
   keep their real size, so no op reads past the end of a tensor whose other dims are shorter.
 - A gathered dim is its own (synthetic, size-1) dim, and the value tensor's node carries
   `indirectDim_` naming it with the gathered extent (the reference's format loses the extent,
-  F §4.4). Index tensors are `SENUINT32` as in the reference.
-- Op attributes that are not numbers (`scalar_side`, `approximate`) go in
+  F §4.4): one per index tensor (multi-index gathers), the stick dim itself for an element
+  gather along the stick, with a constant offset folded into the start address. Index
+  tensors are `SENUINT32` as in the reference.
+- A scatter's *output* node is marked like a gathered input (`value_tensor`, `indirectDim_`):
+  the reference has no scatter codegen and no field for an indirect output; this is the
+  smallest extension that keeps one emission path (docs/formats.md).
+- A view starting inside a stick (`x[..., 16:]`) carries its lane shift in the stick fold's
+  `beta_`, which the reference always leaves at 0 (F §2.5: coordinate = Σ idx·alpha + beta).
+- Op attributes that are not numbers (`scalar_side`, `approximate`, `scatter`) go in
   `computeOp_[0].attributes_` next to `dataFormat_` and `fidelity_`.
-- An op that no SuperDSC fields can express (data moved inside a stick; a scatter, whose
-  output is written through IndirectAccess) carries its access in `spyrecAccess_` and is
-  counted in report.json: the backend cannot compile it as is.
+- An op that no SuperDSC fields can express (several vars inside one stick, coordinates that
+  are not digits of one var) carries its access in `spyrecAccess_` and is counted in
+  report.json: the backend cannot compile it as is.
 """
 
 from __future__ import annotations
@@ -57,9 +64,10 @@ def label_names(n: int, matmul: bool) -> list[str]:
 
 def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str]) -> dict:
     """The `sdsc_<n>.json` object of one op; `bufs` and `roles` (index | input | output) are
-    the args' buffers and roles in arg order. An op whose accesses no SuperDSC fields can
-    express is written as `{"<n>_<op>": {"debug_handle_", "spyrecAccess_"}}`: our own form,
-    which the simulator runs and the backend rejects (counted in report.json)."""
+    the args' buffers and roles in arg order. Gathers and scatters are SuperDSC like any op.
+    An op whose accesses no SuperDSC fields can express is written as
+    `{"<n>_<op>": {"debug_handle_", "spyrecAccess_"}}`: our own form, which the simulator
+    runs and the backend rejects (counted in report.json)."""
     coords = [a["_coords"] for a in spec["args"]]
     try:
         dims = op_dims(list((v, n) for v, (n, _) in spec["iteration_space"].items()), coords,

@@ -127,7 +127,33 @@ class _Reader:
         self.shift_bytes: list[int] = []         # per arg: start address -> first element
         self.starts: list[list[int]] = []
         names = [self._tensor_name(i, n) for i, n in enumerate(nodes)]
-        return [self._arg(i, nodes[i], lds[i], nc, names) for i in range(len(nodes))]
+        args = [self._arg(i, nodes[i], lds[i], nc, names) for i in range(len(nodes))]
+        self._check_indirection(nodes)
+        return args
+
+    def _check_indirection(self, nodes: list[dict]) -> None:
+        """`indirectAllocType_` and `relatedIndirectAccessAlloc_` must say what `indirectDim_`
+        says: a tensor read or written through index tensors is a value_tensor related to one
+        of them, and each index tensor is related to a tensor addressed through it."""
+        users: dict[int, set[str]] = {}
+        for i, js in enumerate(self.gathers):
+            for j in js:
+                users.setdefault(j, set()).add(f"allocate-Tensor{i}_hbm")
+        for i, node in enumerate(nodes):
+            where = f"dscs_[0].scheduleTree_[{i}]"
+            kind = node.get("indirectAllocType_", "no_indirection")
+            related = node.get("relatedIndirectAccessAlloc_")
+            if self.gathers[i]:
+                want = {f"allocate-Tensor{j}_hbm" for j in self.gathers[i]}
+                if kind != "value_tensor" or related not in want:
+                    self.fail(where, f"indirectDim_ addresses it through {sorted(want)}, so it "
+                              f"must be a value_tensor related to one of them (it is {kind}, "
+                              f"related to {related})")
+            elif kind == "value_tensor":
+                self.fail(f"{where}.indirectAllocType_", "a value_tensor needs indirectDim_")
+            if kind == "index_tensor" and related not in users.get(i, ()):
+                self.fail(f"{where}.relatedIndirectAccessAlloc_", f"{related}, but no tensor "
+                          f"of that name is addressed through index tensor Tensor{i}")
 
     def _tensor_name(self, i: int, node: dict) -> str:
         a0 = int(node["startAddressCoreCorelet_"]["data_"].get("[0, 0, 0]", "-1"))
