@@ -114,7 +114,7 @@ def _beta(d, label, position, value):
 @pytest.mark.parametrize("edit, message", [
     (lambda d: _beta(d, "mb", 3, 1), r"coordInfo.mb.folds: betas \[0, 0, 0, 1\]"),
     (lambda d: _beta(d, "y", 0, 16), r"coordInfo.y.folds: betas \[16, 0, 0, 0, 16\]"),
-    (lambda d: _beta(d, "y", 4, -16), r"coordInfo.y.folds: betas \[0, 0, 0, 0, -16\]"),
+    (lambda d: _beta(d, "y", 4, -16), r"beta_: -16 is less than the minimum of 0"),
 ])
 def test_a_beta_anywhere_but_the_lanes_of_a_stick_dim_is_reported(shifted, tmp_path, edit,
                                                                    message):
