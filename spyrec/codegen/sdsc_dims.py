@@ -74,6 +74,7 @@ class TensorDims:
     elems_per_stick: int
     levels: list[Level] = field(default_factory=list)
     offset: int = 0               # element offset of the origin from the buffer's element 0
+    lane_shift: int = 0           # the stick dim's coordinate starts here (coordInfo beta_)
     # index tensor -> (synthetic digit of its level, extent of the gathered dim)
     indirect: dict[str, tuple[Digit, int]] = field(default_factory=dict)
 
@@ -87,6 +88,7 @@ class TensorDims:
             v = values.get(lv.digit, 0)
             if lv.digit == self.stick:
                 e = self.elems_per_stick
+                v += self.lane_shift
                 off += (v // e) * lv.stride + v % e
             else:
                 off += v * lv.stride
@@ -108,40 +110,70 @@ def op_dims(var_ranges: list[tuple[str, int]], coords: list[tuple[Lin, ...]],
     """SuperDSC dims for an op with iteration `var_ranges` and, per arg, its device coordinates,
     device sizes, device element strides and elements per stick."""
     ranges = dict(var_ranges)
-    sticks = [_stick_var(c, e) for c, e in zip(coords, elems_per_stick)]
+    lanes = [_stick_var(c, e) for c, e in zip(coords, elems_per_stick)]
+    sticks = [stick for stick, _ in lanes]
     bounds: dict[str, set[int]] = {v: {1, n} for v, n in var_ranges}
-    for c, stick, e in zip(coords, sticks, elems_per_stick):
+    for c, (stick, shift), e in zip(coords, lanes, elems_per_stick):
         for coord in c[:-1]:
-            _boundaries(coord, stick, e, bounds)
+            _boundaries(coord, stick, shift, e, bounds)
     var_digits = {v: _digits(v, ranges[v], bounds[v]) for v, _ in var_ranges}
     for stick, e in zip(sticks, elems_per_stick):
-        if stick is not None:
+        if isinstance(stick, str):
             low = var_digits[stick][-1]
             if low.size != ranges[stick] and low.size % e:
                 raise NotExpressible(
                     f"variable {stick} is the stick dim of one tensor but another cuts it "
                     f"every {low.size} elements, inside a {e}-element stick")
-    tensors = [_tensor_dims(c, s, e, sz, st, var_digits)
-               for c, s, e, sz, st in zip(coords, sticks, elems_per_stick, device_sizes, strides)]
+    tensors = [_tensor_dims(c, lane, e, sz, st, var_digits)
+               for c, lane, e, sz, st in zip(coords, lanes, elems_per_stick, device_sizes,
+                                             strides)]
     digits = [d for v, _ in var_ranges for d in var_digits[v]]
     synthetic = _nest_all(tensors)
     return OpDims(synthetic + digits, tensors, var_digits)
 
 
-def _stick_var(coords: tuple[Lin, ...], e: int) -> str | None:
-    """The variable in the lanes: `Mod(v, E)` or a bare `v`; None for a constant 0 lane."""
+def _stick_var(coords: tuple[Lin, ...], e: int) -> tuple[str | Indirect | None, int]:
+    """The variable in the lanes and its lane shift: `Mod(v + k, E)` or a bare `v + k` (a view
+    that starts k elements into the stick dim: `x[..., 16:]`); an index tensor's value for an
+    element gather or scatter along the stick dim (`Mod(IndirectAccess(i), E)`); None for a
+    constant 0 lane."""
     lane = coords[-1]
     if lane.is_const and lane.const == 0:
-        return None
+        return None, 0
     atom = lane.as_atom()
-    if isinstance(atom, Var):
-        return atom.name
     if isinstance(atom, Mod) and atom.modulus == e:
-        inner = atom.num.as_atom()
-        if isinstance(inner, Var):
-            return inner.name
+        lane = atom.num
+    atom, shift = _shifted(lane)
+    if isinstance(atom, Var) and shift >= 0:
+        return atom.name, shift
+    if isinstance(atom, Indirect) and shift == 0:
+        return atom, 0
     raise NotExpressible(f"lane coordinate {lane} is not a whole stick of one variable "
                          f"(an offset inside the stick needs a relayout first)")
+
+
+def _shifted(num: Lin) -> tuple[object, int]:
+    """(atom, k) for `atom + k`, else (None, 0)."""
+    if len(num.terms) == 1:
+        ((atom, coeff),) = num.terms
+        if coeff == 1:
+            return atom, num.const
+    return None, 0
+
+
+def _stick_index(atom, stick: str | Indirect | None, shift: int, e: int) -> bool:
+    """Whether `atom` is `floor((v + shift)/E)` of the stick variable v."""
+    return isinstance(atom, FloorDiv) and atom.divisor == e and \
+        isinstance(stick, str) and _shifted(atom.num) == (Var(stick), shift)
+
+
+def _gathered_stick_index(atom, e: int) -> Indirect | None:
+    """The index of `floor(IndirectAccess(i)/E)`: the stick of a gathered stick dim."""
+    if isinstance(atom, FloorDiv) and atom.divisor == e:
+        inner = atom.num.as_atom()
+        if isinstance(inner, Indirect):
+            return inner
+    return None
 
 
 def _single_var(num: Lin) -> str | None:
@@ -149,14 +181,14 @@ def _single_var(num: Lin) -> str | None:
     return atom.name if isinstance(atom, Var) else None
 
 
-def _boundaries(coord: Lin, stick: str | None, e: int, bounds: dict[str, set[int]]) -> None:
+def _boundaries(coord: Lin, stick: str | Indirect | None, shift: int, e: int,
+                bounds: dict[str, set[int]]) -> None:
     """Record the divisors at which `coord` cuts each variable."""
     for atom in coord.atoms():
-        if isinstance(atom, Indirect):
-            continue
+        if isinstance(atom, Indirect) or _gathered_stick_index(atom, e) is not None \
+                or _stick_index(atom, stick, shift, e):
+            continue          # the stick pattern itself: floor((v+k)/E) next to Mod(v+k, E)
         v, lo, hi, _ = _digit_span(atom, coord)
-        if v == stick and isinstance(atom, FloorDiv) and atom.divisor == e:
-            continue          # the stick pattern itself: floor(v/E) next to Mod(v, E)
         bounds[v].update(b for b in (lo, hi) if b != math.inf)
 
 
@@ -203,26 +235,42 @@ def _expand(atom, coeff: int, var_digits: dict[str, list[Digit]],
     return {d: coeff * d.weight // div for d in var_digits[v] if lo <= d.weight < hi}
 
 
-def _tensor_dims(coords: tuple[Lin, ...], stick: str | None, e: int, sizes: tuple[int, ...],
-                 strides: tuple[int, ...], var_digits: dict[str, list[Digit]]) -> TensorDims:
-    stick_digit = var_digits[stick][-1] if stick is not None else None
-    t = TensorDims(stick_digit, e)
+def _tensor_dims(coords: tuple[Lin, ...], lane: tuple[str | Indirect | None, int], e: int,
+                 sizes: tuple[int, ...], strides: tuple[int, ...],
+                 var_digits: dict[str, list[Digit]]) -> TensorDims:
+    stick, shift = lane
+    gathered = stick if isinstance(stick, Indirect) else None
+    stick_digit = var_digits[stick][-1] if isinstance(stick, str) else \
+        Digit("", -1, 1) if gathered else None
+    t = TensorDims(stick_digit, e, lane_shift=shift)
     per_digit: dict[Digit, int] = {}
     stick_level: int | None = None
+    sticks = 1                      # of a gathered stick dim
     for coord, stride, size in zip(coords[:-1], strides[:-1], sizes[:-1]):
         t.offset += coord.const * stride
         for atom, coeff in coord.terms:
+            if gathered is not None and _gathered_stick_index(atom, e) == gathered:
+                # the stick of an element gather / scatter along the stick dim
+                if coeff != 1 or stick_level is not None or not 0 <= coord.const < size:
+                    raise NotExpressible(f"the gathered stick index {coord} is not one "
+                                         f"index value at one device dim")
+                stick_level, sticks = stride, size - coord.const
+                continue
             if isinstance(atom, Indirect):
                 if coeff != 1 or atom.tensor in t.indirect:
                     raise NotExpressible(f"the gathered coordinate {coord} is not one index "
                                          f"value at one device dim")
-                d = Digit("", -1 - len(t.indirect), 1)
-                t.indirect[atom.tensor] = (d, size)
+                if not 0 <= coord.const < size:
+                    raise NotExpressible(f"the gathered coordinate {coord} starts outside "
+                                         f"its device dim of {size}")
+                # the constant (x[1:][i]) is in t.offset, so in the start address, like any
+                # view offset (F §3.F); the index then counts rows from there
+                d = Digit("", -2 - len(t.indirect), 1)
+                t.indirect[atom.tensor] = (d, size - coord.const)
                 per_digit[d] = stride
                 continue
-            if stick is not None and isinstance(atom, FloorDiv) and atom.divisor == e \
-                    and _single_var(atom.num) == stick:
-                # floor(v/E) = floor(low/E) + Σ higher digits · weight/E
+            if _stick_index(atom, stick, shift, e):
+                # floor((v+k)/E) = floor((low+k)/E) + Σ higher digits · weight/E
                 if coeff != 1 or stick_level is not None:
                     raise NotExpressible(f"the stick index of {stick} appears as {coeff}·{atom}")
                 stick_level = stride
@@ -234,9 +282,15 @@ def _tensor_dims(coords: tuple[Lin, ...], stick: str | None, e: int, sizes: tupl
                     raise NotExpressible(f"the stick variable {stick} also appears outside its "
                                          f"stick in {coord}")
                 per_digit[d] = per_digit.get(d, 0) + k * stride
-    if stick_digit is not None:
+    if gathered is not None:
+        # the value's stick is `value // E`, its lane `value % E` (F §4.2's stick model)
+        if gathered.tensor in t.indirect:
+            raise NotExpressible(f"index tensor {gathered.tensor} is read twice by one access")
+        t.indirect[gathered.tensor] = (stick_digit, sticks * e)
+        per_digit[stick_digit] = stick_level or 0
+    elif stick_digit is not None:
         if stick_level is None:
-            if stick_digit.size > e:
+            if stick_digit.size + shift > e:
                 raise NotExpressible(f"the stick variable {stick} spans several sticks but no "
                                      f"coordinate holds its stick index")
             stick_level = 0
@@ -306,9 +360,10 @@ def _nest(t: TensorDims) -> int | None:
 def _units(t: TensorDims, d: Digit) -> int:
     """A level's count in its own units: sticks for the stick level, the gathered dim's extent
     for a gather, values otherwise."""
-    if d == t.stick:
-        return -(-d.size // t.elems_per_stick)
+    e = t.elems_per_stick
     for gd, n in t.indirect.values():
         if gd == d:
-            return n
+            return -(-n // e) if d == t.stick else n
+    if d == t.stick:
+        return -(-(d.size + t.lane_shift) // e)
     return d.size

@@ -19,12 +19,19 @@ form for it:
   keep their real size, so no op reads past the end of a tensor whose other dims are shorter.
 - A gathered dim is its own (synthetic, size-1) dim, and the value tensor's node carries
   `indirectDim_` naming it with the gathered extent (the reference's format loses the extent,
-  F §4.4). Index tensors are `SENUINT32` as in the reference.
-- Op attributes that are not numbers (`scalar_side`, `approximate`) go in
+  F §4.4): one per index tensor (multi-index gathers), the stick dim itself for an element
+  gather along the stick, with a constant offset folded into the start address. Index
+  tensors are `SENUINT32` as in the reference.
+- A scatter's *output* node is marked like a gathered input (`value_tensor`, `indirectDim_`):
+  the reference has no scatter codegen and no field for an indirect output; this is the
+  smallest extension that keeps one emission path (docs/formats.md).
+- A view starting inside a stick (`x[..., 16:]`) carries its lane shift in the stick fold's
+  `beta_`, which the reference always leaves at 0 (F §2.5: coordinate = Σ idx·alpha + beta).
+- Op attributes that are not numbers (`scalar_side`, `approximate`, `scatter`) go in
   `computeOp_[0].attributes_` next to `dataFormat_` and `fidelity_`.
-- An op that no SuperDSC fields can express (data moved inside a stick; a scatter, whose
-  output is written through IndirectAccess) carries its access in `spyrecAccess_` and is
-  counted in report.json: the backend cannot compile it as is.
+- An op that no SuperDSC fields can express (several vars inside one stick, coordinates that
+  are not digits of one var) carries its access in `spyrecAccess_` and is counted in
+  report.json: the backend cannot compile it as is.
 """
 
 from __future__ import annotations
@@ -61,28 +68,12 @@ def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str],
                       symbols: SymbolTable | None = None) -> dict:
     """The `sdsc_<n>.json` object of one op; `bufs` and `roles` (index | input | output) are
     the args' buffers and roles in arg order. `symbols` issues the ids of the op's symbolic
-    start addresses (args that advance with an enclosing loop; codegen/symbols.py). An op whose accesses no SuperDSC fields can
+    start addresses (args that advance with an enclosing loop; codegen/symbols.py). Gathers
+    and scatters are SuperDSC like any op. An op whose accesses no SuperDSC fields can
     express is written as `{"<n>_<op>": {"debug_handle_", "spyrecAccess_"}}`: our own form,
     which the simulator runs and the backend rejects (counted in report.json)."""
     coords = [a["_coords"] for a in spec["args"]]
     try:
-        if "scatter" in spec["op_info"]["constants"] or any(
-                isinstance(atom, Indirect) for c in coords[-1] for atom in c.free_atoms()):
-            raise NotExpressible("scatter: SuperDSC has no indirect output (its "
-                                 "IndirectAccess is for inputs only)")
-        gathered = {atom.tensor for c in coords[:-1] for coord in c
-                    for atom in coord.free_atoms() if isinstance(atom, Indirect)}
-        if any(coord.const and any(isinstance(a, Indirect) for a in coord.free_atoms())
-               for c in coords[:-1] for coord in c):
-            # a gathered dim that starts past 0 (x[1:][i]): the per-core start addresses the
-            # fields give do not include that offset
-            raise NotExpressible("a gathered coordinate with a constant offset: SuperDSC "
-                                 "places the gathered level at the index value alone")
-        if len(gathered) > 1:
-            # sdsc_dims gives each index tensor its own level, but the emitted coordInfo
-            # folds of such an op do not read back (sim/superdsc.py): our own form until then
-            raise NotExpressible(f"multi-index gather (through {', '.join(sorted(gathered))}): "
-                                 f"SuperDSC emission covers one index tensor per op")
         dims = op_dims(list((v, n) for v, (n, _) in spec["iteration_space"].items()), coords,
                        [b.layout.device_size for b in bufs],
                        [b.layout.device_strides_elems for b in bufs],
@@ -124,15 +115,25 @@ class _Emitter:
     # --- op level ---------------------------------------------------------------------------
 
     def _digit_splits(self, dims: OpDims) -> dict[Digit, int]:
-        """Each var's core split lands on its most significant digit (F §2.9)."""
+        """Each var's core split in SuperDSC dims (F §2.9): k contiguous slices of a var with
+        digits (most significant first) of sizes s1, s2, … are the product of splitting s1
+        by k when s1 divides by k, or else s1 whole and the rest, k/s1, over the next digits
+        (a var cut in two by a view, split over more cores than its top digit has values)."""
         splits = {d: 1 for d in self.digits}
-        for v, (_, k) in self.spec["iteration_space"].items():
-            if k == 1:
-                continue
-            top = dims.var_digits[v][0]
-            if top.size % k:
-                raise NotExpressible(f"the split of {v} over {k} cores cuts its dim of {top.size}")
-            splits[top] = k
+        for v, (n, k) in self.spec["iteration_space"].items():
+            rest = k
+            for d in dims.var_digits[v]:
+                if rest == 1:
+                    break
+                if d.size % rest == 0:
+                    splits[d], rest = rest, 1
+                elif rest % d.size == 0:
+                    splits[d], rest = d.size, rest // d.size
+                else:
+                    break
+            if rest != 1:
+                raise NotExpressible(f"the split of {v} (range {n}) over {k} cores cuts its "
+                                     f"digits {[d.size for d in dims.var_digits[v]]} unevenly")
         return splits
 
     def _masking(self, dims: OpDims) -> dict[Digit, tuple[int, int]]:
@@ -239,12 +240,9 @@ class _Emitter:
             order = self._node_order(t)
             stick = t.stick or self._free_stick(t, op_stick, i)
             index = self.roles[i] == "index"
-            key = ("idx",) if index else (stick, t.elems_per_stick, frozenset(order))
+            key = (index, stick, t.elems_per_stick, frozenset(order))
             if key not in keys:
-                free = [n for n in names if n not in layouts and n != "KERNEL_IDX"]
-                label = "KERNEL_IDX" if index else (free[0] if free else None)
-                if label is None or label in layouts:
-                    raise NotExpressible("the op's tensors need more than four layouts")
+                label = self._new_label(names, layouts, index)
                 keys[key] = label
                 layouts[label] = {"layoutDimOrder_": [self.names[d] for d in order],
                                   "stickDimOrder_": [self.names[stick]],
@@ -256,6 +254,19 @@ class _Emitter:
             per_tensor.append({"label": label, "stick": stick, "order": order,
                                "label_order": label_order, "dims": t})
         return layouts, per_tensor
+
+    @staticmethod
+    def _new_label(names: tuple[str, ...], layouts: dict, index: bool) -> str:
+        """The label of a new distinct layout: index tensors take `KERNEL_IDX` (F §2.3); a
+        second index layout (a multi-index gather whose index tensors differ in layout) takes
+        the next free name, as the others do: a label names a layout, not a role, and
+        `indirectAllocType_` says which tensors are index tensors."""
+        if index and "KERNEL_IDX" not in layouts:
+            return "KERNEL_IDX"
+        free = [n for n in names if n not in layouts and n != "KERNEL_IDX"]
+        if not free:
+            raise NotExpressible("the op's tensors need more than four layouts")
+        return free[0]
 
     def _free_stick(self, t: TensorDims, op_stick: Digit, i: int) -> Digit:
         """The stick dim of a tensor without one (scale -2, F §2.6): the op's stick dim, or
@@ -328,8 +339,8 @@ class _Emitter:
         gaps = {}
         for lv in t.levels[:-1] if t.levels else []:
             if lv.digit == t.stick:
-                gap = (lv.extent - -(-self.sizes[lv.digit] // t.elems_per_stick)) \
-                    * t.elems_per_stick
+                used = -(-(self.sizes[lv.digit] + t.lane_shift) // t.elems_per_stick)
+                gap = (lv.extent - used) * t.elems_per_stick
             else:
                 gap = lv.extent - self.sizes[lv.digit]
             if gap:
@@ -342,8 +353,12 @@ class _Emitter:
         scale = self._scale(info, d)
         s = self.splits[d] if scale == 1 else 1
         p = self.sizes[d] // self.splits[d]
+        betas = [0] * 5
         if scale == 1 and d == info["stick"]:
             alphas, attrs = [p, 0, 0, e, 1], [s, 1, 1, -(-p // e), e]
+            # a view that starts inside the stick (x[..., 16:]): the coordinate starts at
+            # the shift, the fold algebra's own offset (coordinate = Σ idx·alpha + beta)
+            betas[4] = info["dims"].lane_shift
         elif scale == 1:
             alphas, attrs = [p, 0, 0, 1], [s, 1, 1, p]
         elif scale == -2:
@@ -353,8 +368,8 @@ class _Emitter:
         labels = ["core_fold", "corelet_fold", "row_fold"] + \
             (["elem_arr_1", "elem_arr_0"] if len(alphas) == 5 else ["elem_arr_0"])
         return {"spatial": 3, "temporal": 0, "elemArr": len(alphas) - 3, "padding": "nopad",
-                "folds": {"dim_prop_func": [{"Affine": {"alpha_": a, "beta_": 0}}
-                                            for a in alphas],
+                "folds": {"dim_prop_func": [{"Affine": {"alpha_": a, "beta_": b}}
+                                            for a, b in zip(alphas, betas)],
                           "dim_prop_attr": [{"factor_": f, "label_": lab}
                                             for f, lab in zip(attrs, labels)]}}
 
@@ -402,9 +417,16 @@ class _Emitter:
             for d, k in slices.items():
                 if k and d in strides:
                     p = self.sizes[d] // self.splits[d]
+                    if d == t.stick and p % t.elems_per_stick:
+                        raise NotExpressible(f"core {len(starts)} would start arg {i} inside "
+                                             f"a stick ({p} elements per core)")
                     off += k * (p // t.elems_per_stick if d == t.stick else p) * strides[d]
             starts.append(base + wl * off)
         ours = self._our_starts(i)
+        if t.lane_shift and ours is not None:
+            # our starts address the first element, which the shift moves past the stick
+            shift, e = t.lane_shift, t.elems_per_stick
+            ours = [a - wl * (shift // e * strides[t.stick] + shift % e) for a in ours]
         if ours is not None and ours != starts:
             raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} start "
                                 f"addresses from the SuperDSC fields {starts[:4]}… differ from "
@@ -418,8 +440,8 @@ class _Emitter:
         space = self.spec["iteration_space"]
         out = []
         for slices in self.core_slices:
-            origin = tuple(slices[self.dims.var_digits[v][0]] * (n // k)
-                           for v, (n, k) in space.items())
+            origin = tuple(sum(slices[d] * (d.size // self.splits[d]) * d.weight
+                               for d in self.dims.var_digits[v]) for v in space)
             out.append(by_origin[origin])
         return None if any(v is None for v in out) else out
 

@@ -67,13 +67,19 @@ class _Reader:
         self.P = {d: self.N[d] // self.split[d] for d in self.labels}
         args = self._args(nc)
         out_labels = {d for d, used in self.addressed[-1].items() if used}
-        reduced = tuple(d for d in self.labels if d not in out_labels)
-        op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
+        for j in self.gathers[-1]:      # a scatter's destination moves with its index reads
+            out_labels |= {d for d, used in self.addressed[j].items() if used}
         constants = {**self._constants(), **self._attributes()}
+        # a scatter reduces nothing: points that land on one element follow its mode (even
+        # with no index left: a destination dim of size 1 takes every point at 0)
+        reduced = () if "scatter" in constants else \
+            tuple(d for d in self.labels if d not in out_labels)
+        op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
         name, source = _debug(w.get("debug_handle_", opfunc))
         cores = tuple(CoreSplit(c, {d: ((s := self.slices[c][d]) * self.P[d], (s + 1) * self.P[d])
                                     for d in self.labels},
-                                tuple(self.starts[i][c] for i in range(len(args))))
+                                tuple(self.starts[i][c] + self.shift_bytes[i]
+                                      for i in range(len(args))))
                       for c in range(nc))
         masking = {d: (m[0][0], m[0][1]) for d, m in dsc["coordinateMasking_"].items()}
         return OpSpec(file=filename, index=index, op=op, name=name, source=source,
@@ -124,9 +130,37 @@ class _Reader:
         if len(nodes) != len(lds) or len(nodes) < 1:
             self.fail("dscs_[0].labeledDs_", "one entry per allocate node is required")
         self.addressed: list[dict[str, bool]] = []
+        self.gathers: list[set[int]] = []        # per arg: the index args it is read through
+        self.shift_bytes: list[int] = []         # per arg: start address -> first element
         self.starts: list[list[int]] = []
         names = [self._tensor_name(i, n) for i, n in enumerate(nodes)]
-        return [self._arg(i, nodes[i], lds[i], nc, names) for i in range(len(nodes))]
+        args = [self._arg(i, nodes[i], lds[i], nc, names) for i in range(len(nodes))]
+        self._check_indirection(nodes)
+        return args
+
+    def _check_indirection(self, nodes: list[dict]) -> None:
+        """`indirectAllocType_` and `relatedIndirectAccessAlloc_` must say what `indirectDim_`
+        says: a tensor read or written through index tensors is a value_tensor related to one
+        of them, and each index tensor is related to a tensor addressed through it."""
+        users: dict[int, set[str]] = {}
+        for i, js in enumerate(self.gathers):
+            for j in js:
+                users.setdefault(j, set()).add(f"allocate-Tensor{i}_hbm")
+        for i, node in enumerate(nodes):
+            where = f"dscs_[0].scheduleTree_[{i}]"
+            kind = node.get("indirectAllocType_", "no_indirection")
+            related = node.get("relatedIndirectAccessAlloc_")
+            if self.gathers[i]:
+                want = {f"allocate-Tensor{j}_hbm" for j in self.gathers[i]}
+                if kind != "value_tensor" or related not in want:
+                    self.fail(where, f"indirectDim_ addresses it through {sorted(want)}, so it "
+                              f"must be a value_tensor related to one of them (it is {kind}, "
+                              f"related to {related})")
+            elif kind == "value_tensor":
+                self.fail(f"{where}.indirectAllocType_", "a value_tensor needs indirectDim_")
+            if kind == "index_tensor" and related not in users.get(i, ()):
+                self.fail(f"{where}.relatedIndirectAccessAlloc_", f"{related}, but no tensor "
+                          f"of that name is addressed through index tensor Tensor{i}")
 
     def _tensor_name(self, i: int, node: dict) -> str:
         a0 = int(node["startAddressCoreCorelet_"]["data_"].get("[0, 0, 0]", "-1"))
@@ -172,23 +206,28 @@ class _Reader:
             d: int(g["-1"]) for d, g in node.get("backGapCore_", {}).items()}
         held = self.P if lx else self.N      # an LX arg holds only its core's slice
         indirect = {v["dim"]: (k, v["size"]) for k, v in node.get("indirectDim_", {}).items()}
-        self._check_folds(i, node, scale, stick, eps, label_order)
+        shift = self._check_folds(i, node, scale, stick, eps, label_order)
+        values = {d: self._gathered(i, d, indirect, names) if d in indirect else var(d)
+                  for d in order}
+        if shift:
+            values[stick] = values[stick] + shift
         extent, coord = {}, {}
         for d in order:
             n, gap = held[d], gaps.get(d, 0)
-            if d in indirect:
-                extent[d] = indirect[d][1]
-                j = int(indirect[d][0].removeprefix("Tensor"))
-                coord[d] = Lin({Indirect(names[j]): 1})
-            elif scale[d] <= 0:
+            if scale[d] <= 0:
                 extent[d], coord[d] = 1 + gap, const(0)
             elif d == stick:
                 if gap % eps:
                     self.fail(f"{where}.backGapCore_.{d}", f"{gap} is not whole sticks of {eps}")
-                extent[d], coord[d] = -(-n // eps) + gap // eps, floordiv(var(d), eps)
+                extent[d] = -(-(n + shift) // eps) + gap // eps
+                coord[d] = floordiv(values[d], eps)
             else:
-                extent[d], coord[d] = n + gap, var(d)
-        lane = mod(var(stick), eps) if scale.get(stick) == 1 else const(0)
+                extent[d], coord[d] = n + gap, values[d]
+            if d in indirect:
+                # the values an index may reach; a back gap (a strided view above the gathered
+                # dim) only widens the pitch, never the valid range
+                extent[d] = max(extent[d], _reach(indirect[d][1], d == stick, eps))
+        lane = mod(values[stick], eps) if scale.get(stick) == 1 else const(0)
         dims = list(reversed(order))
         sizes = tuple(extent[d] for d in dims) + (eps,)
         coords = tuple(coord[d] for d in dims) + (lane,)
@@ -197,16 +236,21 @@ class _Reader:
         layout = DeviceLayout(sizes, (-1,) * len(sizes), dtype)
         strides = dict(zip(dims, layout.device_strides_elems))
         self.addressed.append({d: scale[d] == 1 for d in order})
-        used = {d: (1 if coord[d] == const(0) else extent[d] if d in indirect
-                    else -(-held[d] // eps) if d == stick else held[d]) for d in order}
-        last = sum((n - 1) * strides[d] for d, n in used.items() if n > 1)
+        self.gathers.append({int(k.removeprefix("Tensor")) for k, _ in indirect.values()})
+        wl = lds["wordLength"]
+        self.shift_bytes.append(wl * (shift // eps * strides[stick] + shift % eps)
+                                if shift else 0)
+        last = sum((n - 1) * strides[d] for d in order
+                   if (n := (1 if coord[d] == const(0) else
+                             _reach(indirect[d][1], d == stick, eps) if d in indirect
+                             else -(-(held[d] + shift) // eps) if d == stick
+                             else held[d])) > 1)
         arg = ArgSpec(name=names[i], is_input=i < len(self.dsc["scheduleTree_"]) - 1,
                       arg_index=i, layout=layout, coordinates=coords,
                       coordinate_text=tuple(str(c) for c in coords), hbm_address=None,
                       lx_offset=None, operand=None, per_tile_fixed=False,
                       is_index=node.get("indirectAllocType_") == "index_tensor",
-                      span_bytes=lds["wordLength"] * (last + eps))
-        wl = lds["wordLength"]
+                      span_bytes=wl * (last + eps))
         if lx:
             self.starts.append([None] * nc)
             return self._lx_arg(i, node, nc, arg, dims, stick, eps)
@@ -218,6 +262,24 @@ class _Reader:
         self.starts.append(starts)
         return replace(arg, hbm_address=starts[0] - self._origin(0, wl, scale, stick, eps,
                                                                  strides))
+
+    def _gathered(self, i: int, d: str, indirect: dict, names: list[str]) -> Lin:
+        """The value of dim d of arg i where `indirectDim_` names it: the index tensor's value
+        at the same point (spyrec's extension for gathers and scatters, docs/formats.md)."""
+        where = f"dscs_[0].scheduleTree_[{i}].indirectDim_"
+        tensor, size = indirect[d]
+        j = int(tensor.removeprefix("Tensor")) if tensor.removeprefix("Tensor").isdigit() \
+            else -1
+        nodes = self.dsc["scheduleTree_"]
+        if not 0 <= j < len(nodes) or j == i or \
+                nodes[j].get("indirectAllocType_") != "index_tensor":
+            self.fail(f"{where}.{tensor}", f"{tensor} is not another tensor of the op marked "
+                      f"indirectAllocType_ index_tensor")
+        if self.N[d] != 1 or self.split[d] != 1 or size < 1:
+            self.fail(f"{where}.{tensor}", f"the gathered dim {d} must be a size-1, unsplit "
+                      f"dim of N_ with a positive size (N_ {self.N[d]}, split "
+                      f"{self.split[d]}, size {size})")
+        return Lin({Indirect(names[j]): 1})
 
     def _origin(self, c: int, wl: int, scale: dict, stick: str, eps: int,
                 strides: dict) -> int:
@@ -310,8 +372,11 @@ class _Reader:
                        tile_strides_elems=stick_strides)
 
     def _check_folds(self, i: int, node: dict, scale: dict, stick: str, eps: int,
-                     label_order: list[str]) -> None:
-        """coordInfo must say what N_, the split and the scale say (F §2.5, §2.12)."""
+                     label_order: list[str]) -> int:
+        """coordInfo must say what N_, the split and the scale say (F §2.5, §2.12). Returns
+        the lane shift: the `beta_` of the stick dim's `elem_arr_0` fold, where the stick dim's
+        coordinate starts (a view starting inside the stick); every other beta_ is 0."""
+        shift = 0
         info = node["coordinates_"]["coordInfo"]
         where = f"dscs_[0].scheduleTree_[{i}].coordinates_.coordInfo"
         if list(info) != label_order:
@@ -336,6 +401,16 @@ class _Reader:
                 self.fail(f"{where}.{d}.folds", f"alphas {alphas} and factors {factors}, but "
                           f"N_ {self.N[d]}, split {s} and scale {scale[d]} give {want[0]} and "
                           f"{want[1]}")
+            betas = [f["Affine"].get("beta_", 0) for f in folds["dim_prop_func"]]
+            shifted = scale[d] == 1 and d == stick
+            if any(betas[:-1]) or betas[-1] and not shifted or betas[-1] < 0 or \
+                    betas[-1] and s > 1 and p % eps:
+                self.fail(f"{where}.{d}.folds", f"betas {betas}: only the lanes (elem_arr_0) "
+                          f"of an iterated stick dim may start past 0, and not on a split "
+                          f"that starts a core inside a stick")
+            if shifted:
+                shift = betas[-1]
+        return shift
 
     # --- constants ----------------------------------------------------------------------------
 
@@ -362,6 +437,11 @@ def _bound(first: Execute | None, symbol: int) -> int | None:
     if first is None or symbol not in first.symbol_ids:
         return None
     return first.operands[first.symbol_ids.index(symbol)]
+
+
+def _reach(size: int, is_stick: bool, eps: int) -> int:
+    """The values of a gathered dim of `size` elements, in sticks for the stick dim."""
+    return -(-size // eps) if is_stick else size
 
 
 def _debug(handle: str) -> tuple[str, str | None]:
