@@ -78,7 +78,8 @@ class _Reader:
         name, source = _debug(w.get("debug_handle_", opfunc))
         cores = tuple(CoreSplit(c, {d: ((s := self.slices[c][d]) * self.P[d], (s + 1) * self.P[d])
                                     for d in self.labels},
-                                tuple(self.starts[i][c] + self.shift_bytes[i]
+                                tuple(None if self.starts[i][c] is None   # LX or symbolic
+                                      else self.starts[i][c] + self.shift_bytes[i]
                                       for i in range(len(args))))
                       for c in range(nc))
         masking = {d: (m[0][0], m[0][1]) for d, m in dsc["coordinateMasking_"].items()}
