@@ -234,3 +234,49 @@ def test_inspect_shows_the_loop_nest_tiles_placement_and_selectable_names(tmp_pa
                                "a@hbm,", "b@hbm,", "add@lx:0"]
     assert nest[4].split()[:4] == ["sdsc_1.json", "mul", "node", "mul"]
     assert "scratchpad (LX per core)" in text or "add" in text
+
+
+class Embed(torch.nn.Module):
+    """An embedding read per token tile, scaled and shifted (issue 9 §5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 128)
+        self.pos = torch.nn.Parameter(randn(64, 128, seed=11), requires_grad=False)
+
+    def forward(self, ids):
+        return self.emb(ids) * 2.0 + self.pos
+
+
+class CacheWrite(torch.nn.Module):
+    """A KV-cache write per token tile: rows `pos` of the cache take `k` (issue 9 §5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(96, 64))
+
+    def forward(self, pos, k):
+        self.cache.index_copy_(0, pos, k)
+        return k * 2.0
+
+
+def test_an_embedding_inside_a_token_loop_tiles_the_ids_not_the_table(tmp_path):
+    ids = torch.randint(0, 100, (64,), generator=torch.Generator().manual_seed(3))
+    module = Embed()
+    torch.nn.init.normal_(module.emb.weight, generator=torch.Generator().manual_seed(4))
+    check_tiled(tmp_path, module, (ids,), write_tiling(tmp_path, {"ids": ["T"]}, [{"T": 2}]))
+
+
+def test_a_cache_write_inside_a_token_loop_scatters_each_tile(tmp_path):
+    pos = torch.randperm(96, generator=torch.Generator().manual_seed(5))[:64]
+    k = randn(64, 64, seed=6)
+    tiling = write_tiling(tmp_path, {"pos": ["T"], "k": ["T", "_"]}, [{"T": 2}])
+    module = CacheWrite().eval()
+    pt2 = export(tmp_path, module, (pos, k))
+    out = compile_pt2(pt2, tmp_path / "looped", tiling=tiling)
+    result = simulate(out, {"pos": host_array(pos), "k": host_array(k)})
+    with torch.no_grad():
+        want = module(pos, k)
+    assert_close(result.outputs[0], want, "output")
+    assert_close(result.outputs[1], module.cache, "buffer cache")
+    assert "scf.for" in (out / "bundle.mlir").read_text()

@@ -120,12 +120,16 @@ class _GroupTiler:
                       f"{self.counts[depth]} times; put {self.group.levels[lv].dim} outside "
                       f"{self.group.levels[depth].dim} in `loops`, or leave the op out of "
                       f"the group")
-        if any(op.index_inputs) or any(isinstance(leaf, Indirect) for _, a in op.accesses()
-                                       for leaf in a.index.free_atoms()):
-            if depth:
-                self.fail(f"{self.describe(op)} gathers or scatters through an index "
-                          f"tensor; gathers inside tiling loops are not supported yet "
-                          f"(issue 9 §5): leave the op out of the group")
+        for _, a in op.accesses():
+            leaves = a.index.free_atoms()
+            moved = {leaf.name for leaf in leaves if isinstance(leaf, Var)} & \
+                set(carried[:depth])
+            if any(isinstance(leaf, Indirect) for leaf in leaves) and moved:
+                # inside loops the index tensor is tiled, the value tensor is not (issue 9
+                # §5): the gathered tensor's start address cannot move with the loop
+                self.fail(f"{self.describe(op)} reads '{a.buffer}' at gathered positions and "
+                          f"also along the tiled var(s) {', '.join(sorted(moved))}; tile the "
+                          f"index tensor's dims only, or leave the op out of the group")
         sizes = dict(op.ranges)
         ranges = []
         for v, n in op.ranges:
@@ -332,8 +336,9 @@ class _GroupTiler:
             full = _full_ranges(op)
             for _, a in op.accesses():
                 buf = self.g.buffers[a.buffer]
-                if buf.per_tile:
-                    continue
+                if buf.per_tile or any(isinstance(leaf, Indirect)
+                                       for leaf in a.index.free_atoms()):
+                    continue     # a gathered tensor stays put: only its index tensor moves
                 for level, loop in enumerate(op.loops):
                     if not loop.tiled:
                         continue
@@ -449,7 +454,8 @@ def _instantiate(graph: Graph, op: Operation, iters: tuple[int, ...]) -> Operati
 
     suffix = "_".join(str(i) for i in iters)
     return replace(op, name=f"{op.name}.it{suffix}", inputs=tuple(map(moved, op.inputs)),
-                   output=moved(op.output), loops=())
+                   index_inputs=tuple(map(moved, op.index_inputs)), output=moved(op.output),
+                   loops=())
 
 
 __all__ = ["ACCUMULATE", "tile_graph", "unroll"]
