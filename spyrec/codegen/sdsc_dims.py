@@ -49,6 +49,14 @@ class Digit:
     size: int             # the digit's range (N_ of the label)
     split: bool = False   # the var has more than one digit
 
+    def __hash__(self) -> int:
+        # digits key every per-core table of an op (32 cores x every arg): hash once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.var, self.weight, self.size, self.split))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def key(self) -> str:
         if not self.var:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import struct
+from functools import cached_property
 
 from spyrec.codegen.sdsc_dims import Digit, NotExpressible, OpDims, TensorDims, op_dims
 from spyrec.codegen.symbols import SymbolTable
@@ -435,15 +436,20 @@ class _Emitter:
 
     def _our_starts(self, i: int) -> list[int] | None:
         """Arg i's start per SuperDSC core, from our coordinates (opspec._cores)."""
-        by_origin = {tuple(lo for lo, _ in c["ranges"].values()): c["arg_start_bytes"][i]
-                     for c in self.spec["cores"]}
-        space = self.spec["iteration_space"]
-        out = []
-        for slices in self.core_slices:
-            origin = tuple(sum(slices[d] * (d.size // self.splits[d]) * d.weight
-                               for d in self.dims.var_digits[v]) for v in space)
-            out.append(by_origin[origin])
+        cores = self.spec["cores"]
+        out = [cores[k]["arg_start_bytes"][i] for k in self._our_core_of]
         return None if any(v is None for v in out) else out
+
+    @cached_property
+    def _our_core_of(self) -> list[int]:
+        """For each SuperDSC core, the index of the opspec core with the same slice origin
+        (the same for every arg of the op, so computed once)."""
+        by_origin = {tuple(lo for lo, _ in c["ranges"].values()): k
+                     for k, c in enumerate(self.spec["cores"])}
+        space = self.spec["iteration_space"]
+        return [by_origin[tuple(sum(slices[d] * (d.size // self.splits[d]) * d.weight
+                                    for d in self.dims.var_digits[v]) for v in space)]
+                for slices in self.core_slices]
 
     def _labeled(self, i: int, info: dict) -> dict:
         buf = self.bufs[i]

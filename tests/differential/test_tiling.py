@@ -148,6 +148,9 @@ STEP = st.one_of(
     st.tuples(st.just("scalar"), st.sampled_from([0.5, -2.0])),
     st.tuples(st.just("center"), st.sampled_from(["amax", "sum", "mean"]),
               st.sampled_from([-1, -2])),
+    # a transpose moves names with the dims; a reshape that merges dims drops them by design
+    # (DESIGN §6), which would make the generated tilings invalid
+    st.tuples(st.just("view"), st.just("transpose")),
 )
 
 
@@ -160,6 +163,8 @@ def apply_step(step, t, y):
                 "max": lambda: torch.maximum(t, y)}[step[1]]()
     if kind == "scalar":
         return t * step[1]
+    if kind == "view":   # an op through a view and back: names move with the dims
+        return torch.tanh(t.transpose(-2, -1)).transpose(-2, -1)
     _, op, dim = step
     reduced = {"amax": t.amax, "sum": t.sum, "mean": t.mean}[op](dim, keepdim=True)
     return t - reduced / (t.shape[dim] if op == "sum" else 1)
