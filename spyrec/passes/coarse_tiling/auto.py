@@ -41,7 +41,9 @@ import yaml
 
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
-from spyrec.ir.lx import box_bytes, core_boxes
+from spyrec.indexing import Indirect, Ranges, Var, value_range
+from spyrec.indexing.sticks import access_coordinates
+from spyrec.ir.lx import box_bytes, core_slices
 from spyrec.passes.coarse_tiling.config import resolve
 from spyrec.passes.coarse_tiling.dimnames import DimNames, propagate
 from spyrec.passes.coarse_tiling.transform import tile_graph
@@ -170,7 +172,7 @@ def _runs(graph: Graph, names: DimNames, name: str) -> list[tuple[str, ...]]:
         if node is None:
             prev = None
             continue
-        if prev is None:
+        if prev is None or _block(op.scope) != _block(graph.ops[by_node[prev][0]].scope):
             runs.append([])
         if node != prev:
             runs[-1].append(node)
@@ -189,6 +191,17 @@ def _runs(graph: Graph, names: DimNames, name: str) -> list[tuple[str, ...]]:
     return list(dict.fromkeys(out))
 
 
+def _block(scope: str) -> str:
+    """The repeated block an op belongs to: its module path up to the first index
+    (`layers.3.mlp.up` -> `layers.3`), or '' outside any. Runs are cut between blocks, so
+    the layers of a stack are separate groups, priced once (they have one signature)."""
+    parts = scope.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:i + 1])
+    return ""
+
+
 def _gathers(op: Operation) -> bool:
     return bool(op.index_inputs) or bool(op.gathered())
 
@@ -201,16 +214,18 @@ def _signature(graph: Graph, nodes: tuple[str, ...], names: DimNames, name: str)
     """The run's structure with buffer names replaced by first-seen positions: equal for
     the repeated layers of a stack, so each distinct run is priced once."""
     chosen = set(nodes)
+    ops = [op for op in graph.ops if op.node in chosen]
+    sub = subgraph(graph, chosen)
     local: dict[str, int] = {}
     sig = []
-    for op in graph.ops:
-        if op.node not in chosen:
-            continue
+    for op in ops:
         accesses = []
         for role, a in op.accesses():
             buf = graph.buffers[a.buffer]
             num = local.setdefault(a.buffer, len(local))
-            accesses.append((role, num, buf.host_size, buf.host_dtype, buf.role,
+            kind = ("in" if a.buffer in sub.inputs else "out" if a.buffer in sub.outputs
+                    else buf.role)
+            accesses.append((role, num, buf.host_size, buf.host_dtype, kind,
                              buf.layout, str(a.index), names.buffers[a.buffer]))
         sig.append((op.op, op.ranges, op.reduced, str(op.constants), tuple(accesses),
                     tuple(sorted(names.op_vars[op.name].items()))))
@@ -298,15 +313,33 @@ def hbm_bytes(graph: Graph) -> int:
     total = 0
     for op in graph.ops:
         per_run = 0
+        slices = core_slices(op)
+        ends = [slices[0], slices[-1]]
         for _, access in op.accesses():
             buf = graph.buffers[access.buffer]
             if buf.lx_address is not None:
                 continue
-            boxes = core_boxes(buf, op, access)
-            per_run += (sum(box_bytes(buf, b) for b in boxes) if boxes is not None
-                        else buf.layout.device_bytes)
+            per_run += _access_bytes(buf, op, access, slices, ends)
         total += per_run * math.prod(loop.count for loop in op.loops)
     return total
+
+
+def _access_bytes(buf, op: Operation, access, slices: list, ends: list) -> int:
+    """Bytes of every core's slice of `access`: the first and last core's boxes times the
+    cores when those agree (an even split: the common case, and fast), else every core's."""
+    coords = access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                                access.index)
+    if any(isinstance(leaf, Indirect) for c in coords for leaf in c.free_atoms()):
+        return buf.layout.device_bytes * len(slices)   # a gather may read anything
+
+    def size(ranges: dict) -> int:
+        r = Ranges({Var(v): (lo, hi - 1) for v, (lo, hi) in ranges.items()})
+        return box_bytes(buf, tuple(value_range(c, r) for c in coords[:-1]))
+
+    first, last = (size(ranges) for ranges in ends)
+    if first == last:
+        return first * len(slices)
+    return sum(size(ranges) for ranges in slices)
 
 
 # --- choosing and writing ------------------------------------------------------------------
@@ -316,25 +349,34 @@ def _select(graph: Graph, offers: list[tuple[str, int, Choice]]) -> tuple[list[C
     """Runs by saved bytes, greedily: no two overlap, and `resolve` accepts them together."""
     chosen: list[Choice] = []
     dims: dict[str, dict[int, str]] = {}    # input -> {dim: name}
-    taken: set[str] = set()
     ranked = sorted(offers, key=lambda o: (-o[2].saved_bytes, o[2].count, o[2].nodes))
-    for buf_name, d, offer in ranked:
-        if taken & set(offer.nodes):
-            continue
-        trial_dims = {k: dict(v) for k, v in dims.items()}
-        if trial_dims.get(buf_name, {}).get(d, offer.dim) != offer.dim:
-            continue
-        trial_dims.setdefault(buf_name, {})[d] = offer.dim
-        trial = chosen + [offer]
-        try:
-            resolve(graph, _config(graph, trial_dims, trial), WHERE)
-        except ConfigError:
-            continue
-        chosen, dims = trial, trial_dims
-        taken |= set(offer.nodes)
+    for check_each in (False, True):   # all at once first; one by one if resolve refuses
+        chosen, dims, taken = [], {}, set()
+        for buf_name, d, offer in ranked:
+            if taken & set(offer.nodes):
+                continue
+            trial_dims = {k: dict(v) for k, v in dims.items()}
+            if trial_dims.get(buf_name, {}).get(d, offer.dim) != offer.dim:
+                continue
+            trial_dims.setdefault(buf_name, {})[d] = offer.dim
+            trial = chosen + [offer]
+            if check_each and not _resolves(graph, trial_dims, trial):
+                continue
+            chosen, dims = trial, trial_dims
+            taken |= set(offer.nodes)
+        if check_each or not chosen or _resolves(graph, dims, chosen):
+            break
     order = {op.node: i for i, op in reversed(list(enumerate(graph.ops)))}
     chosen.sort(key=lambda c: order[c.nodes[0]])
     return chosen, dims
+
+
+def _resolves(graph: Graph, dims: dict, chosen: list[Choice]) -> bool:
+    try:
+        resolve(graph, _config(graph, dims, chosen), WHERE)
+    except ConfigError:
+        return False
+    return True
 
 
 def _config(graph: Graph, dims: dict[str, dict[int, str]], chosen: list[Choice]) -> dict:
