@@ -128,15 +128,16 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
 
 def _with_tiling(pipeline: list, tiling: Path | None) -> list:
     """`--tiling FILE` is the coarse_tiling pass's `config` option (DESIGN §6); the file is
-    read and shape-checked now, before the model is loaded."""
+    read and shape-checked now, before the model is loaded. `--tiling auto` is its
+    `mode: auto` (the pass chooses groups and counts)."""
     if tiling is None:
         return pipeline
-    if str(tiling) == "auto":
-        raise ConfigError("--tiling auto: automatic tiling is not implemented yet; give a "
-                          "tiling YAML (examples in configs/tiling/)")
     if not any(p.name == "coarse_tiling" for p in pipeline):
         raise ConfigError(f"--tiling {tiling}: the pipeline has no coarse_tiling pass; add "
                           f"`- {{pass: coarse_tiling}}` after matmul_padding")
+    if str(tiling) == "auto":   # the pass chooses; OUT/tiling.yaml records its choice
+        return [dataclasses.replace(p, mode="auto", config="") if p.name == "coarse_tiling"
+                else p for p in pipeline]
     from spyrec.passes.coarse_tiling.spec import read_tiling_file
 
     try:

@@ -81,6 +81,9 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     tags = {f"__dtype__.{n}": np.array("bfloat16") for n in graph.constants
             if graph.buffers[n].host_dtype == "bfloat16"}
     files["constants.npz"] = npz_bytes({**graph.constants, **tags})
+    auto = (report.get("tiling") or {}).get("auto_config")
+    if auto is not None:   # --tiling auto: its choice, a config the user can pass back
+        files["tiling.yaml"] = auto
     return files
 
 

@@ -20,8 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from spyrec.device import LX_USABLE_BYTES_PER_CORE
+from spyrec.errors import ConfigError
 from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
+
+MODES = ("config", "auto")
 
 
 @register_pass("coarse_tiling")
@@ -29,15 +33,25 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 class CoarseTiling(Pass):
     config: str = ""        # tiling YAML (set by --tiling); empty: no loops
     unroll: bool = False    # emit the flat, unrolled form
+    mode: str = "config"    # "config": apply `config`; "auto": choose one (--tiling auto)
 
     def _check_options(self) -> None:
         """Read and shape-check the config before the model is loaded (exit 2 on error)."""
+        if self.mode not in MODES:
+            raise ConfigError(f"coarse_tiling.mode must be one of {', '.join(MODES)}, got "
+                              f"{self.mode!r}")
+        if self.mode == "auto" and self.config:
+            raise ConfigError(f"coarse_tiling: mode auto chooses the tiling itself, but config "
+                              f"{self.config!r} is given too; drop one of them")
         if self.config:
             from spyrec.passes.coarse_tiling.config import read_tiling_file
 
             read_tiling_file(Path(self.config))
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
+        if self.mode == "auto":
+            self._run_auto(graph, ctx)
+            return
         if not self.config:
             return
         from spyrec.passes.coarse_tiling.config import read_tiling_file, resolve
@@ -49,3 +63,17 @@ class CoarseTiling(Pass):
         added = unroll(graph) if self.unroll else 0
         ctx.report["tiling"] = {"config": str(self.config), "unrolled": self.unroll,
                                 "unrolled_ops_added": added, "groups": groups}
+
+    def _run_auto(self, graph: Graph, ctx: CompileContext) -> None:
+        """Choose a config (auto.py), then tile exactly as a `--tiling` file would."""
+        from spyrec.passes.coarse_tiling.auto import WHERE, choose
+        from spyrec.passes.coarse_tiling.config import resolve
+        from spyrec.passes.coarse_tiling.transform import tile_graph, unroll
+
+        choice = choose(graph, LX_USABLE_BYTES_PER_CORE)
+        groups = tile_graph(graph, resolve(graph, choice.config, WHERE)) if choice.config \
+            else []
+        added = unroll(graph) if self.unroll and groups else 0
+        ctx.report["tiling"] = {"config": "auto", "unrolled": self.unroll,
+                                "unrolled_ops_added": added, "groups": groups,
+                                "auto": choice.to_json(), "auto_config": choice.yaml_text}
