@@ -278,6 +278,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
+        "memory_planning": ctx.report.get("memory_planning"),
     }
 
 
@@ -314,8 +315,14 @@ def report_text(report: dict) -> str:
                       f"unfused), scatters: {gat['scatters']}, index checks: "
                       f"{gat['index_checks']}"]
     lines += _scratchpad_text(report.get("scratchpad"))
-    lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes", "",
-              "layouts:"]
+    lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes"]
+    plan = report.get("memory_planning")
+    if plan:
+        lines.append(f"  fixed (inputs, constants, outputs) {plan['fixed_bytes']}, intermediates "
+                     f"{plan['arena_bytes']} (peak live {plan['peak_live_bytes']}, "
+                     f"{plan['without_reuse_bytes'] - plan['fixed_bytes']} without reuse); "
+                     f"bound {plan['bound_bytes']}")
+    lines += ["", "layouts:"]
     for name, lay in report["layouts"].items():
         lines.append(f"  {name:<24} {lay['device_size']} / {lay['stride_map']} "
                      f"{lay['device_dtype']}")

@@ -103,6 +103,7 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
         **({"mutated_buffers": dict(graph.mutated_buffers)} if graph.mutated_buffers else {}),
         **_lx_args(graph, sdsc_names),
+        **_hbm_args(graph, sdsc_names),
         "tensors": tensors,
         "kernels": [{"name": "main", "bundle": "bundle.mlir", "ops": sdsc_names}],
         "hbm_bytes": hbm_bytes,
@@ -122,6 +123,31 @@ def _lx_args(graph: Graph, sdsc_names: list[str]) -> dict:
         if held:
             table[name] = held
     return {"lx_args": table} if table else {}
+
+
+def _hbm_args(graph: Graph, sdsc_names: list[str]) -> dict:
+    """`hbm_args`: which tensor each HBM arg of each op holds, for args of tensors whose bytes
+    other tensors reuse at other times (memory_planning); absent when nothing is shared.
+
+    SuperDSC names no tensors: the simulator finds an arg's tensor by address, and once a dead
+    intermediate's bytes hold another tensor an address inside them names two tensors."""
+    spans = sorted((b.hbm_address, b.hbm_address + b.layout.device_bytes, b.name)
+                   for b in graph.buffers.values()
+                   if b.hbm_address is not None and b.layout.device_bytes)
+    shared: set[str] = set()
+    end, last = -1, ""
+    for start, stop, name in spans:
+        if start < end:
+            shared |= {name, last}
+        if stop > end:
+            end, last = stop, name
+    table = {}
+    for file, op in zip(sdsc_names, graph.ops):
+        held = {str(i): a.buffer for i, (_, a) in enumerate(op.accesses())
+                if a.buffer in shared and graph.buffers[a.buffer].hbm_address is not None}
+        if held:
+            table[file] = held
+    return {"hbm_args": table} if table else {}
 
 
 def _lx_fields(graph: Graph, buf) -> dict:

@@ -1,11 +1,24 @@
-"""memory_planning — give every buffer a device (HBM) address.
+"""memory_planning — give every buffer a device (HBM) address, reusing the bytes of dead
+intermediates.
 
-Reads: buffer layouts (device bytes), `Buffer.lx_address`.  Writes: `Buffer.hbm_address` of
-every buffer not in LX.
-Guarantees: addresses are 128-byte aligned, live buffers never overlap, and everything fits in
-the device's memory (`spyrec.device.DEVICE_MEMORY_BYTES`), else the program is unsupported.
-Program inputs first, then constants, then the rest in order of first write: a bump allocator,
-no reuse yet (the report shows the total, so reuse can be measured when it lands).
+Reads: buffer layouts (device bytes), roles, `Buffer.lx_address`, `Operation.loops`, the
+signature and mutated buffers.  Writes: `Buffer.hbm_address` of every buffer not in LX; a
+`memory_planning` report row (total, peak live, bound).
+Guarantees: addresses are 128-byte aligned; buffers live at the same time never share bytes
+(live: from the first to the last op that touches the buffer, widened to the whole of the
+outermost loop around any of those ops — the simulator unrolls loops, so a buffer used in a
+loop body is live from its first iteration to its last); inputs, constants, outputs and
+mutated buffers never share with anything (they are live for the whole program, and a
+mutated buffer's new value is read back after it); buffers addressed by an earlier run keep
+their address and nothing is placed over them; everything fits in the device's memory
+(`spyrec.device.DEVICE_MEMORY_BYTES`), else the program is unsupported.
+
+Layout: the fixed buffers first, bump-allocated (inputs, constants, then outputs in order of
+first write), then one arena for the intermediates. The arena is planned as a dynamic storage
+allocation over live intervals: each of a few orders (largest first; then first-live first)
+places every buffer at the lowest offset clear of the placed buffers it is live with, and the
+smallest arena wins. The report compares it with the peak of simultaneously live
+intermediate bytes (a lower bound for any plan); the issue's target is arena <= 1.1 x peak.
 """
 
 from __future__ import annotations
@@ -14,30 +27,167 @@ from dataclasses import dataclass
 
 from spyrec.device import ALIGN_BYTES, DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import UnsupportedProgram
-from spyrec.ir import Graph
+from spyrec.ir import Graph, Operation
 from spyrec.passes.registry import CompileContext, Pass, register_pass
+
+BOUND_FACTOR = 1.1   # issue 10 §3: total <= fixed + 1.1 x peak live intermediate bytes
 
 
 @register_pass("memory_planning")
 @dataclass(frozen=True)
 class MemoryPlanning(Pass):
     base_address: int = 0
+    reuse: bool = True
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
-        order = list(graph.inputs)
-        order += [n for n, b in graph.buffers.items() if b.role == "constant"]
-        for op in graph.ops:
-            order.append(op.output.buffer)
-        order += list(graph.buffers)
-        next_free = _align(self.base_address)
-        for name in dict.fromkeys(order):
-            buf = graph.buffers[name]
-            if buf.hbm_address is not None or buf.lx_address is not None:
-                continue   # addressed already, or in LX (scratchpad_planning)
-            buf.hbm_address = next_free
-            next_free = _align(next_free + buf.layout.device_bytes)
-        _check_fits(graph, next_free)
-        ctx.report["hbm_bytes"] = next_free
+        todo = [n for n, b in graph.buffers.items()
+                if b.hbm_address is None and b.lx_address is None]
+        taken = [graph.buffers[n].hbm_address + _bytes(graph, n) for n in graph.buffers
+                 if graph.buffers[n].hbm_address is not None]
+        next_free = _align(max([self.base_address] + taken))
+        fixed = _fixed_buffers(graph)
+        for name in _fixed_order(graph):
+            if name in todo and name in fixed:
+                graph.buffers[name].hbm_address = next_free
+                next_free = _align(next_free + _bytes(graph, name))
+        arena_base = next_free
+        sizes = {n: _align(_bytes(graph, n)) for n in todo if n not in fixed}
+        live = live_intervals(graph)
+        if self.reuse:
+            offsets = plan_arena(sizes, live)
+        else:
+            offsets = _bump(sizes, _fixed_order(graph))
+        for name, offset in offsets.items():
+            graph.buffers[name].hbm_address = arena_base + offset
+        arena = max((offsets[n] + sizes[n] for n in offsets), default=0)
+        total = arena_base + arena
+        _check_fits(graph, total)
+        peak = peak_live_bytes(sizes, live)
+        ctx.report["hbm_bytes"] = total
+        ctx.report["memory_planning"] = {
+            "total_bytes": total, "fixed_bytes": arena_base, "arena_bytes": arena,
+            "peak_live_bytes": peak, "bound_bytes": arena_base + int(BOUND_FACTOR * peak),
+            "without_reuse_bytes": arena_base + sum(sizes.values()), "reuse": self.reuse}
+
+
+def _bytes(graph: Graph, name: str) -> int:
+    return graph.buffers[name].layout.device_bytes
+
+
+def _fixed_buffers(graph: Graph) -> set[str]:
+    """Buffers that never share bytes: the signature, constants, outputs, mutated buffers."""
+    fixed = set(graph.inputs) | set(graph.outputs)
+    fixed |= set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+    return fixed | {n for n, b in graph.buffers.items() if b.role != "intermediate"}
+
+
+def _fixed_order(graph: Graph) -> list[str]:
+    """Inputs, constants, then buffers in order of first write, then the rest."""
+    order = list(graph.inputs)
+    order += [n for n, b in graph.buffers.items() if b.role == "constant"]
+    order += [op.output.buffer for op in graph.ops]
+    return list(dict.fromkeys(order + list(graph.buffers)))
+
+
+def live_intervals(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Buffer -> (first, last) op index that is live for it: from the first op touching it to
+    the last, each widened to the outermost loop instance around it. Untouched buffers are
+    absent (they hold nothing, so they conflict with nothing)."""
+    outer = _outer_loop_spans(graph.ops)
+    live: dict[str, tuple[int, int]] = {}
+    for i, op in enumerate(graph.ops):
+        lo, hi = outer.get(i, (i, i))
+        for _, access in op.accesses():
+            old = live.get(access.buffer, (lo, hi))
+            live[access.buffer] = (min(old[0], lo), max(old[1], hi))
+    return live
+
+
+def _outer_loop_spans(ops: list[Operation]) -> dict[int, tuple[int, int]]:
+    """Op index -> (first, last) op index of the outermost loop instance it runs in: a run of
+    consecutive ops sharing their outermost loop (key and count), as codegen nests them."""
+    spans: dict[int, tuple[int, int]] = {}
+    i = 0
+    while i < len(ops):
+        if not ops[i].loops:
+            i += 1
+            continue
+        head = (ops[i].loops[0].key, ops[i].loops[0].count)
+        j = i
+        while j + 1 < len(ops) and ops[j + 1].loops and \
+                (ops[j + 1].loops[0].key, ops[j + 1].loops[0].count) == head:
+            j += 1
+        spans.update({k: (i, j) for k in range(i, j + 1)})
+        i = j + 1
+    return spans
+
+
+def peak_live_bytes(sizes: dict[str, int], live: dict[str, tuple[int, int]]) -> int:
+    """The most bytes of `sizes` live at one op (a lower bound for any arena): a sweep over
+    interval starts and ends."""
+    events: list[tuple[int, int]] = []
+    for name, size in sizes.items():
+        if name in live:
+            lo, hi = live[name]
+            events += [(lo, size), (hi + 1, -size)]
+    peak = now = 0
+    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):   # ends before starts
+        now += delta
+        peak = max(peak, now)
+    return peak
+
+
+def plan_arena(sizes: dict[str, int], live: dict[str, tuple[int, int]]) -> dict[str, int]:
+    """Offsets for `sizes` so that buffers live together never overlap: first fit over a few
+    orders, keeping the smallest arena (the first order on ties, so output is deterministic)."""
+    orders = (
+        sorted(sizes, key=lambda n: (-sizes[n], live.get(n, (0, 0)), n)),
+        sorted(sizes, key=lambda n: (live.get(n, (0, 0)), -sizes[n], n)),
+        sorted(sizes, key=lambda n: (-_length(live.get(n)) * sizes[n], n)),
+    )
+    best: dict[str, int] | None = None
+    best_end = 0
+    for order in orders:
+        offsets = _first_fit(order, sizes, live)
+        end = max((offsets[n] + sizes[n] for n in offsets), default=0)
+        if best is None or end < best_end:
+            best, best_end = offsets, end
+    return best or {}
+
+
+def _length(span: tuple[int, int] | None) -> int:
+    return 0 if span is None else span[1] - span[0] + 1
+
+
+def _first_fit(order: list[str], sizes: dict[str, int],
+               live: dict[str, tuple[int, int]]) -> dict[str, int]:
+    """Each buffer in `order` at the lowest offset clear of every placed buffer it is live
+    with (a buffer no op touches conflicts with nothing and goes to offset 0)."""
+    placed: list[tuple[int, int, tuple[int, int]]] = []     # (offset, end, live span)
+    offsets: dict[str, int] = {}
+    for name in order:
+        span = live.get(name)
+        busy = sorted((o, e) for o, e, s in placed
+                      if span is not None and s[0] <= span[1] and span[0] <= s[1])
+        offset = 0
+        for o, e in busy:
+            if offset + sizes[name] <= o:
+                break
+            offset = max(offset, e)
+        offsets[name] = offset
+        if span is not None:
+            placed.append((offset, offset + sizes[name], span))
+    return offsets
+
+
+def _bump(sizes: dict[str, int], order: list[str]) -> dict[str, int]:
+    """No reuse (`reuse: false`): every intermediate after the last, in `order`."""
+    offsets, end = {}, 0
+    for name in order:
+        if name in sizes:
+            offsets[name] = end
+            end += sizes[name]
+    return offsets
 
 
 def _check_fits(graph: Graph, total: int) -> None:

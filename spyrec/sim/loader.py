@@ -237,8 +237,14 @@ def load_manifest(files: _Files) -> Manifest:
             if name not in tensors or tensors[name].lx_address is None:
                 raise InputFileError(f"{path}: at $.lx_args.{file}.{i}: '{name}' is not an "
                                      f"LX tensor of $.tensors; re-run spyrec compile")
+    hbm_args = data.get("hbm_args", {})
+    for file, held in hbm_args.items():
+        for i, name in held.items():
+            if name not in tensors or tensors[name].hbm_address is None:
+                raise InputFileError(f"{path}: at $.hbm_args.{file}.{i}: '{name}' is not an "
+                                     f"HBM tensor of $.tensors; re-run spyrec compile")
     return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
-                    data["hbm_bytes"], mutated, lx_args)
+                    data["hbm_bytes"], mutated, lx_args, hbm_args)
 
 
 # --- sdsc -------------------------------------------------------------------------------------
@@ -293,7 +299,8 @@ def load_op(files: _Files, filename: str, manifest: Manifest,
         from spyrec.sim.superdsc import _Reader
 
         return _Reader(path, key, wrapper, _resolver(manifest), first,
-                       _lx_names(manifest), manifest.lx_args.get(filename, {})).op(
+                       _lx_names(manifest), manifest.lx_args.get(filename, {}),
+                       _held_resolver(manifest, filename)).op(
                            filename, index)
     return _load_access(path, filename, index, wrapper["spyrecAccess_"])
 
@@ -312,6 +319,17 @@ def _resolver(manifest: Manifest):
             return spans[k][2], spans[k][0], spans[k][1]
         return None
     return resolve
+
+
+def _held_resolver(manifest: Manifest, filename: str):
+    """arg index -> (tensor name, first byte, bytes) for the args manifest hbm_args names (their
+    bytes are reused over time, so the address alone names two tensors)."""
+    held = manifest.hbm_args.get(filename, {})
+
+    def named(i: int):
+        t = manifest.tensors.get(held.get(str(i), ""))
+        return None if t is None else (t.name, t.hbm_address, t.device_bytes)
+    return named
 
 
 def _lx_names(manifest: Manifest) -> dict[int, list[str]]:

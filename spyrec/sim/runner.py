@@ -24,6 +24,7 @@ from spyrec.sim.inputs import check_inputs, read_constants
 from spyrec.sim.loader import Program, load_directory, load_files
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.sim.memory import ALWAYS_LIVE, Allocation, Hbm, Lx
+from spyrec.sim.numerics import FILL_VALUE, storage_dtype
 from spyrec.sim.transfer import read_tensor, write_tensor
 from spyrec.sim.verify import verify_program
 
@@ -98,8 +99,9 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
             if name is not None:
                 lo, hi = live.get(name, (i, i))
                 live[name] = (min(lo, i), max(hi, i))
+    kept = set(manifest.outputs) | {name for _, name in manifest.mutated_buffers}
     for t in manifest.tensors.values():
-        if t.role in ("input", "constant") or t.name in manifest.outputs:
+        if t.role in ("input", "constant") or t.name in kept:
             live[t.name] = ALWAYS_LIVE
     return live
 
@@ -150,12 +152,21 @@ def place_lx(program: Program) -> Lx:
     return lx
 
 
-def _lx_births(lx: Lx) -> dict[int, list[Allocation]]:
-    """LX tensors by the execution that starts their life (their bytes are reset then)."""
+def _births(allocations: list[Allocation]) -> dict[int, list[Allocation]]:
+    """Tensors by the execution that starts their life (their bytes are reset then)."""
     births: dict[int, list[Allocation]] = {}
-    for a in lx.allocations:
+    for a in allocations:
         births.setdefault(max(a.live[0], 0), []).append(a)
     return births
+
+
+def _refill(hbm: Hbm, alloc: Allocation) -> None:
+    """Reset an HBM tensor's bytes to its fill when its life starts: memory_planning reuses
+    the bytes of dead intermediates, and padding must still read as NaN, never as the data
+    of the tensor that lived there before (DESIGN §8)."""
+    itemsize = storage_dtype(alloc.device_dtype).itemsize
+    hbm.view(alloc.device_dtype)[alloc.address // itemsize:alloc.end // itemsize] = \
+        FILL_VALUE[alloc.device_dtype]
 
 
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
@@ -168,7 +179,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     constants = read_constants(manifest, program.out_dir)
     hbm = place_tensors(program)
     lx = place_lx(program)
-    births = _lx_births(lx)
+    births = _births(lx.allocations)
+    hbm_births = _births([a for a in hbm.allocations if a.live[0] > 0])
     for name, array in {**host_inputs, **constants}.items():
         write_tensor(hbm, manifest.tensors[name], array)
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
@@ -178,6 +190,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         t0 = time.perf_counter()
         for alloc in births.get(i, ()):
             lx.begin(alloc)
+        for alloc in hbm_births.get(i, ()):
+            _refill(hbm, alloc)
         run_op(spec, ex, hbm, lx)
         log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
             f"{(time.perf_counter() - t0) * 1e3:.1f} ms")

@@ -79,6 +79,7 @@ class Manifest:
     hbm_bytes: int
     mutated_buffers: tuple[tuple[str, str], ...] = ()   # (buffer FQN, tensor name)
     lx_args: dict = field(default_factory=dict)   # file -> {arg index (str): LX tensor name}
+    hbm_args: dict = field(default_factory=dict)  # file -> {arg index (str): HBM tensor name}
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ _WORD = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8_e4m3": 1, "fp8_e5m2":
 
 # What an address resolves to: (tensor name, its first byte, its byte length) or None.
 Resolver = Callable[[int], "tuple[str, int, int] | None"]
+# The tensor manifest hbm_args names for an arg index (its bytes are reused), or None.
+HeldResolver = Callable[[int], "tuple[str, int, int] | None"]
 # The manifest's LX tensors by lx_address (manifest order).
 LxNames = dict[int, list[str]]
 
@@ -42,10 +44,11 @@ LxNames = dict[int, list[str]]
 class _Reader:
     def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver,
                  first: Execute | None = None, lx_names: LxNames | None = None,
-                 lx_args: dict | None = None):
+                 lx_args: dict | None = None, held: HeldResolver | None = None):
         self.path, self.key, self.w, self.resolve = path, key, wrapper, resolve
         self.first, self.lx_names = first, lx_names or {}
         self.lx_args = lx_args or {}   # manifest lx_args of this file: arg index -> tensor
+        self.held = held or (lambda i: None)   # manifest hbm_args of this file
 
     def fail(self, where: str, msg: str) -> None:
         raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; the file is not "
@@ -175,6 +178,14 @@ class _Reader:
             return self.lx_names.get(a0, [f"Tensor{i}"])[0]
         if a0 < 0:
             a0 = _bound(self.first, a0)
+        named = self.held(i)
+        if named is not None:
+            name, start, nbytes = named
+            if a0 is not None and not start <= a0 < start + nbytes:
+                self.fail(f"dscs_[0].scheduleTree_[{i}]", f"address {a0} is outside "
+                          f"'{name}' [{start}, {start + nbytes}), where manifest hbm_args "
+                          f"puts the arg")
+            return name
         found = self.resolve(a0) if a0 is not None else None
         return found[0] if found else f"Tensor{i}"
 
