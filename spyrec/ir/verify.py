@@ -408,7 +408,8 @@ def check_facts(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
 
 def check_memory(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
     """Buffers live at the same time never share device bytes (live: from the first write to
-    the last access; inputs and constants from the start, outputs to the end)."""
+    the last access, widened to the whole outermost loop for an access inside one; inputs and
+    constants from the start, outputs to the end)."""
     end_of_program = len(graph.ops)
     live: dict[str, list[int]] = {}
     for name, buf in graph.buffers.items():
@@ -416,10 +417,12 @@ def check_memory(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
             live[name] = [-1, -1]
         if buf.role == "output" or name in graph.outputs:
             live.setdefault(name, [end_of_program, end_of_program])[1] = end_of_program
+    runs = _outer_loop_runs(graph.ops)
     for i, op in enumerate(graph.ops):
+        lo, hi = runs[i]   # inside a loop: every iteration runs the whole loop body
         for access in op.reads() + op.writes():
-            span = live.setdefault(access.buffer, [i, i])
-            span[0], span[1] = min(span[0], i), max(span[1], i)
+            span = live.setdefault(access.buffer, [lo, hi])
+            span[0], span[1] = min(span[0], lo), max(span[1], hi)
     placed = sorted((b.hbm_address, b.hbm_address + b.layout.device_bytes, b.name)
                     for b in graph.buffers.values()
                     if b.hbm_address is not None and b.layout is not None)
@@ -431,6 +434,24 @@ def check_memory(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
                 yield (f"buffers {other!r} and {name!r} are live at the same time and share "
                        f"device bytes [{start}, {min(end, o_end)})")
         open_.append((start, end, name))
+
+
+def _outer_loop_runs(ops: list[Operation]) -> list[tuple[int, int]]:
+    """Per op, the first and last op of its outermost enclosing loop (itself outside loops)."""
+    runs = [(i, i) for i in range(len(ops))]
+    i = 0
+    while i < len(ops):
+        if not ops[i].loops:
+            i += 1
+            continue
+        key = (ops[i].loops[0].key, ops[i].loops[0].count)
+        j = i
+        while j < len(ops) and ops[j].loops and \
+                (ops[j].loops[0].key, ops[j].loops[0].count) == key:
+            j += 1
+        runs[i:j] = [(i, j - 1)] * (j - i)
+        i = j
+    return runs
 
 
 def _overlap(a: list[int] | None, b: list[int] | None) -> bool:

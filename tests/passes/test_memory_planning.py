@@ -223,7 +223,7 @@ def test_a_plan_that_ignores_liveness_is_refused_by_the_simulator(tmp_path, monk
         _simulate(out, inputs)
 
 
-def test_a_plan_that_ignores_loops_is_refused_by_the_simulator(tmp_path, monkeypatch):
+def test_a_plan_that_ignores_loops_is_refused_by_verifier_and_simulator(tmp_path, monkeypatch):
     """Fault injection: lifetimes by op order alone, not widened over the loop. The decoder
     MLP's per-tile buffers stay in HBM (LX off), so its loop body's buffers would share bytes
     between two ops of one iteration, which the next iteration still needs apart."""
@@ -245,7 +245,12 @@ def test_a_plan_that_ignores_loops_is_refused_by_the_simulator(tmp_path, monkeyp
                 live[access.buffer] = (min(lo, i), max(hi, i))
         return live
     monkeypatch.setattr(mp, "live_intervals", by_op_order)
+    from spyrec.errors import InternalError
+
+    (tmp_path / "verified").mkdir()   # the compiler's verifier widens lives over loops too
+    with pytest.raises(InternalError, match=r"are live at the same time and share device"):
+        _compile(tmp_path / "verified", "decoder_mlp_tokens", **opts)
     (tmp_path / "bad").mkdir()
-    bad, _ = _compile(tmp_path / "bad", "decoder_mlp_tokens", **opts)
+    bad, _ = _compile(tmp_path / "bad", "decoder_mlp_tokens", verify_each=False, **opts)
     with pytest.raises(SimulatorFault, match=r"overlap in HBM while both are live"):
         _simulate(bad, inputs)
