@@ -1,8 +1,12 @@
 """scratchpad_planning — keep the intermediates of tiled loop bodies in the cores' LX scratchpads.
 
+Which buffers: every intermediate (not a program input, output, constant or mutated buffer)
+that is either a per-tile buffer of a loop body (coarse_tiling) or used only by ops outside
+loops (issue 10 §1); `intermediates: false` keeps to the per-tile ones (issue 8).
+
 Reads: `Buffer.per_tile` (coarse_tiling), layouts, `Operation.core_splits` and `loops`.
-Writes: `Buffer.lx_address` (a per-core byte offset); a `scratchpad` report row per buffer.
-Guarantees: a buffer placed in LX is per-tile, has no HBM address, and
+Writes: `Buffer.lx_address` (a per-core byte offset); a `scratchpad` report row per candidate.
+Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, and
 (a) each core's slice fits the budget (DESIGN §3: 1,625,344 usable bytes per core);
 (b) every op that writes or reads it gives each core the same slice of it (the box of device
     coordinates per core, `ir/lx.py`, in SuperDSC core order): each core then reads only what
@@ -21,9 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spyrec.codegen.sdsc_dims import NotExpressible, op_dims
 from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.indexing import Var
+from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.lx import box_bytes, core_boxes
 from spyrec.passes.registry import CompileContext, Pass, register_pass
@@ -34,6 +40,8 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 class ScratchpadPlanning(Pass):
     budget_bytes: int = LX_USABLE_BYTES_PER_CORE
     enabled: bool = True
+    # false: only the per-tile buffers of loop bodies (issue 8), as before issue 10
+    intermediates: bool = True
 
     def check_options(self) -> None:
         if not 0 <= self.budget_bytes <= LX_USABLE_BYTES_PER_CORE:
@@ -48,9 +56,14 @@ class ScratchpadPlanning(Pass):
         sizes: dict[str, int] = {}
         for name in users:
             buf = graph.buffers[name]
-            if not buf.per_tile:
+            if not self.intermediates and not buf.per_tile:
                 continue
-            reason, size = _slice_bytes(graph, buf, users[name])
+            reason = _not_scratch(graph, buf, users[name])
+            if reason == _NOT_AN_INTERMEDIATE:
+                continue
+            size = buf.layout.device_bytes
+            if reason is None:
+                reason, size = _slice_bytes(graph, buf, users[name])
             if reason is None and not self.enabled:
                 reason = "scratchpad_planning is disabled (enabled: false)"
             if reason is None and size > self.budget_bytes:
@@ -75,6 +88,53 @@ def _users(graph: Graph) -> dict[str, list[int]]:
             if not uses or uses[-1] != i:
                 uses.append(i)
     return out
+
+
+_NOT_AN_INTERMEDIATE = "not an intermediate"
+
+
+def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
+    """Why `buf` may not live in LX whatever its slices (None when it may). Program inputs,
+    outputs, constants and mutated buffers stay in HBM (the host reads and writes them there)
+    and get no report row. A whole (not per-tile) buffer used inside a loop advances with it,
+    while an LX tensor has one fixed address (DESIGN §5), so it stays in HBM too."""
+    mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+    if (buf.role != "intermediate" or buf.name in graph.inputs or buf.name in graph.outputs
+            or buf.name in mutated):
+        return _NOT_AN_INTERMEDIATE
+    if buf.per_tile:
+        return None
+    looped = next((graph.ops[i] for i in uses if graph.ops[i].loops), None)
+    if looped is not None:
+        return (f"op {looped.name!r} uses it inside loop {looped.loops[0].key}, where its "
+                f"window moves every iteration (only per-tile buffers of a loop live in LX)")
+    for i in uses:
+        problem = _no_lx_args(graph, graph.ops[i])
+        if problem:
+            return problem
+    return None
+
+
+def _no_lx_args(graph: Graph, op: Operation) -> str:
+    """Why `op` cannot take an LX argument (empty when it can). LX args exist only as
+    SuperDSC LX nodes (a per-core layout, DESIGN §4); an op codegen writes in spyrec's own
+    `spyrecAccess_` form (codegen/superdsc.py: a scatter, data moved inside a stick) has none,
+    and gathers keep their value and index tensors in HBM (SuperDSC's IndirectAccess)."""
+    if op.index_inputs or op.gathered():
+        return f"op {op.name!r} gathers (its tensors stay in HBM)"
+    coords, sizes, strides, sticks = [], [], [], []
+    for _, access in op.accesses():
+        buf = graph.buffers[access.buffer]
+        coords.append(access_coordinates(buf.host_size, buf.host_strides, buf.layout,
+                                         op.var_ranges, access.index))
+        sizes.append(buf.layout.device_size)
+        strides.append(buf.layout.device_strides_elems)
+        sticks.append(buf.layout.elems_per_stick)
+    try:
+        op_dims(list(op.ranges), coords, sizes, strides, sticks)
+    except NotExpressible as e:
+        return (f"op {op.name!r} has no SuperDSC form ({e}), so no LX arguments")
+    return ""
 
 
 def _slice_bytes(graph: Graph, buf: Buffer, uses: list[int]) -> tuple[str | None, int]:

@@ -164,8 +164,10 @@ def test_verify_names_a_wrong_lx_plan():
     graph.buffers["a"].lx_address = 64
     problems = verify(graph, FACTS)
     assert "buffer 'a': LX offset 64 is not a non-negative multiple of 128" in problems
-    assert "buffer 'a': lives in LX but is not per-tile (its accesses would advance with the " \
-        "loop)" in problems
+    assert "buffer 'a': lives in LX but is a program input (only intermediates live in LX)" \
+        in problems
+    assert "LX buffer 'a': op 'y' uses it inside a loop but it is not per-tile (its accesses " \
+        "would advance with the loop)" in problems
     assert "LX buffer 'y': op 'z' divides it across cores unlike its writer 'y'" in problems
     graph = parse(ir(seed()))
     graph.buffers["y"].lx_address = 1625344 - 128
