@@ -23,13 +23,11 @@ placed buffer it is live with; one that does not fit the budget there stays in H
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from spyrec.codegen.sdsc_dims import NotExpressible, op_dims
 from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.indexing import Var
-from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.lx import box_bytes, core_boxes
 from spyrec.passes.registry import CompileContext, Pass, register_pass
@@ -54,11 +52,12 @@ class ScratchpadPlanning(Pass):
         users = _users(graph)
         rows: dict[str, dict] = {}
         sizes: dict[str, int] = {}
+        forms: dict[int, str] = {}      # op index -> why it takes no LX args ("" if it does)
         for name in users:
             buf = graph.buffers[name]
-            if not self.intermediates and not buf.per_tile:
-                continue
-            reason = _not_scratch(graph, buf, users[name])
+            if not buf.per_tile and not (self.intermediates and self.enabled):
+                continue    # disabled: the report lists the per-tile buffers, as before
+            reason = _not_scratch(graph, buf, users[name], forms)
             if reason == _NOT_AN_INTERMEDIATE:
                 continue
             size = buf.layout.device_bytes
@@ -93,7 +92,8 @@ def _users(graph: Graph) -> dict[str, list[int]]:
 _NOT_AN_INTERMEDIATE = "not an intermediate"
 
 
-def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
+def _not_scratch(graph: Graph, buf: Buffer, uses: list[int],
+                 forms: dict[int, str]) -> str | None:
     """Why `buf` may not live in LX whatever its slices (None when it may). Program inputs,
     outputs, constants and mutated buffers stay in HBM (the host reads and writes them there)
     and get no report row. A whole (not per-tile) buffer used inside a loop advances with it,
@@ -109,31 +109,34 @@ def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
         return (f"op {looped.name!r} uses it inside loop {looped.loops[0].key}, where its "
                 f"window moves every iteration (only per-tile buffers of a loop live in LX)")
     for i in uses:
-        problem = _no_lx_args(graph, graph.ops[i])
-        if problem:
-            return problem
+        if i not in forms:
+            forms[i] = _no_lx_args(graph, graph.ops[i])
+        if forms[i]:
+            return forms[i]
     return None
 
 
 def _no_lx_args(graph: Graph, op: Operation) -> str:
     """Why `op` cannot take an LX argument (empty when it can). LX args exist only as
     SuperDSC LX nodes (a per-core layout, DESIGN §4); an op codegen writes in spyrec's own
-    `spyrecAccess_` form (codegen/superdsc.py: a scatter, data moved inside a stick) has none,
-    and gathers keep their value and index tensors in HBM (SuperDSC's IndirectAccess)."""
+    `spyrecAccess_` form (codegen/superdsc.py: a scatter, data moved inside a stick, a split
+    that cuts a dim) has none, and gathers keep their value and index tensors in HBM
+    (SuperDSC's IndirectAccess). The form does not depend on where the args live, so the
+    op's file is built once with every arg in HBM (address 0) and asked."""
     if op.index_inputs or op.gathered():
         return f"op {op.name!r} gathers (its tensors stay in HBM)"
-    coords, sizes, strides, sticks = [], [], [], []
-    for _, access in op.accesses():
-        buf = graph.buffers[access.buffer]
-        coords.append(access_coordinates(buf.host_size, buf.host_strides, buf.layout,
-                                         op.var_ranges, access.index))
-        sizes.append(buf.layout.device_size)
-        strides.append(buf.layout.device_strides_elems)
-        sticks.append(buf.layout.elems_per_stick)
-    try:
-        op_dims(list(op.ranges), coords, sizes, strides, sticks)
-    except NotExpressible as e:
-        return (f"op {op.name!r} has no SuperDSC form ({e}), so no LX arguments")
+    # codegen imports jinja2 and sympy: only when a program is compiled (tests/cli/test_startup)
+    from spyrec.codegen.opspec import op_spec
+    from spyrec.codegen.superdsc import superdsc_document
+
+    accesses = list(op.accesses())
+    bufs = [replace(graph.buffers[a.buffer], hbm_address=0, lx_address=None)
+            for _, a in accesses]
+    view = Graph(buffers={b.name: b for b in bufs})
+    doc = superdsc_document(0, op_spec(view, op), bufs, [r for r, _ in accesses])
+    own = next(iter(doc.values())).get("spyrecAccess_")
+    if own is not None:
+        return f"op {op.name!r} has no SuperDSC form ({own['reason']}), so no LX arguments"
     return ""
 
 
