@@ -23,13 +23,14 @@ placed buffer it is live with; one that does not fit the budget there stays in H
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.indexing import Var
 from spyrec.ir import Buffer, Graph, Operation
-from spyrec.ir.lx import box_bytes, core_boxes
+from spyrec.ir.lx import box_bytes, core_boxes, core_slices
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
@@ -57,12 +58,14 @@ class ScratchpadPlanning(Pass):
             buf = graph.buffers[name]
             if not buf.per_tile and not (self.intermediates and self.enabled):
                 continue    # disabled: the report lists the per-tile buffers, as before
-            reason = _not_scratch(graph, buf, users[name], forms)
+            reason = _not_scratch(graph, buf, users[name])
             if reason == _NOT_AN_INTERMEDIATE:
                 continue
-            size = buf.layout.device_bytes
+            size, consumer = buf.layout.device_bytes, None
             if reason is None:
-                reason, size = _slice_bytes(graph, buf, users[name])
+                reason, size, consumer = _slice_bytes(graph, buf, users[name])
+            if reason is None:
+                reason = _lx_args_refused(graph, buf, users[name], forms)
             if reason is None and not self.enabled:
                 reason = "scratchpad_planning is disabled (enabled: false)"
             if reason is None and size > self.budget_bytes:
@@ -70,6 +73,8 @@ class ScratchpadPlanning(Pass):
                           f"{self.budget_bytes} bytes")
             rows[name] = {"buffer": name, "placed": False, "bytes_per_core": size,
                           "lx_address": None, "reason": reason}
+            if consumer is not None:
+                rows[name]["mismatch"] = _mismatch(graph, buf, users[name], consumer)
             if reason is None:
                 sizes[name] = size
         live = _lifetimes(graph, users)
@@ -92,8 +97,7 @@ def _users(graph: Graph) -> dict[str, list[int]]:
 _NOT_AN_INTERMEDIATE = "not an intermediate"
 
 
-def _not_scratch(graph: Graph, buf: Buffer, uses: list[int],
-                 forms: dict[int, str]) -> str | None:
+def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
     """Why `buf` may not live in LX whatever its slices (None when it may). Program inputs,
     outputs, constants and mutated buffers stay in HBM (the host reads and writes them there)
     and get no report row. A whole (not per-tile) buffer used inside a loop advances with it,
@@ -108,6 +112,15 @@ def _not_scratch(graph: Graph, buf: Buffer, uses: list[int],
     if looped is not None:
         return (f"op {looped.name!r} uses it inside loop {looped.loops[0].key}, where its "
                 f"window moves every iteration (only per-tile buffers of a loop live in LX)")
+    return None
+
+
+def _lx_args_refused(graph: Graph, buf: Buffer, uses: list[int],
+                     forms: dict[int, str]) -> str | None:
+    """Why an op using the whole buffer `buf` takes no LX args (None when all do); per-tile
+    buffers are not asked (their loop ops must have a SuperDSC form anyway)."""
+    if buf.per_tile:
+        return None
     for i in uses:
         if i not in forms:
             forms[i] = _no_lx_args(graph, graph.ops[i])
@@ -122,7 +135,7 @@ def _no_lx_args(graph: Graph, op: Operation) -> str:
     `spyrecAccess_` form (codegen/superdsc.py: a scatter, data moved inside a stick, a split
     that cuts a dim) has none, and gathers keep their value and index tensors in HBM
     (SuperDSC's IndirectAccess). The form does not depend on where the args live, so the
-    op's file is built once with every arg in HBM (address 0) and asked."""
+    op's file is built once with every arg in HBM (side by side from 0) and asked."""
     if op.index_inputs or op.gathered():
         return f"op {op.name!r} gathers (its tensors stay in HBM)"
     # codegen imports jinja2 and sympy: only when a program is compiled (tests/cli/test_startup)
@@ -130,9 +143,14 @@ def _no_lx_args(graph: Graph, op: Operation) -> str:
     from spyrec.codegen.superdsc import superdsc_document
 
     accesses = list(op.accesses())
-    bufs = [replace(graph.buffers[a.buffer], hbm_address=0, lx_address=None)
-            for _, a in accesses]
-    view = Graph(buffers={b.name: b for b in bufs})
+    view = Graph()
+    next_free = 0
+    for _, a in accesses:
+        if a.buffer not in view.buffers:
+            buf = graph.buffers[a.buffer]
+            view.add_buffer(replace(buf, hbm_address=next_free, lx_address=None))
+            next_free += _align(buf.layout.device_bytes)
+    bufs = [view.buffers[a.buffer] for _, a in accesses]
     doc = superdsc_document(0, op_spec(view, op), bufs, [r for r, _ in accesses])
     own = next(iter(doc.values())).get("spyrecAccess_")
     if own is not None:
@@ -140,29 +158,31 @@ def _no_lx_args(graph: Graph, op: Operation) -> str:
     return ""
 
 
-def _slice_bytes(graph: Graph, buf: Buffer, uses: list[int]) -> tuple[str | None, int]:
-    """(why it cannot live in LX or None, bytes of each core's slice) — condition (b)."""
+def _slice_bytes(graph: Graph, buf: Buffer,
+                 uses: list[int]) -> tuple[str | None, int, Operation | None]:
+    """(why it cannot live in LX or None, bytes of each core's slice, the consumer that
+    divides it across cores unlike its writer or None) — condition (b)."""
     ops = [graph.ops[i] for i in uses]
     writer = next((op for op in ops if op.output.buffer == buf.name), None)
     if writer is None:
-        return "no op writes it", buf.layout.device_bytes
+        return "no op writes it", buf.layout.device_bytes, None
     if buf.hbm_address is not None:
-        return "it already has an HBM address", buf.layout.device_bytes
+        return "it already has an HBM address", buf.layout.device_bytes, None
     boxes = core_boxes(buf, writer, writer.output)
     if boxes is None:
-        return f"op {writer.name!r} writes it through a gather", buf.layout.device_bytes
+        return f"op {writer.name!r} writes it through a gather", buf.layout.device_bytes, None
     size = box_bytes(buf, boxes[0])
     if len(set(boxes)) != len(boxes) or size * len(boxes) != buf.layout.device_bytes:
         return (f"its writer {writer.name!r} does not give each core a separate whole slice "
-                f"(cores {_split_text(writer)})"), size
+                f"(cores {_split_text(writer)})"), size, None
     for op in ops:
         for _, access in op.accesses():
             if access.buffer != buf.name:
                 continue
             problem = _same_slices(buf, op, access, boxes, writer)
             if problem:
-                return problem, size
-    return None, size
+                return problem, size, op
+    return None, size, None
 
 
 def _same_slices(buf: Buffer, op: Operation, access, boxes: list, writer: Operation) -> str:
@@ -178,6 +198,49 @@ def _same_slices(buf: Buffer, op: Operation, access, boxes: list, writer: Operat
                 f"{writer.name!r} as {_split_text(writer)}: cores would read slices other "
                 f"cores hold")
     return ""
+
+
+def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -> dict:
+    """The price of a core-division mismatch (reference/B-codegen.md §6.1, G §4.2-4.3): the
+    buffer goes to HBM, written once and read by every op that reads it. And whether the
+    consumer could take its producer's split at no more cost: the producer's split vars are
+    the consumer's (same names and ranges), the consumer then gives each core the slices the
+    producer wrote, uses at least as many cores, and its other args move no more HBM bytes
+    (whole sticks of every core's box). work_division owns the split; this only says so."""
+    writer = next(graph.ops[i] for i in uses if graph.ops[i].output.buffer == buf.name)
+    readers = sum(1 for i in uses if any(a.buffer == buf.name for a in graph.ops[i].reads()))
+    row = {"producer": writer.name, "producer_cores": _split_text(writer),
+           "consumer": consumer.name, "consumer_cores": _split_text(consumer),
+           "hbm_bytes": buf.layout.device_bytes * (1 + readers),
+           "consumer_can_take_producer_split": False}
+    ranges = dict(consumer.ranges)
+    split = {v: k for v, k in (writer.core_splits or {}).items() if k > 1}
+    if not split or any(ranges.get(v) != n for v, n in writer.ranges if v in split):
+        return row
+    moved = replace(consumer, core_splits={v: split.get(v, 1) for v in ranges})
+    if math.prod(split.values()) < math.prod((consumer.core_splits or {}).values() or [1]):
+        return row
+    boxes = core_boxes(buf, writer, writer.output)
+    if any(core_boxes(buf, moved, a) != boxes for _, a in moved.accesses()
+           if a.buffer == buf.name):
+        return row
+    row["consumer_can_take_producer_split"] = \
+        _hbm_box_bytes(graph, moved, buf.name) <= _hbm_box_bytes(graph, consumer, buf.name)
+    return row
+
+
+def _hbm_box_bytes(graph: Graph, op: Operation, skip: str) -> int:
+    """HBM bytes `op` moves for its args other than `skip`: every core's box in whole sticks
+    (a gathered arg counts its whole tensor per core)."""
+    total = 0
+    for _, access in op.accesses():
+        other = graph.buffers[access.buffer]
+        if access.buffer == skip or other.lx_address is not None:
+            continue
+        boxes = core_boxes(other, op, access)
+        total += sum(box_bytes(other, b) for b in boxes) if boxes is not None else \
+            other.layout.device_bytes * len(core_slices(op))
+    return total
 
 
 def _split_text(op: Operation) -> str:

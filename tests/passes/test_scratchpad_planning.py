@@ -173,3 +173,81 @@ def test_verify_names_a_wrong_lx_plan():
     graph.buffers["y"].lx_address = 1625344 - 128
     assert verify(graph, FACTS) == [
         "LX buffer 'y': ends at byte 1657984 of each core's LX, past the 1625344 usable"]
+
+
+# --- beyond loop bodies (issue 10 §1) -------------------------------------------------------
+
+FLAT = CHAIN.replace(TILE, FULL.replace("float16[1024, 4096]", "float16[1024, 4096]")) \
+    .replace(f" {LOOPS}", "").replace("1024*c0 + c1]", "4096*c0 + c1]") \
+    .replace(SPACE, "over [c0<1024, c1<4096]")
+
+
+def test_untiled_intermediates_go_to_lx_with_reuse():
+    # fp16 [1024, 4096] is 8 MiB; rows over 32 cores: 32 rows x 64 sticks = 262144 B a core
+    ctx = CompileContext()
+    out = run_pass(ScratchpadPlanning(), FLAT, ctx, facts=FACTS)
+    assert f"buffer t1: intermediate {FULL} @lx 0\n" in out
+    assert {n: (r["lx_address"], r["bytes_per_core"]) for n, r in rows(ctx).items()} == \
+        {"t1": (0, 262144), "t2": (262144, 262144), "t3": (0, 262144)}
+    # inputs and outputs get no row: they live in HBM whatever their size
+    assert "a" not in rows(ctx) and "z" not in rows(ctx)
+    assert ctx.report["scratchpad"]["peak_bytes_per_core"] == 524288
+
+
+def test_intermediates_false_and_enabled_false_keep_untiled_buffers_out_of_the_plan():
+    for option in (ScratchpadPlanning(intermediates=False), ScratchpadPlanning(enabled=False)):
+        ctx = CompileContext()
+        out = run_pass(option, FLAT, ctx, facts=FACTS)
+        assert "@lx" not in out and rows(ctx) == {}
+
+
+def test_a_whole_buffer_used_inside_a_loop_stays_in_hbm():
+    # t1 is written before the loop and read inside it: its window moves every iteration
+    text = f"""
+    buffer a: input {FULL}
+    buffer t1: intermediate {FULL}
+    buffer z: output {FULL}
+    op t1: t1[4096*c0 + c1] = neg(a[4096*c0 + c1]) over [c0<1024, c1<4096] cores [c0:32, c1:1]
+    op z: z[4096*c0 + c1] = neg(t1[4096*c0 + c1]) {SPACE} cores [c0:32, c1:1] {LOOPS}
+    inputs [a]
+    outputs [z]
+    """
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(), text, ctx, facts=FACTS)
+    assert rows(ctx)["t1"]["reason"] == (
+        "op 'z' uses it inside loop g0.0, where its window moves every iteration (only "
+        "per-tile buffers of a loop live in LX)")
+
+
+def test_a_mismatch_is_priced_and_the_consumer_could_take_the_producers_split():
+    # y: 1 MiB tile, written once and read once in HBM = 2 MiB; z split [c0:32] would give
+    # each core the rows y's writer gave it, on as many cores, moving the same a bytes
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(), seed("[c0:16, c1:2]"), ctx, facts=FACTS)
+    assert rows(ctx)["y"]["mismatch"] == {
+        "producer": "y", "producer_cores": "[c0:32, c1:1]", "consumer": "z",
+        "consumer_cores": "[c0:16, c1:2]", "hbm_bytes": 2097152,
+        "consumer_can_take_producer_split": True}
+
+
+def test_a_mismatch_the_consumer_cannot_fix_by_taking_the_producers_split():
+    # the producer uses 16 cores, the consumer 32 (c2 split 2): taking [c0:16] halves them
+    text = f"""
+    buffer a: input {FULL}
+    buffer y: intermediate {FULL}
+    buffer s: output float16[1024, 4096, 2] device [4096, 1, 1024, 64] / [2, -1, 8192, 1] fp16
+    op y: y[4096*c0 + c1] = identity(a[4096*c0 + c1]) over [c0<1024, c1<4096] cores \
+[c0:16, c1:1]
+    op s: s[8192*c0 + 2*c1 + c2] = identity(y[4096*c0 + c1]) over [c0<1024, c1<4096, c2<2] \
+cores [c0:16, c1:1, c2:2]
+    inputs [a]
+    outputs [s]
+    """
+    ctx = CompileContext()
+    graph = parse(ir(text).replace("\\\n", ""))
+    ScratchpadPlanning().run(graph, ctx)
+    row = rows(ctx)["y"]
+    assert row["reason"] == ("op 's' splits c2 across cores, which does not index it: its "
+                             "cores would read slices other cores hold")
+    assert row["mismatch"]["hbm_bytes"] == 2 * 8 * 2**20
+    assert row["mismatch"]["consumer_can_take_producer_split"] is False
