@@ -29,7 +29,9 @@ from dataclasses import dataclass, replace
 from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.indexing import Var
+from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
+from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.lx import box_bytes, core_boxes, core_slices
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
@@ -291,18 +293,25 @@ def _ids(op: Operation, depth: int) -> tuple:
 
 def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]],
            rows: dict[str, dict], budget: int) -> int:
-    """First fit in order of first use; returns the peak LX bytes per core."""
+    """First fit in order of first use, after trying an in-place update; returns the peak
+    LX bytes per core."""
     placed: list[tuple[int, int, str]] = []       # (offset, end, name)
     peak = 0
     for name in sorted(sizes, key=lambda n: live[n]):
         lo, hi = live[name]
-        busy = sorted((o, e) for o, e, other in placed
-                      if live[other][0] <= hi and lo <= live[other][1])
+        host = _in_place_of(graph, name, live, sizes, {n: o for o, _, n in placed})
+        busy = sorted((o, e) for o, e, other in placed if other != host
+                      and live[other][0] <= hi and lo <= live[other][1])
         offset = 0
-        for o, e in busy:
-            if offset + sizes[name] <= o:
-                break
-            offset = max(offset, _align(e))
+        if host is not None:
+            offset = graph.buffers[host].lx_address
+            if any(o < offset + sizes[name] and offset < e for o, e in busy):
+                host, offset = None, 0
+        if host is None:
+            for o, e in busy:
+                if offset + sizes[name] <= o:
+                    break
+                offset = max(offset, _align(e))
         if offset + sizes[name] > budget:
             rows[name]["reason"] = (f"LX is full while it is live: it needs {sizes[name]} bytes "
                                     f"per core at offset {offset}, past the budget of {budget}")
@@ -310,8 +319,38 @@ def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]]
         graph.buffers[name].lx_address = offset
         placed.append((offset, offset + sizes[name], name))
         rows[name].update(placed=True, lx_address=offset)
+        if host is not None:
+            rows[name]["in_place_of"] = host
         peak = max(peak, offset + sizes[name])
     return peak
+
+
+def _in_place_of(graph: Graph, name: str, live: dict[str, tuple[int, int]],
+                 sizes: dict[str, int], offsets: dict[str, int]) -> str | None:
+    """The LX input whose slot `name` may take: its writer is a pointwise op outside loops
+    (it is born there) that reads that input for the last time, every element read from the
+    same device coordinates of an identical layout as it is written, so each core overwrites
+    exactly the bytes it has just read (an in-place update)."""
+    first = live[name][0]
+    op = graph.ops[first]
+    if (op.output.buffer != name or op.loops or op.index_inputs
+            or DEVICE_OPS[op.op].family != "pointwise"):
+        return None
+    out = graph.buffers[name]
+    written = _coords(out, op, op.output)
+    for access in op.inputs:
+        src = graph.buffers[access.buffer]
+        if (access.buffer not in offsets or live[access.buffer][1] != first
+                or sizes[access.buffer] != sizes[name] or src.layout != out.layout):
+            continue
+        if all(_coords(src, op, a) == written for a in op.inputs if a.buffer == src.name):
+            return src.name
+    return None
+
+
+def _coords(buf: Buffer, op: Operation, access) -> tuple:
+    return access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                              access.index)
 
 
 def _align(n: int) -> int:

@@ -177,7 +177,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         spec = program.ops[ex.file]
         t0 = time.perf_counter()
         for alloc in births.get(i, ()):
-            lx.begin(alloc)
+            if not lx.handed_over(alloc):
+                lx.begin(alloc)
         run_op(spec, ex, hbm, lx)
         log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
             f"{(time.perf_counter() - t0) * 1e3:.1f} ms")

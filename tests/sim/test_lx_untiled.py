@@ -5,7 +5,8 @@ cores wrote) are caught by name.
 
 Program: z = ((a + b) * c) + a on fp16 [256, 512] (device [8, 256, 64], 262,144 bytes), on 4
 cores split by rows: each core's slice of y = a + b or w = y * c is 64 rows x 8 sticks =
-65,536 bytes. y lives over ops 0..1 and w over 1..2, so they take offsets 0 and 65,536.
+65,536 bytes. y dies at op 1 (mul), which writes w elementwise from it: w takes y's slot
+(offset 0) in place.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def test_the_plan_equals_eager_and_intermediates_never_touch_hbm(compiled, input
     manifest = json.loads((compiled / "manifest.json").read_text())
     lx = {t["name"]: (t["hbm_address"], t["lx_address"], t["lx_bytes_per_core"])
           for t in manifest["tensors"] if t.get("lx_address") is not None}
-    assert lx == {"add": (None, 0, PER_CORE), "mul": (None, PER_CORE, PER_CORE)}
+    assert lx == {"add": (None, 0, PER_CORE), "mul": (None, 0, PER_CORE)}
+    report = json.loads((compiled / "report.json").read_text())
+    rows = {r["buffer"]: r for r in report["scratchpad"]["buffers"]}
+    assert rows["mul"]["in_place_of"] == "add" and "in_place_of" not in rows["add"]
     result = simulate(compiled, inputs)
     assert np.array_equal(result.outputs[0], eager(inputs))
     totals = result.cost["totals"]
