@@ -1,4 +1,4 @@
-"""scratchpad_planning — keep the intermediates of tiled loop bodies in the cores' LX scratchpads.
+"""scratchpad_planning — keep intermediates in the cores' LX scratchpads instead of HBM.
 
 Which buffers: every intermediate (not a program input, output, constant or mutated buffer)
 that is either a per-tile buffer of a loop body (coarse_tiling) or used only by ops outside
@@ -13,12 +13,19 @@ Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, a
     it wrote itself — a reader split differently, or split over a var that does not index the
     buffer, would read another core's LX, so such a buffer stays in HBM and the report says why;
 (c) buffers live at the same time (by op order, widened over every loop instance a buffer is
-    live across) never share bytes; offsets are 128-byte aligned; space is reused after a
-    buffer's last use and across groups.
-memory_planning then addresses only the buffers left in HBM.
+    live across) never share bytes, except an in-place update; offsets are 128-byte aligned;
+    space is reused after a buffer's last use and across groups;
+(d) every op using a whole (not per-tile) LX buffer is outside loops and has a SuperDSC form
+    (codegen writes LX args only as SuperDSC LX nodes), and gathers nothing.
+memory_planning then addresses only the buffers left in HBM. A core-division mismatch (b) is
+priced in the report row (`mismatch`: its HBM bytes, and whether the consumer could take the
+producer's split at no more cost); work_division owns the split.
 
 First fit in order of first use: each buffer takes the lowest aligned offset clear of every
-placed buffer it is live with; one that does not fit the budget there stays in HBM.
+placed buffer it is live with; one that does not fit the budget there stays in HBM. Before
+that, in place: the output of a pointwise op outside loops takes the slot of an LX input that
+dies at that op when both have the same layout and the op reads each element at the device
+coordinates it writes (`in_place_of` in the report row).
 """
 
 from __future__ import annotations
