@@ -119,7 +119,7 @@ def _summary(out_dir: Path, manifest: dict) -> str:
     rows = [("tensor", "role", "host", "device layout", "address")]
     rows += [(t["name"], t["role"], f"{t['host_dtype']}{t['host_shape']}",
               f"{t['device_size']} / {t['stride_map']} {t['device_dtype']}",
-              str(t["hbm_address"])) for t in manifest["tensors"]]
+              _where(t)) for t in manifest["tensors"]]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  "
@@ -196,10 +196,17 @@ def _accesses(out_dir: Path, manifest: dict, t: dict):
                 yield name, spec, arg
 
 
+def _where(t: dict) -> str:
+    """A tensor's HBM address, or its offset in every core's LX (scratchpad_planning)."""
+    if t.get("lx_address") is not None:
+        return f"LX@{t['lx_address']}"
+    return str(t["hbm_address"])
+
+
 def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
     lines = [f"{t['name']}: {t['role']} {t['host_dtype']}{t['host_shape']}",
              f"  device_size {t['device_size']}  stride_map {t['stride_map']}  "
-             f"{t['device_dtype']}  {t['device_bytes']} bytes at {t['hbm_address']}",
+             f"{t['device_dtype']}  {t['device_bytes']} bytes at {_where(t)}",
              f"  source {t['source']}", ""]
     for name, spec, arg in _accesses(out_dir, manifest, t):
         role = "reads " if arg["is_input"] else "writes"

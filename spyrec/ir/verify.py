@@ -125,16 +125,16 @@ def _tiles(buf: Buffer) -> bool:
 
 
 def check_lx_address(buf: Buffer) -> Iterator[str]:
-    """An LX buffer (scratchpad_planning) is a per-tile intermediate at one aligned offset of
-    every core's LX, and lives nowhere else."""
+    """An LX buffer (scratchpad_planning) is an intermediate at one aligned offset of every
+    core's LX, and lives nowhere else (whole buffers used in loops: `check_lx_slices`)."""
     if buf.lx_address is None:
         return
     if buf.lx_address < 0 or buf.lx_address % ALIGN_BYTES:
         yield f"LX offset {buf.lx_address} is not a non-negative multiple of {ALIGN_BYTES}"
     if buf.hbm_address is not None:
         yield f"lives in LX at {buf.lx_address} and in HBM at {buf.hbm_address}"
-    if not buf.per_tile:
-        yield "lives in LX but is not per-tile (its accesses would advance with the loop)"
+    if buf.role != "intermediate":
+        yield f"lives in LX but is a program {buf.role} (only intermediates live in LX)"
     if buf.layout is None:
         yield "lives in LX but has no layout"
 
@@ -466,6 +466,11 @@ def check_lx_slices(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
     for buf in graph.buffers.values():
         if buf.lx_address is None or buf.layout is None:
             continue
+        looped = next((op for op in graph.ops if op.loops and any(
+            a.buffer == buf.name for _, a in op.accesses())), None)
+        if looped is not None and not buf.per_tile:
+            yield (f"LX buffer {buf.name!r}: op {looped.name!r} uses it inside a loop but it is "
+                   f"not per-tile (its accesses would advance with the loop)")
         writer = writer_of(graph, buf.name)
         if writer is None:
             continue
@@ -479,7 +484,9 @@ def check_lx_slices(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
                    f"{LX_USABLE_BYTES_PER_CORE} usable")
         for op in graph.ops:
             for _, access in op.accesses():
-                if access.buffer == buf.name and core_boxes(buf, op, access) != boxes:
+                if access.buffer != buf.name:
+                    continue
+                if core_boxes(buf, op, access) != boxes:
                     yield (f"LX buffer {buf.name!r}: op {op.name!r} divides it across cores "
                            f"unlike its writer {writer.name!r}")
 

@@ -1,31 +1,45 @@
-"""scratchpad_planning — keep the intermediates of tiled loop bodies in the cores' LX scratchpads.
+"""scratchpad_planning — keep intermediates in the cores' LX scratchpads instead of HBM.
+
+Which buffers: every intermediate (not a program input, output, constant or mutated buffer)
+that is either a per-tile buffer of a loop body (coarse_tiling) or used only by ops outside
+loops (issue 10 §1); `intermediates: false` keeps to the per-tile ones (issue 8).
 
 Reads: `Buffer.per_tile` (coarse_tiling), layouts, `Operation.core_splits` and `loops`.
-Writes: `Buffer.lx_address` (a per-core byte offset); a `scratchpad` report row per buffer.
-Guarantees: a buffer placed in LX is per-tile, has no HBM address, and
+Writes: `Buffer.lx_address` (a per-core byte offset); a `scratchpad` report row per candidate.
+Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, and
 (a) each core's slice fits the budget (DESIGN §3: 1,625,344 usable bytes per core);
 (b) every op that writes or reads it gives each core the same slice of it (the box of device
     coordinates per core, `ir/lx.py`, in SuperDSC core order): each core then reads only what
     it wrote itself — a reader split differently, or split over a var that does not index the
     buffer, would read another core's LX, so such a buffer stays in HBM and the report says why;
 (c) buffers live at the same time (by op order, widened over every loop instance a buffer is
-    live across) never share bytes; offsets are 128-byte aligned; space is reused after a
-    buffer's last use and across groups.
-memory_planning then addresses only the buffers left in HBM.
+    live across) never share bytes, except an in-place update; offsets are 128-byte aligned;
+    space is reused after a buffer's last use and across groups;
+(d) every op using a whole (not per-tile) LX buffer is outside loops and has a SuperDSC form
+    (codegen writes LX args only as SuperDSC LX nodes), and gathers nothing.
+memory_planning then addresses only the buffers left in HBM. A core-division mismatch (b) is
+priced in the report row (`mismatch`: its HBM bytes, and whether the consumer could take the
+producer's split at no more cost); work_division owns the split.
 
 First fit in order of first use: each buffer takes the lowest aligned offset clear of every
-placed buffer it is live with; one that does not fit the budget there stays in HBM.
+placed buffer it is live with; one that does not fit the budget there stays in HBM. Before
+that, in place: the output of a pointwise op outside loops takes the slot of an LX input that
+dies at that op when both have the same layout and the op reads each element at the device
+coordinates it writes (`in_place_of` in the report row).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.indexing import Var
+from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
-from spyrec.ir.lx import box_bytes, core_boxes
+from spyrec.ir.ops import DEVICE_OPS
+from spyrec.ir.lx import box_bytes, core_boxes, core_slices
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
@@ -34,6 +48,8 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 class ScratchpadPlanning(Pass):
     budget_bytes: int = LX_USABLE_BYTES_PER_CORE
     enabled: bool = True
+    # false: only the per-tile buffers of loop bodies (issue 8), as before issue 10
+    intermediates: bool = True
 
     def check_options(self) -> None:
         if not 0 <= self.budget_bytes <= LX_USABLE_BYTES_PER_CORE:
@@ -46,11 +62,19 @@ class ScratchpadPlanning(Pass):
         users = _users(graph)
         rows: dict[str, dict] = {}
         sizes: dict[str, int] = {}
+        forms: dict[int, str] = {}      # op index -> why it takes no LX args ("" if it does)
         for name in users:
             buf = graph.buffers[name]
-            if not buf.per_tile:
+            if not buf.per_tile and not (self.intermediates and self.enabled):
+                continue    # disabled: the report lists the per-tile buffers, as before
+            reason = _not_scratch(graph, buf, users[name])
+            if reason == _NOT_AN_INTERMEDIATE:
                 continue
-            reason, size = _slice_bytes(graph, buf, users[name])
+            size, consumer = buf.layout.device_bytes, None
+            if reason is None:
+                reason, size, consumer = _slice_bytes(graph, buf, users[name])
+            if reason is None:
+                reason = _lx_args_refused(graph, buf, users[name], forms)
             if reason is None and not self.enabled:
                 reason = "scratchpad_planning is disabled (enabled: false)"
             if reason is None and size > self.budget_bytes:
@@ -58,6 +82,8 @@ class ScratchpadPlanning(Pass):
                           f"{self.budget_bytes} bytes")
             rows[name] = {"buffer": name, "placed": False, "bytes_per_core": size,
                           "lx_address": None, "reason": reason}
+            if consumer is not None:
+                rows[name]["mismatch"] = _mismatch(graph, buf, users[name], consumer)
             if reason is None:
                 sizes[name] = size
         live = _lifetimes(graph, users)
@@ -77,29 +103,95 @@ def _users(graph: Graph) -> dict[str, list[int]]:
     return out
 
 
-def _slice_bytes(graph: Graph, buf: Buffer, uses: list[int]) -> tuple[str | None, int]:
-    """(why it cannot live in LX or None, bytes of each core's slice) — condition (b)."""
+_NOT_AN_INTERMEDIATE = "not an intermediate"
+
+
+def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
+    """Why `buf` may not live in LX whatever its slices (None when it may). Program inputs,
+    outputs, constants and mutated buffers stay in HBM (the host reads and writes them there)
+    and get no report row. A whole (not per-tile) buffer used inside a loop advances with it,
+    while an LX tensor has one fixed address (DESIGN §5), so it stays in HBM too."""
+    mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+    if (buf.role != "intermediate" or buf.name in graph.inputs or buf.name in graph.outputs
+            or buf.name in mutated):
+        return _NOT_AN_INTERMEDIATE
+    if buf.per_tile:
+        return None
+    looped = next((graph.ops[i] for i in uses if graph.ops[i].loops), None)
+    if looped is not None:
+        return (f"op {looped.name!r} uses it inside loop {looped.loops[0].key}, where its "
+                f"window moves every iteration (only per-tile buffers of a loop live in LX)")
+    return None
+
+
+def _lx_args_refused(graph: Graph, buf: Buffer, uses: list[int],
+                     forms: dict[int, str]) -> str | None:
+    """Why an op using the whole buffer `buf` takes no LX args (None when all do); per-tile
+    buffers are not asked (their loop ops must have a SuperDSC form anyway)."""
+    if buf.per_tile:
+        return None
+    for i in uses:
+        if i not in forms:
+            forms[i] = _no_lx_args(graph, graph.ops[i])
+        if forms[i]:
+            return forms[i]
+    return None
+
+
+def _no_lx_args(graph: Graph, op: Operation) -> str:
+    """Why `op` cannot take an LX argument (empty when it can). LX args exist only as
+    SuperDSC LX nodes (a per-core layout, DESIGN §4); an op codegen writes in spyrec's own
+    `spyrecAccess_` form (codegen/superdsc.py: a scatter, data moved inside a stick, a split
+    that cuts a dim) has none, and gathers keep their value and index tensors in HBM
+    (SuperDSC's IndirectAccess). The form does not depend on where the args live, so the
+    op's file is built once with every arg in HBM (side by side from 0) and asked."""
+    if op.index_inputs or op.gathered():
+        return f"op {op.name!r} gathers (its tensors stay in HBM)"
+    # codegen imports jinja2 and sympy: only when a program is compiled (tests/cli/test_startup)
+    from spyrec.codegen.opspec import op_spec
+    from spyrec.codegen.superdsc import superdsc_document
+
+    accesses = list(op.accesses())
+    view = Graph()
+    next_free = 0
+    for _, a in accesses:
+        if a.buffer not in view.buffers:
+            buf = graph.buffers[a.buffer]
+            view.add_buffer(replace(buf, hbm_address=next_free, lx_address=None))
+            next_free += _align(buf.layout.device_bytes)
+    bufs = [view.buffers[a.buffer] for _, a in accesses]
+    doc = superdsc_document(0, op_spec(view, op), bufs, [r for r, _ in accesses])
+    own = next(iter(doc.values())).get("spyrecAccess_")
+    if own is not None:
+        return f"op {op.name!r} has no SuperDSC form ({own['reason']}), so no LX arguments"
+    return ""
+
+
+def _slice_bytes(graph: Graph, buf: Buffer,
+                 uses: list[int]) -> tuple[str | None, int, Operation | None]:
+    """(why it cannot live in LX or None, bytes of each core's slice, the consumer that
+    divides it across cores unlike its writer or None) — condition (b)."""
     ops = [graph.ops[i] for i in uses]
     writer = next((op for op in ops if op.output.buffer == buf.name), None)
     if writer is None:
-        return "no op writes it", buf.layout.device_bytes
+        return "no op writes it", buf.layout.device_bytes, None
     if buf.hbm_address is not None:
-        return "it already has an HBM address", buf.layout.device_bytes
+        return "it already has an HBM address", buf.layout.device_bytes, None
     boxes = core_boxes(buf, writer, writer.output)
     if boxes is None:
-        return f"op {writer.name!r} writes it through a gather", buf.layout.device_bytes
+        return f"op {writer.name!r} writes it through a gather", buf.layout.device_bytes, None
     size = box_bytes(buf, boxes[0])
     if len(set(boxes)) != len(boxes) or size * len(boxes) != buf.layout.device_bytes:
         return (f"its writer {writer.name!r} does not give each core a separate whole slice "
-                f"(cores {_split_text(writer)})"), size
+                f"(cores {_split_text(writer)})"), size, None
     for op in ops:
         for _, access in op.accesses():
             if access.buffer != buf.name:
                 continue
             problem = _same_slices(buf, op, access, boxes, writer)
             if problem:
-                return problem, size
-    return None, size
+                return problem, size, op
+    return None, size, None
 
 
 def _same_slices(buf: Buffer, op: Operation, access, boxes: list, writer: Operation) -> str:
@@ -115,6 +207,49 @@ def _same_slices(buf: Buffer, op: Operation, access, boxes: list, writer: Operat
                 f"{writer.name!r} as {_split_text(writer)}: cores would read slices other "
                 f"cores hold")
     return ""
+
+
+def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -> dict:
+    """The price of a core-division mismatch (reference/B-codegen.md §6.1, G §4.2-4.3): the
+    buffer goes to HBM, written once and read by every op that reads it. And whether the
+    consumer could take its producer's split at no more cost: the producer's split vars are
+    the consumer's (same names and ranges), the consumer then gives each core the slices the
+    producer wrote, uses at least as many cores, and its other args move no more HBM bytes
+    (whole sticks of every core's box). work_division owns the split; this only says so."""
+    writer = next(graph.ops[i] for i in uses if graph.ops[i].output.buffer == buf.name)
+    readers = sum(1 for i in uses if any(a.buffer == buf.name for a in graph.ops[i].reads()))
+    row = {"producer": writer.name, "producer_cores": _split_text(writer),
+           "consumer": consumer.name, "consumer_cores": _split_text(consumer),
+           "hbm_bytes": buf.layout.device_bytes * (1 + readers),
+           "consumer_can_take_producer_split": False}
+    ranges = dict(consumer.ranges)
+    split = {v: k for v, k in (writer.core_splits or {}).items() if k > 1}
+    if not split or any(ranges.get(v) != n for v, n in writer.ranges if v in split):
+        return row
+    moved = replace(consumer, core_splits={v: split.get(v, 1) for v in ranges})
+    if math.prod(split.values()) < math.prod((consumer.core_splits or {}).values() or [1]):
+        return row
+    boxes = core_boxes(buf, writer, writer.output)
+    if any(core_boxes(buf, moved, a) != boxes for _, a in moved.accesses()
+           if a.buffer == buf.name):
+        return row
+    row["consumer_can_take_producer_split"] = \
+        _hbm_box_bytes(graph, moved, buf.name) <= _hbm_box_bytes(graph, consumer, buf.name)
+    return row
+
+
+def _hbm_box_bytes(graph: Graph, op: Operation, skip: str) -> int:
+    """HBM bytes `op` moves for its args other than `skip`: every core's box in whole sticks
+    (a gathered arg counts its whole tensor per core)."""
+    total = 0
+    for _, access in op.accesses():
+        other = graph.buffers[access.buffer]
+        if access.buffer == skip or other.lx_address is not None:
+            continue
+        boxes = core_boxes(other, op, access)
+        total += sum(box_bytes(other, b) for b in boxes) if boxes is not None else \
+            other.layout.device_bytes * len(core_slices(op))
+    return total
 
 
 def _split_text(op: Operation) -> str:
@@ -165,18 +300,25 @@ def _ids(op: Operation, depth: int) -> tuple:
 
 def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]],
            rows: dict[str, dict], budget: int) -> int:
-    """First fit in order of first use; returns the peak LX bytes per core."""
+    """First fit in order of first use, after trying an in-place update; returns the peak
+    LX bytes per core."""
     placed: list[tuple[int, int, str]] = []       # (offset, end, name)
     peak = 0
     for name in sorted(sizes, key=lambda n: live[n]):
         lo, hi = live[name]
-        busy = sorted((o, e) for o, e, other in placed
-                      if live[other][0] <= hi and lo <= live[other][1])
+        host = _in_place_of(graph, name, live, sizes, {n: o for o, _, n in placed})
+        busy = sorted((o, e) for o, e, other in placed if other != host
+                      and live[other][0] <= hi and lo <= live[other][1])
         offset = 0
-        for o, e in busy:
-            if offset + sizes[name] <= o:
-                break
-            offset = max(offset, _align(e))
+        if host is not None:
+            offset = graph.buffers[host].lx_address
+            if any(o < offset + sizes[name] and offset < e for o, e in busy):
+                host, offset = None, 0
+        if host is None:
+            for o, e in busy:
+                if offset + sizes[name] <= o:
+                    break
+                offset = max(offset, _align(e))
         if offset + sizes[name] > budget:
             rows[name]["reason"] = (f"LX is full while it is live: it needs {sizes[name]} bytes "
                                     f"per core at offset {offset}, past the budget of {budget}")
@@ -184,8 +326,38 @@ def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]]
         graph.buffers[name].lx_address = offset
         placed.append((offset, offset + sizes[name], name))
         rows[name].update(placed=True, lx_address=offset)
+        if host is not None:
+            rows[name]["in_place_of"] = host
         peak = max(peak, offset + sizes[name])
     return peak
+
+
+def _in_place_of(graph: Graph, name: str, live: dict[str, tuple[int, int]],
+                 sizes: dict[str, int], offsets: dict[str, int]) -> str | None:
+    """The LX input whose slot `name` may take: its writer is a pointwise op outside loops
+    (it is born there) that reads that input for the last time, every element read from the
+    same device coordinates of an identical layout as it is written, so each core overwrites
+    exactly the bytes it has just read (an in-place update)."""
+    first = live[name][0]
+    op = graph.ops[first]
+    if (op.output.buffer != name or op.loops or op.index_inputs
+            or DEVICE_OPS[op.op].family != "pointwise"):
+        return None
+    out = graph.buffers[name]
+    written = _coords(out, op, op.output)
+    for access in op.inputs:
+        src = graph.buffers[access.buffer]
+        if (access.buffer not in offsets or live[access.buffer][1] != first
+                or sizes[access.buffer] != sizes[name] or src.layout != out.layout):
+            continue
+        if all(_coords(src, op, a) == written for a in op.inputs if a.buffer == src.name):
+            return src.name
+    return None
+
+
+def _coords(buf: Buffer, op: Operation, access) -> tuple:
+    return access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                              access.index)
 
 
 def _align(n: int) -> int:

@@ -120,8 +120,19 @@ def _arena(nbytes: int) -> np.ndarray:
 def _overlap(a: Allocation, b: Allocation) -> bool:
     bytes_overlap = a.address < b.end and b.address < a.end
     spans_a, spans_b = a.values or (a.live,), b.values or (b.live,)
-    live_overlap = any(x[0] <= y[1] and y[0] <= x[1] for x in spans_a for y in spans_b)
+    same_slot = a.address == b.address and a.nbytes == b.nbytes
+    live_overlap = any(x[0] <= y[1] and y[0] <= x[1] and not (same_slot and _handover(x, y))
+                       for x in spans_a for y in spans_b)
     return bytes_overlap and live_overlap and a.nbytes > 0 and b.nbytes > 0
+
+
+def _handover(x: tuple[int, int], y: tuple[int, int]) -> bool:
+    """Two values of one LX slot (same offset and size) that meet at exactly one execution,
+    which reads the older for the last time and writes the newer first: an in-place update
+    (each core overwrites the sticks it has just read; the stick tags then catch any later
+    read of a stick it did not rewrite). Not checked: that each element is written where it
+    was read (the planner's rule: identical layouts and coordinates)."""
+    return (x[1] == y[0] and x[0] < y[0]) or (y[1] == x[0] and y[0] < x[0])
 
 
 def _clash(a: Allocation, b: Allocation) -> str:
@@ -197,6 +208,17 @@ class Lx:
         self.arena = np.zeros(self.cores * self.core_bytes, dtype=np.uint8)
         self.tags = np.full(self.cores * self.core_bytes // STICK_BYTES, NO_TAG, dtype=np.int64)
         self._views = {}
+
+    def handed_over(self, alloc: Allocation) -> bool:
+        """Whether `alloc` is born in place of a tensor whose last read is that same execution
+        (`_handover`): its bytes still hold that tensor's value then, so they are not reset."""
+        if not alloc.values:
+            return False
+        born = alloc.values[0][0]
+        return any(other is not alloc and other.address == alloc.address
+                   and other.nbytes == alloc.nbytes and any(v[1] == born and v[0] < born
+                                                            for v in other.values)
+                   for other in self.allocations)
 
     def find(self, name: str) -> Allocation | None:
         return next((a for a in self.allocations if a.name == name), None)

@@ -189,7 +189,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         spec = program.ops[ex.file]
         t0 = time.perf_counter()
         for alloc in births.get(i, ()):
-            lx.begin(alloc)
+            if not lx.handed_over(alloc):
+                lx.begin(alloc)
         for alloc in hbm_births.get(i, ()):
             _refill(hbm, alloc)
         run_op(spec, ex, hbm, lx)

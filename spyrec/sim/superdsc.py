@@ -376,11 +376,16 @@ class _Reader:
         # the tile's unsplit layout: where each stick's data sits in the whole tile
         full = tuple(1 if c == const(0) else -(-self.N[d] // eps) if d == stick else self.N[d]
                      for d, c in zip(dims, arg.coordinates[lead:-1]))
-        tile = DeviceLayout(full + (eps,), (-1,) * (len(dims) + 1), arg.layout.device_dtype)
-        stick_strides = tuple(s // eps for s in tile.device_strides_elems[:-1])
+        tile_coords = arg.coordinates[lead:-1]
+        stick_strides = (0,)     # a 0-d op: its tile is the one stick at tile coordinate 0
+        if full:
+            tile = DeviceLayout(full + (eps,), (-1,) * (len(dims) + 1),
+                                arg.layout.device_dtype)
+            stick_strides = tuple(s // eps for s in tile.device_strides_elems[:-1])
+        else:
+            tile_coords = (const(0),)
         return replace(arg, coordinates=coords, coordinate_text=tuple(str(c) for c in coords),
-                       lx_offset=int(offsets.pop()),
-                       tile_coordinates=arg.coordinates[lead:-1],
+                       lx_offset=int(offsets.pop()), tile_coordinates=tile_coords,
                        tile_strides_elems=stick_strides)
 
     def _check_folds(self, i: int, node: dict, scale: dict, stick: str, eps: int,

@@ -11,7 +11,7 @@ from spyrec.ir.parser import parse
 from spyrec.ir.verify import verify
 from spyrec.passes.memory_planning import MemoryPlanning
 from spyrec.passes.registry import CompileContext
-from spyrec.passes.scratchpad_planning import ScratchpadPlanning
+from spyrec.passes.scratchpad_planning import ScratchpadPlanning, _in_place_of
 from tests.passes.textir import ir, run_pass
 
 FACTS = ("layouts", "core_splits")
@@ -164,10 +164,126 @@ def test_verify_names_a_wrong_lx_plan():
     graph.buffers["a"].lx_address = 64
     problems = verify(graph, FACTS)
     assert "buffer 'a': LX offset 64 is not a non-negative multiple of 128" in problems
-    assert "buffer 'a': lives in LX but is not per-tile (its accesses would advance with the " \
-        "loop)" in problems
+    assert "buffer 'a': lives in LX but is a program input (only intermediates live in LX)" \
+        in problems
+    assert "LX buffer 'a': op 'y' uses it inside a loop but it is not per-tile (its accesses " \
+        "would advance with the loop)" in problems
     assert "LX buffer 'y': op 'z' divides it across cores unlike its writer 'y'" in problems
     graph = parse(ir(seed()))
     graph.buffers["y"].lx_address = 1625344 - 128
     assert verify(graph, FACTS) == [
         "LX buffer 'y': ends at byte 1657984 of each core's LX, past the 1625344 usable"]
+
+
+# --- beyond loop bodies (issue 10 §1) -------------------------------------------------------
+
+FLAT = CHAIN.replace(TILE, FULL.replace("float16[1024, 4096]", "float16[1024, 4096]")) \
+    .replace(f" {LOOPS}", "").replace("1024*c0 + c1]", "4096*c0 + c1]") \
+    .replace(SPACE, "over [c0<1024, c1<4096]")
+
+
+def test_untiled_intermediates_go_to_lx_updated_in_place():
+    # fp16 [1024, 4096] is 8 MiB; rows over 32 cores: 32 rows x 64 sticks = 262144 B a core;
+    # each neg reads its input for the last time at the same coordinates: one slot for all
+    ctx = CompileContext()
+    out = run_pass(ScratchpadPlanning(), FLAT, ctx, facts=FACTS)
+    assert f"buffer t1: intermediate {FULL} @lx 0\n" in out
+    assert {n: (r["lx_address"], r["bytes_per_core"], r.get("in_place_of"))
+            for n, r in rows(ctx).items()} == \
+        {"t1": (0, 262144, None), "t2": (0, 262144, "t1"), "t3": (0, 262144, "t2")}
+    # inputs and outputs get no row: they live in HBM whatever their size
+    assert "a" not in rows(ctx) and "z" not in rows(ctx)
+    assert ctx.report["scratchpad"]["peak_bytes_per_core"] == 262144
+
+
+def test_no_in_place_update_of_an_input_read_later_or_elsewhere():
+    # t1 is read again by t3, so t2 cannot overwrite it: t2 takes the next free slot; t3 adds
+    # t2 and t1, both dying there, and takes the slot of the first (t2)
+    text = FLAT.replace("op t3: t3[4096*c0 + c1] = neg(t2[4096*c0 + c1])",
+                        "op t3: t3[4096*c0 + c1] = add(t2[4096*c0 + c1], t1[4096*c0 + c1])")
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(), text, ctx, facts=FACTS)
+    assert {n: (r["lx_address"], r.get("in_place_of")) for n, r in rows(ctx).items()} == \
+        {"t1": (0, None), "t2": (262144, None), "t3": (262144, "t2")}
+
+
+def test_no_in_place_update_where_an_element_is_read_from_elsewhere():
+    # t2's row r comes from t1's row 63 - r, which a streaming in-place update would already
+    # have overwritten. (Codegen has no SuperDSC form for a backward dim, so the pass keeps
+    # t1 in HBM anyway; the in-place rule is asked directly.)
+    sq = "float16[64, 64] device [1, 64, 64] / [64, 64, 1] fp16"
+    text = f"""
+    buffer a: input {sq}
+    buffer t1: intermediate {sq}
+    buffer t2: intermediate {sq}
+    buffer z: output {sq}
+    op t1: t1[64*c0 + c1] = neg(a[64*c0 + c1]) over [c0<64, c1<64] cores [c0:1, c1:1]
+    op t2: t2[64*c0 + c1] = neg(t1[ROW + c1]) over [c0<64, c1<64] cores [c0:1, c1:1]
+    op z: z[64*c0 + c1] = neg(t2[64*c0 + c1]) over [c0<64, c1<64] cores [c0:1, c1:1]
+    inputs [a]
+    outputs [z]
+    """
+    live, sizes = {"t1": (0, 1), "t2": (1, 2)}, {"t1": 8192, "t2": 8192}
+    for row, host in (("64*c0", "t1"), ("4032 - 64*c0", None)):
+        graph = parse(ir(text.replace("ROW", row)))
+        graph.buffers["t1"].lx_address = 0
+        assert _in_place_of(graph, "t2", live, sizes, {"t1": 0}) == host
+
+
+def test_intermediates_false_and_enabled_false_keep_untiled_buffers_out_of_the_plan():
+    for option in (ScratchpadPlanning(intermediates=False), ScratchpadPlanning(enabled=False)):
+        ctx = CompileContext()
+        out = run_pass(option, FLAT, ctx, facts=FACTS)
+        assert "@lx" not in out and rows(ctx) == {}
+
+
+def test_a_whole_buffer_used_inside_a_loop_stays_in_hbm():
+    # t1 is written before the loop and read inside it: its window moves every iteration
+    text = f"""
+    buffer a: input {FULL}
+    buffer t1: intermediate {FULL}
+    buffer z: output {FULL}
+    op t1: t1[4096*c0 + c1] = neg(a[4096*c0 + c1]) over [c0<1024, c1<4096] cores [c0:32, c1:1]
+    op z: z[4096*c0 + c1] = neg(t1[4096*c0 + c1]) {SPACE} cores [c0:32, c1:1] {LOOPS}
+    inputs [a]
+    outputs [z]
+    """
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(), text, ctx, facts=FACTS)
+    assert rows(ctx)["t1"]["reason"] == (
+        "op 'z' uses it inside loop g0.0, where its window moves every iteration (only "
+        "per-tile buffers of a loop live in LX)")
+
+
+def test_a_mismatch_is_priced_and_the_consumer_could_take_the_producers_split():
+    # y: 1 MiB tile, written once and read once in HBM = 2 MiB; z split [c0:32] would give
+    # each core the rows y's writer gave it, on as many cores, moving the same a bytes
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(), seed("[c0:16, c1:2]"), ctx, facts=FACTS)
+    assert rows(ctx)["y"]["mismatch"] == {
+        "producer": "y", "producer_cores": "[c0:32, c1:1]", "consumer": "z",
+        "consumer_cores": "[c0:16, c1:2]", "hbm_bytes": 2097152,
+        "consumer_can_take_producer_split": True}
+
+
+def test_a_mismatch_the_consumer_cannot_fix_by_taking_the_producers_split():
+    # the producer uses 16 cores, the consumer 32 (c2 split 2): taking [c0:16] halves them
+    text = f"""
+    buffer a: input {FULL}
+    buffer y: intermediate {FULL}
+    buffer s: output float16[1024, 4096, 2] device [4096, 1, 1024, 64] / [2, -1, 8192, 1] fp16
+    op y: y[4096*c0 + c1] = identity(a[4096*c0 + c1]) over [c0<1024, c1<4096] cores \
+[c0:16, c1:1]
+    op s: s[8192*c0 + 2*c1 + c2] = identity(y[4096*c0 + c1]) over [c0<1024, c1<4096, c2<2] \
+cores [c0:16, c1:1, c2:2]
+    inputs [a]
+    outputs [s]
+    """
+    ctx = CompileContext()
+    graph = parse(ir(text).replace("\\\n", ""))
+    ScratchpadPlanning().run(graph, ctx)
+    row = rows(ctx)["y"]
+    assert row["reason"] == ("op 's' splits c2 across cores, which does not index it: its "
+                             "cores would read slices other cores hold")
+    assert row["mismatch"]["hbm_bytes"] == 2 * 8 * 2**20
+    assert row["mismatch"]["consumer_can_take_producer_split"] is False
