@@ -76,20 +76,17 @@ def test_auto_equals_eager_beats_untiled_and_round_trips(tmp_path, name):
 
 
 def test_seed_auto_moves_exactly_its_compulsory_bytes_as_estimated(tmp_path):
-    """(a + b) * c on fp16 [1024, 4096]: a, b, c read once, z written once; the sum stays
-    in LX. The estimate in tiling.yaml is the cost model's number exactly."""
+    """(a + b) * c on fp16 [1024, 4096]: a, b, c read once, z written once. Since
+    scratchpad_planning keeps untiled intermediates in LX too, the untiled program already
+    moves only the compulsory bytes, and auto must not tile it (a tiling must beat not
+    tiling); the tiling.yaml it writes says so."""
     module, inputs = TILING_SAMPLES["seed_add_mul"]()
     out = compile_pt2(export(tmp_path, module, inputs), tmp_path / "auto",
                       tiling=Path("auto"))
     assert hbm(out) == 4 * 1024 * 4096 * 2 == 33_554_432
-    (group,) = load_json(out / "report.json")["tiling"]["auto"]["groups"]
-    assert group["hbm_bytes"] == 33_554_432 and group["untiled_hbm_bytes"] == 50_331_648
-    assert group["nodes"] == ["add", "mul"]
-    text = (out / "tiling.yaml").read_text()
-    assert "# estimated 33,554,432 bytes moved, untiled 50,331,648" in text
-    assert yaml.safe_load(text) == {"dims": {"a": ["a_d0", "_"]},
-                                    "groups": [{"ops": ["add", "mul"],
-                                                "loops": [{"a_d0": 1}]}]}
+    assert load_json(out / "report.json")["tiling"]["auto"]["groups"] == []
+    assert "scf.for" not in (out / "bundle.mlir").read_text()
+    assert (out / "tiling.yaml").exists()
 
 
 def test_decoder_stack_layers_are_priced_once(tmp_path):
@@ -98,8 +95,8 @@ def test_decoder_stack_layers_are_priced_once(tmp_path):
     out = compile_pt2(export(tmp_path, module, inputs), tmp_path / "auto",
                       tiling=Path("auto"))
     auto = load_json(out / "report.json")["tiling"]["auto"]
-    scopes = [g["nodes"][0] for g in auto["groups"]]
-    assert len(scopes) >= 3, scopes
+    # (with untiled intermediates in LX this small decoder gains nothing from tiling, so
+    # the groups may be empty; the pricing work is what this test pins)
     one_layer = decoder(1, batch=2, seq=64)
     out1 = compile_pt2(export(tmp_path, *one_layer, name="one"), tmp_path / "auto1",
                        tiling=Path("auto"))

@@ -201,7 +201,8 @@ def _simulate(out, inputs):
 def test_samples_reuse_within_the_bound(tmp_path, name):
     from tests.programs import load_json
 
-    out, _ = _compile(tmp_path, name)
+    # intermediates in HBM (no LX placement), so there is something to reuse
+    out, _ = _compile(tmp_path, name, sets=["scratchpad_planning.intermediates=false"])
     plan = load_json(out / "report.json")["memory_planning"]
     assert plan["total_bytes"] == load_json(out / "manifest.json")["hbm_bytes"]
     assert plan["peak_live_bytes"] <= plan["arena_bytes"]
@@ -215,10 +216,12 @@ def test_a_plan_that_ignores_liveness_is_refused_by_the_simulator(tmp_path, monk
     from spyrec.errors import InternalError, SimulatorFault
 
     monkeypatch.setattr(mp, "plan_arena", lambda sizes, live: dict.fromkeys(sizes, 0))
+    hbm_only = ["scratchpad_planning.intermediates=false"]   # intermediates in HBM
     with pytest.raises(InternalError, match=r"live at the same time and share device bytes"):
-        _compile(tmp_path, "mlp_fp32")
+        _compile(tmp_path, "mlp_fp32", sets=hbm_only)
     (tmp_path / "unverified").mkdir()
-    out, inputs = _compile(tmp_path / "unverified", "mlp_fp32", verify_each=False)
+    out, inputs = _compile(tmp_path / "unverified", "mlp_fp32", verify_each=False,
+                           sets=hbm_only)
     with pytest.raises(SimulatorFault, match=r"overlap in HBM while both are live"):
         _simulate(out, inputs)
 
