@@ -34,7 +34,7 @@ from functools import lru_cache
 
 from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
-from spyrec.indexing.sticks import access_coordinates
+from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import Access
 from spyrec.ir.lx import core_boxes
@@ -61,8 +61,8 @@ def core0_slice(op: Operation, splits: dict[str, int]) -> dict[str, int]:
 def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str, int]) -> int:
     """Sticks of `access` that a core with slice extents `extent` (from 0) touches."""
     buf = graph.buffers[access.buffer]
-    coords = access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                                access.index)
+    coords = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                        access.index).coords       # memoized, unlike access_coordinates
     total = 1
     for c in coords[:-1]:
         names, gathers = _leaves(c)
@@ -76,8 +76,8 @@ def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str,
 def _first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int]) -> tuple:
     """Core 0's box of device coordinates (lanes excluded), as `ir/lx.py core_boxes`."""
     buf = graph.buffers[access.buffer]
-    coords = access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                                access.index)
+    coords = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                        access.index).coords       # memoized, unlike access_coordinates
     extent = core0_slice(op, splits)
     return tuple(_span(c, tuple((v, extent[v]) for v in _leaves(c)[0])) for c in coords[:-1])
 

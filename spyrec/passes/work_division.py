@@ -50,10 +50,11 @@ class WorkDivision(Pass):
 
         rows = []
         producers = Producers(graph)
+        memo: dict = {}
         for op in graph.ops:
             sticks = stick_vars(graph, op)
             greedy = greedy_split(op, sticks, self.cores)
-            op.core_splits, row = choose(graph, op, sticks, greedy, self.cores, producers)
+            op.core_splits, row = choose(graph, op, sticks, greedy, self.cores, producers, memo)
             rows.append(row)
         ctx.report["work_division"] = summary(rows)
 
@@ -106,13 +107,22 @@ def candidates(op: Operation, sticks: dict[str, int], cores: int) -> list[dict[s
 
 
 def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str, int],
-           cores: int, producers) -> tuple[dict[str, int], dict]:
-    """The cheapest candidate; ties: the greedy split, then one matching the producers'."""
+           cores: int, producers, memo: dict | None = None) -> tuple[dict[str, int], dict]:
+    """The cheapest candidate; ties: the greedy split, then one matching the producers'.
+
+    `memo` shares the estimates between ops that differ only in buffer names (the layers of a
+    decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
     from spyrec.passes.split_cost import estimate
 
-    base = estimate(graph, op, greedy, producers)
-    costs = [(estimate(graph, op, c, producers), c) for c in candidates(op, sticks, cores)
-             if c != greedy]
+    key = _signature(graph, op, cores)
+    if memo is not None and key is not None and key in memo:
+        base, costs = memo[key]
+    else:
+        base = estimate(graph, op, greedy, producers)
+        costs = [(estimate(graph, op, c, producers), c) for c in candidates(op, sticks, cores)
+                 if c != greedy]
+        if memo is not None and key is not None:
+            memo[key] = base, costs
     least = min([base.time_us] + [cost.time_us for cost, _ in costs])
     ties = [(cost, c) for cost, c in costs if cost.time_us == least]
     if base.time_us == least or not ties:
@@ -125,6 +135,18 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
            "hbm_bytes_per_core": best_cost.hbm_bytes_per_core,
            "greedy_hbm_bytes_per_core": base.hbm_bytes_per_core, "cores": best_cost.cores}
     return best, row
+
+
+def _signature(graph: Graph, op: Operation, cores: int) -> tuple | None:
+    """What an op's estimates depend on, without names; None when it touches a per-tile
+    buffer (its LX-ness depends on the producer's split, so nothing is shared)."""
+    accesses = [a for _, a in op.accesses()]
+    bufs = [graph.buffers[a.buffer] for a in accesses]
+    if any(b.per_tile for b in bufs):
+        return None
+    index_names = tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs)
+    return (op.op, op.ranges, op.reduced, cores, index_names,
+            tuple((b.host_size, b.layout, a.index) for a, b in zip(accesses, bufs)))
 
 
 def summary(rows: list[dict]) -> dict:
