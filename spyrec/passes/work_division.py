@@ -48,15 +48,18 @@ class WorkDivision(Pass):
         self.check_options()
         from spyrec.passes.split_cost import Producers
 
-        rows = []
-        producers = Producers(graph)
-        memo: dict = {}
+        rows: list[dict] = []
+        producers, memo = Producers(graph), {}
         for op in graph.ops:
-            sticks = stick_vars(graph, op)
-            greedy = greedy_split(op, sticks, self.cores)
-            op.core_splits, row = choose(graph, op, sticks, greedy, self.cores, producers, memo)
-            rows.append(row)
+            op.core_splits, row = self._split(graph, op, producers, memo)
+            rows += [row] if row else []
         ctx.report["work_division"] = summary(rows)
+
+    def _split(self, graph: Graph, op: Operation, producers, memo: dict) -> tuple[dict, dict]:
+        """One op's split and its report row (the producers' splits are already chosen)."""
+        sticks = stick_vars(graph, op)
+        greedy = greedy_split(op, sticks, self.cores)
+        return choose(graph, op, sticks, greedy, self.cores, producers, memo)
 
 
 def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
