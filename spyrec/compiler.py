@@ -275,11 +275,25 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "gather_coordinates": ctx.report.get("gather_coordinates"),
         "scratchpad": ctx.report.get("scratchpad"),
         "tiling": ctx.report.get("tiling"),
+        "work_division": ctx.report.get("work_division"),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
         "memory_planning": ctx.report.get("memory_planning"),
     }
+
+
+def _work_division_text(plan: dict | None) -> list[str]:
+    """Core splits chosen by estimated time: the ops whose split differs from the greedy one
+    (every op's row is in report.json)."""
+    if not plan:
+        return []
+    lines = ["", f"work division: {plan['changed']} of {len(plan['ops'])} ops split by cost, "
+                 f"not greedily; estimated {plan['time_us']:.3f} us vs {plan['greedy_time_us']:.3f} "
+                 f"us greedy (one execution of each op)"]
+    lines += [f"  {r['op']:<24} {r['split']} {r['time_us']:.3f} us, greedy {r['greedy_split']} "
+              f"{r['greedy_time_us']:.3f} us" for r in plan["ops"] if r["split"] != r["greedy_split"]]
+    return lines
 
 
 def _scratchpad_text(plan: dict | None) -> list[str]:
@@ -314,6 +328,7 @@ def report_text(report: dict) -> str:
         lines += ["", f"gathers: {gat['gathers']} ({gat['fused']} fused, {gat['unfused']} "
                       f"unfused), scatters: {gat['scatters']}, index checks: "
                       f"{gat['index_checks']}"]
+    lines += _work_division_text(report.get("work_division"))
     lines += _scratchpad_text(report.get("scratchpad"))
     lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes"]
     plan = report.get("memory_planning")

@@ -1,11 +1,21 @@
 """work_division — split every op's iteration space across the cores.
 
-Reads: op ranges and reduced vars, buffer layouts.  Writes: `Operation.core_splits`
-({var: slices}, every iteration var present).
+Reads: op ranges and reduced vars, buffer layouts, `Buffer.per_tile`.  Writes:
+`Operation.core_splits` ({var: slices}, every iteration var present); a `work_division` report
+row per op (chosen split and its estimated time beside the greedy split's).
 Guarantees: the product of splits is at most `cores`; every split divides its range evenly;
-reduced vars are never split (a K-split needs a ring reduction, a later pass); a split of any
-arg's stick variable gives each core whole sticks of that arg (a SuperDSC core starts at a
-stick boundary of every tensor: its start address has no lane offset).
+reduced vars are never split (a K-split needs partial sums added across cores, which neither
+the IR verifier nor the simulator accepts yet); a split of any arg's stick variable gives each
+core whole sticks of that arg (a SuperDSC core starts at a stick boundary of every tensor: its
+start address has no lane offset).
+
+Choice (issue 10 §2): every split meeting those rules is a candidate (`candidates`), each is
+estimated with the cost model's formulas (`split_cost.py`: per-core HBM sticks, replicated
+reads of an operand every core needs included, compute, overhead) and the cheapest wins. A
+matmul thus splits N (or M and N) when splitting M alone would make every core read the whole
+weight. Ties keep the greedy split (below), so programs whose cost does not change stay
+byte-identical; among other equal-cost splits, one giving each core the slices its producer
+gave it (a per-tile buffer can then stay in LX) comes first.
 
 Greedy: output vars outermost first, vars that are no arg's stick dim before stick vars (a
 core then gets whole rows of sticks, as the reference's work division does: the published
@@ -22,7 +32,6 @@ from spyrec.ir import Graph, Operation
 from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
-
 @register_pass("work_division")
 @dataclass(frozen=True)
 class WorkDivision(Pass):
@@ -37,31 +46,128 @@ class WorkDivision(Pass):
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()
-        for op in graph.ops:
-            op.core_splits = self._split(graph, op)
+        from spyrec.passes.split_cost import Producers
 
-    def _split(self, graph: Graph, op: Operation) -> dict[str, int]:
-        sticks: dict[str, int] = {}     # stick var -> largest elements per stick among its args
-        for _, access in op.accesses():
-            buf = graph.buffers[access.buffer]
-            v = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                           access.index).stick_var
-            if v is not None:
-                sticks[v] = max(sticks.get(v, 1), buf.layout.elems_per_stick)
-        splits = {v: 1 for v, _ in op.ranges}
-        left = self.cores
-        order = [(v, n) for v, n in op.ranges if v not in sticks] + \
-            [(v, n) for v, n in op.ranges if v in sticks]
-        for v, n in order:
-            if v in op.reduced or left == 1:
-                continue
-            e = sticks.get(v, 1)
-            if n % e:
-                continue
-            d = _largest_divisor_at_most(n // e, left)
-            splits[v] = d
-            left //= d
-        return splits
+        rows: list[dict] = []
+        producers, memo = Producers(graph), {}
+        for op in graph.ops:
+            op.core_splits, row = self._split(graph, op, producers, memo)
+            rows += [row] if row else []
+        ctx.report["work_division"] = summary(rows)
+
+    def _split(self, graph: Graph, op: Operation, producers, memo: dict) -> tuple[dict, dict]:
+        """One op's split and its report row (the producers' splits are already chosen)."""
+        sticks = stick_vars(graph, op)
+        greedy = greedy_split(op, sticks, self.cores)
+        return choose(graph, op, sticks, greedy, self.cores, producers, memo)
+
+
+def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
+    """Stick var -> largest elements per stick among the args whose stick var it is."""
+    sticks: dict[str, int] = {}
+    for _, access in op.accesses():
+        buf = graph.buffers[access.buffer]
+        v = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                       access.index).stick_var
+        if v is not None:
+            sticks[v] = max(sticks.get(v, 1), buf.layout.elems_per_stick)
+    return sticks
+
+
+def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
+    """The fixed-order split (module docstring): the tie-breaker and the report's baseline."""
+    splits = {v: 1 for v, _ in op.ranges}
+    left = cores
+    order = [(v, n) for v, n in op.ranges if v not in sticks] + \
+        [(v, n) for v, n in op.ranges if v in sticks]
+    for v, n in order:
+        if v in op.reduced or left == 1:
+            continue
+        e = sticks.get(v, 1)
+        if n % e:
+            continue
+        d = _largest_divisor_at_most(n // e, left)
+        splits[v] = d
+        left //= d
+    return splits
+
+
+def candidates(op: Operation, sticks: dict[str, int], cores: int) -> list[dict[str, int]]:
+    """Every valid split: per var a divisor of its range (of its sticks for a stick var; 1
+    for a reduced var or a stick var whose range is not whole sticks), product <= cores."""
+    options = []
+    for v, n in op.ranges:
+        e = sticks.get(v, 1)
+        if v in op.reduced or n % e:
+            options.append((v, [1]))
+        else:
+            options.append((v, [d for d in range(1, min(n // e, cores) + 1)
+                                if (n // e) % d == 0]))
+    out: list[dict[str, int]] = [{}]
+    for v, ks in options:
+        out = [{**s, v: k} for s in out for k in ks if _product(s) * k <= cores]
+    return out
+
+
+def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str, int],
+           cores: int, producers, memo: dict | None = None) -> tuple[dict[str, int], dict]:
+    """The cheapest candidate; ties: the greedy split, then one matching the producers'.
+
+    `memo` shares the estimates between ops that differ only in buffer names (the layers of a
+    decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
+    from spyrec.passes.split_cost import estimate
+
+    key = _signature(graph, op, cores)
+    if memo is not None and key is not None and key in memo:
+        base, costs = memo[key]
+    else:
+        base = estimate(graph, op, greedy, producers)
+        costs = [(estimate(graph, op, c, producers), c) for c in candidates(op, sticks, cores)
+                 if c != greedy]
+        if memo is not None and key is not None:
+            memo[key] = base, costs
+    least = min([base.time_us] + [cost.time_us for cost, _ in costs])
+    ties = [(cost, c) for cost, c in costs if cost.time_us == least]
+    if base.time_us == least or not ties:
+        best_cost, best = base, greedy
+    else:
+        best_cost, best = next(((cost, c) for cost, c in ties if producers.matches(op, c)),
+                               ties[0])
+    row = {"op": op.name, "node": op.node, "split": _text(best), "greedy_split": _text(greedy),
+           "time_us": best_cost.time_us, "greedy_time_us": base.time_us,
+           "hbm_bytes_per_core": best_cost.hbm_bytes_per_core,
+           "greedy_hbm_bytes_per_core": base.hbm_bytes_per_core, "cores": best_cost.cores}
+    return best, row
+
+
+def _signature(graph: Graph, op: Operation, cores: int) -> tuple | None:
+    """What an op's estimates depend on, without names; None when it touches a per-tile
+    buffer (its LX-ness depends on the producer's split, so nothing is shared)."""
+    accesses = [a for _, a in op.accesses()]
+    bufs = [graph.buffers[a.buffer] for a in accesses]
+    if any(b.per_tile for b in bufs):
+        return None
+    index_names = tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs)
+    return (op.op, op.ranges, op.reduced, cores, index_names,
+            tuple((b.host_size, b.layout, a.index) for a, b in zip(accesses, bufs)))
+
+
+def summary(rows: list[dict]) -> dict:
+    """The report section: every op's row and the totals (per execution of each op)."""
+    return {"ops": rows, "changed": sum(1 for r in rows if r["split"] != r["greedy_split"]),
+            "time_us": round(sum(r["time_us"] for r in rows), 6),
+            "greedy_time_us": round(sum(r["greedy_time_us"] for r in rows), 6)}
+
+
+def _text(splits: dict[str, int]) -> str:
+    return "[" + ", ".join(f"{v}:{k}" for v, k in splits.items()) + "]"
+
+
+def _product(splits: dict[str, int]) -> int:
+    out = 1
+    for k in splits.values():
+        out *= k
+    return out
 
 
 def _largest_divisor_at_most(n: int, limit: int) -> int:

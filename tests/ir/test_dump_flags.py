@@ -105,8 +105,9 @@ def test_verify_each_reports_the_pass_that_broke_the_graph(pt2, tmp_path, capsys
     from spyrec.passes.work_division import WorkDivision
 
     monkeypatch.setattr(WorkDivision, "_split",
-                        lambda self, graph, op: {v: 3 if i == 0 else 1
-                                                 for i, (v, _) in enumerate(op.ranges)})
+                        lambda self, graph, op, *state: ({v: 3 if i == 0 else 1
+                                                          for i, (v, _) in enumerate(op.ranges)},
+                                                         None))
     assert run("compile", pt2, "-o", tmp_path / "out", "--verify-each") == 70
     err = capsys.readouterr().err
     # the first op is the fill of the padded K: [r0<64, c1<16]

@@ -1,0 +1,205 @@
+"""split_cost — the cost model's per-op estimate, evaluated on the IR for a candidate core split.
+
+work_division chooses each op's split by estimated time (issue 10 §2), so it needs the cost
+model's numbers before any file exists. The formulas and parameters are those of
+`spyrec/sim/cost.py` (parameters and op cost classes are imported from there: one source for
+each figure, each named with its origin); only the byte counting is done here, from the IR:
+
+- HBM bytes per core: for every accessed buffer, the sticks of core 0's slice × 128, where the
+  sticks are the product of the extents (value ranges over the slice) of the access's device
+  coordinates except the lanes. The bounding box equals the simulator's distinct-stick count
+  for the dense accesses that layouts produce; an operand every core needs whole (a matmul
+  weight under an M split) is therefore counted once per core, which is what the split
+  decides. A gathered coordinate counts one stick per index element the slice reads (the
+  simulator's footprint assumes the same: no repeated indices).
+- Args in LX cost nothing (sim/cost.py: LX is free in time). Before scratchpad_planning runs,
+  a per-tile buffer is taken to be in LX when its per-core slice fits the budget and, for a
+  read, when this split gives every core the same slice its writer gave it (the condition
+  scratchpad_planning applies, `ir/lx.py`); a read that breaks it costs its bytes from HBM
+  plus the writer's write of the whole buffer, which then has to go to HBM too.
+- compute: matmul MACs / (per-core PT MAC rate × eff(M rows per core)); vector ops points ×
+  weight / (lanes × clock); data movement none. memory: per-core bytes × active cores / the
+  aggregate bandwidth. time = max(compute, memory) + per-op overhead (no ring: reduced vars
+  are never split).
+
+The simulator counts bytes from the sdsc files with its own code (sim/footprint.py), so
+tests/passes/test_work_division_cost.py comparing the two is a real check, not a tautology.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
+from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
+from spyrec.indexing.sticks import stick_info
+from spyrec.ir import Graph, Operation
+from spyrec.ir.graph import Access
+from spyrec.ir.lx import core_boxes
+from spyrec.sim.cost import DEFAULT_PARAMS, CostParams
+from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
+
+
+@dataclass(frozen=True)
+class SplitCost:
+    """One op's estimated time under one split, with its parts (per execution)."""
+
+    time_us: float
+    compute_us: float
+    memory_us: float
+    hbm_bytes_per_core: int
+    cores: int
+
+
+def core0_slice(op: Operation, splits: dict[str, int]) -> dict[str, int]:
+    """Extent of each iteration var in one core's slice (every core's is the same size)."""
+    return {v: n // splits.get(v, 1) for v, n in op.ranges}
+
+
+def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str, int]) -> int:
+    """Sticks of `access` that a core with slice extents `extent` (from 0) touches."""
+    buf = graph.buffers[access.buffer]
+    coords = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                        access.index).coords       # memoized, unlike access_coordinates
+    total = 1
+    for c in coords[:-1]:
+        names, gathers = _leaves(c)
+        if gathers:
+            total *= math.prod(_index_elements(op, g, extent) for g in gathers)
+        elif names:
+            total *= _extent(c, tuple((v, extent[v]) for v in names))
+    return total
+
+
+def _first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int]) -> tuple:
+    """Core 0's box of device coordinates (lanes excluded), as `ir/lx.py core_boxes`."""
+    buf = graph.buffers[access.buffer]
+    coords = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                        access.index).coords       # memoized, unlike access_coordinates
+    extent = core0_slice(op, splits)
+    return tuple(_span(c, tuple((v, extent[v]) for v in _leaves(c)[0])) for c in coords[:-1])
+
+
+@lru_cache(maxsize=1 << 16)
+def _leaves(c: Lin) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(var names, gathered tensor names) of one coordinate, sorted."""
+    atoms = c.free_atoms()
+    return (tuple(sorted(a.name for a in atoms if isinstance(a, Var))),
+            tuple(sorted(a.tensor for a in atoms if isinstance(a, Indirect))))
+
+
+def _extent(c: Lin, extent: tuple[tuple[str, int], ...]) -> int:
+    """Values `c` spans when each of its vars runs from 0 below its extent."""
+    lo, hi = _span(c, extent)
+    return hi - lo + 1
+
+
+@lru_cache(maxsize=1 << 16)
+def _span(c: Lin, extent: tuple[tuple[str, int], ...]) -> tuple[int, int]:
+    """(lo, hi) of `c` when each of its vars runs from 0 below its extent (memoized: the
+    candidates of an op share most per-var extents)."""
+    return value_range(c, Ranges({Var(v): (0, n - 1) for v, n in extent}))
+
+
+def _index_elements(op: Operation, tensor: str, extent: dict[str, int]) -> int:
+    """Elements of index tensor `tensor` one core's slice reads (each a different row)."""
+    access = next(a for a in op.index_inputs if a.buffer == tensor)
+    used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+    return math.prod(n for v, n in extent.items() if v in used)
+
+
+class Producers:
+    """Who wrote each buffer, and the per-core slices the writer's split gave it (cached:
+    the candidates of every reader ask again). Built once per work_division run; a writer's
+    split must be chosen before its boxes are asked for (ops are visited in program order)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.writers: dict[str, Operation] = {}
+        for op in graph.ops:
+            self.writers.setdefault(op.output.buffer, op)
+        self._boxes: dict[str, object] = {}
+
+    def writer(self, buffer: str, reader: Operation) -> Operation | None:
+        """The op that wrote `buffer` before `reader`, once its split is known."""
+        op = self.writers.get(buffer)
+        return None if op is None or op is reader or op.core_splits is None else op
+
+    def boxes(self, buffer: str):
+        if buffer not in self._boxes:
+            op = self.writers[buffer]
+            self._boxes[buffer] = core_boxes(self.graph.buffers[buffer], op, op.output)
+        return self._boxes[buffer]
+
+    def same_slices(self, op: Operation, access: Access, splits: dict[str, int]) -> bool | None:
+        """Does `splits` give each core of `op` the slice of `access`'s buffer its writer gave
+        that core (scratchpad_planning's condition (b))? None: no writer split or a gather."""
+        if self.writer(access.buffer, op) is None:
+            return None
+        used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+        if any(k > 1 and v not in used for v, k in splits.items()):
+            return False
+        writer = self.writers[access.buffer]
+        if _first_box(self.graph, op, access, splits) != \
+                _first_box(self.graph, writer, writer.output, writer.core_splits):
+            return False                  # the cheap test first: core 0's slice
+        theirs = self.boxes(access.buffer)
+        if theirs is None:
+            return None
+        mine = core_boxes(self.graph.buffers[access.buffer],
+                          replace(op, core_splits=dict(splits)), access)
+        return mine == theirs
+
+    def matches(self, op: Operation, splits: dict[str, int]) -> bool:
+        """Does `splits` keep every producer's slices (the tie-break toward LX)?"""
+        return all(self.same_slices(op, a, splits) is not False for a in op.inputs)
+
+
+def estimate(graph: Graph, op: Operation, splits: dict[str, int],
+             producers: Producers | None = None, p: CostParams = DEFAULT_PARAMS) -> SplitCost:
+    """The cost model's time for one execution of `op` split as `splits` (`producers`: to
+    tell whether a per-tile buffer it reads stays in LX; without it every read is HBM)."""
+    extent = core0_slice(op, splits)
+    active = math.prod(splits.values())
+    moved = penalty = 0
+    for is_input, access in [(True, a) for a in op.reads()] + [(False, op.output)]:
+        buf = graph.buffers[access.buffer]
+        sticks = access_sticks(graph, op, access, extent)
+        in_lx = buf.per_tile and sticks * STICK_BYTES <= LX_USABLE_BYTES_PER_CORE
+        if in_lx and is_input:
+            keeps = producers.same_slices(op, access, splits) if producers else False
+            if keeps is False:
+                in_lx = False
+                penalty += buf.layout.device_bytes
+        if not in_lx:
+            moved += sticks * STICK_BYTES
+    memory_s = (moved * active + penalty) / p.hbm_bytes_per_s
+    compute_s = _compute_s(op, extent, p)
+    time_s = max(compute_s, memory_s)
+    return SplitCost(time_us=round(time_s * 1e6 + p.op_overhead_us, 6),
+                     compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
+                     hbm_bytes_per_core=moved, cores=active)
+
+
+def _compute_s(op: Operation, extent: dict[str, int], p: CostParams) -> float:
+    kern = KERNELS[op.op]
+    points = math.prod(extent.values())
+    if kern.cost_class == MOVE:
+        return 0.0
+    if kern.cost_class == MATMUL:
+        rows = math.prod(extent[v] for v in _m_vars(op))
+        passes = max(1.0, rows / p.pt_rows_per_pass)
+        eff = min(1.0, math.sqrt(passes / p.pt_full_efficiency_passes))
+        return points / (p.pt_macs_per_s_per_core * eff)
+    weight = p.transcendental_factor if kern.cost_class == TRANSCENDENTAL else 1.0
+    return points * weight / (p.vector_elems_per_cycle * p.clock_hz)
+
+
+def _m_vars(op: Operation) -> set[str]:
+    """Matmul M (as sim/cost.py): vars of the first operand that the second does not use."""
+    x, y = op.inputs[:2]
+    names = [{a.name for a in acc.index.free_atoms() if isinstance(a, Var)} for acc in (x, y)]
+    return (names[0] - names[1]) - set(op.reduced)
+

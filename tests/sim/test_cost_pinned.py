@@ -1,0 +1,50 @@
+"""The cost model's estimated time pinned on realistic hand-computed cases (issue 10 §5): a
+memory-bound add and a compute-bound matmul, at the sizes and splits the compiler produces.
+Every figure below is worked out from the parameters in spyrec/sim/cost.py (204.8 GB/s shared
+by the active cores, 1.536 TMAC/s per core at full PT efficiency, one fp16 stick of vector
+work per cycle at 1 GHz); a change of a parameter or formula fails here with the numbers."""
+
+import pytest
+
+from spyrec.sim.cost import BUNDLE_OVERHEAD_US
+from spyrec.sim.runner import cost_for_directory
+from tests.sim.builder import elementwise
+
+
+def test_memory_bound_add_fp16_1024x4096_on_32_cores(out):
+    # Each core: 32 rows x 64 sticks of a, b and out = 6144 sticks = 786,432 B; the 32 cores
+    # share 204.8 GB/s: 786432 * 32 / 204.8e9 s = 122.88 us. Compute: 32 * 4096 points / 64
+    # lanes / 1 GHz = 2.048 us. Memory-bound: 122.88 us, i.e. exactly the compulsory
+    # 3 * 8 MiB at the full bandwidth.
+    path = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16",
+                       shape=(1024, 4096), split={"c0": 32}).write()
+    cost = cost_for_directory(path)
+    (op,) = cost["ops"]
+    core = op["per_core"][0]
+    assert core["hbm_read_bytes"] == 2 * 32 * 64 * 128 and core["hbm_write_bytes"] == 32 * 64 * 128
+    assert core["compute_us"] == 2.048 and core["memory_us"] == 122.88
+    assert op["bound"] == "memory" and op["time_us"] == 122.88
+    assert cost["totals"]["time_us"] == pytest.approx(122.88 + BUNDLE_OVERHEAD_US)
+
+
+def test_compute_bound_matmul_fp16_8192x4096x8192_m4_n8(out):
+    # M 8192 split 4 (2048 rows per core: 256 passes of 8, full efficiency), N 8192 = 128
+    # sticks split 8 (1024 columns per core), K 4096 whole.
+    # compute: 2048 * 1024 * 4096 MACs / 1.536e12 MAC/s = 5592.405333 us.
+    # memory per core: x 2048 rows x 64 K-sticks + y 4096 K-rows x 16 N-sticks + z 2048 x 16
+    # = 229,376 sticks = 29,360,128 B; x 32 cores / 204.8e9 = 4587.52 us. Compute-bound.
+    out.input("x", [8192, 4096])
+    out.input("y", [4096, 8192])
+    out.output("z", [8192, 8192])
+    out.op("batchmatmul", {"c0": 8192, "c1": 8192, "r0": 4096},
+           [("x", ["floor(r0/64)", "c0", "Mod(r0, 64)"]),
+            ("y", ["floor(c1/64)", "r0", "Mod(c1, 64)"]),
+            ("z", ["floor(c1/64)", "c0", "Mod(c1, 64)"])], reduced=["r0"],
+           split={"c0": 4, "c1": 8})
+    (op,) = cost_for_directory(out.write())["ops"]
+    core = op["per_core"][0]
+    assert core["hbm_read_bytes"] + core["hbm_write_bytes"] == 229376 * 128
+    assert core["memory_us"] == 4587.52
+    assert core["compute_us"] == 5592.405333
+    assert op["bound"] == "compute" and op["time_us"] == 5592.405333
+    assert op["flops"] == 2 * 8192 * 8192 * 4096
