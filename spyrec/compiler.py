@@ -272,6 +272,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "matmul_padding": ctx.report.get("matmul_padding",
                                          {"count": 0, "elements": 0, "list": []}),
         "gather_coordinates": ctx.report.get("gather_coordinates"),
+        "superdsc_legalize": ctx.report.get("superdsc_legalize"),
         "scratchpad": ctx.report.get("scratchpad"),
         "tiling": ctx.report.get("tiling"),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},

@@ -72,6 +72,9 @@ PASSES: dict[str, PassLoader] = dict([
     # per-tile buffers and accumulator ops.
     _entry("coarse_tiling", "CoarseTiling", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses")),
+    # Reads layouts and accesses; replaces ops SuperDSC cannot address by ops it can (new ops).
+    _entry("superdsc_legalize", "SuperdscLegalize", requires=("layouts",),
+           invalidates=("core_splits", "hbm_addresses")),
     # Reads the output's layout to split whole sticks across cores.
     _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",)),
     # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops).
