@@ -8,7 +8,7 @@ variable (a diagonal view), or a variable whose digits a core split would cut un
 
 Reads: ops, their accesses and loops, buffer layouts (after stick_layout, matmul_padding and
 coarse_tiling). Writes: replaces such an op by equivalent ops over rewritten iteration
-variables (names `<op>.<var>=<j>` for the pieces), and the `superdsc_legalize` report row.
+variables (names `<op>.<var>_<j>` for the pieces), and the `superdsc_legalize` report row.
 Guarantees: codegen's own test (`sdsc_dims.op_dims`, then `digit_splits` for every core split
 work_division could choose) accepts every op, or the compile stops with UnsupportedProgram
 naming every op it could not legalize and its source line.
@@ -203,7 +203,7 @@ def fix(op: Operation, v: str, m: int) -> list[Operation]:
         else:
             mapping = {Var(v): var(v).scale(m) + j}
             ranges = tuple((name, k // m if name == v else k) for name, k in op.ranges)
-        pieces.append(_rewritten(op, mapping, ranges, op.reduced, f"{op.name}.{v}={j}"))
+        pieces.append(_rewritten(op, mapping, ranges, op.reduced, f"{op.name}.{v}_{j}"))
     return pieces
 
 
