@@ -157,6 +157,18 @@ def digit_splits(var_digits: dict[str, list[Digit]],
     return splits
 
 
+def check_core_split(dims: OpDims, iteration_space: dict[str, tuple[int, int]]) -> None:
+    """Raise NotExpressible unless the op's core split is SuperDSC: it cuts no var's digits
+    unevenly (`digit_splits`) and gives every core whole sticks of each tensor's stick dim (a
+    start address has no lane offset). The emitter checks the same per core."""
+    splits = digit_splits(dims.var_digits, iteration_space)
+    for i, t in enumerate(dims.tensors):
+        k = splits.get(t.stick, 1) if t.stick is not None else 1
+        if k > 1 and (t.stick.size // k) % t.elems_per_stick:
+            raise NotExpressible(f"a split of {t.stick.var} over {k} cores would start arg {i} "
+                                 f"inside a stick ({t.stick.size // k} elements per core)")
+
+
 def _stick_var(coords: tuple[Lin, ...], e: int) -> tuple[str | Indirect | None, int]:
     """The variable in the lanes and its lane shift: `Mod(v + k, E)` or a bare `v + k` (a view
     that starts k elements into the stick dim: `x[..., 16:]`); an index tensor's value for an

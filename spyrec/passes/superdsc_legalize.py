@@ -6,12 +6,14 @@ SuperDSC describes a tensor as nested dims over whole sticks with one variable i
 a stick (lane `Mod(r0, 32)` of a 64-lane stick), coordinates that are not digits of one
 variable (a diagonal view), or a variable whose digits a core split would cut unevenly.
 
-Reads: ops, their accesses and loops, buffer layouts (after stick_layout, matmul_padding and
-coarse_tiling). Writes: replaces such an op by equivalent ops over rewritten iteration
-variables (names `<op>.<var>_<j>` for the pieces), and the `superdsc_legalize` report row.
-Guarantees: codegen's own test (`sdsc_dims.op_dims`, then `digit_splits` for every core split
-work_division could choose) accepts every op, or the compile stops with UnsupportedProgram
-naming every op it could not legalize and its source line.
+Reads: ops, their accesses, loops and core splits, buffer layouts (after work_division, whose
+split decides whether a view's digits are cut unevenly). Writes: replaces such an op by
+equivalent ops over rewritten iteration variables (names `<op>.<var>_<j>` for the pieces),
+each keeping the core split of the vars it kept whole, or on one core when that split is not
+expressible; the `superdsc_legalize` report row.
+Guarantees: codegen's own tests (`sdsc_dims.op_dims`, then `check_core_split` with the op's
+split) accept every op, or the compile stops with UnsupportedProgram naming every op it could
+not legalize and its source line.
 
 Two rewrites, composed by a small search that keeps the fewest ops (each candidate is judged
 by the emitter's own test, so the pass and codegen never disagree):
@@ -29,8 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from spyrec.codegen.sdsc_dims import NotExpressible, digit_splits, op_dims
-from spyrec.device import CORES
+from spyrec.codegen.sdsc_dims import NotExpressible, check_core_split, op_dims
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import FloorDiv, Lin, Mod, Var, substitute, var
 from spyrec.indexing.sticks import access_coordinates
@@ -81,17 +82,15 @@ class SuperdscLegalize(Pass):
                                            "list": rows}
 
 
-def why_not_expressible(graph: Graph, op: Operation) -> str | None:
-    """Why codegen could not write `op` as SuperDSC whatever work_division chooses (None: it
-    can): `op_dims` on the op's device coordinates, then every core split of every variable."""
+def why_not_expressible(graph: Graph, op: Operation,
+                        splits: dict[str, int] | None = None) -> str | None:
+    """Why codegen could not write `op` as SuperDSC with core `splits` (default: the op's own;
+    none: one core), or None when it can: `op_dims` on the op's device coordinates, then
+    `check_core_split`: the emitter's own tests."""
+    splits = splits if splits is not None else op.core_splits or {}
     try:
         dims = op_dims(list(op.ranges), *_arg_facts(graph, op))
-        for v, n in op.ranges:
-            if len(dims.var_digits[v]) < 2 or v in op.reduced:
-                continue
-            for k in range(2, min(n, CORES) + 1):
-                if n % k == 0:
-                    digit_splits({v: dims.var_digits[v]}, {v: (n, k)})
+        check_core_split(dims, {v: (n, splits.get(v, 1)) for v, n in op.ranges})
     except NotExpressible as e:
         return str(e)
     return None
@@ -112,9 +111,13 @@ def _arg_facts(graph: Graph, op: Operation) -> tuple[list, list, list, list]:
 
 
 def _legalize(graph: Graph, op: Operation, depth: int, budget: int) -> list[Operation] | None:
-    """The fewest expressible ops equal to `op` (at most `budget`), or None."""
+    """The fewest expressible ops equal to `op` (at most `budget`), or None. A piece keeps the
+    core split of each var it kept whole, or runs on one core when that split is not
+    expressible (work_division has run; pieces are small copies)."""
     if why_not_expressible(graph, op) is None:
         return [op]
+    if op.core_splits and why_not_expressible(graph, op, {}) is None:
+        return [replace(op, core_splits={v: 1 for v, _ in op.ranges})]
     if depth == 0:
         return None
     best: list[Operation] | None = None
@@ -211,9 +214,13 @@ def _rewritten(op: Operation, mapping: dict, ranges: tuple, reduced: tuple,
                name: str) -> Operation:
     def sub(a: Access) -> Access:
         return Access(a.buffer, substitute(a.index, mapping))
+    before = dict(op.ranges)
+    splits = op.core_splits or {}
+    kept = {v: splits.get(v, 1) if before.get(v) == n else 1 for v, n in ranges}
     return replace(op, name=name, ranges=ranges, reduced=reduced,
                    inputs=tuple(sub(a) for a in op.inputs), output=sub(op.output),
-                   index_inputs=tuple(sub(a) for a in op.index_inputs), core_splits=None)
+                   index_inputs=tuple(sub(a) for a in op.index_inputs),
+                   core_splits=kept if op.core_splits is not None else None)
 
 
 def _fresh(prefix: str, taken: set[str]) -> str:

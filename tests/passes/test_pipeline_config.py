@@ -10,13 +10,13 @@ def test_default_pipeline_reads():
     entries, where = read_pipeline_file(None)
     names = [p.name for p in build_pipeline(entries, where=where)]
     assert names == ["gather_coordinates", "stick_layout", "matmul_padding", "coarse_tiling",
-                     "superdsc_legalize", "work_division", "scratchpad_planning", "memory_planning"]
+                     "work_division", "superdsc_legalize", "scratchpad_planning", "memory_planning"]
 
 
 def test_set_overrides_one_option():
     entries, _ = read_pipeline_file(None)
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
-    assert describe(pipeline)[5] == {"pass": "work_division", "options": {"cores": 8}}
+    assert describe(pipeline)[4] == {"pass": "work_division", "options": {"cores": 8}}
 
 
 def test_unknown_pass_lists_valid_names():
