@@ -12,8 +12,9 @@ equivalent ops over rewritten iteration variables (names `<op>.<var>_<j>` for th
 each keeping the core split of the vars it kept whole, or on one core when that split is not
 expressible; the `superdsc_legalize` report row.
 Guarantees: codegen's own tests (`sdsc_dims.op_dims`, then `check_core_split` with the op's
-split) accept every op, or the compile stops with UnsupportedProgram naming every op it could
-not legalize and its source line.
+split) accept every op, except those listed under `left` (no rewrite found: a constant lane
+offset such as `x[..., 2]`, or per-element pieces that need one): with `refuse: true` the
+compile stops instead, naming every such op and its source line.
 
 Two rewrites, composed by a small search that keeps the fewest ops (each candidate is judged
 by the emitter's own test, so the pass and codegen never disagree):
@@ -47,6 +48,9 @@ _DEPTH = 3
 @dataclass(frozen=True)
 class SuperdscLegalize(Pass):
     max_pieces: int = _MAX_PIECES
+    # false (for now): an op no rewrite fixes is left to codegen's own-form fallback and listed
+    # under `left`; true: the compile stops naming it (once the fallback is gone, the only way)
+    refuse: bool = False
 
     def _check_options(self) -> None:
         if self.max_pieces < 1:
@@ -58,6 +62,7 @@ class SuperdscLegalize(Pass):
         new_ops: list[Operation] = []
         rows: list[dict] = []
         refused: list[str] = []
+        left: list[dict] = []
         for op in graph.ops:
             reason = why_not_expressible(graph, op)
             if reason is None:
@@ -67,11 +72,13 @@ class SuperdscLegalize(Pass):
             if pieces is None:
                 where = f" ({op.source})" if op.source else ""
                 refused.append(f"op {op.name}{where}: {reason}")
+                left.append({"op": op.name, "reason": reason})
+                new_ops.append(op)
                 continue
             new_ops += pieces
             rows.append({"op": op.name, "reason": reason, "ops": len(pieces),
                          "rewrite": _describe(op, pieces)})
-        if refused:
+        if refused and self.refuse:
             raise UnsupportedProgram(
                 "no SuperDSC form found for " + "; ".join(refused) +
                 " — the Spyre backend cannot address these views; copy the tensor "
@@ -79,7 +86,7 @@ class SuperdscLegalize(Pass):
         graph.ops = new_ops
         ctx.report["superdsc_legalize"] = {"count": len(rows),
                                            "ops_added": sum(r["ops"] - 1 for r in rows),
-                                           "list": rows}
+                                           "list": rows, "left": left}
 
 
 def why_not_expressible(graph: Graph, op: Operation,
