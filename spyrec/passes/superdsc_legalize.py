@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from spyrec.codegen.sdsc_dims import NotExpressible, check_core_split, op_dims
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import FloorDiv, Lin, Mod, Var, substitute, var
 from spyrec.indexing.sticks import access_coordinates
@@ -94,6 +93,10 @@ def why_not_expressible(graph: Graph, op: Operation,
     """Why codegen could not write `op` as SuperDSC with core `splits` (default: the op's own;
     none: one core), or None when it can: `op_dims` on the op's device coordinates, then
     `check_core_split`: the emitter's own tests."""
+    # the emitter's own module; imported here because spyrec.codegen pulls in jinja2, which
+    # the pipeline check at startup must not (tests/cli/test_startup.py)
+    from spyrec.codegen.sdsc_dims import NotExpressible, check_core_split, op_dims
+
     splits = splits if splits is not None else op.core_splits or {}
     try:
         dims = op_dims(list(op.ranges), *_arg_facts(graph, op))
