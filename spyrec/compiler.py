@@ -273,6 +273,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "matmul_padding": ctx.report.get("matmul_padding",
                                          {"count": 0, "elements": 0, "list": []}),
         "gather_coordinates": ctx.report.get("gather_coordinates"),
+        "superdsc_legalize": ctx.report.get("superdsc_legalize"),
         "scratchpad": ctx.report.get("scratchpad"),
         "tiling": ctx.report.get("tiling"),
         "work_division": ctx.report.get("work_division"),

@@ -140,6 +140,43 @@ def op_dims(var_ranges: list[tuple[str, int]], coords: list[tuple[Lin, ...]],
     return OpDims(synthetic + digits, tensors, var_digits)
 
 
+def digit_splits(var_digits: dict[str, list[Digit]],
+                 iteration_space: dict[str, tuple[int, int]]) -> dict[Digit, int]:
+    """Each var's core split in SuperDSC dims (F §2.9): k contiguous slices of a var with
+    digits (most significant first) of sizes s1, s2, … are the product of splitting s1
+    by k when s1 divides by k, or else s1 whole and the rest, k/s1, over the next digits
+    (a var cut in two by a view, split over more cores than its top digit has values).
+    `iteration_space` is {var: (range, cores)}; digits not split are absent."""
+    splits: dict[Digit, int] = {}
+    for v, (n, k) in iteration_space.items():
+        rest = k
+        for d in var_digits[v]:
+            if rest == 1:
+                break
+            if d.size % rest == 0:
+                splits[d], rest = rest, 1
+            elif rest % d.size == 0:
+                splits[d], rest = d.size, rest // d.size
+            else:
+                break
+        if rest != 1:
+            raise NotExpressible(f"the split of {v} (range {n}) over {k} cores cuts its "
+                                 f"digits {[d.size for d in var_digits[v]]} unevenly")
+    return splits
+
+
+def check_core_split(dims: OpDims, iteration_space: dict[str, tuple[int, int]]) -> None:
+    """Raise NotExpressible unless the op's core split is SuperDSC: it cuts no var's digits
+    unevenly (`digit_splits`) and gives every core whole sticks of each tensor's stick dim (a
+    start address has no lane offset). The emitter checks the same per core."""
+    splits = digit_splits(dims.var_digits, iteration_space)
+    for i, t in enumerate(dims.tensors):
+        k = splits.get(t.stick, 1) if t.stick is not None else 1
+        if k > 1 and (t.stick.size // k) % t.elems_per_stick:
+            raise NotExpressible(f"a split of {t.stick.var} over {k} cores would start arg {i} "
+                                 f"inside a stick ({t.stick.size // k} elements per core)")
+
+
 def _stick_var(coords: tuple[Lin, ...], e: int) -> tuple[str | Indirect | None, int]:
     """The variable in the lanes and its lane shift: `Mod(v + k, E)` or a bare `v + k` (a view
     that starts k elements into the stick dim: `x[..., 16:]`); an index tensor's value for an

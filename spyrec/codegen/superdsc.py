@@ -40,7 +40,9 @@ import math
 import struct
 from functools import cached_property
 
-from spyrec.codegen.sdsc_dims import Digit, NotExpressible, OpDims, TensorDims, op_dims
+from spyrec.codegen.sdsc_dims import (
+    Digit, NotExpressible, OpDims, TensorDims, digit_splits, op_dims,
+)
 from spyrec.codegen.symbols import SymbolTable
 from spyrec.errors import InternalError, UnsupportedProgram
 from spyrec.indexing import Indirect
@@ -107,35 +109,14 @@ class _Emitter:
             # a stickless tensor over every dim: its sparse stick is an extra size-1 dim
             self.digits = self.digits + [Digit("", len(self.digits) + 1000, 1)]
         self.names = dict(zip(self.digits, label_names(len(self.digits), self.matmul)))
-        self.splits = self._digit_splits(dims)
+        split = digit_splits(dims.var_digits, self.spec["iteration_space"])
+        self.splits = {d: split.get(d, 1) for d in self.digits}
         self.nc = math.prod(self.splits.values())
         self.sizes = {d: d.size for d in self.digits}
         self.masking = self._masking(dims)
         self.core_slices = self._core_slices()
 
     # --- op level ---------------------------------------------------------------------------
-
-    def _digit_splits(self, dims: OpDims) -> dict[Digit, int]:
-        """Each var's core split in SuperDSC dims (F §2.9): k contiguous slices of a var with
-        digits (most significant first) of sizes s1, s2, … are the product of splitting s1
-        by k when s1 divides by k, or else s1 whole and the rest, k/s1, over the next digits
-        (a var cut in two by a view, split over more cores than its top digit has values)."""
-        splits = {d: 1 for d in self.digits}
-        for v, (n, k) in self.spec["iteration_space"].items():
-            rest = k
-            for d in dims.var_digits[v]:
-                if rest == 1:
-                    break
-                if d.size % rest == 0:
-                    splits[d], rest = rest, 1
-                elif rest % d.size == 0:
-                    splits[d], rest = d.size, rest // d.size
-                else:
-                    break
-            if rest != 1:
-                raise NotExpressible(f"the split of {v} (range {n}) over {k} cores cuts its "
-                                     f"digits {[d.size for d in dims.var_digits[v]]} unevenly")
-        return splits
 
     def _masking(self, dims: OpDims) -> dict[Digit, tuple[int, int]]:
         """A reduction over a partial stick runs over whole sticks and masks the padding lanes

@@ -74,6 +74,10 @@ PASSES: dict[str, PassLoader] = dict([
            invalidates=("core_splits", "hbm_addresses")),
     # Reads the output's layout to split whole sticks across cores.
     _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",)),
+    # Reads layouts, accesses and core splits; replaces ops SuperDSC cannot address by ops it
+    # can (new ops, each with a core split).
+    _entry("superdsc_legalize", "SuperdscLegalize", requires=("layouts", "core_splits"),
+           invalidates=("hbm_addresses",)),
     # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops).
     _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits")),
     # Reads every buffer's device bytes; addresses every buffer that has none.

@@ -15,8 +15,8 @@ from spyrec.ir.printer import format_graph
 from tests.programs import Lambda, export
 
 STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_stick_layout.ir", "03_matmul_padding.ir",
-         "04_coarse_tiling.ir", "05_work_division.ir", "06_scratchpad_planning.ir",
-         "07_memory_planning.ir"]
+         "04_coarse_tiling.ir", "05_work_division.ir", "06_superdsc_legalize.ir",
+         "07_scratchpad_planning.ir", "08_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     assert " cores [" in texts[5] and " cores [" not in texts[4]
     # each buffer in HBM (memory_planning) or in LX (scratchpad_planning), never both
     assert all((b.hbm_address is None) != (b.lx_address is None)
-               for b in graphs[7].buffers.values())
+               for b in graphs[8].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -94,7 +94,7 @@ def test_print_ir_before_and_dump_after_go_to_stderr(pt2, tmp_path, capsys):
 def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     assert run("compile", pt2, "-o", tmp_path / "out", flag, "work_divison") == 2
     valid = ("gather_coordinates, stick_layout, matmul_padding, coarse_tiling, work_division, "
-             "scratchpad_planning, memory_planning")
+             "superdsc_legalize, scratchpad_planning, memory_planning")
     valid = f"all, lower, {valid}" if flag == "--dump-after" else valid
     assert capsys.readouterr().err == (f"spyrec: {flag} 'work_divison': not a pass of this "
                                        f"pipeline; choose one of: {valid}\n")

@@ -10,7 +10,7 @@ def test_default_pipeline_reads():
     entries, where = read_pipeline_file(None)
     names = [p.name for p in build_pipeline(entries, where=where)]
     assert names == ["gather_coordinates", "stick_layout", "matmul_padding", "coarse_tiling",
-                     "work_division", "scratchpad_planning", "memory_planning"]
+                     "work_division", "superdsc_legalize", "scratchpad_planning", "memory_planning"]
 
 
 def test_set_overrides_one_option():

@@ -1,0 +1,246 @@
+"""superdsc_legalize — rewrite every op SuperDSC cannot address into ops it can.
+
+SuperDSC describes a tensor as nested dims over whole sticks with one variable in the lanes
+(codegen/sdsc_dims.py). Views produce accesses outside that form: two variables in one stick
+(two 32-wide heads in a 64-lane fp16 stick: lane `r0 + 32*Mod(c1, 2)`), a variable cut inside
+a stick (lane `Mod(r0, 32)` of a 64-lane stick), coordinates that are not digits of one
+variable (a diagonal view), or a variable whose digits a core split would cut unevenly.
+
+Reads: ops, their accesses, loops and core splits, buffer layouts (after work_division, whose
+split decides whether a view's digits are cut unevenly). Writes: replaces such an op by
+equivalent ops over rewritten iteration variables (names `<op>.<var>_<j>` for the pieces),
+each keeping the core split of the vars it kept whole, or on one core when that split is not
+expressible; the `superdsc_legalize` report row.
+Guarantees: codegen's own tests (`sdsc_dims.op_dims`, then `check_core_split` with the op's
+split) accept every op, except those listed under `left` (no rewrite found: a constant lane
+offset such as `x[..., 2]`, or per-element pieces that need one): with `refuse: true` the
+compile stops instead, naming every such op and its source line.
+
+Two rewrites, composed by a small search that keeps the fewest ops (each candidate is judged
+by the emitter's own test, so the pass and codegen never disagree):
+- refine `v` at `m`: `v = m·v_hi + v_lo`, two variables where one was (no new op). A variable
+  cut inside its stick becomes a clean stick variable; a view's digits become variables a core
+  split cannot cut.
+- fix `v` modulo `m`: `m` ops, op `j` over `v = m·v' + j` (`v` dropped when `m` is its range).
+  Two variables in one stick become one variable plus a constant lane shift (`c3 + 32·j`,
+  the stick fold's `beta_`); a diagonal view becomes per-element ops when it is small.
+Reduced variables are never fixed (that would need partial results combined), variables of a
+tiling loop are left alone (the loop divides them), a matmul's K is never refined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from spyrec.errors import UnsupportedProgram
+from spyrec.indexing import FloorDiv, Lin, Mod, Var, substitute, var
+from spyrec.indexing.sticks import access_coordinates
+from spyrec.ir import Access, Graph, Operation
+from spyrec.passes.registry import CompileContext, Pass, register_pass
+
+# The most ops one op may become (a fix of a small diagonal view is per element).
+_MAX_PIECES = 128
+_DEPTH = 3
+
+
+@register_pass("superdsc_legalize")
+@dataclass(frozen=True)
+class SuperdscLegalize(Pass):
+    max_pieces: int = _MAX_PIECES
+    # false (for now): an op no rewrite fixes is left to codegen's own-form fallback and listed
+    # under `left`; true: the compile stops naming it (once the fallback is gone, the only way)
+    refuse: bool = False
+
+    def _check_options(self) -> None:
+        if self.max_pieces < 1:
+            from spyrec.errors import ConfigError
+            raise ConfigError(f"superdsc_legalize.max_pieces must be at least 1, got "
+                              f"{self.max_pieces}")
+
+    def run(self, graph: Graph, ctx: CompileContext) -> None:
+        new_ops: list[Operation] = []
+        rows: list[dict] = []
+        refused: list[str] = []
+        left: list[dict] = []
+        for op in graph.ops:
+            reason = why_not_expressible(graph, op)
+            if reason is None:
+                new_ops.append(op)
+                continue
+            pieces = _legalize(graph, op, _DEPTH, self.max_pieces)
+            if pieces is None:
+                where = f" ({op.source})" if op.source else ""
+                refused.append(f"op {op.name}{where}: {reason}")
+                left.append({"op": op.name, "reason": reason})
+                new_ops.append(op)
+                continue
+            new_ops += pieces
+            rows.append({"op": op.name, "reason": reason, "ops": len(pieces),
+                         "rewrite": _describe(op, pieces)})
+        if refused and self.refuse:
+            raise UnsupportedProgram(
+                "no SuperDSC form found for " + "; ".join(refused) +
+                " — the Spyre backend cannot address these views; copy the tensor "
+                "(.contiguous()) before the op")
+        graph.ops = new_ops
+        ctx.report["superdsc_legalize"] = {"count": len(rows),
+                                           "ops_added": sum(r["ops"] - 1 for r in rows),
+                                           "list": rows, "left": left}
+
+
+def why_not_expressible(graph: Graph, op: Operation,
+                        splits: dict[str, int] | None = None) -> str | None:
+    """Why codegen could not write `op` as SuperDSC with core `splits` (default: the op's own;
+    none: one core), or None when it can: `op_dims` on the op's device coordinates, then
+    `check_core_split`: the emitter's own tests."""
+    # the emitter's own module; imported here because spyrec.codegen pulls in jinja2, which
+    # the pipeline check at startup must not (tests/cli/test_startup.py)
+    from spyrec.codegen.sdsc_dims import NotExpressible, check_core_split, op_dims
+
+    splits = splits if splits is not None else op.core_splits or {}
+    try:
+        dims = op_dims(list(op.ranges), *_arg_facts(graph, op))
+        check_core_split(dims, {v: (n, splits.get(v, 1)) for v, n in op.ranges})
+    except NotExpressible as e:
+        return str(e)
+    return None
+
+
+def _arg_facts(graph: Graph, op: Operation) -> tuple[list, list, list, list]:
+    """Per arg, in arg order (as codegen/opspec.py builds them): device coordinates, device
+    sizes, device element strides, elements per stick."""
+    coords, sizes, strides, elems = [], [], [], []
+    for _, access in op.accesses():
+        buf = graph.buffers[access.buffer]
+        coords.append(access_coordinates(tuple(buf.host_size), buf.host_strides, buf.layout,
+                                          op.var_ranges, access.index))
+        sizes.append(buf.layout.device_size)
+        strides.append(buf.layout.device_strides_elems)
+        elems.append(buf.layout.elems_per_stick)
+    return coords, sizes, strides, elems
+
+
+def _legalize(graph: Graph, op: Operation, depth: int, budget: int) -> list[Operation] | None:
+    """The fewest expressible ops equal to `op` (at most `budget`), or None. A piece keeps the
+    core split of each var it kept whole, or runs on one core when that split is not
+    expressible (work_division has run; pieces are small copies)."""
+    if why_not_expressible(graph, op) is None:
+        return [op]
+    if op.core_splits and why_not_expressible(graph, op, {}) is None:
+        return [replace(op, core_splits={v: 1 for v, _ in op.ranges})]
+    if depth == 0:
+        return None
+    best: list[Operation] | None = None
+    for cost, rewrite in _candidates(graph, op):
+        limit = budget if best is None else min(budget, len(best) - 1)
+        if cost > limit:
+            continue
+        out: list[Operation] = []
+        for piece in rewrite():
+            legal = _legalize(graph, piece, depth - 1, limit - len(out))
+            if legal is None or len(out) + len(legal) > limit:
+                out = []
+                break
+            out += legal
+        if out:
+            best = out
+            if len(best) == 1:
+                break
+    return best
+
+
+def _candidates(graph: Graph, op: Operation) -> list[tuple[int, object]]:
+    """(ops it makes, thunk) for every refine and fix the op's coordinates suggest, cheapest
+    first."""
+    tiled = {v for loop in op.loops for v in loop.tiled}
+    ranges = dict(op.ranges)
+    coords = _arg_facts(graph, op)[0]
+    moduli: dict[str, set[int]] = {v: set() for v in ranges}
+    for arg in coords:
+        for c in arg:
+            _collect_moduli(c, moduli)
+    out = []
+    for v, n in op.ranges:
+        if v in tiled or n < 2:
+            continue
+        cuts = {m for m in moduli[v] if 1 < m < n and n % m == 0}
+        matmul_k = op.op == "batchmatmul" and v in op.reduced
+        for m in sorted(cuts):
+            if not matmul_k:
+                out.append((1, _thunk(refine, op, v, m)))
+        if v not in op.reduced:
+            for m in sorted(cuts | {n}):
+                out.append((m, _thunk(fix, op, v, m)))
+    return sorted(out, key=lambda c: c[0])
+
+
+def _thunk(fn, *args):
+    return lambda: fn(*args)
+
+
+def _collect_moduli(e: Lin, moduli: dict[str, set[int]]) -> None:
+    """Every `m` at which a coordinate cuts a variable: `Mod(a·v + …, m)` and
+    `floor((a·v + …)/m)` cut `v` every m/gcd(a, m) values."""
+    from math import gcd
+
+    for atom in e.atoms():
+        if isinstance(atom, (Mod, FloorDiv)):
+            m = atom.modulus if isinstance(atom, Mod) else atom.divisor
+            for inner, a in atom.num.terms:
+                if isinstance(inner, Var) and inner.name in moduli:
+                    moduli[inner.name].add(m // gcd(abs(a), m))
+            _collect_moduli(atom.num, moduli)
+
+
+def refine(op: Operation, v: str, m: int) -> list[Operation]:
+    """`op` with `v` (range n) as two variables: `v = m·hi + lo`, hi < n/m, lo < m."""
+    names = {name for name, _ in op.ranges}
+    hi, lo = _fresh(v[0], names), None
+    lo = _fresh(v[0], names | {hi})
+    mapping = {Var(v): var(hi).scale(m) + var(lo)}
+    ranges = []
+    for name, n in op.ranges:
+        ranges += [(hi, n // m), (lo, m)] if name == v else [(name, n)]
+    reduced = tuple(x for r in op.reduced for x in ((hi, lo) if r == v else (r,)))
+    return [_rewritten(op, mapping, tuple(ranges), reduced, op.name)]
+
+
+def fix(op: Operation, v: str, m: int) -> list[Operation]:
+    """`m` ops; op `j` runs over `v = m·v' + j` (v' < n/m; dropped when m = n)."""
+    n = dict(op.ranges)[v]
+    pieces = []
+    for j in range(m):
+        if m == n:
+            mapping = {Var(v): Lin(const=j)}
+            ranges = tuple(r for r in op.ranges if r[0] != v)
+        else:
+            mapping = {Var(v): var(v).scale(m) + j}
+            ranges = tuple((name, k // m if name == v else k) for name, k in op.ranges)
+        pieces.append(_rewritten(op, mapping, ranges, op.reduced, f"{op.name}.{v}_{j}"))
+    return pieces
+
+
+def _rewritten(op: Operation, mapping: dict, ranges: tuple, reduced: tuple,
+               name: str) -> Operation:
+    def sub(a: Access) -> Access:
+        return Access(a.buffer, substitute(a.index, mapping))
+    before = dict(op.ranges)
+    splits = op.core_splits or {}
+    kept = {v: splits.get(v, 1) if before.get(v) == n else 1 for v, n in ranges}
+    return replace(op, name=name, ranges=ranges, reduced=reduced,
+                   inputs=tuple(sub(a) for a in op.inputs), output=sub(op.output),
+                   index_inputs=tuple(sub(a) for a in op.index_inputs),
+                   core_splits=kept if op.core_splits is not None else None)
+
+
+def _fresh(prefix: str, taken: set[str]) -> str:
+    k = 0
+    while f"{prefix}{k}" in taken:
+        k += 1
+    return f"{prefix}{k}"
+
+
+def _describe(op: Operation, pieces: list[Operation]) -> str:
+    before = ", ".join(f"{v}<{n}" for v, n in op.ranges)
+    after = ", ".join(f"{v}<{n}" for v, n in pieces[0].ranges)
+    return f"{len(pieces)} op(s) over [{after}] for [{before}]"
