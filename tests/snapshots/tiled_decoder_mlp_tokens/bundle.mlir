@@ -70,8 +70,8 @@ module {
     %sym_64 = arith.constant 7936 : index
     %sym_65 = arith.constant 0 : index
     %sym_66 = arith.constant 65536 : index
-    %sym_67 = arith.constant 1016320 : index
-    %sym_68 = arith.constant 1081856 : index
+    %sym_67 = arith.constant 918016 : index
+    %sym_68 = arith.constant 983552 : index
     scf.for %i_0 = %c0 to %loop_bound_0 step %c1 {
       %addr_1 = affine.apply #map_0(%i_0)[%sym_1]
       %addr_2 = affine.apply #map_0(%i_0)[%sym_2]
