@@ -36,13 +36,20 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 @dataclass(frozen=True)
 class WorkDivision(Pass):
     cores: int = CORES
+    # cost: the cheapest split by the cost model; greedy: the fixed order (the baseline the
+    # report compares with; also what a test uses to pin a split over a given core count)
+    strategy: str = "cost"
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
+        from spyrec.errors import ConfigError
+
         if not 1 <= self.cores <= CORES:
-            from spyrec.errors import ConfigError
             raise ConfigError(f"work_division.cores must be between 1 and {CORES}, got "
                               f"{self.cores}")
+        if self.strategy not in ("cost", "greedy"):
+            raise ConfigError(f"work_division.strategy must be cost or greedy, got "
+                              f"{self.strategy!r}")
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()
@@ -59,6 +66,8 @@ class WorkDivision(Pass):
         """One op's split and its report row (the producers' splits are already chosen)."""
         sticks = stick_vars(graph, op)
         greedy = greedy_split(op, sticks, self.cores)
+        if self.strategy == "greedy":
+            return greedy, {}
         return choose(graph, op, sticks, greedy, self.cores, producers, memo)
 
 

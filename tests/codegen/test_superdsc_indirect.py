@@ -22,7 +22,7 @@ I = torch.tensor
 def _build(tmp: Path, fn, inputs, cores: int) -> Path:
     # intermediates stay in HBM: these tests read their concrete start addresses
     out = compile_pt2(export(tmp, Lambda(fn), inputs, "prog"), tmp / "out",
-                      sets=[f"work_division.cores={cores}",
+                      sets=[f"work_division.cores={cores}", "work_division.strategy=greedy",
                             "scratchpad_planning.intermediates=false"])
     names = json.loads((out / "manifest.json").read_text())["inputs"]
     got = simulate(out, {n: t.numpy() for n, t in zip(names, inputs)}).outputs[0]

@@ -16,7 +16,8 @@ def test_default_pipeline_reads():
 def test_set_overrides_one_option():
     entries, _ = read_pipeline_file(None)
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
-    assert describe(pipeline)[4] == {"pass": "work_division", "options": {"cores": 8}}
+    assert describe(pipeline)[4] == {"pass": "work_division",
+                                     "options": {"cores": 8, "strategy": "cost"}}
 
 
 def test_unknown_pass_lists_valid_names():
