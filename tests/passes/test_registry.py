@@ -59,6 +59,7 @@ def test_list_passes_shows_options_defaults_types_and_docs():
     assert [b.split(" ")[0] for b in text.strip().split("\n\n")] == list(PASSES)
     assert "work_division — split every op's iteration space across the cores.\n" \
            "    cores: int = 32\n" \
+           "    strategy: str = 'cost'\n" \
            "    needs: a device layout for every buffer\n" \
            "    provides: core splits for every op" in text
     assert "matmul_padding — zero-pad K of the matmul operand that carries N " \
