@@ -166,3 +166,15 @@ def test_mode_auto_in_the_pipeline_is_the_same_as_the_flag(tmp_path):
     b = compile_pt2(pt2, tmp_path / "set", sets=["coarse_tiling.mode=auto"])
     assert (a / "bundle.mlir").read_text() == (b / "bundle.mlir").read_text()
     assert (a / "tiling.yaml").read_text() == (b / "tiling.yaml").read_text()
+
+
+def test_an_auto_choice_of_nothing_passes_back_as_the_same_untiled_program(tmp_path):
+    """When nothing pays, tiling.yaml says so and holds `dims: {}` / `groups: []`, which
+    --tiling accepts as "no loops": the careless user who passes it back gets the same
+    program, not an error."""
+    module, inputs = TILING_SAMPLES["seed_add_mul"]()
+    pt2 = export(tmp_path, module, inputs)
+    auto = compile_pt2(pt2, tmp_path / "auto", tiling=Path("auto"))
+    assert yaml.safe_load((auto / "tiling.yaml").read_text()) == {"dims": {}, "groups": []}
+    again = compile_pt2(pt2, tmp_path / "again", tiling=auto / "tiling.yaml")
+    assert (again / "bundle.mlir").read_bytes() == (auto / "bundle.mlir").read_bytes()

@@ -405,7 +405,8 @@ def _yaml(result: AutoResult, graph: Graph, dims: dict, budget: int, source: str
              f"groups of ops."]
     if result.config is None:
         lines += ["#", "# No tiling moves fewer bytes than the untiled program, so nothing is",
-                  "# tiled: compile without --tiling for the same program."]
+                  "# tiled: this file (no groups) gives the untiled program.",
+                  "dims: {}", "groups: []"]
         return "\n".join(lines) + "\n"
     saved = sum(c.saved_bytes for c in result.groups)
     lines += [f"# In total the groups below save {saved:,} bytes of device-memory traffic.",

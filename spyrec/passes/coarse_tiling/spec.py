@@ -75,8 +75,10 @@ def check_shape(data, where: str) -> TilingSpec:
     for key in ("dims", "groups"):
         if key not in data:
             raise ConfigError(f"{where}: no {key!r}; a tiling file is {TILING_FORM}")
-    dims = _dims(data["dims"], where)
     groups = data["groups"]
+    if groups == [] and data["dims"] in ({}, None):
+        return TilingSpec({}, ())      # no group, no loops: what auto writes when nothing pays
+    dims = _dims(data["dims"], where)
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"{where}: groups must be a non-empty list of {{ops: [...] | scope: "
                           f"..., loops: [...]}}, got {groups!r}")
