@@ -6,7 +6,6 @@ Progress and `--dump-after` text go to stderr; nothing is printed on stdout.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from dataclasses import dataclass, field

@@ -158,6 +158,27 @@ class Operation:
         return any(isinstance(leaf, Indirect) for leaf in self.output.index.free_atoms())
 
 
+def outer_loop_spans(ops: list[Operation]) -> list[tuple[int, int]]:
+    """Per op, the first and last op index of the outermost loop instance it runs in (a run
+    of consecutive ops sharing their outermost loop's key and count, as codegen nests them);
+    (i, i) for an op outside loops. A buffer touched inside a loop is live over the whole
+    span, since every iteration runs the whole body."""
+    spans = [(i, i) for i in range(len(ops))]
+    i = 0
+    while i < len(ops):
+        if not ops[i].loops:
+            i += 1
+            continue
+        head = (ops[i].loops[0].key, ops[i].loops[0].count)
+        j = i
+        while j + 1 < len(ops) and ops[j + 1].loops and \
+                (ops[j + 1].loops[0].key, ops[j + 1].loops[0].count) == head:
+            j += 1
+        spans[i:j + 1] = [(i, j)] * (j + 1 - i)
+        i = j + 1
+    return spans
+
+
 def constants_text(constants: dict) -> str:
     """An op's constants as canonical JSON text (key order kept: codegen writes that order)."""
     return json.dumps(constants, allow_nan=True, ensure_ascii=False)

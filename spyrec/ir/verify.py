@@ -35,7 +35,7 @@ from spyrec.device import CORES as DEVICE_CORES
 from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.coordinates import device_dim_sources
-from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation
+from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation, outer_loop_spans
 from spyrec.ir.lx import box_bytes, core_boxes, writer_of
 from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
@@ -417,7 +417,7 @@ def check_memory(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
             live[name] = [-1, -1]
         if buf.role == "output" or name in graph.outputs:
             live.setdefault(name, [end_of_program, end_of_program])[1] = end_of_program
-    runs = _outer_loop_runs(graph.ops)
+    runs = outer_loop_spans(graph.ops)
     for i, op in enumerate(graph.ops):
         lo, hi = runs[i]   # inside a loop: every iteration runs the whole loop body
         for access in op.reads() + op.writes():
@@ -434,24 +434,6 @@ def check_memory(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
                 yield (f"buffers {other!r} and {name!r} are live at the same time and share "
                        f"device bytes [{start}, {min(end, o_end)})")
         open_.append((start, end, name))
-
-
-def _outer_loop_runs(ops: list[Operation]) -> list[tuple[int, int]]:
-    """Per op, the first and last op of its outermost enclosing loop (itself outside loops)."""
-    runs = [(i, i) for i in range(len(ops))]
-    i = 0
-    while i < len(ops):
-        if not ops[i].loops:
-            i += 1
-            continue
-        key = (ops[i].loops[0].key, ops[i].loops[0].count)
-        j = i
-        while j < len(ops) and ops[j].loops and \
-                (ops[j].loops[0].key, ops[j].loops[0].count) == key:
-            j += 1
-        runs[i:j] = [(i, j - 1)] * (j - i)
-        i = j
-    return runs
 
 
 def _overlap(a: list[int] | None, b: list[int] | None) -> bool:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from spyrec.device import ALIGN_BYTES, DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import UnsupportedProgram
-from spyrec.ir import Graph, Operation
+from spyrec.ir import Graph
+from spyrec.ir.graph import outer_loop_spans
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 BOUND_FACTOR = 1.1   # issue 10 §3: total <= fixed + 1.1 x peak live intermediate bytes
@@ -93,33 +94,14 @@ def live_intervals(graph: Graph) -> dict[str, tuple[int, int]]:
     """Buffer -> (first, last) op index that is live for it: from the first op touching it to
     the last, each widened to the outermost loop instance around it. Untouched buffers are
     absent (they hold nothing, so they conflict with nothing)."""
-    outer = _outer_loop_spans(graph.ops)
+    outer = outer_loop_spans(graph.ops)
     live: dict[str, tuple[int, int]] = {}
     for i, op in enumerate(graph.ops):
-        lo, hi = outer.get(i, (i, i))
+        lo, hi = outer[i]
         for _, access in op.accesses():
             old = live.get(access.buffer, (lo, hi))
             live[access.buffer] = (min(old[0], lo), max(old[1], hi))
     return live
-
-
-def _outer_loop_spans(ops: list[Operation]) -> dict[int, tuple[int, int]]:
-    """Op index -> (first, last) op index of the outermost loop instance it runs in: a run of
-    consecutive ops sharing their outermost loop (key and count), as codegen nests them."""
-    spans: dict[int, tuple[int, int]] = {}
-    i = 0
-    while i < len(ops):
-        if not ops[i].loops:
-            i += 1
-            continue
-        head = (ops[i].loops[0].key, ops[i].loops[0].count)
-        j = i
-        while j + 1 < len(ops) and ops[j + 1].loops and \
-                (ops[j + 1].loops[0].key, ops[j + 1].loops[0].count) == head:
-            j += 1
-        spans.update({k: (i, j) for k in range(i, j + 1)})
-        i = j + 1
-    return spans
 
 
 def peak_live_bytes(sizes: dict[str, int], live: dict[str, tuple[int, int]]) -> int:

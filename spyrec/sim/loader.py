@@ -231,20 +231,23 @@ def load_manifest(files: _Files) -> Manifest:
         if name not in tensors:
             raise InputFileError(f"{path}: at $.mutated_buffers.{fqn}: no tensor named "
                                  f"'{name}' in $.tensors")
-    lx_args = data.get("lx_args", {})
-    for file, held in lx_args.items():
-        for i, name in held.items():
-            if name not in tensors or tensors[name].lx_address is None:
-                raise InputFileError(f"{path}: at $.lx_args.{file}.{i}: '{name}' is not an "
-                                     f"LX tensor of $.tensors; re-run spyrec compile")
-    hbm_args = data.get("hbm_args", {})
-    for file, held in hbm_args.items():
-        for i, name in held.items():
-            if name not in tensors or tensors[name].hbm_address is None:
-                raise InputFileError(f"{path}: at $.hbm_args.{file}.{i}: '{name}' is not an "
-                                     f"HBM tensor of $.tensors; re-run spyrec compile")
+    lx_args = _arg_names(path, data, tensors, "lx_args", "LX", lambda t: t.lx_address)
+    hbm_args = _arg_names(path, data, tensors, "hbm_args", "HBM", lambda t: t.hbm_address)
     return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
                     data["hbm_bytes"], mutated, lx_args, hbm_args)
+
+
+def _arg_names(path: Path, data: dict, tensors: dict, key: str, memory: str,
+               address) -> dict:
+    """The manifest's `lx_args` / `hbm_args` table ({file: {arg index: tensor}}), each name a
+    tensor of $.tensors that lives in that memory (`address(tensor)` is not None)."""
+    table = data.get(key, {})
+    for file, held in table.items():
+        for i, name in held.items():
+            if name not in tensors or address(tensors[name]) is None:
+                raise InputFileError(f"{path}: at $.{key}.{file}.{i}: '{name}' is not an "
+                                     f"{memory} tensor of $.tensors; re-run spyrec compile")
+    return table
 
 
 # --- sdsc -------------------------------------------------------------------------------------

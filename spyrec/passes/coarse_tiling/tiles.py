@@ -11,7 +11,6 @@ addressed by `base + Σ stride·i` (DESIGN §5) and is refused by the pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,8 +18,8 @@ from spyrec.indexing import Lin, Ranges, Var, evaluate, substitute, var
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
-from spyrec.ir import Access, Buffer, Operation
-from spyrec.layout.device_layout import SPARSE, DeviceLayout, stick_layout
+from spyrec.ir import Buffer, Operation
+from spyrec.layout.device_layout import SPARSE, DeviceLayout, contiguous_strides, stick_layout
 
 # Points evaluated per proof; larger tiles are checked on a strided sample of every axis
 # (the first and last point of each axis always included).
@@ -110,7 +109,6 @@ def tile_buffer_layout(full: Buffer, shape: tuple[int, ...], dtype: str) -> Devi
     """The layout of a buffer like `full` (same stick dim, or sparse sticks, and dim order)
     over another host shape and dtype: a one-tile buffer, or an fp32 accumulator."""
     rank = len(full.host_size)
-    from spyrec.layout.device_layout import contiguous_strides
     for order in _orders(rank):
         if stick_layout(full.host_size, full.host_strides, full.host_dtype, order) == \
                 full.layout:
@@ -129,8 +127,6 @@ def retile_index(full: Buffer, box_lo: tuple[int, ...], shape: tuple[int, ...],
                  index: Lin, ranges) -> Lin:
     """`index` (into the full buffer) as an index into a contiguous buffer of `shape` whose
     element 0 is the full buffer's element at `box_lo`."""
-    from spyrec.layout.device_layout import contiguous_strides
-
     coords = host_coordinates(full.host_size, full.host_strides, index)
     strides = contiguous_strides(shape)
     total = Lin()
@@ -146,5 +142,5 @@ def shift_index(index: Lin, shifts: dict[str, int]) -> Lin:
     return substitute(index, mapping) if mapping else index
 
 
-__all__ = ["Access", "device_advance", "host_advance", "host_box", "retile_index",
+__all__ = ["device_advance", "host_advance", "host_box", "retile_index",
            "shift_index", "tile_buffer_layout", "tile_env"]
