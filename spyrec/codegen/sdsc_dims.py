@@ -16,14 +16,15 @@ exactly, or says why none exist:
    label each (`c0 = 64·c0_hi + c0_lo`). The boundaries must form a divisibility chain.
 2. Linearization. Every device coordinate is rewritten as a constant plus integer multiples of
    digits; the lane coordinate must be `digit mod E` of one digit (the tensor's stick label)
-   or the constant 0 (no stick: scale −2). The element offset of a point is then
+   or the constant 0 (no stick: scale −2), or another constant lane (a size-1 stick label
+   whose coordinate starts at that lane, `beta_`). The element offset of a point is then
    `offset + Σ digit·stride + (stick digit // E)·stick stride + stick digit % E`.
 3. Nesting. Sorted by stride, the levels must nest: the innermost starts at one stick (E
    elements) and each next stride is a multiple of the previous level's stride times its
    extent; the excess becomes that level's back gap. A tensor whose innermost level starts
    above one stick gets a size-1 synthetic label below it (so its gap can carry the pitch).
 
-What cannot be expressed (a lane offset inside the stick, a strided view `2·c0`, two
+What cannot be expressed (a lane that is not one variable, a strided view `2·c0`, two
 digits at one stride, a split that cuts a digit) raises `NotExpressible` with the reason;
 the codegen then refuses the op, naming it.
 """
@@ -177,14 +178,30 @@ def check_core_split(dims: OpDims, iteration_space: dict[str, tuple[int, int]]) 
                                  f"inside a stick ({t.stick.size // k} elements per core)")
 
 
-def _stick_var(coords: tuple[Lin, ...], e: int) -> tuple[str | Indirect | None, int]:
+class _ConstantLane:
+    """The lanes of an access that reads one lane of every stick (`x[..., 2]`)."""
+
+    def __repr__(self) -> str:
+        return "constant lane"
+
+
+CONSTANT_LANE = _ConstantLane()
+
+
+def _stick_var(coords: tuple[Lin, ...], e: int
+               ) -> tuple[str | Indirect | _ConstantLane | None, int]:
     """The variable in the lanes and its lane shift: `Mod(v + k, E)` or a bare `v + k` (a view
     that starts k elements into the stick dim: `x[..., 16:]`); an index tensor's value for an
     element gather or scatter along the stick dim (`Mod(IndirectAccess(i), E)`); None for a
-    constant 0 lane."""
+    constant 0 lane (scale -2, as the reference writes a tensor without a stick dim); and
+    CONSTANT_LANE with the lane for any other constant: a size-1 stick dim whose coordinate
+    starts there (`beta_`), since scale -2 can only say lane 0."""
     lane = coords[-1]
-    if lane.is_const and lane.const == 0:
-        return None, 0
+    if lane.is_const:
+        if lane.const == 0:
+            return None, 0
+        if 0 < lane.const < e:
+            return CONSTANT_LANE, lane.const
     atom = lane.as_atom()
     if isinstance(atom, Mod) and atom.modulus == e:
         lane = atom.num
@@ -286,7 +303,7 @@ def _tensor_dims(coords: tuple[Lin, ...], lane: tuple[str | Indirect | None, int
     stick, shift = lane
     gathered = stick if isinstance(stick, Indirect) else None
     stick_digit = var_digits[stick][-1] if isinstance(stick, str) else \
-        Digit("", -1, 1) if gathered else None
+        Digit("", -1, 1) if gathered or stick is CONSTANT_LANE else None
     t = TensorDims(stick_digit, e, lane_shift=shift)
     per_digit: dict[Digit, int] = {}
     stick_level: int | None = None

@@ -63,16 +63,17 @@ def floordiv_by_range(a: FloorDiv, r: Ranges) -> Lin | None:
 
 
 def floordiv_pull_multiples(a: FloorDiv, r: Ranges) -> Lin | None:
-    """(d*k*y + q*d + rest) // d -> k*y + q + rest // d   (d > 0)"""
+    """((d*k + c)*y + q*d + rest) // d -> k*y + q + (c*y + rest) // d   (d > 0, |c| < d,
+    c of y's sign: a diagonal view's `(41*c0) // 40` keeps only `c0 // 40` inside)"""
     d, num = a.divisor, a.num
     if d < 0:
         return None
-    outside, inside = _split(num, lambda c: c % d == 0)
-    q = inside.const // d
-    if outside.is_const and q == 0:
+    pulled = Lin([(t, c - _toward_zero(c, d)) for t, c in num.terms if abs(c) >= d])
+    q = num.const // d
+    if pulled == ZERO and q == 0:
         return None
-    inside = inside - q * d
-    return _exact_div(outside, d) + q + floordiv(inside, d)
+    inside = num - pulled - q * d
+    return _exact_div(pulled, d) + q + floordiv(inside, d)
 
 
 def floordiv_common_factor(a: FloorDiv, r: Ranges) -> Lin | None:
@@ -135,11 +136,13 @@ def mod_by_range(a: Mod, r: Ranges) -> Lin | None:
 
 
 def mod_drop_multiples(a: Mod, r: Ranges) -> Lin | None:
-    """(m*k*y + rest + c) mod m -> (rest + c') mod m   (c' = c reduced towards 0 modulo m)"""
+    """((m*k + c)*y + rest + b) mod m -> (c*y + rest + b') mod m   (c, b' reduced towards 0
+    modulo m: a diagonal view's `(41*c0) mod 40` is `c0 mod 40`)"""
     m, num = a.modulus, a.num
     if m < 0:
         return None
-    kept = Lin([(t, c) for t, c in num.terms if c % m], _toward_zero(num.const, m))
+    kept = Lin([(t, _toward_zero(c, m)) for t, c in num.terms if c % m],
+               _toward_zero(num.const, m))
     return mod(kept, m) if kept != num else None
 
 

@@ -35,7 +35,7 @@ V = [
  ("X27","DivSumDiv (must NOT become (s0+s1)//18)",{"s0":(0,1233),"s1":(0,127)},["(s0//3 + s1//3)//6"],["(s0//3 + s1//3)//6"],"unchanged"),
  ("X28","SumDivToNegativeOne",{"s0":(0,4)},["(16*s0 - 497)//512"],["-1"],"simplify"),
  ("X29","NegativeDiv (must NOT become s0//-14)",{"s0":(0,1233)},["(s0//2)//(-7)"],["(s0//2)//(-7)"],"unchanged"),
- ("X30","ExtractFromMod",{"s0":(0,871),"s1":(0,3),"s2":(0,127),"s3":(0,895)},["(458752*s0 + s1 + 4*s2 + 512*s3) % 20000"],["((114688*s0 + 128*s3 + s2) % 5000)*4 + s1"],"simplify"),
+ ("X30","ExtractFromMod (XLA keeps 114688*s0; spyrec also reduces it modulo 5000)",{"s0":(0,871),"s1":(0,3),"s2":(0,127),"s3":(0,895)},["(458752*s0 + s1 + 4*s2 + 512*s3) % 20000"],["((4688*s0 + 128*s3 + s2) % 5000)*4 + s1"],"simplify"),
  ("X31","ExtractFromDiv_NegativeMultiplier",{"s0":(0,1),"s1":(0,127)},["(16*s0 - (s1//4)//2 + (s1//8)*2)//4"],["4*s0 + s1//32"],"simplify"),
  ("X32","ConstantDims (point range)",{"d0":(5,5)},["d0"],["5"],"simplify"),
  ("X33","MapVectorConstructorConstraintAffectsSimplification (d0 in [0,31] & constraint d0 in [0,7])",{"d0":(0,7)},["d0 % 16"],["d0"],"simplify"),
@@ -60,6 +60,8 @@ S = [
  ("S06","tile advance with integer tile var (cf. torch-spyre #3413 floor(67109888*t))",{"t":(0,1)},["(67109888*t)//1"],["67109888*t"],"simplify"),
  ("S07","restickify: elements of stick on dim0 regrouped, (64*s + l) within [0, 4095]",{"s":(0,63),"l":(0,63)},["((64*s + l) % 4096)//64","(64*s + l)//4096"],["s","0"],"simplify"),
  ("S08","negative: lane of (c + 32) is NOT c%64 + 32 (partial-stick offset)",{"c":(0,127)},["(c + 32) % 64"],["(c + 32) % 64"],"unchanged"),
+ ("S09","diagonal view of [40, 40]: flat index 41*c0 is row c0, column c0",{"c0":(0,39)},["(41*c0)//40","(41*c0) % 40"],["c0","c0"],"simplify"),
+ ("S10","coefficients reduced towards 0 modulo the divisor (any c0)",{"c0":(0,20000),"c1":(0,7)},["(-43*c0 + 3*c1) % 40","(-43*c0 + 3*c1)//40"],["(-3*c0 + 3*c1) % 40","-c0 + (-3*c0 + 3*c1)//40"],"simplify"),
 ]
 
 W=(0,20000)
@@ -72,7 +74,7 @@ I = [
  ("I06","multiple of modulus dropped (range-free)",{"i0":(0,200),"i1":(0,200)},["(i0 + 10*i1) % 10"],["i0 % 10"],"simplify"),
  ("I07","multiple of divisor*modulus dropped",{"i0":(0,200),"i1":(0,200)},["((i0 + 20*i1)//2) % 10"],["(i0//2) % 10"],"simplify"),
  ("I08","constant folded from divisor into base",{"i0":W},["((4*i0)//2) % 10","(4*i0)//2"],["(2*i0) % 10","2*i0"],"simplify"),
- ("I09","nested mod: Inductor keeps; (x%784)%28 == x%28 since 28 divides 784",{"i1":(0,12),"i2":(0,120)},["((121*i1 + i2) % 784) % 28"],["(121*i1 + i2) % 28"],"derived"),
+ ("I09","nested mod: Inductor keeps; (x%784)%28 == x%28 since 28 divides 784",{"i1":(0,12),"i2":(0,120)},["((121*i1 + i2) % 784) % 28"],["(9*i1 + i2) % 28"],"derived"),
  ("I10","FloorDiv(ModularIndexing) -> ModularIndexing",{"i2":(0,783)},["((i2 % 28)//7) % 4"],["(i2//7) % 4"],"simplify"),
  ("I11","FloorDiv(ModularIndexing(b,d1,m),d2) rules",{"i0":W},["(i0 % 8192)//128","((i0//2) % 120)//6","(i0 % 28)//5","(i0 % 10)//10"],["(i0//128) % 64","(i0//12) % 20","(i0 % 28)//5","0"],"simplify"),
  ("I12a","remove_zero_terms generalized",{"i0":(0,127),"i1":(0,3000)},["(i0 + 128*i1)//8192"],["i1//64"],"simplify"),
