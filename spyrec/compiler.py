@@ -183,11 +183,6 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     files = build_outputs(graph, source, describe(pipeline), configs, ctx.report)
     timings.append({"name": "codegen", "wall_ms": _ms(t0)})
     report["sdsc"] = sdsc_summary(files)
-    if report["sdsc"]["own_form"]:
-        _log(opts, f"spyrec: note: {report['sdsc']['own_form']} of {report['sdsc']['files']} "
-                   f"ops move data inside a stick, which SuperDSC cannot express; they are "
-                   f"written in spyrec's own form (report.json sdsc), which the simulator runs "
-                   f"and the Spyre backend does not")
 
     def finalize(tmp: Path) -> dict[str, str]:
         from spyrec.sim.cost import format_table
@@ -207,17 +202,10 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
 
 
 def sdsc_summary(files: dict) -> dict:
-    """How many sdsc files are SuperDSC and which are spyrec's own form (and why)."""
-    own = {}
-    for name, text in files.items():
-        if name.startswith("sdsc_") and '"spyrecAccess_"' in text:
-            import json
-
-            ((_, body),) = json.loads(text).items()
-            own[name] = body["spyrecAccess_"]["reason"]
-    count = sum(1 for name in files if name.startswith("sdsc_"))
-    return {"files": count, "superdsc": count - len(own), "own_form": len(own),
-            "own_form_files": own}
+    """How many sdsc files (all SuperDSC) and their bytes, for the report."""
+    sizes = [len(text.encode()) if isinstance(text, str) else len(text)
+             for name, text in files.items() if name.startswith("sdsc_")]
+    return {"files": len(sizes), "bytes": sum(sizes)}
 
 
 def _ms(t0: float) -> float:

@@ -29,9 +29,10 @@ form for it:
   `beta_`, which the reference always leaves at 0 (F §2.5: coordinate = Σ idx·alpha + beta).
 - Op attributes that are not numbers (`scalar_side`, `approximate`, `scatter`) go in
   `computeOp_[0].attributes_` next to `dataFormat_` and `fidelity_`.
-- An op that no SuperDSC fields can express (several vars inside one stick, coordinates that
-  are not digits of one var) carries its access in `spyrecAccess_` and is counted in
-  report.json: the backend cannot compile it as is.
+- An op given to the emitter must have a SuperDSC form: passes/superdsc_legalize.py rewrites
+  every view it can into ops that have one and refuses the rest, so the only file format we
+  write is the one the backend compiles. Without that pass in the pipeline, an op with no
+  form stops the compile, naming the op, its source line and the reason.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from spyrec.codegen.sdsc_dims import (
 )
 from spyrec.codegen.symbols import SymbolTable
 from spyrec.errors import InternalError, UnsupportedProgram
-from spyrec.indexing import Indirect
 
 _LABELS = ("mb", "x", "y", "i", "j", "ki", "kj")
 _MATMUL_LABELS = ("ki", "kj", "y", "x", "mb", "out", "in")
@@ -72,9 +72,8 @@ def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str],
     """The `sdsc_<n>.json` object of one op; `bufs` and `roles` (index | input | output) are
     the args' buffers and roles in arg order. `symbols` issues the ids of the op's symbolic
     start addresses (args that advance with an enclosing loop; codegen/symbols.py). Gathers
-    and scatters are SuperDSC like any op. An op whose accesses no SuperDSC fields can
-    express is written as `{"<n>_<op>": {"debug_handle_", "spyrecAccess_"}}`: our own form,
-    which the simulator runs and the backend rejects (counted in report.json)."""
+    and scatters are SuperDSC like any op; an op no SuperDSC fields can express is refused
+    (superdsc_legalize rewrites the ones it can before codegen)."""
     coords = [a["_coords"] for a in spec["args"]]
     try:
         dims = op_dims(list((v, n) for v, (n, _) in spec["iteration_space"].items()), coords,
@@ -83,14 +82,9 @@ def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str],
                        [b.layout.elems_per_stick for b in bufs])
         return _Emitter(index, spec, dims, bufs, roles, symbols).document()
     except NotExpressible as e:
-        _refuse_in_loop(spec, e)
-        keys = ("op", "name", "source", "is_reduction", "iteration_space", "reduced", "op_info",
-                "args", "cores")
-        access = {k: spec[k] for k in keys}
-        access["args"] = [{k: v for k, v in a.items() if not k.startswith("_")}
-                          for a in spec["args"]]
-        return {f"{index}_{spec['op']}": {"debug_handle_": _debug_handle(spec),
-                                          "spyrecAccess_": {"reason": str(e), **access}}}
+        raise UnsupportedProgram(
+            f"op {_debug_handle(spec)} has no SuperDSC form: {e} — keep the superdsc_legalize "
+            f"pass in the pipeline, or copy the tensor (.contiguous()) before the op") from None
 
 
 class _Emitter:
@@ -484,14 +478,6 @@ class _Emitter:
         if index:
             op["indirectAccessIndexLabeledDs"] = index
         return op
-
-
-def _refuse_in_loop(spec: dict, e: NotExpressible) -> None:
-    """Our own `spyrecAccess_` form has no symbolic addresses: an op in that form that moves
-    with a tiling loop would run every iteration on its first tile."""
-    if any(any(a.get("_advance_bytes", ())) for a in spec["args"]):
-        raise UnsupportedProgram(f"op {_debug_handle(spec)} cannot run inside a tiling loop: "
-                                 f"{e}; leave it out of the tiling group")
 
 
 def _debug_handle(spec: dict) -> str:

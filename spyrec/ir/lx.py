@@ -12,6 +12,7 @@ codegen writes each LX tensor's per-core bytes from them.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from spyrec.indexing import Indirect, Ranges, Var, value_range
 from spyrec.indexing.sticks import access_coordinates
@@ -22,12 +23,16 @@ Box = tuple[tuple[int, int], ...]   # inclusive (lo, hi) per device dim, lanes e
 
 def core_slices(op: Operation) -> list[dict[str, tuple[int, int]]]:
     """Each core's half-open range per iteration var, in SuperDSC core order."""
-    splits = op.core_splits or {}
-    n_cores = math.prod(splits.get(v, 1) for v, _ in op.ranges)
+    return _slices(op.ranges, op.core_splits or {})
+
+
+def _slices(var_ranges: tuple[tuple[str, int], ...], splits: dict[str, int]
+            ) -> list[dict[str, tuple[int, int]]]:
+    n_cores = math.prod(splits.get(v, 1) for v, _ in var_ranges)
     out = []
     for c in range(n_cores):
         q, ranges = 1, {}
-        for v, n in op.ranges:
+        for v, n in var_ranges:
             k = splits.get(v, 1)
             s = (c // q) % k
             q *= k
@@ -38,16 +43,37 @@ def core_slices(op: Operation) -> list[dict[str, tuple[int, int]]]:
 
 def core_boxes(buf: Buffer, op: Operation, access: Access) -> list[Box] | None:
     """Per core, the bounding box of device coordinates (all dims but the lanes) `access`
-    touches; None for a gathered access (data-dependent: no fixed slice)."""
-    coords = access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                                access.index)
+    touches; None for a gathered access (data-dependent: no fixed slice). Memoized on what
+    the boxes depend on: scratchpad_planning, the verifier and codegen ask for the same
+    accesses many times, at 32 cores x every device dim each."""
+    splits = tuple(sorted((op.core_splits or {}).items()))
+    boxes = _core_boxes(tuple(buf.host_size), tuple(buf.host_strides), buf.layout, op.ranges,
+                        splits, access.index)
+    return list(boxes) if boxes is not None else None
+
+
+@lru_cache(maxsize=1 << 12)
+def _core_boxes(host_size, host_strides, layout, var_ranges, splits, index
+                ) -> tuple[Box, ...] | None:
+    whole = Ranges({Var(v): (0, n - 1) for v, n in var_ranges})
+    coords = access_coordinates(host_size, host_strides, layout, whole, index)
     if any(isinstance(leaf, Indirect) for c in coords for leaf in c.free_atoms()):
         return None
+    # a coordinate's range depends only on its own vars' slices: cores that differ elsewhere
+    # share it (a [rows x cols] split has 32 cores but 8 distinct row slices)
+    uses = [sorted(a.name for a in c.free_atoms() if isinstance(a, Var)) for c in coords[:-1]]
+    known: dict[tuple, tuple[int, int]] = {}
     boxes = []
-    for ranges in core_slices(op):
-        r = Ranges({Var(v): (lo, hi - 1) for v, (lo, hi) in ranges.items()})
-        boxes.append(tuple(value_range(c, r) for c in coords[:-1]))
-    return boxes
+    for ranges in _slices(var_ranges, dict(splits)):
+        box = []
+        for k, (c, names) in enumerate(zip(coords, uses)):
+            key = (k, *(ranges[v] for v in names))
+            if key not in known:
+                r = Ranges({Var(v): (ranges[v][0], ranges[v][1] - 1) for v in names})
+                known[key] = value_range(c, r)
+            box.append(known[key])
+        boxes.append(tuple(box))
+    return tuple(boxes)
 
 
 def box_bytes(buf: Buffer, box: Box) -> int:

@@ -140,30 +140,17 @@ def _lx_args_refused(graph: Graph, buf: Buffer, uses: list[int],
 
 def _no_lx_args(graph: Graph, op: Operation) -> str:
     """Why `op` cannot take an LX argument (empty when it can). LX args exist only as
-    SuperDSC LX nodes (a per-core layout, DESIGN §4); an op codegen writes in spyrec's own
-    `spyrecAccess_` form (codegen/superdsc.py: a scatter, data moved inside a stick, a split
-    that cuts a dim) has none, and gathers keep their value and index tensors in HBM
-    (SuperDSC's IndirectAccess). The form does not depend on where the args live, so the
-    op's file is built once with every arg in HBM (side by side from 0) and asked."""
+    SuperDSC LX nodes (a per-core layout, DESIGN §4): gathers keep their value and index
+    tensors in HBM (SuperDSC's IndirectAccess), and an op with no SuperDSC form (a pipeline
+    without superdsc_legalize) has no nodes at all. The form does not depend on where the
+    args live, so the emitter's own test answers without building the file."""
     if op.index_inputs or op.gathered():
         return f"op {op.name!r} gathers (its tensors stay in HBM)"
-    # codegen imports jinja2 and sympy: only when a program is compiled (tests/cli/test_startup)
-    from spyrec.codegen.opspec import op_spec
-    from spyrec.codegen.superdsc import superdsc_document
+    from spyrec.passes.superdsc_legalize import why_not_expressible
 
-    accesses = list(op.accesses())
-    view = Graph()
-    next_free = 0
-    for _, a in accesses:
-        if a.buffer not in view.buffers:
-            buf = graph.buffers[a.buffer]
-            view.add_buffer(replace(buf, hbm_address=next_free, lx_address=None))
-            next_free += _align(buf.layout.device_bytes)
-    bufs = [view.buffers[a.buffer] for _, a in accesses]
-    doc = superdsc_document(0, op_spec(view, op), bufs, [r for r, _ in accesses])
-    own = next(iter(doc.values())).get("spyrecAccess_")
-    if own is not None:
-        return f"op {op.name!r} has no SuperDSC form ({own['reason']}), so no LX arguments"
+    reason = why_not_expressible(graph, op)
+    if reason is not None:
+        return f"op {op.name!r} has no SuperDSC form ({reason}), so no LX arguments"
     return ""
 
 

@@ -12,9 +12,9 @@ equivalent ops over rewritten iteration variables (names `<op>.<var>_<j>` for th
 each keeping the core split of the vars it kept whole, or on one core when that split is not
 expressible; the `superdsc_legalize` report row.
 Guarantees: codegen's own tests (`sdsc_dims.op_dims`, then `check_core_split` with the op's
-split) accept every op, except those listed under `left` (no rewrite found: a constant lane
-offset such as `x[..., 2]`, or per-element pieces that need one): with `refuse: true` the
-compile stops instead, naming every such op and its source line.
+split) accept every op; when no rewrite within `max_pieces` ops exists (a large diagonal
+view), the compile stops naming every such op, its source line and the reason. SuperDSC is
+the only form codegen writes, so there is no fallback to leave an op to.
 
 Two rewrites, composed by a small search that keeps the fewest ops (each candidate is judged
 by the emitter's own test, so the pass and codegen never disagree):
@@ -47,9 +47,6 @@ _DEPTH = 3
 @dataclass(frozen=True)
 class SuperdscLegalize(Pass):
     max_pieces: int = _MAX_PIECES
-    # false (for now): an op no rewrite fixes is left to codegen's own-form fallback and listed
-    # under `left`; true: the compile stops naming it (once the fallback is gone, the only way)
-    refuse: bool = False
 
     def _check_options(self) -> None:
         if self.max_pieces < 1:
@@ -61,7 +58,6 @@ class SuperdscLegalize(Pass):
         new_ops: list[Operation] = []
         rows: list[dict] = []
         refused: list[str] = []
-        left: list[dict] = []
         for op in graph.ops:
             reason = why_not_expressible(graph, op)
             if reason is None:
@@ -71,21 +67,21 @@ class SuperdscLegalize(Pass):
             if pieces is None:
                 where = f" ({op.source})" if op.source else ""
                 refused.append(f"op {op.name}{where}: {reason}")
-                left.append({"op": op.name, "reason": reason})
-                new_ops.append(op)
                 continue
             new_ops += pieces
             rows.append({"op": op.name, "reason": reason, "ops": len(pieces),
                          "rewrite": _describe(op, pieces)})
-        if refused and self.refuse:
+        if refused:
             raise UnsupportedProgram(
                 "no SuperDSC form found for " + "; ".join(refused) +
-                " — the Spyre backend cannot address these views; copy the tensor "
-                "(.contiguous()) before the op")
+                f" — the Spyre backend cannot address these views, and no rewrite into at most "
+                f"superdsc_legalize.max_pieces = {self.max_pieces} ops exists; raise it "
+                f"(--set superdsc_legalize.max_pieces=N) or lay the tensor out with its stick "
+                f"on a dim the view keeps whole")
         graph.ops = new_ops
         ctx.report["superdsc_legalize"] = {"count": len(rows),
                                            "ops_added": sum(r["ops"] - 1 for r in rows),
-                                           "list": rows, "left": left}
+                                           "list": rows}
 
 
 def why_not_expressible(graph: Graph, op: Operation,

@@ -287,9 +287,10 @@ def _indirect_names(data: dict) -> set[str]:
 
 def load_op(files: _Files, filename: str, manifest: Manifest,
             first: Execute | None = None) -> OpSpec:
-    """One `sdsc_<n>.json`: SuperDSC (sim/superdsc.py), or our own `spyrecAccess_` form for an
-    op SuperDSC cannot express. `first`: the op's first execution, whose operands name the
-    tensors of symbolic start addresses."""
+    """One `sdsc_<n>.json`: SuperDSC (sim/superdsc.py), the only form the compiler writes, or
+    the `spyrecAccess_` test-fixture form (docs/formats.md) in which hand-written simulator
+    tests state device coordinates, wrong ones included. `first`: the op's first execution,
+    whose operands name the tensors of symbolic start addresses."""
     path = files.out_dir / filename
     doc = files.json(filename, "sdsc")
     (key, wrapper), = doc.items()

@@ -63,18 +63,10 @@ def test_an_expressible_op_is_left_alone():
         "addmm[32*c1 + 384*c2 + r0]", "addmm[64*c1 + 384*c2 + r0]")
     ctx = CompileContext()
     assert run_pass(SuperdscLegalize(), text, ctx, facts=("layouts",)) == ir(text)
-    assert ctx.report["superdsc_legalize"] == {"count": 0, "ops_added": 0, "list": [],
-                                               "left": []}
+    assert ctx.report["superdsc_legalize"] == {"count": 0, "ops_added": 0, "list": []}
 
 
 def test_too_many_pieces_is_refused_naming_the_op_and_its_source():
     with pytest.raises(UnsupportedProgram, match=r"no SuperDSC form found for op heads "
                        r"\(model.py:7\): lane coordinate r0 \+ 32\*Mod\(c1, 2\)"):
-        run_pass(SuperdscLegalize(max_pieces=1, refuse=True), HEADS, facts=("layouts",))
-
-
-def test_without_refuse_an_op_no_rewrite_fixes_is_left_and_listed():
-    ctx = CompileContext()
-    after = run_pass(SuperdscLegalize(max_pieces=1), HEADS, ctx, facts=("layouts",))
-    assert after == ir(HEADS)
-    assert ctx.report["superdsc_legalize"]["left"][0]["op"] == "heads"
+        run_pass(SuperdscLegalize(max_pieces=1), HEADS, facts=("layouts",))
