@@ -1,0 +1,90 @@
+"""What the SuperDSC format costs: compile and run time and file sizes against a baseline commit.
+
+Issue 15's budget: writing (and simulating from) real SuperDSC files must not make `spyrec
+compile` or `spyrec run` of the 2-layer decoder more than 10% slower than the last commit
+with spyrec's own format. The baseline is checked out into a temporary git worktree and both
+trees compile the same `.pt2` and run the same inputs with the same interpreter, in
+alternating fresh processes (imports count, as for a user); each figure is the median of
+`--repeat` runs. Usage: `python bench/format_cost.py [--baseline 9fe66f0^] [--repeat 5]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+EXPORT = """
+import sys, numpy as np, torch
+sys.path.insert(0, {root!r})
+from samples.models import decoder
+m, inputs = decoder({depth})
+torch.export.save(torch.export.export(m.eval(), inputs), {pt2!r})
+np.savez({npz!r}, x=inputs[0].numpy())
+"""
+
+
+def timed(tree: Path, *args: str) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run([PY, "-m", "spyrec", *args], capture_output=True, text=True, cwd=tree,
+                       env={**os.environ, "PYTHONPATH": str(tree)})
+    if r.returncode != 0:
+        raise SystemExit(f"failed in {tree}: spyrec {' '.join(args[:3])}…\n{r.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def sdsc_bytes(out: Path) -> int:
+    return sum(f.stat().st_size for f in out.glob("sdsc_*.json"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", default="9fe66f0^",
+                    help="commit before SuperDSC (default: the parent of 9fe66f0)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=2)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        base = tmp / "baseline"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base),
+                        args.baseline], check=True, capture_output=True)
+        try:
+            pt2, npz = tmp / "decoder.pt2", tmp / "x.npz"
+            subprocess.run([PY, "-c", EXPORT.format(root=str(ROOT), depth=args.depth,
+                                                    pt2=str(pt2), npz=str(npz))],
+                           check=True, capture_output=True)
+            trees = {"baseline": base, "now": ROOT}
+            rows = {f"{t} {k}": [] for t in trees for k in ("compile", "run")}
+            for _ in range(args.repeat):
+                for name, tree in trees.items():
+                    out = tmp / f"out-{name}"
+                    rows[f"{name} compile"].append(
+                        timed(tree, "compile", str(pt2), "-o", str(out), "-q"))
+                    rows[f"{name} run"].append(
+                        timed(tree, "run", str(out), "--inputs", str(npz), "-q",
+                              "-o", str(tmp / f"y-{name}.npz")))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                            str(base)], capture_output=True)
+        med = {k: statistics.median(v) for k, v in rows.items()}
+        print(f"decoder depth {args.depth}, median of {args.repeat}, baseline {args.baseline}")
+        print("| | baseline | now | now / baseline |")
+        print("|---|---|---|---|")
+        for k in ("compile", "run"):
+            b, n = med[f"baseline {k}"], med[f"now {k}"]
+            print(f"| {k} s | {b:.2f} | {n:.2f} | {n / b:.2f} |")
+        b, n = sdsc_bytes(tmp / "out-baseline"), sdsc_bytes(tmp / "out-now")
+        print(f"| sdsc bytes | {b} | {n} | {n / b:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
