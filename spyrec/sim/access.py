@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from spyrec.errors import SimulatorFault
-from spyrec.indexing import Indirect, Lin, Var, evaluate
+from spyrec.indexing import Indirect, Lin, Mod, Var, evaluate
 from spyrec.layout import STICK_BYTES
 from spyrec.sim.addresses import check_window, symbolic_base
 from spyrec.sim.memory import Allocation, Hbm, Lx
@@ -233,26 +233,75 @@ class ChunkAccess:
             self._cores = core_ids(self.spec, self.chunk)
         return self._cores
 
-    def lx_sticks(self, b: Binding) -> tuple[np.ndarray, np.ndarray]:
-        """(index into lx.tags, expected tag) at every point of an LX arg."""
-        rel = self.relative(b)
+    def lx_sticks(self, b: Binding) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(index into lx.tags, expected tag, env) at one point per stick of an LX arg: tags
+        are per stick, so the lane var is thinned to one value per stick where that is
+        exact (`_stick_env`); `env` holds the var values the arrays run over."""
+        rel = self.relative(b)     # bounds-checked first, and needed by the access anyway
+        env, thinned = self._stick_env(b)
+        if thinned is not None:
+            axis, keep = thinned
+            cores = self.cores()
+            if cores.ndim and cores.shape[axis] > 1:
+                cores = np.take(cores, keep, axis=axis)
+            rel = _broadcast_sum(
+                [np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s in
+                 zip(b.arg.coordinates[:-1], b.arg.layout.device_strides_elems[:-1])] +
+                [cores * (self.lx.core_bytes // b.arg.itemsize)])
         sticks = (rel + b.base_elems) * b.arg.itemsize // STICK_BYTES
-        tile = _broadcast_sum([np.asarray(evaluate(c, self.env), dtype=np.int64) * s for c, s
+        tile = _broadcast_sum([np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s
                                in zip(b.arg.tile_coordinates, b.arg.tile_strides_elems)])
-        return np.broadcast_arrays(sticks, self.lx.tag(b.lx, tile))
+        sticks, tags = np.broadcast_arrays(sticks, self.lx.tag(b.lx, tile))
+        return sticks, tags, env
+
+    def _stick_env(self, b: Binding) -> tuple[dict, tuple[int, np.ndarray] | None]:
+        """The chunk's env with the lane var v (lane `Mod(v, E)` or `v`) kept only at the first
+        value of each stick, and (v's axis, the kept positions); the env itself and None when
+        that would be inexact: every other coordinate over v must be constant on each run
+        of E values (checked on v's own range, cheap), and a core split of v must give whole
+        sticks to each core."""
+        arg, chunk = b.arg, self.chunk
+        e = arg.layout.device_size[-1]
+        inner = arg.coordinates[-1].as_atom()
+        while isinstance(inner, Mod) and inner.modulus % e == 0:    # Mod(Mod(v, 128), 32)
+            inner = inner.num.as_atom()
+        if not isinstance(inner, Var) or inner.name not in chunk.vars:
+            return self.env, None
+        v, axis = inner.name, chunk.vars.index(inner.name)
+        n, k = self.spec.iteration_space[v]
+        values = np.arange(chunk.lo[axis], chunk.hi[axis], dtype=np.int64)
+        if len(values) <= 1 or k > 1 and (n // k) % e:
+            return self.env, None
+        keep = np.flatnonzero((values % e == 0) | (values == values[0]))
+        run = np.searchsorted(keep, np.arange(len(values)), side="right") - 1
+        for c in arg.coordinates[:-1] + arg.tile_coordinates:
+            names = {a for a in c.free_atoms() if isinstance(a, Var)}
+            if inner not in names:
+                continue
+            if names != {inner}:
+                return self.env, None
+            at = np.broadcast_to(evaluate(c, {inner: values}), values.shape)
+            if not np.array_equal(at, at[keep][run]):
+                return self.env, None
+        env = dict(self.env)
+        env[inner] = np.take(self.env[inner], keep, axis=axis)
+        return env, (axis, keep)
 
     def mark_written(self, b: Binding, shape: tuple[int, ...]) -> None:
-        sticks, tags = self.lx_sticks(b)
-        self.lx.tags[np.broadcast_to(sticks, shape)] = np.broadcast_to(tags, shape)
+        sticks, tags, _ = self.lx_sticks(b)
+        self.lx.tags[sticks] = tags
 
     def _check_lx_read(self, b: Binding) -> None:
-        sticks, want = self.lx_sticks(b)
+        sticks, want, env = self.lx_sticks(b)
         have = self.lx.tags[sticks]
         bad = np.argwhere(have != want)
         if not len(bad):
             return
         at = tuple(bad[0])
-        core = int(np.broadcast_to(self.cores(), sticks.shape)[at])
+        point = ", ".join(f"{v}={int(env[Var(v)].ravel()[at[axis]])}"
+                          for axis, v in enumerate(self.chunk.vars)
+                          if sticks.shape[axis] > 1) or "every point"
+        core = int(np.broadcast_to(self._cores_at(env), sticks.shape)[at])
         owner, tile_stick = self.lx.tag_owner(int(have[at]))
         _, wanted = self.lx.tag_owner(int(want[at]))
         if owner is None:
@@ -265,8 +314,17 @@ class ChunkAccess:
                     f"reads only its own LX)")
         raise SimulatorFault(
             f"{self.spec.describe()} {self.where}: core {core} reads LX arg '{b.arg.name}' "
-            f"(LX tensor '{b.lx.name}' at offset {b.lx.address}) at "
-            f"{self.chunk.point(at, sticks.shape)}, a stick {what}")
+            f"(LX tensor '{b.lx.name}' at offset {b.lx.address}) at {point}, a stick {what}")
+
+    def _cores_at(self, env: dict) -> np.ndarray:
+        """The core of each point of `env` (the chunk's, or one thinned by `_stick_env`)."""
+        cores = self.cores()
+        for axis, v in enumerate(self.chunk.vars):
+            n = env[Var(v)].shape[axis]
+            if cores.ndim and cores.shape[axis] > 1 and n != cores.shape[axis]:
+                keep = np.searchsorted(self.env[Var(v)].ravel(), env[Var(v)].ravel())
+                cores = np.take(cores, keep, axis=axis)
+        return cores
 
 
 def core_ids(spec: OpSpec, chunk: Chunk) -> np.ndarray:
@@ -307,7 +365,8 @@ def one_to_one(spec: OpSpec, b: Binding, chunk: Chunk) -> bool | None:
     Proof used: every coordinate depends on at most one var, and for each var the coordinates
     that use it take distinct value tuples along its range; the device coordinate tuple then
     splits into independent per-var blocks. That covers every layout-derived access; anything
-    else is left to an exact count.
+    else is left to an exact count. An LX arg's points also carry their core (each core's LX
+    is its own arena), so there each core's slice of a split var is checked on its own.
     """
     by_var: dict[str, list[Lin]] = {}
     for coord in b.arg.coordinates:
@@ -319,7 +378,14 @@ def one_to_one(spec: OpSpec, b: Binding, chunk: Chunk) -> bool | None:
     for v, lo, hi in zip(chunk.vars, chunk.lo, chunk.hi):
         if v in spec.reduced or hi - lo < 2:
             continue
-        if not _var_one_to_one(tuple(by_var.get(v, ())), v, lo, hi):
+        coords = tuple(by_var.get(v, ()))
+        n, k = spec.iteration_space[v]
+        if b.lx is not None and k > 1:
+            p = n // k
+            if not all(_var_one_to_one(coords, v, max(lo, s), min(hi, s + p))
+                       for s in range(lo - lo % p, hi, p) if min(hi, s + p) - max(lo, s) > 1):
+                return False
+        elif not _var_one_to_one(coords, v, lo, hi):
             return False
     return True
 
