@@ -5,7 +5,9 @@ compile` or `spyrec run` of the 2-layer decoder more than 10% slower than the la
 with spyrec's own format. The baseline is checked out into a temporary git worktree and both
 trees compile the same `.pt2` and run the same inputs with the same interpreter, in
 alternating fresh processes (imports count, as for a user); each figure is the median of
-`--repeat` runs. Usage: `python bench/format_cost.py [--baseline 9fe66f0^] [--repeat 5]`.
+`--repeat` runs. Passes that came after the baseline for other reasons (issue 10's cost-based
+work division and LX planning) also cost time, so a third column runs today's tree with them
+set to what the baseline did (greedy split, no LX): that is the format's own cost. Usage: `python bench/format_cost.py [--baseline 9fe66f0^] [--repeat 5]`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ m, inputs = decoder({depth})
 torch.export.save(torch.export.export(m.eval(), inputs), {pt2!r})
 np.savez({npz!r}, x=inputs[0].numpy())
 """
+
+
+# what the baseline's pipeline did where a later issue changed it: greedy core split, no LX
+FORMAT_ONLY = ("--set", "work_division.strategy=greedy", "--set", "scratchpad_planning.enabled=false")
 
 
 def timed(tree: Path, *args: str) -> float:
@@ -65,13 +71,13 @@ def main() -> None:
             subprocess.run([PY, "-c", EXPORT.format(root=str(ROOT), depth=args.depth,
                                                     pt2=str(pt2), npz=str(npz))],
                            check=True, capture_output=True)
-            trees = {"baseline": base, "now": ROOT}
+            trees = {"baseline": (base, ()), "now": (ROOT, ()), "format only": (ROOT, FORMAT_ONLY)}
             rows = {f"{t} {k}": [] for t in trees for k in ("compile", "run")}
             for _ in range(args.repeat + 1):
-                for name, tree in trees.items():
+                for name, (tree, sets) in trees.items():
                     out = tmp / f"out-{name}"
                     rows[f"{name} compile"].append(
-                        timed(tree, "compile", str(pt2), "-o", str(out), "-q"))
+                        timed(tree, "compile", str(pt2), "-o", str(out), "-q", *sets))
                     rows[f"{name} run"].append(
                         timed(tree, "run", str(out), "--inputs", str(npz), "-q",
                               "-o", str(tmp / f"y-{name}.npz")))
@@ -81,13 +87,13 @@ def main() -> None:
         # the first round writes the bytecode caches: not timed
         med = {k: statistics.median(v[1:]) for k, v in rows.items()}
         print(f"decoder depth {args.depth}, median of {args.repeat}, baseline {args.baseline}")
-        print("| | baseline | now | now / baseline |")
-        print("|---|---|---|---|")
+        print("| | baseline | now | now / baseline | format only | format only / baseline |")
+        print("|---|---|---|---|---|---|")
         for k in ("compile", "run"):
-            b, n = med[f"baseline {k}"], med[f"now {k}"]
-            print(f"| {k} s | {b:.2f} | {n:.2f} | {n / b:.2f} |")
-        b, n = sdsc_bytes(tmp / "out-baseline"), sdsc_bytes(tmp / "out-now")
-        print(f"| sdsc bytes | {b} | {n} | {n / b:.2f} |")
+            b, n, f = (med[f"{t} {k}"] for t in trees)
+            print(f"| {k} s | {b:.3f} | {n:.3f} | {n / b:.2f} | {f:.3f} | {f / b:.2f} |")
+        b, n, f = (sdsc_bytes(tmp / f"out-{t}") for t in trees)
+        print(f"| sdsc bytes | {b} | {n} | {n / b:.2f} | {f} | {f / b:.2f} |")
 
 
 if __name__ == "__main__":

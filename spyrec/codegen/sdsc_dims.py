@@ -117,7 +117,32 @@ def op_dims(var_ranges: list[tuple[str, int]], coords: list[tuple[Lin, ...]],
             device_sizes: list[tuple[int, ...]], strides: list[tuple[int, ...]],
             elems_per_stick: list[int]) -> OpDims:
     """SuperDSC dims for an op with iteration `var_ranges` and, per arg, its device coordinates,
-    device sizes, device element strides and elements per stick."""
+    device sizes, device element strides and elements per stick. Memoized, NotExpressible
+    included: superdsc_legalize, scratchpad_planning and codegen ask about the same op, and a
+    decoder stack's layers differ only in names. The result is shared: read it, never
+    change it."""
+    key = (tuple(var_ranges), tuple(map(tuple, coords)), tuple(map(tuple, device_sizes)),
+           tuple(map(tuple, strides)), tuple(elems_per_stick))
+    found = _OP_DIMS.get(key)
+    if found is None:
+        try:
+            found = _op_dims(*key)
+        except NotExpressible as e:
+            found = e
+        if len(_OP_DIMS) > 4096:
+            _OP_DIMS.clear()
+        _OP_DIMS[key] = found
+    if isinstance(found, NotExpressible):
+        raise NotExpressible(str(found))
+    return found
+
+
+_OP_DIMS: dict[tuple, OpDims | NotExpressible] = {}
+
+
+def _op_dims(var_ranges: tuple[tuple[str, int], ...], coords: tuple[tuple[Lin, ...], ...],
+             device_sizes: tuple[tuple[int, ...], ...], strides: tuple[tuple[int, ...], ...],
+             elems_per_stick: tuple[int, ...]) -> OpDims:
     ranges = dict(var_ranges)
     lanes = [_stick_var(c, e) for c, e in zip(coords, elems_per_stick)]
     sticks = [stick for stick, _ in lanes]

@@ -172,19 +172,35 @@ class Prod(Atom):
         return self._args
 
 
+_SEQUENCES = (list, tuple, type(x for x in ()))
+
+
+def _atom_key(term: tuple) -> tuple:
+    return term[0].key
+
+
 class Lin:
     """const + sum(coeff * atom): the one expression type. Immutable; terms sorted by atom key."""
 
     __slots__ = ("terms", "const", "_hash", "_key")
 
     def __init__(self, terms: Mapping[Atom, int] | Iterable[tuple[Atom, int]] = (), const: int = 0):
-        items = terms.items() if isinstance(terms, Mapping) else terms
+        # a dict is the common case: checked by type first (an ABC isinstance is slow, and
+        # Lin is built tens of thousands of times per compile)
+        kind = type(terms)
+        if kind is dict:
+            items = terms.items()
+        elif kind in _SEQUENCES:
+            items = terms
+        else:
+            items = terms.items() if isinstance(terms, Mapping) else terms
         merged: dict[Atom, int] = {}
         for atom, coeff in items:
             merged[atom] = merged.get(atom, 0) + coeff
-        self.terms: tuple[tuple[Atom, int], ...] = tuple(
-            sorted(((a, c) for a, c in merged.items() if c != 0), key=lambda t: t[0].key)
-        )
+        live = [(a, c) for a, c in merged.items() if c != 0]
+        if len(live) > 1:
+            live.sort(key=_atom_key)
+        self.terms: tuple[tuple[Atom, int], ...] = tuple(live)
         self.const: int = int(const)
         self._hash = hash((self.terms, self.const))
         self._key = (tuple((a.key, c) for a, c in self.terms), self.const)
