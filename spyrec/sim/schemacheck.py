@@ -117,16 +117,34 @@ class _Compiler:
         def check(x) -> bool:
             if type(x) is not list:
                 return True
-            if not all(sub(v) for sub, v in zip(prefix, x)):
-                return False
-            return rest is None or all(rest(v) for v in x[len(prefix):])
+            for sub, v in zip(prefix, x):
+                if not sub(v):
+                    return False
+            if rest is not None:
+                for v in x[len(prefix):]:
+                    if not rest(v):
+                        return False
+            return True
         return check
 
 
 def _all(checks: list[Check]) -> Check:
+    # spelled out for the common sizes: a generator per value is most of the check's time
     if len(checks) == 1:
         return checks[0]
-    return lambda x: all(c(x) for c in checks)
+    if len(checks) == 2:
+        a, b = checks
+        return lambda x: a(x) and b(x)
+    if len(checks) == 3:
+        a, b, c = checks
+        return lambda x: a(x) and b(x) and c(x)
+
+    def every(x) -> bool:
+        for check in checks:
+            if not check(x):
+                return False
+        return True
+    return every
 
 
 def _type(_, value, __) -> Check:
@@ -174,13 +192,20 @@ def _pattern(_, value, __) -> Check:
 
 
 def _required(_, names, __) -> Check:
-    names = tuple(names)
-    return lambda x: type(x) is not dict or all(n in x for n in names)
+    names = frozenset(names)
+    return lambda x: type(x) is not dict or names <= x.keys()
 
 
 def _property_names(compiler, schema, filename) -> Check:
     sub = compiler.compile(schema, filename)
-    return lambda x: type(x) is not dict or all(sub(k) for k in x)
+
+    def check(x) -> bool:
+        if type(x) is dict:
+            for k in x:
+                if not sub(k):
+                    return False
+        return True
+    return check
 
 
 def _one_of(compiler, schemas, filename) -> Check:
