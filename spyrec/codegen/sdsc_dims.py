@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from spyrec.indexing import FloorDiv, Indirect, Lin, Mod, Var
 
@@ -41,22 +42,15 @@ class NotExpressible(Exception):
     """The access cannot be written in SuperDSC fields; the message says why."""
 
 
-@dataclass(frozen=True)
-class Digit:
-    """One SuperDSC dim: a mixed-radix digit of an iteration variable (or a synthetic dim)."""
+class Digit(NamedTuple):
+    """One SuperDSC dim: a mixed-radix digit of an iteration variable (or a synthetic dim).
+    A named tuple, not a dataclass: digits key every per-core table of an op (32 cores x
+    every arg), and a tuple hashes and compares in C."""
 
     var: str              # the iteration variable ("" for a synthetic size-1 dim)
     weight: int           # var = Σ digit·weight over the var's digits
     size: int             # the digit's range (N_ of the label)
     split: bool = False   # the var has more than one digit
-
-    def __hash__(self) -> int:
-        # digits key every per-core table of an op (32 cores x every arg): hash once
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((self.var, self.weight, self.size, self.split))
-            object.__setattr__(self, "_hash", h)
-        return h
 
     @property
     def key(self) -> str:
