@@ -115,12 +115,23 @@ class Producers:
     the candidates of every reader ask again). Built once per work_division run; a writer's
     split must be chosen before its boxes are asked for (ops are visited in program order)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, intermediates: bool = False):
         self.graph = graph
         self.writers: dict[str, Operation] = {}
+        looped: set[str] = set()
         for op in graph.ops:
             self.writers.setdefault(op.output.buffer, op)
+            if op.loops:
+                looped.update(a.buffer for _, a in op.accesses())
         self._boxes: dict[str, object] = {}
+        # the buffers scratchpad_planning may put in LX: per-tile ones, and with
+        # `intermediates` every intermediate no loop moves over (its `_not_scratch`)
+        mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+        self.lx_candidates = {
+            name for name, buf in graph.buffers.items()
+            if buf.per_tile or intermediates and buf.role == "intermediate"
+            and name not in graph.inputs and name not in graph.outputs
+            and name not in mutated and name not in looped}
 
     def writer(self, buffer: str, reader: Operation) -> Operation | None:
         """The op that wrote `buffer` before `reader`, once its split is known."""
@@ -167,7 +178,8 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
     for is_input, access in [(True, a) for a in op.reads()] + [(False, op.output)]:
         buf = graph.buffers[access.buffer]
         sticks = access_sticks(graph, op, access, extent)
-        in_lx = buf.per_tile and sticks * STICK_BYTES <= LX_USABLE_BYTES_PER_CORE
+        candidate = buf.per_tile if producers is None else buf.name in producers.lx_candidates
+        in_lx = candidate and sticks * STICK_BYTES <= LX_USABLE_BYTES_PER_CORE
         if in_lx and is_input:
             keeps = producers.same_slices(op, access, splits) if producers else False
             if keeps is False:

@@ -39,6 +39,9 @@ class WorkDivision(Pass):
     # cost: the cheapest split by the cost model; greedy: the fixed order (the baseline the
     # report compares with; also what a test uses to pin a split over a given core count)
     strategy: str = "cost"
+    # price intermediates as LX, as scratchpad_planning (intermediates: true) places them: a
+    # read free when this split keeps the writer's slices, a write free when the slice fits
+    lx_intermediates: bool = True
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
@@ -56,7 +59,7 @@ class WorkDivision(Pass):
         from spyrec.passes.split_cost import Producers
 
         rows: list[dict] = []
-        producers, memo = Producers(graph), {}
+        producers, memo = Producers(graph, self.lx_intermediates), {}
         for op in graph.ops:
             op.core_splits, row = self._split(graph, op, producers, memo)
             rows += [row] if row else []
@@ -126,7 +129,7 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
     decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
     from spyrec.passes.split_cost import estimate
 
-    key = _signature(graph, op, cores)
+    key = _signature(graph, op, cores, producers)
     if memo is not None and key is not None and key in memo:
         base, costs = memo[key]
     else:
@@ -149,16 +152,27 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
     return best, row
 
 
-def _signature(graph: Graph, op: Operation, cores: int) -> tuple | None:
-    """What an op's estimates depend on, without names; None when it touches a per-tile
-    buffer (its LX-ness depends on the producer's split, so nothing is shared)."""
+def _signature(graph: Graph, op: Operation, cores: int, producers) -> tuple | None:
+    """What an op's estimates depend on, without names (the layers of a decoder stack share
+    them); None when it touches a per-tile buffer. An intermediate that may live in LX adds
+    what decides whether a split keeps its writer's slices: the writer's ranges, split and
+    output access."""
     accesses = [a for _, a in op.accesses()]
     bufs = [graph.buffers[a.buffer] for a in accesses]
     if any(b.per_tile for b in bufs):
         return None
     index_names = tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs)
+    lx = []
+    for a in accesses:
+        if a.buffer not in producers.lx_candidates:
+            lx.append(None)
+            continue
+        writer = producers.writer(a.buffer, op)
+        lx.append(() if writer is None else (writer.ranges, writer.output.index,
+                                            tuple(sorted(writer.core_splits.items()))))
     return (op.op, op.ranges, op.reduced, cores, index_names,
-            tuple((b.host_size, b.layout, a.index) for a, b in zip(accesses, bufs)))
+            tuple((b.host_size, b.layout, a.index) for a, b in zip(accesses, bufs)),
+            tuple(lx))
 
 
 def summary(rows: list[dict]) -> dict:

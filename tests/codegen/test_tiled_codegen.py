@@ -50,7 +50,9 @@ def compile_text(text: str, tmp: Path, cores: int = 32) -> tuple[dict, CompileCo
     graph = parse(ir(text).replace("\\\n", ""))
     ctx = CompileContext()
     # LX for loop bodies' per-tile buffers only: these tests pin HBM addresses of the rest
-    for p in (WorkDivision(cores=cores), ScratchpadPlanning(intermediates=False),
+    # (and work division prices the rest as HBM, as it is placed)
+    for p in (WorkDivision(cores=cores, lx_intermediates=False),
+              ScratchpadPlanning(intermediates=False),
               MemoryPlanning()):
         p.run(graph, ctx)
     assert verify(graph, ("layouts", "core_splits", "hbm_addresses")) == []

@@ -79,7 +79,7 @@ def test_the_choice_is_the_cheapest_candidate_and_the_greedy_one_on_ties(text):
 
     ctx = CompileContext()
     WorkDivision().run(graph, ctx)
-    producers = Producers(graph)
+    producers = Producers(graph, intermediates=True)     # as WorkDivision() prices them
     for op, row in zip(graph.ops, ctx.report["work_division"]["ops"]):
         sticks = stick_vars(graph, op)
         times = [estimate(graph, op, c, producers).time_us for c in candidates(op, sticks, 32)]
@@ -169,3 +169,30 @@ def test_tiled_decoder_mlp_reads_each_weight_once_per_tile_not_once_per_core(tmp
         assert spec["name"] == cost["name"]
         if not {a["name"] for a in spec["args"]} & hbm_tiles:
             assert rows[cost["name"]]["time_us"] == cost["time_us"], cost["name"]
+
+
+@pytest.mark.parametrize("name, hbm_bytes", [("mlp_fp16", (1_148_416, 886_272)),
+                                             ("layernorm_fp16", (107_558_400, 47_308_800))])
+def test_pricing_intermediates_as_lx_keeps_them_there(tmp_path, name, hbm_bytes):
+    """work_division prices an intermediate as LX (scratchpad_planning places every one whose
+    slice fits and whose readers keep the writer's slices), so it picks splits that keep the
+    writer's slices: less HBM traffic, and every output still equal to eager."""
+    import torch
+
+    from samples.models import SAMPLES
+    from tests.programs import compile_pt2, export, load_json
+
+    module, inputs = SAMPLES[name]()
+    pt2 = export(tmp_path, module, inputs, name)
+    moved = []
+    for lx in (False, True):
+        out = compile_pt2(pt2, tmp_path / f"lx_{lx}",
+                          sets=[f"work_division.lx_intermediates={str(lx).lower()}"])
+        totals = load_json(out / "report.json")["cost"]["totals"]
+        moved.append(totals["hbm_read_bytes"] + totals["hbm_write_bytes"])
+        names = load_json(out / "manifest.json")["inputs"]
+        got = simulate(out, {n: t.numpy() for n, t in zip(names, inputs)}).outputs[0]
+        with torch.no_grad():
+            want = module(*inputs).float().numpy()
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
+    assert tuple(moved) == hbm_bytes
