@@ -17,6 +17,8 @@ each figure, each named with its origin); only the byte counting is done here, f
   read, when this split gives every core the same slice its writer gave it (the condition
   scratchpad_planning applies, `ir/lx.py`); a read that breaks it costs its bytes from HBM
   plus the writer's write of the whole buffer, which then has to go to HBM too.
+- An input slice r cores read alike is charged max(8, r) / (8 r) of its bytes per core (the
+  broadcast cohort rule of sim/cost.py).
 - compute: matmul MACs / (per-core PT MAC rate × eff(M rows per core)); vector ops points ×
   weight / (lanes × clock); data movement none. memory: per-core bytes × active cores / the
   aggregate bandwidth. time = max(compute, memory) + per-op overhead (no ring: reduced vars
@@ -186,13 +188,27 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
                 in_lx = False
                 penalty += buf.layout.device_bytes
         if not in_lx:
-            moved += sticks * STICK_BYTES
+            share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
+            moved += sticks * STICK_BYTES * share
     memory_s = (moved * active + penalty) / p.hbm_bytes_per_s
     compute_s = _compute_s(op, extent, p)
     time_s = max(compute_s, memory_s)
     return SplitCost(time_us=round(time_s * 1e6 + p.op_overhead_us, 6),
                      compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
-                     hbm_bytes_per_core=moved, cores=active)
+                     hbm_bytes_per_core=round(moved), cores=active)
+
+
+def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> int:
+    """Cores reading each slice of `access` (sim/cost.py `readers_of`): the splits of the vars
+    it does not use, a gathered coordinate using its index tensor's vars."""
+    used: set[str] = set()
+    for atom in access.index.free_atoms():
+        if isinstance(atom, Var):
+            used.add(atom.name)
+        elif isinstance(atom, Indirect):
+            index = next(a for a in op.index_inputs if a.buffer == atom.tensor)
+            used |= {a.name for a in index.index.free_atoms() if isinstance(a, Var)}
+    return math.prod(k for v, k in splits.items() if v not in used)
 
 
 def _compute_s(op: Operation, extent: dict[str, int], p: CostParams) -> float:

@@ -12,6 +12,11 @@ split of the sdsc file), following reference/C-simulator.md §5.9:
 - compute: vector ops `points × w / (lanes × clock)` with w = 1, or the transcendental factor;
   matmul `MACs / (per-core PT MAC rate × eff)` with eff = min(1, sqrt(max(1, M_c/8)/8)); data
   movement (identity, restickify, fill) costs no compute.
+- broadcast cohort: an input slice that r cores read identically (r = the product of the
+  splits of the vars the arg does not use) is fetched max(1, r/8) times, not r times (TS's
+  cohort rule: up to 8 cores share a broadcast for free, beyond that bandwidth falls
+  linearly); each of the r cores is charged its share, max(8, r) / (8 r) of its bytes. These
+  are the HBM read bytes reported; the sticks a core touches are `sticks_read`.
 - memory: HBM bytes / (aggregate bandwidth / active cores) — cores share the bandwidth.
 - ring: a reduction split over k cores pays (k − 1) hops × output elements × PSUM cost.
 - op time = max over cores of max(compute, memory) (overlapped; `serial_us` adds them) + ring
@@ -43,6 +48,7 @@ TRANSCENDENTAL_FACTOR = 4.0         # KC "common heuristic" — low
 PSUM_US_PER_ELEM_HOP = 1.4e-4       # TS work_division.py, K-split ring reduction — fitted
 OP_OVERHEAD_US = 0.0                # t_op: not separable from t_bundle in the only data — low
 BUNDLE_OVERHEAD_US = 21.0           # t_bundle: fit to TS softmax timings (C-sim §1.3) — low
+BROADCAST_COHORT = 8                # TS work_division.py, cores sharing one read free — fitted
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,11 @@ class CostParams:
     psum_us_per_elem_hop: float = PSUM_US_PER_ELEM_HOP
     op_overhead_us: float = OP_OVERHEAD_US
     bundle_overhead_us: float = BUNDLE_OVERHEAD_US
+    broadcast_cohort: int = BROADCAST_COHORT
+
+    def read_share(self, readers: int) -> float:
+        """The part of its bytes each of `readers` cores reading one slice is charged."""
+        return max(self.broadcast_cohort, readers) / (self.broadcast_cohort * readers)
 
     @property
     def pt_macs_per_s_per_core(self) -> float:
@@ -76,7 +87,7 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
     """Traffic and time of one core's slice of one op execution (`footprints`: the HBM args'
     (is_input, itemsize, footprint), shared by every core of the op)."""
     kern = KERNELS[spec.op]
-    reads = writes = useful = lx_reads = lx_writes = 0
+    reads = writes = useful = lx_reads = lx_writes = touched = 0
     for is_input, itemsize, fp, in_lx in footprints or _footprints(spec):
         moved = fp.sticks(core.ranges) * STICK_BYTES
         if in_lx:
@@ -84,7 +95,8 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
             lx_writes += 0 if is_input else moved
             continue
         if is_input:
-            reads += moved
+            touched += moved
+            reads += moved * p.read_share(readers_of(spec, fp))
         else:
             writes += moved
         useful += fp.useful(core.ranges) * itemsize
@@ -101,10 +113,16 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
         weight = p.transcendental_factor if kern.cost_class == TRANSCENDENTAL else 1.0
         compute_s = points * weight / (p.vector_elems_per_cycle * p.clock_hz)
     memory_s = (reads + writes) / (p.hbm_bytes_per_s / max(active, 1))
-    return {"core": core.core, "points": points, "hbm_read_bytes": reads,
+    return {"core": core.core, "points": points, "hbm_read_bytes": round(reads),
+            "sticks_read": touched // STICK_BYTES,
             "hbm_write_bytes": writes, "lx_read_bytes": lx_reads, "lx_write_bytes": lx_writes,
             "useful_bytes": useful,
             "compute_us": _us(compute_s * 1e6), "memory_us": _us(memory_s * 1e6)}
+
+
+def readers_of(spec: OpSpec, fp: ArgFootprint) -> int:
+    """How many cores read each slice of the arg: the splits of the vars it does not use."""
+    return math.prod(k for v, (_, k) in spec.iteration_space.items() if v not in fp.used)
 
 
 def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint, bool]]:
@@ -144,13 +162,14 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
     lx_reads = sum(c["lx_read_bytes"] for c in cores)
     lx_writes = sum(c["lx_write_bytes"] for c in cores)
     useful = sum(c["useful_bytes"] for c in cores)
+    touched = sum(c["sticks_read"] for c in cores) * STICK_BYTES + writes
     return {
         "file": spec.file, "index": spec.index, "op": spec.op, "name": spec.name,
         "source": spec.source, "executions": executions, "class": KERNELS[spec.op].cost_class,
         "cores_used": active, "points": spec.points, "flops": flops,
         "hbm_read_bytes": reads, "hbm_write_bytes": writes, "lx_read_bytes": lx_reads,
         "lx_write_bytes": lx_writes, "useful_bytes": useful,
-        "stick_efficiency": round(useful / (reads + writes), 6) if reads + writes else 1.0,
+        "stick_efficiency": round(useful / touched, 6) if touched else 1.0,
         "compute_us": _us(parts["compute"]), "memory_us": _us(parts["memory"]),
         "ring_us": _us(ring), "overhead_us": _us(p.op_overhead_us),
         "time_us": _us(overlapped + ring + p.op_overhead_us),

@@ -112,21 +112,23 @@ def test_reference_matmul_cases_estimate_no_slower_than_the_reference_choice(sha
     WorkDivision().run(graph, ctx)
     (row,) = ctx.report["work_division"]["ops"]
     assert row["time_us"] <= ref.time_us
-    if theirs["c0"] == 32:       # M split 32 ways: every core reads all of w
-        assert row["time_us"] < ref.time_us / 2
+    if theirs["c0"] == 32:       # M split 32 ways: every core reads all of w (4 cohorts of 8)
+        assert row["time_us"] < ref.time_us / 1.5
 
 
 def test_reference_case_numbers():
-    """The 64x8192x2048 case by hand. The reference keeps M32: each core reads 2 rows of x
-    (2 x 128 K-sticks), all of w (8192 x 32 sticks) and writes 2 x 32 sticks: 262,464 sticks,
-    x 32 cores x 128 B / 204.8 GB/s = 5249.28 us. N split 32 ways (1 stick each) reads x whole
-    on every core: (64 x 128 + 8192 x 1 + 64 x 1) x 32 cores -> 328.96 us. Ours splits N 4
-    ways (8 sticks each): (8192 + 8192 x 8 + 64 x 8) sticks x 4 cores -> 185.6 us, just above
-    its compute of 64 x 512 x 8192 MACs / 1.536 TMAC/s (64 rows: full efficiency) = 174.76 us."""
+    """The 64x8192x2048 case by hand, with the broadcast cohort rule (a slice r cores read
+    alike costs each max(8, r) / 8r of it). The reference keeps M32: each core reads 2 rows of
+    x (2 x 128 K-sticks, its own), all of w (8192 x 32 sticks, read by all 32 cores: 1/8 each)
+    and writes 2 x 32 sticks: 256 + 32,768 + 64 = 33,088 sticks x 32 cores x 128 B / 204.8
+    GB/s = 661.76 us. N split 32 ways (1 stick each): x whole (8192 sticks, 32 readers: 1024),
+    w 8192 x 1, out 64 x 1: 9,280 sticks -> 185.6 us. Ours splits N 8 ways (4 sticks each): x
+    8192 / 8 + w 8192 x 4 + out 64 x 4 = 34,048 sticks x 8 cores -> 170.24 us, above its
+    compute of 64 x 256 x 8192 MACs / 1.536 TMAC/s (64 rows: full efficiency) = 87.38 us."""
     graph = parse(ir(matmul_text(64, 8192, 2048)).replace("\\\n", ""))
     (op,) = graph.ops
-    assert estimate(graph, op, {"c0": 32, "c1": 1, "r0": 1}).time_us == 5249.28
-    assert estimate(graph, op, {"c0": 1, "c1": 32, "r0": 1}).time_us == 328.96
+    assert estimate(graph, op, {"c0": 32, "c1": 1, "r0": 1}).time_us == 661.76
+    assert estimate(graph, op, {"c0": 1, "c1": 32, "r0": 1}).time_us == 185.6
     from spyrec.passes.registry import CompileContext
     from spyrec.passes.work_division import WorkDivision
 
@@ -134,14 +136,14 @@ def test_reference_case_numbers():
     WorkDivision().run(graph, ctx)
     (row,) = ctx.report["work_division"]["ops"]
     assert (row["split"], row["time_us"], row["greedy_time_us"]) == \
-        ("[c0:1, c1:4, r0:1]", 185.6, 5249.28)
+        ("[c0:1, c1:8, r0:1]", 170.24, 661.76)
 
 
 def test_tiled_decoder_mlp_reads_each_weight_once_per_tile_not_once_per_core(tmp_path):
     """configs/tiling/decoder_mlp_tokens.yaml: 4 tiles of 64 tokens. Greedy split M (the 64
-    tokens) 32 ways, so each of 32 cores read every 256 KiB weight per tile: 101,384,192 B
-    moved. By cost, the matmuls split N and keep M whole: each weight is read once per tile
-    (3 x 256 KiB x 4 = 3 MiB of the 5,696 KiB), and the gate/up/product tiles stay in LX
+    tokens) 32 ways, so each of 32 cores reads every 256 KiB weight per tile (fetched 4 times:
+    4 broadcast cohorts of 8). By cost, the matmuls split N and keep M whole: each weight is read once per tile
+    (3 x 256 KiB x 4 = 3 MiB of the 4,616 KiB), and the gate/up/product tiles stay in LX
     where the consumer's split matches its writer's."""
     from pathlib import Path
 
@@ -153,11 +155,11 @@ def test_tiled_decoder_mlp_reads_each_weight_once_per_tile_not_once_per_core(tmp
     out = compile_pt2(export(tmp_path, module, inputs, "mlp"), tiling=config)
     report = load_json(out / "report.json")
     totals = report["cost"]["totals"]
-    assert totals["hbm_read_bytes"] + totals["hbm_write_bytes"] == 5_832_704
+    assert totals["hbm_read_bytes"] + totals["hbm_write_bytes"] == 4_726_784
     rows = {r["op"]: r for r in report["work_division"]["ops"]}
     for name in ("linear", "linear_1", "linear_2"):
         assert rows[name]["split"].startswith("[c0:1, ")          # M (tokens) whole
-        assert rows[name]["time_us"] < rows[name]["greedy_time_us"] / 10
+        assert rows[name]["time_us"] < rows[name]["greedy_time_us"] / 2.5
     placed = {b["buffer"] for b in report["scratchpad"]["buffers"] if b["placed"]}
     assert {"linear", "silu", "linear_1", "linear_2"} <= placed
     # where the LX prediction held (every per-tile arg placed), the estimate is the cost
@@ -171,8 +173,8 @@ def test_tiled_decoder_mlp_reads_each_weight_once_per_tile_not_once_per_core(tmp
             assert rows[cost["name"]]["time_us"] == cost["time_us"], cost["name"]
 
 
-@pytest.mark.parametrize("name, hbm_bytes", [("mlp_fp16", (1_148_416, 886_272)),
-                                             ("layernorm_fp16", (107_558_400, 47_308_800))])
+@pytest.mark.parametrize("name, hbm_bytes", [("mlp_fp16", (853_504, 722_432)),
+                                             ("layernorm_fp16", (107_558_400, 46_233_600))])
 def test_pricing_intermediates_as_lx_keeps_them_there(tmp_path, name, hbm_bytes):
     """work_division prices an intermediate as LX (scratchpad_planning places every one whose
     slice fits and whose readers keep the writer's slices), so it picks splits that keep the

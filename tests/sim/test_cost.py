@@ -65,7 +65,10 @@ def test_matmul_uses_the_pt_rate_and_row_efficiency(out):
     macs_per_s = PT_PEAK_FLOPS_PER_CARD / 32 / 2
     assert core["compute_us"] == pytest.approx(8 * 80 * 100 / (macs_per_s * math.sqrt(1 / 8))
                                                * 1e6, rel=1e-5)
-    assert core["hbm_read_bytes"] == (8 * 2 + 100 * 2) * 128   # x: 8 rows x 2 K-sticks
+    # x: 8 rows x 2 K-sticks of its own; y: 100 x 2 sticks every one of the 4 cores reads
+    # (a cohort of 4 <= 8: one fetch, a quarter each)
+    assert core["sticks_read"] == 8 * 2 + 100 * 2
+    assert core["hbm_read_bytes"] == (8 * 2 + 100 * 2 // 4) * 128
     assert op["flops"] == 2 * 32 * 80 * 100
 
 

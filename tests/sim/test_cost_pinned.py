@@ -31,8 +31,10 @@ def test_compute_bound_matmul_fp16_8192x4096x8192_m4_n8(out):
     # M 8192 split 4 (2048 rows per core: 256 passes of 8, full efficiency), N 8192 = 128
     # sticks split 8 (1024 columns per core), K 4096 whole.
     # compute: 2048 * 1024 * 4096 MACs / 1.536e12 MAC/s = 5592.405333 us.
-    # memory per core: x 2048 rows x 64 K-sticks + y 4096 K-rows x 16 N-sticks + z 2048 x 16
-    # = 229,376 sticks = 29,360,128 B; x 32 cores / 204.8e9 = 4587.52 us. Compute-bound.
+    # memory per core: x 2048 rows x 64 K-sticks (the 8 N-cores of a row block read it alike:
+    # a cohort of 8, 1/8 each) + y 4096 K-rows x 16 N-sticks (the 4 M-cores: 1/4 each) + z
+    # 2048 x 16 = 16,384 + 16,384 + 32,768 = 65,536 sticks = 8,388,608 B; x 32 cores / 204.8e9
+    # = 1310.72 us (229,376 sticks touched). Compute-bound.
     out.input("x", [8192, 4096])
     out.input("y", [4096, 8192])
     out.output("z", [8192, 8192])
@@ -43,8 +45,9 @@ def test_compute_bound_matmul_fp16_8192x4096x8192_m4_n8(out):
            split={"c0": 4, "c1": 8})
     (op,) = cost_for_directory(out.write())["ops"]
     core = op["per_core"][0]
-    assert core["hbm_read_bytes"] + core["hbm_write_bytes"] == 229376 * 128
-    assert core["memory_us"] == 4587.52
+    assert core["hbm_read_bytes"] + core["hbm_write_bytes"] == 65536 * 128
+    assert core["sticks_read"] + core["hbm_write_bytes"] // 128 == 229376
+    assert core["memory_us"] == 1310.72
     assert core["compute_us"] == 5592.405333
     assert op["bound"] == "compute" and op["time_us"] == 5592.405333
     assert op["flops"] == 2 * 8192 * 8192 * 4096

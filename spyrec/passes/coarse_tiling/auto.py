@@ -308,20 +308,28 @@ def subgraph(graph: Graph, nodes: set[str]) -> Graph:
 
 def hbm_bytes(graph: Graph) -> int:
     """Device-memory bytes the graph's ops move: per op execution, the whole sticks each
-    core's slice of every argument outside LX touches (the cost model's rule,
-    spyrec/sim/cost.py, over bounding boxes), times the executions of its loops."""
+    core's slice of every argument outside LX touches, a slice several cores read charged
+    by the broadcast cohort rule (the cost model's rules, spyrec/sim/cost.py, over bounding
+    boxes), times the executions of its loops."""
+    from spyrec.passes.split_cost import readers_of_access
+    from spyrec.sim.cost import DEFAULT_PARAMS
+
     total = 0
     for op in graph.ops:
         per_run = 0
         slices = core_slices(op)
         ends = [slices[0], slices[-1]]
-        for _, access in op.accesses():
+        for role, access in op.accesses():
             buf = graph.buffers[access.buffer]
             if buf.lx_address is not None:
                 continue
-            per_run += _access_bytes(buf, op, access, slices, ends)
+            moved = _access_bytes(buf, op, access, slices, ends)
+            if role != "output":
+                moved *= DEFAULT_PARAMS.read_share(
+                    readers_of_access(op, access, op.core_splits or {}))
+            per_run += moved
         total += per_run * math.prod(loop.count for loop in op.loops)
-    return total
+    return round(total)
 
 
 def _access_bytes(buf, op: Operation, access, slices: list, ends: list) -> int:

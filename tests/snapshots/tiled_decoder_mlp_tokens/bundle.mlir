@@ -69,9 +69,13 @@ module {
     %sym_63 = arith.constant 7680 : index
     %sym_64 = arith.constant 7936 : index
     %sym_65 = arith.constant 0 : index
-    %sym_66 = arith.constant 65536 : index
-    %sym_67 = arith.constant 918016 : index
-    %sym_68 = arith.constant 983552 : index
+    %sym_66 = arith.constant 32768 : index
+    %sym_67 = arith.constant 65536 : index
+    %sym_68 = arith.constant 98304 : index
+    %sym_69 = arith.constant 918016 : index
+    %sym_70 = arith.constant 950784 : index
+    %sym_71 = arith.constant 983552 : index
+    %sym_72 = arith.constant 1016320 : index
     scf.for %i_0 = %c0 to %loop_bound_0 step %c1 {
       %addr_1 = affine.apply #map_0(%i_0)[%sym_1]
       %addr_2 = affine.apply #map_0(%i_0)[%sym_2]
@@ -152,7 +156,11 @@ module {
       %addr_66 = affine.apply #map_0(%i_0)[%sym_66]
       %addr_67 = affine.apply #map_0(%i_0)[%sym_67]
       %addr_68 = affine.apply #map_0(%i_0)[%sym_68]
-      sdscbundle.sdsc_execute (%addr_65, %addr_66, %addr_67, %addr_68) {sdsc_filename = "sdsc_11.json", symbol_ids = [-65, -66, -67, -68]}
+      %addr_69 = affine.apply #map_0(%i_0)[%sym_69]
+      %addr_70 = affine.apply #map_0(%i_0)[%sym_70]
+      %addr_71 = affine.apply #map_0(%i_0)[%sym_71]
+      %addr_72 = affine.apply #map_0(%i_0)[%sym_72]
+      sdscbundle.sdsc_execute (%addr_65, %addr_66, %addr_67, %addr_68, %addr_69, %addr_70, %addr_71, %addr_72) {sdsc_filename = "sdsc_11.json", symbol_ids = [-65, -66, -67, -68, -69, -70, -71, -72]}
     }
     func.return
   }
