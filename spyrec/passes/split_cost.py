@@ -78,9 +78,16 @@ def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str,
 def _first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int]) -> tuple:
     """Core 0's box of device coordinates (lanes excluded), as `ir/lx.py core_boxes`."""
     buf = graph.buffers[access.buffer]
-    coords = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                        access.index).coords       # memoized, unlike access_coordinates
-    extent = core0_slice(op, splits)
+    return _first_box_of(buf.host_size, buf.host_strides, buf.layout, op.ranges, access.index,
+                         tuple(splits.get(v, 1) for v, _ in op.ranges))
+
+
+@lru_cache(maxsize=1 << 14)
+def _first_box_of(host_size, host_strides, layout, var_ranges, index, splits) -> tuple:
+    """`_first_box` on hashable facts (memoized: every candidate of every reader asks)."""
+    ranges = Ranges({Var(v): (0, n - 1) for v, n in var_ranges})
+    coords = stick_info(host_size, host_strides, layout, ranges, index).coords
+    extent = {v: n // k for (v, n), k in zip(var_ranges, splits)}
     return tuple(_span(c, tuple((v, extent[v]) for v in _leaves(c)[0])) for c in coords[:-1])
 
 
@@ -120,9 +127,13 @@ class Producers:
     def __init__(self, graph: Graph, intermediates: bool = False):
         self.graph = graph
         self.writers: dict[str, Operation] = {}
+        self.readers: dict[str, list[tuple[Operation, Access]]] = {}
         looped: set[str] = set()
         for op in graph.ops:
             self.writers.setdefault(op.output.buffer, op)
+            for a in op.reads():
+                if self.writers.get(a.buffer) is not op:
+                    self.readers.setdefault(a.buffer, []).append((op, a))
             if op.loops:
                 looped.update(a.buffer for _, a in op.accesses())
         self._boxes: dict[str, object] = {}
@@ -165,6 +176,31 @@ class Producers:
                           replace(op, core_splits=dict(splits)), access)
         return mine == theirs
 
+    def readers_keep(self, op: Operation, splits: dict[str, int]) -> bool:
+        """Does every reader of `op`'s output whose split is already chosen (work_division's
+        later rounds) give each core the slice `splits` gives it? True while none is chosen:
+        the first round assumes the readers will follow."""
+        buf = self.graph.buffers[op.output.buffer]
+        mine = None
+        for reader, access in self.readers.get(buf.name, ()):
+            if reader.core_splits is None:
+                continue
+            used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+            if any(k > 1 and v not in used for v, k in reader.core_splits.items()) or \
+                    _first_box(self.graph, op, op.output, splits) != \
+                    _first_box(self.graph, reader, access, reader.core_splits):
+                return False              # the cheap tests first, as `same_slices`
+            if mine is None:
+                mine = core_boxes(buf, replace(op, core_splits=dict(splits)), op.output)
+            if mine is None or core_boxes(buf, reader, access) != mine:
+                return False
+        return True
+
+    def reader_splits(self, op: Operation) -> tuple:
+        """What `readers_keep` depends on, without names (work_division's memo key)."""
+        return tuple((r.ranges, a.index, tuple(sorted((r.core_splits or {}).items())))
+                     for r, a in self.readers.get(op.output.buffer, ()))
+
     def matches(self, op: Operation, splits: dict[str, int]) -> bool:
         """Does `splits` keep every producer's slices (the tie-break toward LX)?"""
         return all(self.same_slices(op, a, splits) is not False for a in op.inputs)
@@ -187,6 +223,8 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
             if keeps is False:
                 in_lx = False
                 penalty += buf.layout.device_bytes
+        elif in_lx and producers is not None and not producers.readers_keep(op, splits):
+            in_lx = False             # a reader takes other slices: the output goes to HBM
         if not in_lx:
             share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
             moved += sticks * STICK_BYTES * share

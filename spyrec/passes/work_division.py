@@ -58,12 +58,34 @@ class WorkDivision(Pass):
         self.check_options()
         from spyrec.passes.split_cost import Producers
 
-        rows: list[dict] = []
         producers, memo = Producers(graph, self.lx_intermediates), {}
         for op in graph.ops:
+            op.core_splits = None
+        # first in program order, assuming an intermediate's readers will keep its slices
+        rows = []
+        for op in graph.ops:         # a reader prices its inputs with its writers' splits
             op.core_splits, row = self._split(graph, op, producers, memo)
-            rows += [row] if row else []
-        ctx.report["work_division"] = summary(rows)
+            rows.append((op.core_splits, row))
+        if self.strategy == "cost" and self.lx_intermediates:
+            self._revisit(graph, producers, memo, rows)
+        ctx.report["work_division"] = summary([row for _, row in rows if row])
+
+    def _revisit(self, graph: Graph, producers, memo: dict, rows: list) -> None:
+        """Choose again, knowing every reader's split, for the ops whose output a reader
+        takes in other slices (a reduction cannot split its reduced var, say) and for the
+        readers of an op whose split that changes. Nothing else can change: knowing the
+        readers only makes the other candidates of an op dearer."""
+        changed: set[str] = set()
+        for i, op in enumerate(graph.ops):
+            writers = {producers.writers[a.buffer].name for a in op.reads()
+                       if a.buffer in producers.writers}
+            if producers.readers_keep(op, op.core_splits) and not writers & changed:
+                continue
+            before = op.core_splits
+            op.core_splits, row = self._split(graph, op, producers, memo)
+            rows[i] = (op.core_splits, row)
+            if op.core_splits != before:
+                changed.add(op.name)
 
     def _split(self, graph: Graph, op: Operation, producers, memo: dict) -> tuple[dict, dict]:
         """One op's split and its report row (the producers' splits are already chosen)."""
@@ -172,7 +194,8 @@ def _signature(graph: Graph, op: Operation, cores: int, producers) -> tuple | No
                                             tuple(sorted(writer.core_splits.items()))))
     return (op.op, op.ranges, op.reduced, cores, index_names,
             tuple((b.host_size, b.layout, a.index) for a, b in zip(accesses, bufs)),
-            tuple(lx))
+            tuple(lx), producers.reader_splits(op)
+            if op.output.buffer in producers.lx_candidates else None)
 
 
 def summary(rows: list[dict]) -> dict:

@@ -198,3 +198,23 @@ def test_pricing_intermediates_as_lx_keeps_them_there(tmp_path, name, hbm_bytes)
             want = module(*inputs).float().numpy()
         np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
     assert tuple(moved) == hbm_bytes
+
+
+def test_a_producer_takes_the_split_its_reduction_can_read_from_lx(tmp_path):
+    """RMSNorm: `x * x` feeds a mean over the stick dim, which cannot split its reduced var.
+    Chosen alone, the product would split the stick dim too (32 cores) and go to HBM; chosen
+    again knowing its reader (work_division's second look), it keeps the mean's rows-only
+    split, so it stays in LX, and the program still equals eager."""
+    import torch
+
+    from tests.differential.harness import run_and_compare
+    from tests.programs import Lambda, load_json
+
+    x = torch.randn(8, 127, 256, generator=torch.Generator().manual_seed(0))
+    out = run_and_compare(tmp_path, Lambda(
+        lambda m, x: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)), (x,))
+    report = load_json(out / "report.json")
+    splits = {row["op"]: row["split"] for row in report["work_division"]["ops"]}
+    assert splits["mul"] == "[c0:8, c1:1, c2:1]" and splits["mean"] == "[c0:8, c1:1, r0:1]"
+    placed = {b["buffer"]: b["placed"] for b in report["scratchpad"]["buffers"]}
+    assert placed["mul"] is True
