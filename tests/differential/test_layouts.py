@@ -40,3 +40,20 @@ def test_layouts_preserve_numbers(name, input_layouts, tmp_path):
                           sets=[f"stick_layout.input_layouts={input_layouts}"])
     report = load_json(out / "report.json")
     assert report["layout_search"]["estimated_elements"] == report["restickify"]["elements"]
+
+
+def test_a_slice_of_a_fused_projection_is_copied_not_the_whole_tensor(tmp_path):
+    """Attention over a fused qkv projection: only k needs its stick on the sequence, so the
+    layout pass copies k's view (4 x 64 x 128 = 32,768 elements), not the [4, 64, 384] tensor
+    (98,304): a restickify moves the whole source, a view copy only what it reads."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 64, 128, generator=g), torch.randn(128, 384, generator=g)
+
+    def attention(m, x, w):
+        q, k, v = (x @ w).split(128, dim=-1)
+        return (q @ k.transpose(-1, -2)).softmax(-1) @ v
+
+    out = run_and_compare(tmp_path, Lambda(attention), (x, w))
+    (copy,) = load_json(out / "report.json")["restickify"]["list"]
+    assert (copy["copy"], copy["elements"], copy["consumers"]) == \
+        ("matmul__view", 4 * 64 * 128, ["matmul_1"])

@@ -189,17 +189,19 @@ class LayoutSearch:
             if name == access.buffer and self._fits(op, access, layout, target):
                 return Decision("copy", layout)
         source = s.layouts[access.buffer]
+        # A copy of the accessed view (an identity op, which reads any layout element by
+        # element: the compact op of A-layout §7) always works, sparse sources included.
+        view = self._view_copy(op, access, target)
         if not source.is_sparse:  # a restickify cannot gather a sparse tensor's sticks
             buf = self.graph.buffers[access.buffer]
             for layout in self._candidates(buf, access, target, op):
                 if layout != source and self._fits(op, access, layout, target):
+                    if view is not None and view[1] < source.device_elems:
+                        break     # the view is smaller than the tensor (k of a fused qkv)
                     s.copies = s.copies | {(access.buffer, layout)}
                     s.cost += source.device_elems
                     s.inserted += 1
                     return Decision("copy", layout)
-        # A copy of the accessed view (an identity op, which reads any layout element by
-        # element: the compact op of A-layout §7) always works, sparse sources included.
-        view = self._view_copy(op, access, target)
         if view is not None:  # from a sparse source it reads every (mostly padding) stick
             s.cost += max(view[1], source.device_elems) if source.is_sparse else view[1]
             s.inserted += 1
