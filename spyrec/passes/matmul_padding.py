@@ -2,7 +2,8 @@
 
 Reads: batchmatmul ops and their operands' layouts (after stick_layout).
 Writes: for each matmul whose K is not a multiple of the stick size E, a buffer `<y>__kpad`
-with K rounded up to whole sticks, a `fill` of zeros and an `identity` copy of y into it; the
+with K rounded up to whole sticks, a `fill` of zeros over its padding rows only and an
+`identity` copy of y into the rest; the
 matmul then reads the padded buffer. The `matmul_padding` report (count, elements).
 Guarantees: only y is padded, along K (a non-stick dim of y, so its layout keeps the stick on
 N, or stays stick-sparse when y has no N and is read sparse); x is untouched — its lanes past
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from spyrec.indexing import Lin, Var, var
+from spyrec.indexing import Lin, Var, substitute, var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
 from spyrec.passes.stick_layout.search import layout_with_stick
@@ -60,8 +61,13 @@ class MatmulPadding(Pass):
             default_layout(shape, src.host_dtype)
         index = sum((var(v).scale(s) for v, s, n in zip(order, buf.host_strides, shape)
                      if n > 1), Lin())
-        padded_ranges = tuple((v, n) for v, n in zip(order, shape))
-        new_ops.append(Operation(buf.name, "fill", padded_ranges, (), Access(buf.name, index),
+        # zeros only where the copy does not write: the k_pad - K padding rows, whole sticks
+        # when N is in the lanes; a K in the lanes (a vector) is filled whole
+        pad_ranges, pad_index = tuple(zip(order, shape)), index
+        if n_var is not None:
+            pad_ranges = tuple((v, k_pad - sizes[k] if v == k else n) for v, n in zip(order, shape))
+            pad_index = substitute(index, {Var(k): var(k) + sizes[k]})
+        new_ops.append(Operation(buf.name, "fill", pad_ranges, (), Access(buf.name, pad_index),
                                  constants={"value": 0.0}, source=op.source, loops=op.loops, node=op.node, scope=op.scope))
         new_ops.append(Operation(f"{buf.name}.1", "identity",
                                  tuple((v, sizes[v]) for v in order), (y,),

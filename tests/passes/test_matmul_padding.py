@@ -20,12 +20,14 @@ SIGNATURE = """
 
 
 def test_k_of_100_is_padded_to_two_sticks_on_y():
+    """The fill writes zeros only in the 28 padding rows (from row 100: 12,800 elements in),
+    the copy the other 100."""
     ctx = CompileContext()
     before = ir(BUFFERS) + MATMUL.format(y="y[c1 + 128*r0]") + ir(SIGNATURE)
     after = run_pass(MatmulPadding(), before, ctx, facts=("layouts",))
     assert after == ir(BUFFERS) + ir("""
     buffer y__kpad: intermediate float16[128, 128] device [2, 128, 64] / [64, 128, 1] fp16 source "model.py:3"
-    op y__kpad: y__kpad[c1 + 128*r0] = fill() over [r0<128, c1<128] attrs {"value": 0.0} source "model.py:3"
+    op y__kpad: y__kpad[c1 + 128*r0 + 12800] = fill() over [r0<28, c1<128] attrs {"value": 0.0} source "model.py:3"
     op y__kpad.1: y__kpad[c1 + 128*r0] = identity(y[c1 + 128*r0]) over [r0<100, c1<128] source "model.py:3"
     """) + MATMUL.format(y="y__kpad[c1 + 128*r0]") + ir(SIGNATURE)
     assert ctx.report["matmul_padding"] == {
@@ -46,7 +48,7 @@ def test_a_transposed_y_is_padded_into_k_major_order():
     assert after[3:6] == [
         'buffer y__kpad: intermediate float16[128, 128] device [2, 128, 64] / [64, 128, 1] fp16 '
         'source "model.py:3"',
-        'op y__kpad: y__kpad[c1 + 128*r0] = fill() over [r0<128, c1<128] attrs {"value": 0.0} '
+        'op y__kpad: y__kpad[c1 + 128*r0 + 12800] = fill() over [r0<28, c1<128] attrs {"value": 0.0} '
         'source "model.py:3"',
         'op y__kpad.1: y__kpad[c1 + 128*r0] = identity(y[100*c1 + r0]) over [r0<100, c1<128] '
         'source "model.py:3"']
