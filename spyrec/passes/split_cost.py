@@ -237,7 +237,7 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
 
 
 def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> int:
-    """Cores reading each slice of `access` (sim/cost.py `readers_of`): the splits of the vars
+    """Cores reading each slice of `access` (sim/footprint.py `ArgFootprint.readers`): the splits of the vars
     it does not use, a gathered coordinate using its index tensor's vars."""
     used: set[str] = set()
     for atom in access.index.free_atoms():

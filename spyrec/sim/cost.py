@@ -83,9 +83,11 @@ def _us(x: float) -> float:
 
 
 def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
-              footprints: list[tuple[bool, int, ArgFootprint, bool]] | None = None) -> dict:
+              footprints: list[tuple[bool, int, ArgFootprint, bool]] | None = None,
+              m_vars: set[str] | None = None) -> dict:
     """Traffic and time of one core's slice of one op execution (`footprints`: the HBM args'
-    (is_input, itemsize, footprint), shared by every core of the op)."""
+    (is_input, itemsize, footprint), and `m_vars` a matmul's M: both shared by every core
+    of the op, so `op_cost` computes them once)."""
     kern = KERNELS[spec.op]
     reads = writes = useful = lx_reads = lx_writes = touched = 0
     for is_input, itemsize, fp, in_lx in footprints or _footprints(spec):
@@ -96,7 +98,7 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
             continue
         if is_input:
             touched += moved
-            reads += moved * p.read_share(readers_of(spec, fp))
+            reads += moved * p.read_share(fp.readers)
         else:
             writes += moved
         useful += fp.useful(core.ranges) * itemsize
@@ -104,7 +106,7 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
     if kern.cost_class == MOVE:
         compute_s = 0.0
     elif kern.cost_class == MATMUL:
-        m_vars = _m_vars(spec)
+        m_vars = _m_vars(spec) if m_vars is None else m_vars
         m_rows = math.prod(hi - lo for v, (lo, hi) in core.ranges.items() if v in m_vars)
         passes = max(1.0, m_rows / p.pt_rows_per_pass)
         eff = min(1.0, math.sqrt(passes / p.pt_full_efficiency_passes))
@@ -118,11 +120,6 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
             "hbm_write_bytes": writes, "lx_read_bytes": lx_reads, "lx_write_bytes": lx_writes,
             "useful_bytes": useful,
             "compute_us": _us(compute_s * 1e6), "memory_us": _us(memory_s * 1e6)}
-
-
-def readers_of(spec: OpSpec, fp: ArgFootprint) -> int:
-    """How many cores read each slice of the arg: the splits of the vars it does not use."""
-    return math.prod(k for v, (_, k) in spec.iteration_space.items() if v not in fp.used)
 
 
 def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint, bool]]:
@@ -142,7 +139,8 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
     """Cost of one execution of `spec` (per core and combined), and how often it runs."""
     active = sum(1 for c in spec.cores if c.points)
     footprints = _footprints(spec)
-    cores = [core_cost(spec, c, active, p, footprints) for c in spec.cores]
+    m_vars = _m_vars(spec) if KERNELS[spec.op].cost_class == MATMUL else None
+    cores = [core_cost(spec, c, active, p, footprints, m_vars) for c in spec.cores]
     used = [c for c in cores if c["points"]] or cores
     k_split = math.prod(k for v, (_, k) in spec.iteration_space.items() if v in spec.reduced)
     out_elems = math.prod(n for v, (n, _) in spec.iteration_space.items()

@@ -47,13 +47,16 @@ class ArgFootprint:
     once: the cost model asks for every core of every op (~2,000 boxes for a 2-layer decoder),
     and redoing it per box was most of the estimate's time."""
 
-    __slots__ = ("spec", "components", "used")
+    __slots__ = ("spec", "components", "used", "readers")
 
     def __init__(self, spec: OpSpec, arg: ArgSpec):
         self.spec = spec
         self.components = [(vars_, group, any(_leaf_names(c)[1] for c in group))
                            for vars_, group in _components(spec, arg.coordinates[:-1])]
         self.used = frozenset().union(*(support(spec, c) for c in arg.coordinates))
+        # cores reading each slice alike: the splits of the vars the arg does not use
+        self.readers = math.prod(k for v, (_, k) in spec.iteration_space.items()
+                                 if v not in self.used)
 
     def sticks(self, box: Box) -> int:
         """Distinct sticks touched by the points of `box`."""
