@@ -387,17 +387,17 @@ class _Emitter:
         wl = buf.layout.dtype.itemsize
         strides = {lv.digit: lv.stride for lv in t.levels}
         base = buf.hbm_address + wl * t.offset
-        starts = []
-        for slices in self.core_slices:
-            off = 0
-            for d, k in slices.items():
-                if k and d in strides:
-                    p = self.sizes[d] // self.splits[d]
-                    if d == t.stick and p % t.elems_per_stick:
-                        raise NotExpressible(f"core {len(starts)} would start arg {i} inside "
-                                             f"a stick ({p} elements per core)")
-                    off += k * (p // t.elems_per_stick if d == t.stick else p) * strides[d]
-            starts.append(base + wl * off)
+        steps = []          # (digit, bytes per slice) of the split digits the arg walks
+        for d in self.digits:
+            if self.splits[d] > 1 and d in strides:
+                p = self.sizes[d] // self.splits[d]
+                if d == t.stick and p % t.elems_per_stick:
+                    raise NotExpressible(f"a core would start arg {i} inside a stick ({p} "
+                                         f"elements per core)")
+                steps.append((d, wl * (p // t.elems_per_stick if d == t.stick else p)
+                              * strides[d]))
+        starts = [base + sum(slices[d] * step for d, step in steps)
+                  for slices in self.core_slices]
         ours = self._our_starts(i)
         if t.lane_shift and ours is not None:
             # our starts address the first element, which the shift moves past the stick
@@ -421,9 +421,10 @@ class _Emitter:
         (the same for every arg of the op, so computed once)."""
         by_origin = {tuple(lo for lo, _ in c["ranges"].values()): k
                      for k, c in enumerate(self.spec["cores"])}
-        space = self.spec["iteration_space"]
-        return [by_origin[tuple(sum(slices[d] * (d.size // self.splits[d]) * d.weight
-                                    for d in self.dims.var_digits[v]) for v in space)]
+        units = [[(d, (d.size // self.splits[d]) * d.weight)
+                  for d in self.dims.var_digits[v] if self.splits[d] > 1]
+                 for v in self.spec["iteration_space"]]
+        return [by_origin[tuple(sum(slices[d] * u for d, u in var_units) for var_units in units)]
                 for slices in self.core_slices]
 
     def _labeled(self, i: int, info: dict) -> dict:

@@ -316,10 +316,12 @@ def as_lin(e: Expr) -> Lin:
     raise TypeError(f"not an index expression: {e!r}")
 
 
+@lru_cache(maxsize=4096)
 def const(value: int) -> Lin:
-    return Lin((), value)
+    return Lin((), value)       # immutable, so one object per value serves every caller
 
 
+@lru_cache(maxsize=4096)
 def var(name: str) -> Lin:
     return as_lin(Var(name))
 

@@ -407,7 +407,7 @@ def _out_of_range(spec: OpSpec, b: Binding, chunk: Chunk, env: dict, dim: int,
     size = arg.layout.device_size[dim]
     bad = np.argwhere((value < 0) | (value >= size))[0]
     at = chunk.point(tuple(bad), value.shape)
-    coord = arg.coordinate_text[dim]
+    coord = arg.coordinate_texts()[dim]
     gathers = [leaf for leaf in arg.coordinates[dim].free_atoms() if isinstance(leaf, Indirect)]
     if gathers:
         idx = np.broadcast_to(env[gathers[0]], value.shape)[tuple(bad)]

@@ -109,4 +109,4 @@ def _check_unique(spec: OpSpec, b: Binding, chunk: Chunk, where: np.ndarray) -> 
             f"{spec.describe()}: output '{b.arg.name}' writes device element "
             f"{dup + b.base_elems} more than once (first at "
             f"{chunk.point(tuple(int(i) for i in first), where.shape)}); its coordinates "
-            f"{list(b.arg.coordinate_text)} are not one-to-one")
+            f"{list(b.arg.coordinate_texts())} are not one-to-one")

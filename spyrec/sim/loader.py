@@ -304,7 +304,7 @@ def load_op(files: _Files, filename: str, manifest: Manifest,
 
         return _Reader(path, key, wrapper, _resolver(manifest), first,
                        _lx_names(manifest), manifest.lx_args.get(filename, {}),
-                       _held_resolver(manifest, filename)).op(
+                       _held_resolver(manifest, filename), files.trusted).op(
                            filename, index)
     return _load_access(path, filename, index, wrapper["spyrecAccess_"])
 

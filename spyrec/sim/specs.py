@@ -91,7 +91,7 @@ class ArgSpec:
     arg_index: int
     layout: DeviceLayout
     coordinates: tuple[Lin, ...]     # one per device dim, relative to the arg's base
-    coordinate_text: tuple[str, ...]
+    coordinate_text: tuple[str, ...] | None   # as written (the test-fixture form); None: printed
     hbm_address: int | None          # byte address of device element 0 (None for LX)
     lx_offset: int | None
     operand: int | None              # sdsc_execute operand that supplies the base, if any
@@ -112,6 +112,13 @@ class ArgSpec:
     @property
     def in_lx(self) -> bool:
         return self.lx_offset is not None
+
+    def coordinate_texts(self) -> tuple[str, ...]:
+        """The coordinates as written, or printed (only messages need them: printing every
+        arg's on load was a tenth of reading a SuperDSC file)."""
+        if self.coordinate_text is not None:
+            return self.coordinate_text
+        return tuple(str(c) for c in self.coordinates)
 
     @property
     def itemsize(self) -> int:

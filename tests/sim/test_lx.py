@@ -78,7 +78,7 @@ def test_lx_args_are_read_per_core(untiled, tmp_path):
     y = program.ops["sdsc_0.json"].output
     assert (y.name, y.lx_offset, y.hbm_address) == ("add", 0, None)
     assert y.layout.device_size == (4, 32, 64)          # one core's 32 rows x 4 sticks
-    assert y.coordinate_text[1] == "Mod(mb, 32)"          # rows are core-local
+    assert y.coordinate_texts()[1] == "Mod(mb, 32)"          # rows are core-local
     assert y.tile_strides_elems == (128, 1)              # the whole tile: 4 sticks x 128 rows
 
 
