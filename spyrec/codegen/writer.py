@@ -31,10 +31,21 @@ MANIFEST_FORMAT = "spyrec-manifest/1"
 OPSPECS_FORMAT = "spyrec-opspecs/1"
 
 
-def dump_json(obj) -> str:
+class JsonText(str):
+    """A JSON file's text that remembers the document it was printed from, so the compiler's
+    own cost estimate reads its SuperDSC files without parsing what it has just printed (the
+    reader is the same; tests/sim/test_cost_from_memory.py holds the document to exactly
+    what parsing the text gives)."""
+
+    doc: object
+
+
+def dump_json(obj) -> JsonText:
     """Readable and fast: the outer two levels one entry per line, anything deeper compact
     (json's C encoder runs only without `indent`; the indented encoder is pure Python)."""
-    return _pretty(obj, 0) + "\n"
+    text = JsonText(_pretty(obj, 0) + "\n")
+    text.doc = obj
+    return text
 
 
 def _pretty(obj, depth: int) -> str:

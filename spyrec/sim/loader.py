@@ -157,6 +157,10 @@ class _Files:
         return text.decode("utf-8") if isinstance(text, bytes) else text
 
     def json(self, name: str, schema_name: str) -> dict:
+        if self.trusted:        # the compiler's printed document (codegen/writer.JsonText)
+            doc = getattr(self.texts.get(name), "doc", None)
+            if doc is not None:
+                return doc
         return parse_json(self.text(name), self.out_dir / name, schema_name, self.trusted)
 
 

@@ -72,3 +72,49 @@ def test_the_trusted_load_imports_neither_jsonschema_nor_xdsl(compiled):
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.split()
     assert loaded == []
+
+
+def _same_json(a, b) -> bool:
+    """Equal with equal types all the way down (a tuple is not a list, 1 is not 1.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("sample", ["decoder_fp32", "attention_fp32", "decoder_step"])
+def test_the_documents_compile_reads_back_are_what_their_text_parses_to(tmp_path, monkeypatch,
+                                                                      sample):
+    """compile's cost estimate reads each sdsc document from memory, not from its text: that
+    is only the same program if the document is plain JSON (no tuples, no int keys)."""
+    import spyrec.codegen.writer as writer
+
+    printed = []
+    dump = writer.dump_json
+
+    def recording(obj):
+        text = dump(obj)
+        printed.append(text)
+        return text
+    monkeypatch.setattr(writer, "dump_json", recording)
+    if sample == "decoder_step":          # gathers, KV-cache scatters, LX
+        from samples.decoder_step import make
+        from tests.programs import compile_pt2, export
+
+        module, inputs = make()
+        compile_pt2(export(tmp_path, module, inputs, sample), tmp_path / sample)
+    else:
+        compile_samples(tmp_path, [sample])
+    assert len(printed) > 3
+    for text in printed:
+        assert _same_json(text.doc, json.loads(text)), text[:200]
+
+
+def test_a_plain_text_is_parsed(tmp_path):
+    """Texts without a document (bytes read from disk) still go through json.loads."""
+    texts = {"x.json": '{"a": [1, 2]}\n'}
+    from spyrec.sim.loader import _Files
+    assert _Files(tmp_path, texts).json("x.json", "sdsc") == {"a": [1, 2]}
