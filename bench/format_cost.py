@@ -13,6 +13,7 @@ set to what the baseline did (greedy split, no LX): that is the format's own cos
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -34,6 +35,40 @@ np.savez({npz!r}, x=inputs[0].numpy())
 """
 
 
+# The format's own code, timed in-process in either tree: writing each sdsc file's document
+# (SuperDSC now, spyrec's own form in the baseline) and reading it back into the simulator's
+# OpSpec (compile does this for report.json's cost; run does it before simulating). Whole-
+# process times also carry everything else that changed since the baseline (new passes, the
+# real-model front end, a larger CLI); this isolates what the format adds.
+FORMAT_CODE = """
+import functools, json, shutil, statistics, sys, time
+from pathlib import Path
+import spyrec.codegen.writer as writer, spyrec.sim.loader as loader
+from spyrec.compiler import CompileOptions, compile_program
+spent = {{"emit": 0.0, "read": 0.0}}
+def timed(mod, name, key):
+    f = getattr(mod, name)
+    @functools.wraps(f)
+    def g(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            spent[key] += time.perf_counter() - t
+    setattr(mod, name, g)
+timed(writer, "superdsc_document" if hasattr(writer, "superdsc_document") else "sdsc_document",
+      "emit")
+timed(loader, "load_op", "read")
+rows = []
+for i in range({repeat} + 1):
+    out = Path({out!r}); shutil.rmtree(out, ignore_errors=True)
+    spent.update(emit=0.0, read=0.0)
+    t = time.perf_counter()
+    compile_program(Path({pt2!r}), out, CompileOptions(sets={sets!r}))
+    rows.append((time.perf_counter() - t, spent["emit"], spent["read"]))
+print(json.dumps([statistics.median(c) for c in zip(*rows[1:])]))
+"""
+
 # what the baseline's pipeline did where a later issue changed it: greedy core split, no LX
 FORMAT_ONLY = ("--set", "work_division.strategy=greedy", "--set", "scratchpad_planning.enabled=false")
 
@@ -48,6 +83,18 @@ def timed(tree: Path, *args: str) -> float:
     if r.returncode != 0:
         raise SystemExit(f"failed in {tree}: spyrec {' '.join(args[:3])}…\n{r.stderr[-2000:]}")
     return time.perf_counter() - t0
+
+
+def format_code(tree: Path, tmp: Path, pt2: Path, sets: tuple, repeat: int) -> list[float]:
+    """[compile, emit, read] seconds, medians of in-process compiles in `tree`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    code = FORMAT_CODE.format(repeat=repeat, out=str(tmp / f"fc-{tree.name}"), pt2=str(pt2),
+                              sets=[x for x in sets if x != "--set"])
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=tree,
+                       env={**env, "PYTHONPATH": str(tree)})
+    if r.returncode != 0:
+        raise SystemExit(f"failed in {tree}: format code timing\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.splitlines()[-1])
 
 
 def sdsc_bytes(out: Path) -> int:
@@ -81,6 +128,8 @@ def main() -> None:
                     rows[f"{name} run"].append(
                         timed(tree, "run", str(out), "--inputs", str(npz), "-q",
                               "-o", str(tmp / f"y-{name}.npz")))
+            code = {name: format_code(tree, tmp, pt2, sets, args.repeat)
+                    for name, (tree, sets) in trees.items() if name != "now"}
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(base)], capture_output=True)
@@ -94,6 +143,14 @@ def main() -> None:
             print(f"| {k} s | {b:.3f} | {n:.3f} | {n / b:.2f} | {f:.3f} | {f / b:.2f} |")
         b, n, f = (sdsc_bytes(tmp / f"out-{t}") for t in trees)
         print(f"| sdsc bytes | {b} | {n} | {n / b:.2f} | {f} | {f / b:.2f} |")
+        (bc, be, br), (fc, fe, fr) = code["baseline"], code["format only"]
+        print(f"\nthe format's own code, in-process compile (median of {args.repeat}): "
+              f"write {be * 1e3:.1f} -> {fe * 1e3:.1f} ms, read back for the cost "
+              f"{br * 1e3:.1f} -> {fr * 1e3:.1f} ms; +{(fe + fr - be - br) * 1e3:.1f} ms = "
+              f"{(fe + fr - be - br) / bc:+.1%} of the baseline's warm in-process compile "
+              f"({bc * 1e3:.0f} ms; format-only pipeline {fc * 1e3:.0f} ms), "
+              f"{(fe + fr - be - br) / med['baseline compile']:+.1%} of its "
+              f"{med['baseline compile']:.3f} s compile as a user runs it")
 
 
 if __name__ == "__main__":
