@@ -151,6 +151,10 @@ class Producers:
         op = self.writers.get(buffer)
         return None if op is None or op is reader or op.core_splits is None else op
 
+    def forget(self, op: Operation) -> None:
+        """`op`'s split changed: its output's cached per-core slices are stale."""
+        self._boxes.pop(op.output.buffer, None)
+
     def boxes(self, buffer: str):
         if buffer not in self._boxes:
             op = self.writers[buffer]

@@ -15,7 +15,10 @@ reads of an operand every core needs included, compute, overhead) and the cheape
 matmul thus splits N (or M and N) when splitting M alone would make every core read the whole
 weight. Ties keep the greedy split (below), so programs whose cost does not change stay
 byte-identical; among other equal-cost splits, one giving each core the slices its producer
-gave it (a per-tile buffer can then stay in LX) comes first.
+gave it (a per-tile buffer can then stay in LX) comes first. Op-by-op choices can leave a
+chain split two ways (an intermediate between them then goes through HBM); chain moves
+(`split_chains.py`, option `chain_moves`) change such chains together when the estimate says
+so: a decoder block's attention and MLP both take the batch split and stay in LX.
 
 Greedy: output vars outermost first, vars that are no arg's stick dim before stick vars (a
 core then gets whole rows of sticks, as the reference's work division does: the published
@@ -42,6 +45,9 @@ class WorkDivision(Pass):
     # price intermediates as LX, as scratchpad_planning (intermediates: true) places them: a
     # read free when this split keeps the writer's slices, a write free when the slice fits
     lx_intermediates: bool = True
+    # change a disagreeing producer-consumer chain's splits together when cheaper
+    # (split_chains.py; with strategy cost and lx_intermediates)
+    chain_moves: bool = True
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
@@ -68,7 +74,29 @@ class WorkDivision(Pass):
             rows.append((op.core_splits, row))
         if self.strategy == "cost" and self.lx_intermediates:
             self._revisit(graph, producers, memo, rows)
+            if self.chain_moves:
+                self._move_chains(graph, producers, rows)
         ctx.report["work_division"] = summary([row for _, row in rows if row])
+
+    def _move_chains(self, graph: Graph, producers, rows: list) -> None:
+        """Chains whose splits disagree change together when that is cheaper
+        (split_chains.py); every row is then re-priced, since LX placement moved too."""
+        from spyrec.passes.split_chains import ChainMoves
+        from spyrec.passes.split_cost import estimate
+
+        cache: dict[str, list] = {}
+
+        def options(op: Operation) -> list[dict[str, int]]:
+            if op.name not in cache:
+                cache[op.name] = candidates(op, stick_vars(graph, op), self.cores)
+            return cache[op.name]
+        if not ChainMoves(graph, producers, options).run():
+            return
+        for i, op in enumerate(graph.ops):
+            cost = estimate(graph, op, op.core_splits, producers)
+            rows[i] = (op.core_splits, {**rows[i][1], "split": _text(op.core_splits),
+                                        "time_us": cost.time_us, "cores": cost.cores,
+                                        "hbm_bytes_per_core": cost.hbm_bytes_per_core})
 
     def _revisit(self, graph: Graph, producers, memo: dict, rows: list) -> None:
         """Choose again, knowing every reader's split, for the ops whose output a reader
@@ -83,6 +111,7 @@ class WorkDivision(Pass):
                 continue
             before = op.core_splits
             op.core_splits, row = self._split(graph, op, producers, memo)
+            producers.forget(op)
             rows[i] = (op.core_splits, row)
             if op.core_splits != before:
                 changed.add(op.name)

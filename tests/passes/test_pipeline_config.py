@@ -17,7 +17,8 @@ def test_set_overrides_one_option():
     entries, _ = read_pipeline_file(None)
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
     assert describe(pipeline)[4] == {"pass": "work_division",
-                                     "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True}}
+                                     "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True,
+                                                 "chain_moves": True}}
 
 
 def test_unknown_pass_lists_valid_names():
