@@ -62,6 +62,9 @@ PASSES: dict[str, PassLoader] = dict([
     # Adds index-check ops and buffers and fuses gathers: runs before layouts exist.
     _entry("gather_coordinates", "GatherCoordinates",
            invalidates=("layouts", "core_splits", "hbm_addresses")),
+    # Splits an op whose output is read in separate column blocks (new ops and buffers).
+    _entry("split_outputs", "SplitOutputs",
+           invalidates=("layouts", "core_splits", "hbm_addresses")),
     # Lays out every buffer and inserts restickify copies and view copies (new ops, buffers).
     _entry("stick_layout", "StickLayout", provides=("layouts",),
            invalidates=("core_splits", "hbm_addresses")),
@@ -77,6 +80,10 @@ PASSES: dict[str, PassLoader] = dict([
     # Reads layouts, accesses and core splits; replaces ops SuperDSC cannot address by ops it
     # can (new ops, each with a core split).
     _entry("superdsc_legalize", "SuperdscLegalize", requires=("layouts", "core_splits"),
+           invalidates=("hbm_addresses",)),
+    # Reads accesses, layouts and core splits; copies an input read alike several times into
+    # an intermediate once (a new op with its core split, a new buffer).
+    _entry("stage_inputs", "StageInputs", requires=("layouts", "core_splits"),
            invalidates=("hbm_addresses",)),
     # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops).
     _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits")),

@@ -53,7 +53,15 @@ def test_a_slice_of_a_fused_projection_is_copied_not_the_whole_tensor(tmp_path):
         q, k, v = (x @ w).split(128, dim=-1)
         return (q @ k.transpose(-1, -2)).softmax(-1) @ v
 
-    out = run_and_compare(tmp_path, Lambda(attention), (x, w))
+    (tmp_path / "fused").mkdir()
+    out = run_and_compare(tmp_path / "fused", Lambda(attention), (x, w),
+                          sets=["split_outputs.enabled=false"])
     (copy,) = load_json(out / "report.json")["restickify"]["list"]
     assert (copy["copy"], copy["elements"], copy["consumers"]) == \
         ("matmul__view", 4 * 64 * 128, ["matmul_1"])
+    # by default split_outputs makes k a tensor of its own first: the same bytes restickified
+    (tmp_path / "split").mkdir()
+    out = run_and_compare(tmp_path / "split", Lambda(attention), (x, w))
+    (copy,) = load_json(out / "report.json")["restickify"]["list"]
+    assert (copy["copy"], copy["elements"], copy["consumers"]) == \
+        ("matmul__cols128_256__restick", 4 * 64 * 128, ["matmul_1"])

@@ -14,9 +14,10 @@ from spyrec.ir.parser import parse
 from spyrec.ir.printer import format_graph
 from tests.programs import Lambda, export
 
-STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_stick_layout.ir", "03_matmul_padding.ir",
-         "04_coarse_tiling.ir", "05_work_division.ir", "06_superdsc_legalize.ir",
-         "07_scratchpad_planning.ir", "08_memory_planning.ir"]
+STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir", "03_stick_layout.ir",
+         "04_matmul_padding.ir", "05_coarse_tiling.ir", "06_work_division.ir",
+         "07_superdsc_legalize.ir", "08_stage_inputs.ir", "09_scratchpad_planning.ir",
+         "10_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +53,12 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     graphs = [parse(t) for t in texts]
     assert [format_graph(g) for g in graphs] == [t.split("\n", 1)[1] for t in texts]
     # K = 40 is not a whole fp32 stick: matmul_padding adds the padded copy of y (args_1)
-    assert "args_1__kpad" not in texts[2]
-    assert "buffer args_1__kpad: intermediate float32[64, 16]" in texts[3]
-    assert " cores [" in texts[5] and " cores [" not in texts[4]
+    assert "args_1__kpad" not in texts[3]
+    assert "buffer args_1__kpad: intermediate float32[64, 16]" in texts[4]
+    assert " cores [" in texts[6] and " cores [" not in texts[5]
     # each buffer in HBM (memory_planning) or in LX (scratchpad_planning), never both
     assert all((b.hbm_address is None) != (b.lx_address is None)
-               for b in graphs[8].buffers.values())
+               for b in graphs[10].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -93,8 +94,9 @@ def test_print_ir_before_and_dump_after_go_to_stderr(pt2, tmp_path, capsys):
 @pytest.mark.parametrize("flag", ["--print-ir-before", "--dump-after"])
 def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     assert run("compile", pt2, "-o", tmp_path / "out", flag, "work_divison") == 2
-    valid = ("gather_coordinates, stick_layout, matmul_padding, coarse_tiling, work_division, "
-             "superdsc_legalize, scratchpad_planning, memory_planning")
+    valid = ("gather_coordinates, split_outputs, stick_layout, matmul_padding, coarse_tiling, "
+             "work_division, superdsc_legalize, stage_inputs, scratchpad_planning, "
+             "memory_planning")
     valid = f"all, lower, {valid}" if flag == "--dump-after" else valid
     assert capsys.readouterr().err == (f"spyrec: {flag} 'work_divison': not a pass of this "
                                        f"pipeline; choose one of: {valid}\n")

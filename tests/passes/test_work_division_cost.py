@@ -226,7 +226,8 @@ def test_a_chain_changes_its_splits_together_when_that_keeps_it_in_lx(tmp_path):
     intermediates between differently split ops go through HBM. Chain moves (split_chains.py)
     change whole chains to the batch split together, which keeps them in LX: less traffic and
     a lower estimated time, and the program still equals eager. The numbers are the cost
-    model's, pinned."""
+    model's, pinned. (split_outputs is off: with the fused qkv split, per-op choices already
+    agree on this block.)"""
     from samples.models import decoder
     from tests.differential.harness import run_and_compare
     from tests.programs import load_json
@@ -236,12 +237,13 @@ def test_a_chain_changes_its_splits_together_when_that_keeps_it_in_lx(tmp_path):
     for moves in (False, True):
         (tmp_path / f"moves_{moves}").mkdir()
         out = run_and_compare(tmp_path / f"moves_{moves}", module, inputs,
-                              sets=[f"work_division.chain_moves={str(moves).lower()}"])
+                              sets=[f"work_division.chain_moves={str(moves).lower()}",
+                                    "split_outputs.enabled=false"])
         report = load_json(out / "report.json")
         t = report["cost"]["totals"]
         totals[moves] = (t["hbm_read_bytes"] + t["hbm_write_bytes"], round(t["time_us"], 3))
         splits = {row["op"]: row["split"] for row in report["work_division"]["ops"]}
-    assert totals == {False: (29_941_760, 171.511), True: (16_156_672, 146.087)}
+    assert totals == {False: (27_860_992, 162.367), True: (13_035_520, 132.371)}
     assert splits["softmax__3"] == "[c0:8, c1:1, c2:1, c3:1]"      # attention: batch only
     assert splits["mul"] == "[c0:8, c1:1, c2:1]"                    # MLP: batch only
     placed = {b["buffer"]: b["placed"] for b in report["scratchpad"]["buffers"]}

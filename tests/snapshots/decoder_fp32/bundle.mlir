@@ -32,6 +32,9 @@ module {
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_29.json"}
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_30.json"}
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_31.json"}
+    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_32.json"}
+    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_33.json"}
+    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_34.json"}
     func.return
   }
 }

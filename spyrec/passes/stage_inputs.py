@@ -1,0 +1,106 @@
+"""stage_inputs — read a program input from HBM once when several accesses read it alike.
+
+A decoder reads its input x four times: RMSNorm's `x * x` (twice), its `x * rsqrt(..)` and the
+residual add. Every read is a trip to HBM, since an input is not an intermediate and never
+lives in LX. When two or more accesses give each core the same slice of the input (the
+condition scratchpad_planning puts an LX buffer under, `ir/lx.py`) and that slice fits
+comfortably, one `identity` op copies the input into an intermediate with its layout, split so
+that each core writes exactly the slice it will read, and those accesses read the copy:
+scratchpad_planning then keeps it in LX, and the input crosses HBM once for all of them
+(accesses that slice it otherwise still read the input).
+
+Reads: ops, accesses, layouts, core splits (after work_division and superdsc_legalize, whose
+splits decide the slices). Writes: a buffer `<input>__staged` and its copy op before the first
+reader; the reads re-pointed; a `stage_inputs` report row per staged input.
+Guarantees: values unchanged (the copy is exact, every read keeps its index); only inputs
+that are not mutated, read by ops outside loops that gather nothing from them; the largest
+group (>= 2) of accesses with one per-core slicing; a core-0 slice at most `max_fraction` of
+the LX budget (the copy lives from the first reader to the last, beside everything else in LX; a
+copy that then went to HBM would cost a read and a write more than it saves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
+from spyrec.indexing import const, var
+from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.ir.lx import box_bytes, core_boxes
+from spyrec.layout import contiguous_strides
+from spyrec.passes.registry import CompileContext, Pass, register_pass
+
+
+@register_pass("stage_inputs")
+@dataclass(frozen=True)
+class StageInputs(Pass):
+    enabled: bool = True
+    # the largest core-0 slice staged, as a fraction of the LX budget
+    max_fraction: float = 0.25
+
+    def run(self, graph: Graph, ctx: CompileContext) -> None:
+        rows = []
+        if self.enabled:
+            for name in list(graph.inputs):
+                row = self._stage(graph, name)
+                if row:
+                    rows.append(row)
+        ctx.report["stage_inputs"] = rows
+
+    def _stage(self, graph: Graph, name: str) -> dict | None:
+        buf = graph.buffers[name]
+        if name in graph.mutated_buffers or name in graph.mutated_buffers.values() or \
+                buf.role != "input":
+            return None
+        reads = [(op, a) for op in graph.ops for a in op.reads() if a.buffer == name]
+        if len(reads) < 2 or any(op.loops or a in op.index_inputs or op.output.buffer == name
+                                 for op, a in reads):
+            return None
+        groups: dict[tuple, list] = {}        # reads by their per-core slicing
+        for op, a in reads:
+            groups.setdefault(tuple(core_boxes(buf, op, a) or ()), []).append((op, a))
+        groups.pop((), None)                  # gathered: no fixed slices
+        if not groups:
+            return None
+        want, reads = max(groups.items(), key=lambda kv: len(kv[1]))
+        if len(reads) < 2:
+            return None                         # no two accesses slice it alike
+        if box_bytes(buf, want[0]) > self.max_fraction * LX_USABLE_BYTES_PER_CORE:
+            return None
+        copy = _copy_op(graph, buf, want)
+        if copy is None:
+            return None
+        first = min(graph.ops.index(op) for op, _ in reads)
+        copy = replace(copy, node=graph.ops[first].node, scope=graph.ops[first].scope)
+        staged = graph.add_buffer(replace(buf, name=copy.output.buffer, role="intermediate",
+                                          hbm_address=None, lx_address=None))
+        graph.ops.insert(first, copy)
+        chosen = {(id(op), a) for op, a in reads}
+        for op in {id(op): op for op, _ in reads}.values():
+            op.inputs = tuple(Access(staged.name, a.index) if (id(op), a) in chosen else a
+                              for a in op.inputs)
+        return {"input": name, "buffer": staged.name, "reads": len(reads),
+                "split": copy.core_splits, "bytes_per_core": box_bytes(buf, want[0])}
+
+
+def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:
+    """An identity copy of `buf` into `<buf>__staged` whose split gives each core the boxes
+    `want` (in core order), or None if no split of its dims does."""
+    from spyrec.passes.work_division import candidates, stick_vars
+
+    name = graph.fresh_name(f"{buf.name}__staged")
+    dims = [(f"c{d}", n) for d, n in enumerate(buf.host_size)]
+    index = sum((var(v) * s for (v, _), s in zip(dims, contiguous_strides(buf.host_size))),
+                const(0))
+    op = Operation(name=name, op="identity", ranges=tuple(dims),
+                   inputs=(Access(buf.name, index),), output=Access(name, index),
+                   source=buf.source)
+    graph.buffers[name] = buf      # for stick_vars and core_boxes: the copy's layout is buf's
+    try:
+        for split in candidates(op, stick_vars(graph, op), CORES):
+            trial = replace(op, core_splits=split)
+            if (core_boxes(buf, trial, trial.output) or []) == list(want):
+                return trial
+        return None
+    finally:
+        del graph.buffers[name]
