@@ -44,18 +44,23 @@ class SplitOutputs(Pass):
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         rows = []
-        if self.enabled:
-            users: dict[str, list[Operation]] = {}      # buffer -> ops touching it, once
-            for op in graph.ops:
-                for a in (*op.reads(), op.output):
-                    if not users.setdefault(a.buffer, []) or users[a.buffer][-1] is not op:
-                        users[a.buffer].append(op)
-            for name in list(graph.buffers):
-                blocks = _blocks(graph, name, users.get(name, []))
-                if blocks:
-                    _split(graph, name, blocks, users[name])
-                    rows.append({"buffer": name, "blocks": [list(b) for b in blocks]})
-        ctx.report["split_outputs"] = rows
+        readers: dict[str, list[Operation]] = {}        # buffer -> the ops reading it
+        for op in graph.ops:
+            for name in dict.fromkeys(a.buffer for a in op.reads()):
+                readers.setdefault(name, []).append(op)
+        # consumers first: splitting a bias add into blocks makes the matmul before it read
+        # in blocks too, so the matmul splits next (GPT-2's addmm is matmul + add)
+        for op in reversed(list(graph.ops) if self.enabled else []):
+            name = op.output.buffer
+            users = [op, *(o for o in readers.get(name, ()) if o is not op)]
+            blocks = _blocks(graph, name, users)
+            if not blocks:
+                continue
+            pieces = _split(graph, name, blocks, users)
+            rows.append({"buffer": name, "blocks": [list(b) for b in blocks]})
+            for source in dict.fromkeys(a.buffer for a in op.reads()):
+                readers[source] = [o for o in readers[source] if o is not op] + pieces
+        ctx.report["split_outputs"] = rows[::-1]
 
 
 def _coords(buf: Buffer, access: Access, op: Operation) -> list[Lin] | None:
@@ -134,7 +139,9 @@ def _blocks(graph: Graph, name: str, users: list[Operation]
 
 
 def _split(graph: Graph, name: str, blocks: list[tuple[int, int]],
-           users: list[Operation]) -> None:
+           users: list[Operation]) -> list[Operation]:
+    """Replace the writer of `name` by one op per block; re-address the readers. Returns the
+    new ops."""
     buf = graph.buffers[name]
     writer = _dense_writer(graph, name, users)
     v = _last_var(writer)
@@ -157,6 +164,7 @@ def _split(graph: Graph, name: str, blocks: list[tuple[int, int]],
         if op is not writer:
             op.inputs = tuple(_readdress(buf, op, a, parts) for a in op.inputs)
     del graph.buffers[name]
+    return pieces
 
 
 def _readdress(buf: Buffer, op: Operation, access: Access,
