@@ -69,8 +69,10 @@ for i in range({repeat} + 1):
 print(json.dumps([statistics.median(c) for c in zip(*rows[1:])]))
 """
 
-# what the baseline's pipeline did where a later issue changed it: greedy core split, no LX
-FORMAT_ONLY = ("--set", "work_division.strategy=greedy", "--set", "scratchpad_planning.enabled=false")
+# what the baseline's pipeline did where a later issue changed it: greedy core split, no LX,
+# no split of fused outputs, no staged inputs
+FORMAT_ONLY = ("--set", "work_division.strategy=greedy", "--set", "scratchpad_planning.enabled=false",
+               "--set", "split_outputs.enabled=false", "--set", "stage_inputs.enabled=false")
 
 
 def timed(tree: Path, *args: str) -> float:

@@ -57,7 +57,8 @@ def _verbosity(verbose: int, quiet: bool) -> int:
               help="Write the IR after lowering and after every pass to DIR/NN_<pass>.ir.")
 @click.option("--print-ir-before", metavar="PASS", help="Print the IR before a pass to stderr.")
 @click.option("--verify-each", is_flag=True,
-              help="Verify the IR after lowering and after every pass (a failure is exit 70).")
+              help="Verify the IR after lowering and after every pass, and every core's "
+                   "start address in the sdsc files against the IR (a failure is exit 70).")
 @click.option("--list-passes", is_flag=True, is_eager=True, expose_value=False,
               callback=lambda ctx, _, value: _list_passes(ctx) if value else None,
               help="List every pass with its options and what it does, then exit.")

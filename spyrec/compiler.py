@@ -180,7 +180,8 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     report["constant_folding"] = {"folded": program.constants_folded}
     configs = {"pipeline": pipeline_path, "tiling": str(opts.tiling) if opts.tiling else None,
                "layouts": str(opts.layouts) if opts.layouts else None}
-    files = build_outputs(graph, source, describe(pipeline), configs, ctx.report)
+    files = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
+                          check=opts.verify_each)
     timings.append({"name": "codegen", "wall_ms": _ms(t0)})
     report["sdsc"] = sdsc_summary(files)
 

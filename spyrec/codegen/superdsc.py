@@ -68,19 +68,21 @@ def label_names(n: int, matmul: bool) -> list[str]:
 
 
 def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str],
-                      symbols: SymbolTable | None = None) -> dict:
+                      symbols: SymbolTable | None = None, check: bool = True) -> dict:
     """The `sdsc_<n>.json` object of one op; `bufs` and `roles` (index | input | output) are
     the args' buffers and roles in arg order. `symbols` issues the ids of the op's symbolic
     start addresses (args that advance with an enclosing loop; codegen/symbols.py). Gathers
     and scatters are SuperDSC like any op; an op no SuperDSC fields can express is refused
-    (superdsc_legalize rewrites the ones it can before codegen)."""
+    (superdsc_legalize rewrites the ones it can before codegen). `check`: compare every
+    core's start address with the one our coordinates give (`--verify-each`, and every test
+    compile; a third of the emitter's time)."""
     coords = [a["_coords"] for a in spec["args"]]
     try:
         dims = op_dims(list((v, n) for v, (n, _) in spec["iteration_space"].items()), coords,
                        [b.layout.device_size for b in bufs],
                        [b.layout.device_strides_elems for b in bufs],
                        [b.layout.elems_per_stick for b in bufs])
-        return _Emitter(index, spec, dims, bufs, roles, symbols).document()
+        return _Emitter(index, spec, dims, bufs, roles, symbols, check).document()
     except NotExpressible as e:
         raise UnsupportedProgram(
             f"op {_debug_handle(spec)} has no SuperDSC form: {e} — keep the superdsc_legalize "
@@ -89,7 +91,8 @@ def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str],
 
 class _Emitter:
     def __init__(self, index: int, spec: dict, dims: OpDims, bufs: list, roles: list[str],
-                 symbols: SymbolTable | None = None):
+                 symbols: SymbolTable | None = None, check: bool = True):
+        self.check = check
         self.index, self.spec, self.bufs = index, spec, bufs
         self.symbols = symbols
         self.matmul = spec["op"] == "batchmatmul"
@@ -398,7 +401,7 @@ class _Emitter:
                               * strides[d]))
         starts = [base + sum(slices[d] * step for d, step in steps)
                   for slices in self.core_slices]
-        ours = self._our_starts(i)
+        ours = self._our_starts(i) if self.check else None
         if t.lane_shift and ours is not None:
             # our starts address the first element, which the shift moves past the stick
             shift, e = t.lane_shift, t.elems_per_stick

@@ -68,8 +68,9 @@ def sha256_of(path: Path) -> str:
 
 
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
-                  report: dict) -> dict[str, bytes | str]:
-    """Every file of the output directory, by name (pure: no disk writes)."""
+                  report: dict, check: bool = True) -> dict[str, bytes | str]:
+    """Every file of the output directory, by name (pure: no disk writes). `check`: the
+    emitter re-derives each core's start address from our coordinates (codegen/superdsc.py)."""
     specs = [op_spec(graph, op) for op in graph.ops]
     files: dict[str, bytes | str] = {}
     sdsc_names = []
@@ -80,7 +81,7 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
         accesses = list(op.accesses())
         bufs = [graph.buffers[a.buffer] for _, a in accesses]
         files[name] = dump_json(superdsc_document(i, spec, bufs, [r for r, _ in accesses],
-                                                  symbols))
+                                                  symbols, check))
     tree = spec_tree(graph.ops, specs)
     files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
                                        "kernels": [{"name": "main", "specs": tree}]})

@@ -290,7 +290,7 @@ def _indirect_names(data: dict) -> set[str]:
 
 
 def load_op(files: _Files, filename: str, manifest: Manifest,
-            first: Execute | None = None) -> OpSpec:
+            first: Execute | None = None, lookup: tuple | None = None) -> OpSpec:
     """One `sdsc_<n>.json`: SuperDSC (sim/superdsc.py), the only form the compiler writes, or
     the `spyrecAccess_` test-fixture form (docs/formats.md) in which hand-written simulator
     tests state device coordinates, wrong ones included. `first`: the op's first execution,
@@ -306,11 +306,18 @@ def load_op(files: _Files, filename: str, manifest: Manifest,
     if "spyrecAccess_" not in wrapper:
         from spyrec.sim.superdsc import _Reader
 
-        return _Reader(path, key, wrapper, _resolver(manifest), first,
-                       _lx_names(manifest), manifest.lx_args.get(filename, {}),
+        resolve, lx_names = lookup or manifest_index(manifest)
+        return _Reader(path, key, wrapper, resolve, first,
+                       lx_names, manifest.lx_args.get(filename, {}),
                        _held_resolver(manifest, filename), files.trusted).op(
                            filename, index)
     return _load_access(path, filename, index, wrapper["spyrecAccess_"])
+
+
+def manifest_index(manifest: Manifest) -> tuple:
+    """What the SuperDSC reader looks tensors up in (HBM by address, LX by offset): built once
+    per program, not once per op."""
+    return _resolver(manifest), _lx_names(manifest)
 
 
 def _resolver(manifest: Manifest):
@@ -439,6 +446,7 @@ def load_files(texts: Mapping[str, str | bytes], out_dir: str | Path) -> Program
 
 def _load(files: _Files) -> Program:
     manifest = load_manifest(files)
+    lookup = manifest_index(manifest)
     ops: dict[str, OpSpec] = {}
     trace: list[tuple[str, Execute]] = []
     for kernel in manifest.kernels:
@@ -453,7 +461,7 @@ def _load(files: _Files) -> Program:
             trace.append((kernel.name, ex))
         for filename in kernel.ops:
             if filename not in ops:
-                ops[filename] = load_op(files, filename, manifest, first.get(filename))
+                ops[filename] = load_op(files, filename, manifest, first.get(filename), lookup)
         for ex in executes:
             check_symbols(ops[ex.file], ex)
     return Program(files.out_dir, manifest, ops, tuple(trace))
