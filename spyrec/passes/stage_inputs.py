@@ -15,8 +15,9 @@ reader; the reads re-pointed; a `stage_inputs` report row per staged input.
 Guarantees: values unchanged (the copy is exact, every read keeps its index); only inputs
 that are not mutated, read by ops outside loops that gather nothing from them; the largest
 group (>= 2) of accesses with one per-core slicing; a core-0 slice at most `max_fraction` of
-the LX budget (the copy lives from the first reader to the last, beside everything else in LX; a
-copy that then went to HBM would cost a read and a write more than it saves).
+the LX budget; and only when a trial of scratchpad_planning places the copy in LX beside
+everything else it holds (the copy lives from the first reader to the last; one left in HBM
+would cost a read and a write more than it saves).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 class StageInputs(Pass):
     enabled: bool = True
     # the largest core-0 slice staged, as a fraction of the LX budget
-    max_fraction: float = 0.25
+    max_fraction: float = 1.0
+    # the LX budget the placement trial uses (scratchpad_planning's, DESIGN §3)
+    budget_bytes: int = LX_USABLE_BYTES_PER_CORE
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         rows = []
@@ -71,16 +74,38 @@ class StageInputs(Pass):
         if copy is None:
             return None
         first = min(graph.ops.index(op) for op, _ in reads)
-        copy = replace(copy, node=graph.ops[first].node, scope=graph.ops[first].scope)
+        lead = graph.ops[first]          # the copy serves it: its node, scope and source line
+        copy = replace(copy, node=lead.node, scope=lead.scope, source=lead.source)
         staged = graph.add_buffer(replace(buf, name=copy.output.buffer, role="intermediate",
                                           hbm_address=None, lx_address=None))
         graph.ops.insert(first, copy)
+        readers = list({id(op): op for op, _ in reads}.values())
+        before = [op.inputs for op in readers]
         chosen = {(id(op), a) for op, a in reads}
-        for op in {id(op): op for op, _ in reads}.values():
+        for op in readers:
             op.inputs = tuple(Access(staged.name, a.index) if (id(op), a) in chosen else a
                               for a in op.inputs)
+        if not self._lx_holds(graph, staged.name):     # then the copy only adds traffic
+            graph.ops.remove(copy)
+            for op, inputs in zip(readers, before):
+                op.inputs = inputs
+            del graph.buffers[staged.name]
+            return None
         return {"input": name, "buffer": staged.name, "reads": len(reads),
                 "split": copy.core_splits, "bytes_per_core": box_bytes(buf, want[0])}
+
+    def _lx_holds(self, graph: Graph, name: str) -> bool:
+        """Would scratchpad_planning put `name` in LX beside everything else it places? A
+        trial run, undone: it writes only `lx_address` fields."""
+        from spyrec.passes.scratchpad_planning import ScratchpadPlanning
+
+        saved = {n: b.lx_address for n, b in graph.buffers.items()}
+        try:
+            ScratchpadPlanning(budget_bytes=self.budget_bytes).run(graph, CompileContext())
+            return graph.buffers[name].lx_address is not None
+        finally:
+            for n, address in saved.items():
+                graph.buffers[n].lx_address = address
 
 
 def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:

@@ -37,3 +37,12 @@ def test_a_slice_too_large_for_its_share_of_lx_is_not_staged(tmp_path):
     report = _compile(tmp_path, "small", "stage_inputs.max_fraction=0.01")
     assert report["stage_inputs"] == []
     assert report["cost"]["totals"]["hbm_read_bytes"] == 4 * 8 * 127 * 256 * 4
+
+
+def test_a_copy_lx_would_not_hold_is_not_made(tmp_path):
+    """The staged copy exists only if scratchpad_planning would place it: with a 100,000-byte
+    budget the 130,048-byte slice does not fit, so x is read from HBM four times as before
+    (a copy left in HBM would add a write and a read)."""
+    report = _compile(tmp_path, "tight", "stage_inputs.budget_bytes=100000")
+    assert report["stage_inputs"] == []
+    assert report["cost"]["totals"]["hbm_read_bytes"] == 4 * 8 * 127 * 256 * 4

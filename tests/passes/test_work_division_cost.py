@@ -174,7 +174,7 @@ def test_tiled_decoder_mlp_reads_each_weight_once_per_tile_not_once_per_core(tmp
 
 
 @pytest.mark.parametrize("name, hbm_bytes", [("mlp_fp16", (853_504, 722_432)),
-                                             ("layernorm_fp16", (107_558_400, 46_233_600))])
+                                             ("layernorm_fp16", (92_198_400, 30_873_600))])
 def test_pricing_intermediates_as_lx_keeps_them_there(tmp_path, name, hbm_bytes):
     """work_division prices an intermediate as LX (scratchpad_planning places every one whose
     slice fits and whose readers keep the writer's slices), so it picks splits that keep the

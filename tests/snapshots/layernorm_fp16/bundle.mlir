@@ -9,6 +9,7 @@ module {
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_6.json"}
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_7.json"}
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_8.json"}
+    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_9.json"}
     func.return
   }
 }
