@@ -109,6 +109,8 @@ def _blocks(graph: Graph, name: str, users: list[Operation]
     if buf.role != "intermediate" or name in graph.inputs or name in graph.outputs or \
             name in graph.mutated_buffers or name in graph.mutated_buffers.values():
         return None
+    if sum(a.buffer == name for op in users for a in op.inputs) < 2:
+        return None                     # one read cannot take two blocks (the cheap test)
     writer = _dense_writer(graph, name, users)
     if writer is None:
         return None
@@ -158,7 +160,7 @@ def _split(graph: Graph, name: str, blocks: list[tuple[int, int]],
             inputs=tuple(Access(a.buffer, substitute(a.index, shift)) for a in writer.inputs),
             output=Access(part.name, _index(_coords(buf, writer.output, writer), size)),
             core_splits=None))
-    at = graph.ops.index(writer)
+    at = next(i for i, o in enumerate(graph.ops) if o is writer)   # by identity, not ==
     graph.ops[at:at + 1] = pieces
     for op in users:
         if op is not writer:

@@ -73,7 +73,8 @@ class StageInputs(Pass):
         copy = _copy_op(graph, buf, want)
         if copy is None:
             return None
-        first = min(graph.ops.index(op) for op, _ in reads)
+        position = {id(op): i for i, op in enumerate(graph.ops)}
+        first = min(position[id(op)] for op, _ in reads)
         lead = graph.ops[first]          # the copy serves it: its node, scope and source line
         copy = replace(copy, node=lead.node, scope=lead.scope, source=lead.source)
         staged = graph.add_buffer(replace(buf, name=copy.output.buffer, role="intermediate",
@@ -86,7 +87,7 @@ class StageInputs(Pass):
             op.inputs = tuple(Access(staged.name, a.index) if (id(op), a) in chosen else a
                               for a in op.inputs)
         if not self._lx_holds(graph, staged.name):     # then the copy only adds traffic
-            graph.ops.remove(copy)
+            graph.ops.pop(first)                    # the copy, inserted there
             for op, inputs in zip(readers, before):
                 op.inputs = inputs
             del graph.buffers[staged.name]
