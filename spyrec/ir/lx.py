@@ -94,3 +94,18 @@ def lx_bytes_per_core(graph: Graph, buf: Buffer) -> int:
         return buf.layout.device_bytes
     boxes = core_boxes(buf, op, op.output)
     return box_bytes(buf, boxes[0]) if boxes else buf.layout.device_bytes
+
+
+def moves_with_loops(graph: Graph, op: Operation, buffer: str) -> bool:
+    """Does `op` write `buffer`, or read it at a place that moves from one loop trip to the
+    next (an index using a var its loops tile)? A whole buffer that every looped op only reads
+    in place (a weight each token tile multiplies by) is the same data on every trip, so it
+    may live in LX at one fixed offset like a buffer outside loops."""
+    if not op.loops:
+        return False
+    if op.output.buffer == buffer:
+        return True
+    tiled = {v for loop in op.loops for v in loop.tiled}
+    return any(a.buffer == buffer and (a in op.index_inputs or tiled & {
+        leaf.name for leaf in a.index.free_atoms() if isinstance(leaf, Var)})
+        for a in op.reads())

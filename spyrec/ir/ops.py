@@ -51,3 +51,9 @@ DEVICE_OPS: dict[str, OpKind] = {
     # index tensor and position (constants: size, index_tensor, index_shape, used_by)
     "wrapindex": OpKind("index", 1),
 }
+
+# Ops whose reduced var may be split across cores (a K-split): each core reduces its part and
+# the partials combine into the result in HBM (sum, mean and matmul by addition — mean's
+# scale is 1/N of the whole range on every core — max and min by themselves). argmax/argmin
+# do not: a partial index says nothing without its value.
+PARTIAL_SUMS = frozenset({"sum", "mean", "max", "min", "batchmatmul"})

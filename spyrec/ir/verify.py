@@ -16,8 +16,8 @@ that finds a problem is the one reported (later checks assume what earlier ones 
   once the buffer has a layout (bounds from `spyrec.indexing`, the one place bounds are
   computed); gathers read declared index tensors; compute ops read stick-compatible operands
   (layouts consistent across the op: stick_layout's guarantee); core splits divide their
-  ranges, leave reduced vars whole, give each core whole output sticks and use at most the
-  device's cores;
+  ranges, split a reduced var only where partials combine (outside loops, output in HBM),
+  give each core whole output sticks and use at most the device's cores;
   loops (`check_loops`: keys, tiled vars, full-buffer
   accesses inside the buffer on every iteration);
 - `GRAPH_CHECKS` (whole graph): the signature and constants, nothing read before it is
@@ -36,8 +36,8 @@ from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.coordinates import device_dim_sources
 from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation, outer_loop_spans
-from spyrec.ir.lx import box_bytes, core_boxes, writer_of
-from spyrec.ir.ops import DEVICE_OPS
+from spyrec.ir.lx import box_bytes, core_boxes, moves_with_loops, writer_of
+from spyrec.ir.ops import DEVICE_OPS, PARTIAL_SUMS
 from spyrec.ir.printer import format_access
 from spyrec.layout.dtypes import HOST_TO_DEVICE
 from spyrec.indexing.sticks import access_coordinates, compatible, stick_info
@@ -288,10 +288,25 @@ def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
         if k < 1 or sizes[v] % k:
             yield f"cores {_splits(splits)}: {k} slices do not divide {v}<{sizes[v]}"
         elif k > 1 and v in op.reduced:
-            yield f"cores {_splits(splits)}: reduced variable {v} is split across cores"
+            yield from _k_split(graph, op, v)
     if total > DEVICE_CORES:
         yield f"cores {_splits(splits)} use {total} cores; the device has {DEVICE_CORES}"
     yield from _whole_sticks(graph, op, splits)
+
+
+def _k_split(graph: Graph, op: Operation, v: str) -> Iterator[str]:
+    """A reduced var split across cores (partial sums, issue 10 §2): only for ops whose
+    partials combine (`PARTIAL_SUMS`), outside loops, into an output in HBM (in LX each core
+    would hold only its own partial)."""
+    if op.op not in PARTIAL_SUMS:
+        yield f"cores {_splits(op.core_splits)}: reduced variable {v} of {op.op} is split across " \
+              f"cores, but its partials do not combine"
+    elif op.loops:
+        yield f"cores {_splits(op.core_splits)}: reduced variable {v} is split across cores " \
+              f"inside loop {op.loops[0].key}"
+    elif getattr(graph.buffers.get(op.output.buffer), "lx_address", None) is not None:
+        yield f"cores {_splits(op.core_splits)}: reduced variable {v} is split across cores, " \
+              f"but the output is in LX, where each core would hold only its partial"
 
 
 def _whole_sticks(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
@@ -448,8 +463,8 @@ def check_lx_slices(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
     for buf in graph.buffers.values():
         if buf.lx_address is None or buf.layout is None:
             continue
-        looped = next((op for op in graph.ops if op.loops and any(
-            a.buffer == buf.name for _, a in op.accesses())), None)
+        looped = next((op for op in graph.ops if moves_with_loops(graph, op, buf.name)),
+                      None)
         if looped is not None and not buf.per_tile:
             yield (f"LX buffer {buf.name!r}: op {looped.name!r} uses it inside a loop but it is "
                    f"not per-tile (its accesses would advance with the loop)")

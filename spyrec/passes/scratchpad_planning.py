@@ -15,7 +15,8 @@ Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, a
 (c) buffers live at the same time (by op order, widened over every loop instance a buffer is
     live across) never share bytes, except an in-place update; offsets are 128-byte aligned;
     space is reused after a buffer's last use and across groups;
-(d) every op using a whole (not per-tile) LX buffer is outside loops and has a SuperDSC form
+(d) every op using a whole (not per-tile) LX buffer is outside loops or only reads it in
+    place (the same slice on every trip: a staged weight), and has a SuperDSC form
     (codegen writes LX args only as SuperDSC LX nodes), and gathers nothing.
 memory_planning then addresses only the buffers left in HBM. A core-division mismatch (b) is
 priced in the report row (`mismatch`: its HBM bytes, and whether the consumer could take the
@@ -39,7 +40,7 @@ from spyrec.indexing import Var
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
-from spyrec.ir.lx import box_bytes, core_boxes, core_slices
+from spyrec.ir.lx import box_bytes, core_boxes, core_slices, moves_with_loops
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
@@ -110,17 +111,20 @@ def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
     """Why `buf` may not live in LX whatever its slices (None when it may). Program inputs,
     outputs, constants and mutated buffers stay in HBM (the host reads and writes them there)
     and get no report row. A whole (not per-tile) buffer used inside a loop advances with it,
-    while an LX tensor has one fixed address (DESIGN §5), so it stays in HBM too."""
+    while an LX tensor has one fixed address (DESIGN §5), so it stays in HBM too — unless
+    every looped op only reads it in place (`moves_with_loops`: the same slice every trip)."""
     mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
     if (buf.role != "intermediate" or buf.name in graph.inputs or buf.name in graph.outputs
             or buf.name in mutated):
         return _NOT_AN_INTERMEDIATE
     if buf.per_tile:
         return None
-    looped = next((graph.ops[i] for i in uses if graph.ops[i].loops), None)
+    looped = next((graph.ops[i] for i in uses
+                   if moves_with_loops(graph, graph.ops[i], buf.name)), None)
     if looped is not None:
         return (f"op {looped.name!r} uses it inside loop {looped.loops[0].key}, where its "
-                f"window moves every iteration (only per-tile buffers of a loop live in LX)")
+                f"window moves every iteration (only per-tile buffers of a loop, and buffers "
+                f"loops read in place, live in LX)")
     return None
 
 
@@ -164,6 +168,11 @@ def _slice_bytes(graph: Graph, buf: Buffer,
         return "no op writes it", buf.layout.device_bytes, None
     if buf.hbm_address is not None:
         return "it already has an HBM address", buf.layout.device_bytes, None
+    k_split = [v for v, k in (writer.core_splits or {}).items() if k > 1 and v in writer.reduced]
+    if k_split:
+        return (f"its writer {writer.name!r} splits reduced {', '.join(k_split)} across cores "
+                f"(cores {_split_text(writer)}): the partial sums meet in HBM"), \
+            buf.layout.device_bytes, None
     boxes = core_boxes(buf, writer, writer.output)
     if boxes is None:
         return f"op {writer.name!r} writes it through a gather", buf.layout.device_bytes, None

@@ -21,8 +21,10 @@ each figure, each named with its origin); only the byte counting is done here, f
   broadcast cohort rule of sim/cost.py).
 - compute: matmul MACs / (per-core PT MAC rate × eff(M rows per core)); vector ops points ×
   weight / (lanes × clock); data movement none. memory: per-core bytes × active cores / the
-  aggregate bandwidth. time = max(compute, memory) + per-op overhead (no ring: reduced vars
-  are never split).
+  aggregate bandwidth. time = max(compute, memory) + ring + per-op overhead, the ring of a
+  K-split (a reduced var split over k cores) being (k − 1) × output elements × the partial-sum
+  cost per element and hop, as sim/cost.py; a K-split's output is priced in HBM (where the
+  partials meet), and so are its readers' reads of it.
 
 The simulator counts bytes from the sdsc files with its own code (sim/footprint.py), so
 tests/passes/test_work_division_cost.py comparing the two is a real check, not a tautology.
@@ -39,7 +41,7 @@ from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import Access
-from spyrec.ir.lx import core_boxes
+from spyrec.ir.lx import core_boxes, moves_with_loops
 from spyrec.sim.cost import DEFAULT_PARAMS, CostParams
 from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 
@@ -135,10 +137,12 @@ class Producers:
                 if self.writers.get(a.buffer) is not op:
                     self.readers.setdefault(a.buffer, []).append((op, a))
             if op.loops:
-                looped.update(a.buffer for _, a in op.accesses())
+                looped.update(a.buffer for _, a in op.accesses()
+                              if moves_with_loops(graph, op, a.buffer))
         self._boxes: dict[str, object] = {}
         # the buffers scratchpad_planning may put in LX: per-tile ones, and with
-        # `intermediates` every intermediate no loop moves over (its `_not_scratch`)
+        # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
+        # ops may read one in place)
         mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
         self.lx_candidates = {
             name for name, buf in graph.buffers.items()
@@ -150,6 +154,13 @@ class Producers:
         """The op that wrote `buffer` before `reader`, once its split is known."""
         op = self.writers.get(buffer)
         return None if op is None or op is reader or op.core_splits is None else op
+
+    def partial(self, buffer: str, reader: Operation) -> bool:
+        """Did `buffer`'s writer split a reduced var (a K-split)? Its output then holds
+        partial sums added in HBM, so every reader reads it from there."""
+        op = self.writer(buffer, reader)
+        return op is not None and any(k > 1 and v in op.reduced
+                                      for v, k in op.core_splits.items())
 
     def forget(self, op: Operation) -> None:
         """`op`'s split changed: its output's cached per-core slices are stale."""
@@ -216,13 +227,18 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
     tell whether a per-tile buffer it reads stays in LX; without it every read is HBM)."""
     extent = core0_slice(op, splits)
     active = math.prod(splits.values())
+    k_split = math.prod(k for v, k in splits.items() if v in op.reduced)
     moved = penalty = 0
     for is_input, access in [(True, a) for a in op.reads()] + [(False, op.output)]:
         buf = graph.buffers[access.buffer]
         sticks = access_sticks(graph, op, access, extent)
         candidate = buf.per_tile if producers is None else buf.name in producers.lx_candidates
         in_lx = candidate and sticks * STICK_BYTES <= LX_USABLE_BYTES_PER_CORE
-        if in_lx and is_input:
+        if not is_input and k_split > 1:
+            in_lx = False             # partial sums meet in HBM (its writer pays the write)
+        elif in_lx and is_input and producers is not None and producers.partial(access.buffer, op):
+            in_lx = False
+        elif in_lx and is_input:
             keeps = producers.same_slices(op, access, splits) if producers else False
             if keeps is False:
                 in_lx = False
@@ -234,8 +250,10 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
             moved += sticks * STICK_BYTES * share
     memory_s = (moved * active + penalty) / p.hbm_bytes_per_s
     compute_s = _compute_s(op, extent, p)
+    ring_us = (k_split - 1) * math.prod(n for v, n in op.ranges if v not in op.reduced) \
+        * p.psum_us_per_elem_hop
     time_s = max(compute_s, memory_s)
-    return SplitCost(time_us=round(time_s * 1e6 + p.op_overhead_us, 6),
+    return SplitCost(time_us=round(time_s * 1e6 + ring_us + p.op_overhead_us, 6),
                      compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
                      hbm_bytes_per_core=round(moved), cores=active)
 

@@ -22,12 +22,14 @@ would cost a read and a write more than it saves).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.indexing import const, var
 from spyrec.ir import Access, Buffer, Graph, Operation
-from spyrec.ir.lx import box_bytes, core_boxes
+from spyrec.ir.graph import outer_loop_spans
+from spyrec.ir.lx import box_bytes, core_boxes, moves_with_loops
 from spyrec.layout import contiguous_strides
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
@@ -44,7 +46,7 @@ class StageInputs(Pass):
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         rows = []
         if self.enabled:
-            for name in list(graph.inputs):
+            for name in [n for n, b in graph.buffers.items() if b.role in ("input", "constant")]:
                 row = self._stage(graph, name)
                 if row:
                     rows.append(row)
@@ -52,12 +54,11 @@ class StageInputs(Pass):
 
     def _stage(self, graph: Graph, name: str) -> dict | None:
         buf = graph.buffers[name]
-        if name in graph.mutated_buffers or name in graph.mutated_buffers.values() or \
-                buf.role != "input":
+        if name in graph.mutated_buffers or name in graph.mutated_buffers.values():
             return None
         reads = [(op, a) for op in graph.ops for a in op.reads() if a.buffer == name]
-        if len(reads) < 2 or any(op.loops or a in op.index_inputs or op.output.buffer == name
-                                 for op, a in reads):
+        if any(a in op.index_inputs or op.output.buffer == name or
+               moves_with_loops(graph, op, name) for op, a in reads):
             return None
         groups: dict[tuple, list] = {}        # reads by their per-core slicing
         for op, a in reads:
@@ -65,9 +66,9 @@ class StageInputs(Pass):
         groups.pop((), None)                  # gathered: no fixed slices
         if not groups:
             return None
-        want, reads = max(groups.items(), key=lambda kv: len(kv[1]))
-        if len(reads) < 2:
-            return None                         # no two accesses slice it alike
+        want, reads = max(groups.items(), key=lambda kv: _trips(kv[1]))
+        if _trips(reads) < 2:
+            return None                         # not read twice alike: nothing to save
         if box_bytes(buf, want[0]) > self.max_fraction * LX_USABLE_BYTES_PER_CORE:
             return None
         copy = _copy_op(graph, buf, want)
@@ -76,6 +77,7 @@ class StageInputs(Pass):
         position = {id(op): i for i, op in enumerate(graph.ops)}
         first = min(position[id(op)] for op, _ in reads)
         lead = graph.ops[first]          # the copy serves it: its node, scope and source line
+        first = outer_loop_spans(graph.ops)[first][0]   # before the loop a reader runs in
         copy = replace(copy, node=lead.node, scope=lead.scope, source=lead.source)
         staged = graph.add_buffer(replace(buf, name=copy.output.buffer, role="intermediate",
                                           hbm_address=None, lx_address=None))
@@ -107,6 +109,11 @@ class StageInputs(Pass):
         finally:
             for n, address in saved.items():
                 graph.buffers[n].lx_address = address
+
+
+def _trips(reads: list) -> int:
+    """How often `reads` fetch their slices: once per access, times its loops' counts."""
+    return sum(math.prod(loop.count for loop in op.loops) for op, _ in reads)
 
 
 def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:

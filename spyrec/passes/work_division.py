@@ -4,10 +4,11 @@ Reads: op ranges and reduced vars, buffer layouts, `Buffer.per_tile`.  Writes:
 `Operation.core_splits` ({var: slices}, every iteration var present); a `work_division` report
 row per op (chosen split and its estimated time beside the greedy split's).
 Guarantees: the product of splits is at most `cores`; every split divides its range evenly;
-reduced vars are never split (a K-split needs partial sums added across cores, which neither
-the IR verifier nor the simulator accepts yet); a split of any arg's stick variable gives each
-core whole sticks of that arg (a SuperDSC core starts at a stick boundary of every tensor: its
-start address has no lane offset).
+a reduced var is split (a K-split: each core reduces its part, the partials meet in HBM at
+the ring's cost) only by the cost strategy, only for ops whose partials combine
+(`ir.ops.PARTIAL_SUMS`) outside loops, and never with its output in LX; a split of any
+arg's stick variable gives each core whole sticks of that arg (a SuperDSC core starts at a
+stick boundary of every tensor: its start address has no lane offset).
 
 Choice (issue 10 §2): every split meeting those rules is a candidate (`candidates`), each is
 estimated with the cost model's formulas (`split_cost.py`: per-core HBM sticks, replicated
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
+from spyrec.ir.ops import PARTIAL_SUMS
 from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
@@ -48,6 +50,9 @@ class WorkDivision(Pass):
     # change a disagreeing producer-consumer chain's splits together when cheaper
     # (split_chains.py; with strategy cost and lx_intermediates)
     chain_moves: bool = True
+    # also split a reduced var (partial sums added in HBM, with the ring's cost) where the
+    # estimate says so: sum/mean/max/min/matmul outside loops (strategy cost)
+    k_split: bool = True
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
@@ -88,7 +93,7 @@ class WorkDivision(Pass):
 
         def options(op: Operation) -> list[dict[str, int]]:
             if op.name not in cache:
-                cache[op.name] = candidates(op, stick_vars(graph, op), self.cores)
+                cache[op.name] = candidates(op, stick_vars(graph, op), self.cores, self.k_split)
             return cache[op.name]
         if not ChainMoves(graph, producers, options).run():
             return
@@ -122,7 +127,7 @@ class WorkDivision(Pass):
         greedy = greedy_split(op, sticks, self.cores)
         if self.strategy == "greedy":
             return greedy, {}
-        return choose(graph, op, sticks, greedy, self.cores, producers, memo)
+        return choose(graph, op, sticks, greedy, self.cores, producers, memo, self.k_split)
 
 
 def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
@@ -155,13 +160,16 @@ def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str,
     return splits
 
 
-def candidates(op: Operation, sticks: dict[str, int], cores: int) -> list[dict[str, int]]:
+def candidates(op: Operation, sticks: dict[str, int], cores: int,
+               k_split: bool = False) -> list[dict[str, int]]:
     """Every valid split: per var a divisor of its range (of its sticks for a stick var; 1
-    for a reduced var or a stick var whose range is not whole sticks), product <= cores."""
+    for a stick var whose range is not whole sticks, and for a reduced var unless `k_split`
+    and the op's partials combine outside loops), product <= cores."""
     options = []
+    partial = k_split and op.op in PARTIAL_SUMS and not op.loops
     for v, n in op.ranges:
         e = sticks.get(v, 1)
-        if v in op.reduced or n % e:
+        if v in op.reduced and not partial or n % e:
             options.append((v, [1]))
         else:
             options.append((v, [d for d in range(1, min(n // e, cores) + 1)
@@ -173,7 +181,8 @@ def candidates(op: Operation, sticks: dict[str, int], cores: int) -> list[dict[s
 
 
 def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str, int],
-           cores: int, producers, memo: dict | None = None) -> tuple[dict[str, int], dict]:
+           cores: int, producers, memo: dict | None = None,
+           k_split: bool = False) -> tuple[dict[str, int], dict]:
     """The cheapest candidate; ties: the greedy split, then one matching the producers'.
 
     `memo` shares the estimates between ops that differ only in buffer names (the layers of a
@@ -185,8 +194,8 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
         base, costs = memo[key]
     else:
         base = estimate(graph, op, greedy, producers)
-        costs = [(estimate(graph, op, c, producers), c) for c in candidates(op, sticks, cores)
-                 if c != greedy]
+        costs = [(estimate(graph, op, c, producers), c)
+                 for c in candidates(op, sticks, cores, k_split) if c != greedy]
         if memo is not None and key is not None:
             memo[key] = base, costs
     least = min([base.time_us] + [cost.time_us for cost, _ in costs])

@@ -67,8 +67,10 @@ def test_the_good_graph_is_valid():
     ("cores [c0:32, c1:1]", "cores [c0:2, c1:4]",
      "op 't': cores [c0:2, c1:4]: splitting stick variable c1 into 4 slices gives cores "
      "partial sticks of t[128*c0 + c1] (64 per stick)"),
-    ("cores [c0:2, r0:1]", "cores [c0:2, r0:2]",
-     "op 'y': cores [c0:2, r0:2]: reduced variable r0 is split across cores"),
+    ("= sum(t[c0 + 128*r0]) over [c0<128, r0<64] reduce [r0] cores [c0:2, r0:1]",
+     "= argmax(t[c0 + 128*r0]) over [c0<128, r0<64] reduce [r0] cores [c0:2, r0:2]",
+     "op 'y': cores [c0:2, r0:2]: reduced variable r0 of argmax is split across cores, but its "
+     "partials do not combine"),
     ("sum(t[c0 + 128*r0])", "sum(t[64*c0 + r0])",   # a reduction along t's sticks
      "op 'y': input 0 t[64*c0 + r0]: its lane (r0) is not stick-compatible with stick "
      "variable c0"),
@@ -152,3 +154,15 @@ def test_check_is_an_internal_error_naming_the_pass():
         "the IR is not valid after work_division: op 't': cores [c0:3, c1:1]: 3 slices do not "
         "divide c0<64; this is a spyrec bug, please report it with the command and input")
     assert e.value.exit_code == 70
+
+
+def test_a_k_split_is_valid_into_hbm_and_refused_into_lx():
+    """A sum's partials combine where they meet (issue 10 §2); in LX each core would hold
+    only its own partial."""
+    text = GOOD.replace("cores [c0:2, r0:1]", "cores [c0:2, r0:2]")
+    assert verify(parse(text), FACTS) == []
+    graph = parse(text.replace(
+        "buffer y: output float16[128] device [2, 64] / [64, 1] fp16 @hbm 32768",
+        "buffer y: intermediate float16[128] device [2, 64] / [64, 1] fp16 @lx 0"))
+    assert "op 'y': cores [c0:2, r0:2]: reduced variable r0 is split across cores, but the " \
+        "output is in LX, where each core would hold only its partial" in verify(graph, FACTS)

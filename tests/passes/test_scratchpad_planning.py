@@ -252,7 +252,27 @@ def test_a_whole_buffer_used_inside_a_loop_stays_in_hbm():
     run_pass(ScratchpadPlanning(), text, ctx, facts=FACTS)
     assert rows(ctx)["t1"]["reason"] == (
         "op 'z' uses it inside loop g0.0, where its window moves every iteration (only "
-        "per-tile buffers of a loop live in LX)")
+        "per-tile buffers of a loop, and buffers loops read in place, live in LX)")
+
+
+def test_a_whole_buffer_a_loop_reads_in_place_lives_in_lx():
+    # w [4096] (a bias) is written before the loop over z's rows and read by every trip at
+    # the same place (its index has no tiled var): one fixed LX slice serves every trip. Each
+    # of the 32 column slices is 2 sticks = 256 bytes.
+    text = f"""
+    buffer a: input {FULL}
+    buffer b: input float16[4096] device [64, 64] / [64, 1] fp16
+    buffer w: intermediate float16[4096] device [64, 64] / [64, 1] fp16
+    buffer z: output {FULL}
+    op w: w[c0] = neg(b[c0]) over [c0<4096] cores [c0:32]
+    op z: z[4096*c0 + c1] = add(a[4096*c0 + c1], w[c1]) over [c0<512, c1<4096] \
+        cores [c0:1, c1:32] loops [2(c0)@g0.0]
+    inputs [a, b]
+    outputs [z]
+    """
+    ctx = CompileContext()
+    run_pass(ScratchpadPlanning(), text, ctx, facts=FACTS)
+    assert rows(ctx)["w"]["placed"] and rows(ctx)["w"]["bytes_per_core"] == 2 * 128
 
 
 def test_a_mismatch_is_priced_and_the_consumer_could_take_the_producers_split():

@@ -1,11 +1,15 @@
 """The cost model's estimated time pinned on realistic hand-computed cases (issue 10 §5): a
-memory-bound add and a compute-bound matmul, at the sizes and splits the compiler produces.
-Every figure below is worked out from the parameters in spyrec/sim/cost.py (204.8 GB/s shared
-by the active cores, 1.536 TMAC/s per core at full PT efficiency, one fp16 stick of vector
-work per cycle at 1 GHz); a change of a parameter or formula fails here with the numbers."""
+memory-bound add, a compute-bound matmul and a K-split matmul paying the partial-sum ring, at
+the sizes and splits the compiler produces. Every figure below is worked out from the
+parameters in spyrec/sim/cost.py (204.8 GB/s shared by the active cores, 1.536 TMAC/s per core
+at full PT efficiency, one fp16 stick of vector work per cycle at 1 GHz, 1.4e-4 us per
+partial-sum element and ring hop); a change of a parameter or formula fails here with the
+numbers."""
 
+import numpy as np
 import pytest
 
+from spyrec.sim import simulate
 from spyrec.sim.cost import BUNDLE_OVERHEAD_US
 from spyrec.sim.runner import cost_for_directory
 from tests.sim.builder import elementwise
@@ -51,3 +55,34 @@ def test_compute_bound_matmul_fp16_8192x4096x8192_m4_n8(out):
     assert core["compute_us"] == 5592.405333
     assert op["bound"] == "compute" and op["time_us"] == 5592.405333
     assert op["flops"] == 2 * 8192 * 8192 * 4096
+
+
+def test_k_split_matmul_fp16_64x65536x64_m8_k4_pays_the_ring(out, rng):
+    # z = x @ y with x [64, 65536], y [65536, 64], z [64, 64] (one N stick): M split 8 (8 rows
+    # per core: one PT pass, efficiency sqrt(1/8)), K split 4 (16384 K per core: partial sums).
+    # compute: 8 * 64 * 16384 MACs / (1.536e12 * sqrt(1/8)) = 15.447 us.
+    # memory per core: x 8 rows x 256 K-sticks = 2048 (its own), y 16384 K-rows x 1 stick (the
+    # 8 M-cores of a K slice read it alike: 1/8 each, 2048), z 8 partial rows x 1 stick written:
+    # 4104 sticks = 525,312 B; x 32 cores / 204.8e9 = 82.08 us. Memory-bound.
+    # ring: (4 - 1) hops x 64 x 64 output elements x 1.4e-4 us = 1.72032 us, added.
+    x = (rng.standard_normal((64, 65536)) / 64).astype(np.float16)
+    y = rng.standard_normal((65536, 64)).astype(np.float16)
+    out.input("x", [64, 65536])
+    out.input("y", [65536, 64])
+    out.output("z", [64, 64])
+    out.op("batchmatmul", {"c0": 64, "c1": 64, "r0": 65536},
+           [("x", ["floor(r0/64)", "c0", "Mod(r0, 64)"]),
+            ("y", ["floor(c1/64)", "r0", "Mod(c1, 64)"]),
+            ("z", ["floor(c1/64)", "c0", "Mod(c1, 64)"])], reduced=["r0"],
+           split={"c0": 8, "r0": 4})
+    path = out.write()
+    (op,) = cost_for_directory(path)["ops"]
+    core = op["per_core"][0]
+    assert core["sticks_read"] == 2048 + 16384 and core["hbm_write_bytes"] == 8 * 128
+    assert core["hbm_read_bytes"] == (2048 + 2048) * 128
+    assert core["compute_us"] == pytest.approx(15.447, abs=1e-3) and core["memory_us"] == 82.08
+    assert op["ring_us"] == 1.72032 and op["cores_used"] == 32
+    assert op["time_us"] == pytest.approx(82.08 + 1.72032)
+    (z,) = simulate(path, {"x": x, "y": y}).outputs      # and the partials add up
+    np.testing.assert_allclose(z.astype(np.float64), x.astype(np.float64) @ y.astype(np.float64),
+                               rtol=2e-2, atol=2e-2)

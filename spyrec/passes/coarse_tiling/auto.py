@@ -13,18 +13,20 @@ The algorithm (reference/G-tiling-and-lx.md §4.4, simplified):
 2. **Groups**: maximal runs of consecutive ops whose FX nodes all carry the dim (on one var
    each, no gathers); each run is offered whole and, because today's work division re-reads
    a matmul's weight on every trip, also as its runs between matmuls.
-3. **Counts**: divisors of the dim's size, smallest first (whole sticks and other rules are
+3. **Counts**: divisors (> 1) of the dim's size, smallest first (whole sticks and other rules are
    `resolve`'s to check: a refused count is skipped); the search along a run stops at the
    first count whose per-tile buffers all fit LX (a larger count can only re-read
    loop-invariant operands more often).
 4. **Price**: the candidate is tiled on a copy of the run (a sub-graph holding only its ops,
-   its boundary buffers as inputs and outputs), then the real `work_division` and
-   `scratchpad_planning` passes run on it, and `hbm_bytes` counts the whole sticks each
+   its boundary buffers as inputs and outputs), then the real `work_division`,
+   `stage_inputs` and `scratchpad_planning` passes run on it, and `hbm_bytes` counts the whole sticks each
    core's slice of every device-memory argument touches, times the executions. The run
    untiled is priced the same way: a tiling must move fewer bytes than not tiling.
 5. **Choose**: per run the cheapest count (ties: the smaller count); then runs by saved bytes,
    greedily, skipping runs that overlap a chosen one or that `resolve` refuses together with
-   the chosen ones. Identical runs (the layers of a decoder stack) are priced once.
+   the chosen ones. Identical runs (the layers of a decoder stack) are priced once. Last, the
+   whole program is priced tiled and untiled, and the groups saving least are dropped until
+   tiling moves fewer bytes (a run priced alone does not see its edges).
 
 Limits (honest): only program inputs seed dims (not parameters), one loop level per group,
 and the evaluation uses the default work_division (32 cores) and the LX budget given.
@@ -117,6 +119,7 @@ def choose(graph: Graph, budget_bytes: int, source: str = "") -> AutoResult:
             if best is not None:
                 offers.append((buf_name, dim, replace(best, nodes=nodes)))
     chosen, dims = _select(graph, offers)
+    chosen = _whole_program_check(graph, dims, chosen, budget_bytes)
     config = _config(graph, dims, chosen) if chosen else None
     result = AutoResult(config, "", chosen, priced, len(memo))
     result.yaml_text = _yaml(result, graph, dims, budget_bytes, source)
@@ -258,7 +261,9 @@ def _best(graph: Graph, names: DimNames, name: str, size: int, nodes: tuple[str,
 
 
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, min(n, MAX_COUNT) + 1) if n % k == 0]
+    """Loop counts to try: a count of 1 is not tiling (one trip, the same working set) and
+    only keeps an op out of what the untiled program may do (a K-split, a staged input)."""
+    return [k for k in range(2, min(n, MAX_COUNT) + 1) if n % k == 0]
 
 
 def _price(graph: Graph, names: DimNames, name: str, nodes: tuple[str, ...],
@@ -276,6 +281,7 @@ def _price(graph: Graph, names: DimNames, name: str, nodes: tuple[str, ...],
         except ConfigError:
             return None
     get_pass("work_division")().run(sub, ctx)
+    get_pass("stage_inputs")().run(sub, ctx)      # as the pipeline: untiled runs stage inputs
     get_pass("scratchpad_planning")(budget_bytes=budget).run(sub, ctx)
     rows = (ctx.report.get("scratchpad") or {}).get("buffers", [])
     spilled = sum(1 for r in rows if not r["placed"] and _capacity(r, budget))
@@ -377,6 +383,41 @@ def _select(graph: Graph, offers: list[tuple[str, int, Choice]]) -> tuple[list[C
     order = {op.node: i for i, op in reversed(list(enumerate(graph.ops)))}
     chosen.sort(key=lambda c: order[c.nodes[0]])
     return chosen, dims
+
+
+def _whole_program_check(graph: Graph, dims: dict, chosen: list[Choice],
+                         budget: int) -> list[Choice]:
+    """Drop the groups that save least until the whole program, tiled, moves fewer bytes
+    than untiled. A run is priced alone, so what tiling does at its edges is unseen there: an
+    intermediate that fed the run from LX goes to device memory once the run reads it tile by
+    tile, and the untiled program may split a reduction (a K-split) a loop does not allow."""
+    untiled = _whole_price(graph, None, budget)
+    chosen = sorted(chosen, key=lambda c: -c.saved_bytes)
+    while chosen:
+        config = _config(graph, {b: {d: n for d, n in named.items()
+                                     if any(c.dim == n for c in chosen)}
+                                 for b, named in dims.items()}, chosen)
+        tiled = _whole_price(graph, config, budget)
+        if tiled is not None and tiled < untiled:
+            break
+        chosen = chosen[:-1]
+    return chosen
+
+
+def _whole_price(graph: Graph, config: dict | None, budget: int) -> int | None:
+    """Device-memory bytes of the whole program tiled by `config` (None: untiled), through
+    the passes `_price` runs; None when `resolve` refuses the config."""
+    sub = subgraph(graph, {op.node for op in graph.ops})
+    if config is not None:
+        try:
+            tile_graph(sub, resolve(sub, config, WHERE))
+        except ConfigError:
+            return None
+    ctx = CompileContext()
+    get_pass("work_division")().run(sub, ctx)
+    get_pass("stage_inputs")().run(sub, ctx)
+    get_pass("scratchpad_planning")(budget_bytes=budget).run(sub, ctx)
+    return hbm_bytes(sub)
 
 
 def _resolves(graph: Graph, dims: dict, chosen: list[Choice]) -> bool:

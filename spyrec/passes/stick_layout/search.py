@@ -209,10 +209,18 @@ class LayoutSearch:
         return False
 
     def _candidates(self, buf: Buffer, access: Access, target, op: Operation):
-        """Layouts to try for `buf`: stick on the dim carrying `target`, sparse, the rest."""
+        """Layouts to try for `buf`: stick on the dim carrying `target`, sparse, the rest.
+        With no target (the op's output has no stick var: a reduction along the stick, or
+        to a scalar) the dims carrying a reduced var come first, innermost first: lanes full
+        of reduced elements, where sparse would give each element its own stick (32-64x the
+        bytes)."""
         host = _host_coords(buf, access.index, op)
-        carrying = [d for d, c in enumerate(host)
-                    if target is not None and Var(target) in c.free_atoms()]
+        if target is None:
+            carrying = [d for d, c in reversed(list(enumerate(host)))
+                        if buf.host_size[d] > 1 and any(Var(r) in c.free_atoms()
+                                                        for r in op.reduced)]
+        else:
+            carrying = [d for d, c in enumerate(host) if Var(target) in c.free_atoms()]
         rest = [d for d, n in enumerate(buf.host_size) if d not in carrying and n > 1]
         layouts = [layout_with_stick(buf, d) for d in carrying]
         if buf.host_size:
