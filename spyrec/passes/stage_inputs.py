@@ -9,6 +9,9 @@ place (`moves_with_loops`) — and that slice fits, one `identity` op copies it 
 intermediate with its layout, split so that each core writes exactly the slice it will read,
 and those accesses read the copy: scratchpad_planning then keeps it in LX, and the tensor
 crosses HBM once for all of them (accesses that slice it otherwise still read the original).
+Inside a loop, accesses that read the same moving tile every trip (a softmax's max pass and
+subtract over one row tile) read a per-tile buffer `<name>__tile` instead, which an `identity`
+op in the loop body fills each trip (`_stage_tiles`; report rows say `per_tile`).
 
 Reads: ops, accesses, layouts, core splits (after work_division and superdsc_legalize, whose
 splits decide the slices). Writes: a buffer `<name>__staged` and its copy op before the first
@@ -30,11 +33,13 @@ import math
 from dataclasses import dataclass, replace
 
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
-from spyrec.indexing import const, var
-from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.indexing import Indirect, const, var
+from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.ir.graph import outer_loop_spans
 from spyrec.ir.lx import box_bytes, core_boxes, moves_with_loops
 from spyrec.layout import contiguous_strides
+from spyrec.passes.coarse_tiling.tiles import (host_advance, host_box, retile_index,
+                                               tile_buffer_layout)
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
@@ -55,7 +60,8 @@ class StageInputs(Pass):
                 for a in op.reads():
                     reads.setdefault(a.buffer, []).append((op, a))
             for name in [n for n, b in graph.buffers.items() if b.role in ("input", "constant")]:
-                row = self._stage(graph, name, reads.get(name, []))
+                row = self._stage(graph, name, reads.get(name, [])) or \
+                    self._stage_tiles(graph, name, reads.get(name, []))
                 if row:
                     rows.append(row)
         ctx.report["stage_inputs"] = rows
@@ -105,6 +111,62 @@ class StageInputs(Pass):
         return {"input": name, "buffer": staged.name, "reads": len(reads),
                 "split": copy.core_splits, "bytes_per_core": box_bytes(buf, want[0])}
 
+    def _stage_tiles(self, graph: Graph, name: str, reads: list) -> dict | None:
+        """Inside a loop: accesses that read the same tile of `name` on every trip (a
+        softmax's max pass and exp pass over one row tile) read a per-tile copy instead, which
+        one `identity` op in the loop body writes each trip."""
+        buf = graph.buffers[name]
+        if name in graph.mutated_buffers or name in graph.mutated_buffers.values():
+            return None
+        spans = outer_loop_spans(graph.ops)
+        position = {id(op): i for i, op in enumerate(graph.ops)}
+        groups: dict[tuple, list] = {}
+        for op, a in reads:
+            if not moves_with_loops(graph, op, name) or op.output.buffer == name or \
+                    a in op.index_inputs or any(isinstance(leaf, Indirect)
+                                                for leaf in a.index.free_atoms()):
+                continue
+            key = _tile_key(buf, op, a, spans[position[id(op)]])
+            boxes = core_boxes(buf, op, a)      # and by per-core slicing, as `_stage`
+            if key is not None and boxes is not None:
+                groups.setdefault((*key, tuple(boxes)), []).append((op, a))
+        if not groups:
+            return None
+        (_, box, moves, _), group = max(groups.items(), key=lambda kv: len(kv[1]))
+        if len(group) < 2:
+            return None
+        lo, shape = tuple(b[0] for b in box), tuple(b[1] - b[0] for b in box)
+        try:
+            layout = tile_buffer_layout(buf, shape, buf.host_dtype)
+        except ValueError:                  # not a stick layout of its host dims
+            return None
+        tile = graph.add_buffer(Buffer(graph.fresh_name(f"{name}__tile"), shape,
+                                       buf.host_dtype, "intermediate", source=buf.source))
+        tile.layout, tile.per_tile = layout, True
+        readers = list({id(op): op for op, _ in group}.values())
+        before = [op.inputs for op in readers]
+        chosen = {(id(op), a) for op, a in group}
+        for op in readers:
+            op.inputs = tuple(Access(tile.name, retile_index(buf, lo, shape, a.index,
+                                                             op.var_ranges))
+                              if (id(op), a) in chosen else a for a in op.inputs)
+        wants = {tuple(core_boxes(tile, op, a) or ()) for op in readers for a in op.inputs
+                 if a.buffer == tile.name}
+        copy = _tile_copy(graph, buf, tile, lo, moves, group[0][0], wants)
+        first = min(position[id(op)] for op, _ in group)
+        if copy is not None:
+            graph.ops.insert(first, copy)
+        if copy is None or not self._lx_holds(graph, tile.name):
+            if copy is not None:
+                graph.ops.pop(first)
+            for op, inputs in zip(readers, before):
+                op.inputs = inputs
+            del graph.buffers[tile.name]
+            return None
+        return {"input": name, "buffer": tile.name, "reads": len(group),
+                "split": copy.core_splits, "bytes_per_core": box_bytes(tile, next(iter(wants))[0]),
+                "per_tile": True}
+
     def _lx_holds(self, graph: Graph, name: str) -> bool:
         """Would scratchpad_planning put `name` in LX beside everything else it places? A
         trial run, undone: it writes only `lx_address` fields."""
@@ -122,6 +184,53 @@ class StageInputs(Pass):
 def _trips(reads: list) -> int:
     """How often `reads` fetch their slices: once per access, times its loops' counts."""
     return sum(math.prod(loop.count for loop in op.loops) for op, _ in reads)
+
+
+def _tile_key(buf: Buffer, op: Operation, access: Access, span: tuple[int, int]) -> tuple | None:
+    """(loop instance, host box of one trip, per loop level its key, count and the host dim
+    the tile steps along) of an access that reads a whole tile every trip and steps by the
+    tile's own extent along at most one dim per level; None for anything else."""
+    box = host_box(buf, op, access.index)
+    ranges = dict(op.ranges)
+    moves = []
+    for loop in op.loops:
+        step = None
+        if loop.tiled:
+            advance = host_advance(buf, op, access.index, loop.tiled[0], ranges[loop.tiled[0]])
+            if advance is None or len(loop.tiled) > 1:
+                return None
+            dims = [d for d, x in enumerate(advance) if x]
+            if len(dims) > 1 or dims and advance[dims[0]] != box[dims[0]][1] - box[dims[0]][0]:
+                return None
+            step = dims[0] if dims else None
+        moves.append((loop.key, loop.count, step))
+    return span, box, tuple(moves)
+
+
+def _tile_copy(graph: Graph, buf: Buffer, tile: Buffer, lo: tuple[int, ...], moves: tuple,
+               lead: Operation, wants: set) -> Operation | None:
+    """The in-loop `identity` from `buf`'s moving tile into `tile`, split to give each core
+    the boxes its readers take (one slicing among them), or None."""
+    from spyrec.passes.work_division import candidates, stick_vars
+
+    if len(wants) != 1 or () in wants:
+        return None
+    dims = [(f"c{d}", n) for d, n in enumerate(tile.host_size)]
+    src = sum(((var(v) + lo[d]) * s for d, ((v, _), s) in enumerate(zip(dims, buf.host_strides))),
+              const(0))
+    dst = sum((var(v) * s for (v, _), s in zip(dims, contiguous_strides(tile.host_size))),
+              const(0))
+    loops = tuple(Loop(count, (f"c{step}",) if step is not None else (), key)
+                  for key, count, step in moves)
+    op = Operation(name=tile.name, op="identity", ranges=tuple(dims),
+                   inputs=(Access(buf.name, src),), output=Access(tile.name, dst),
+                   loops=loops, node=lead.node, scope=lead.scope, source=lead.source)
+    want = list(next(iter(wants)))
+    for split in candidates(op, stick_vars(graph, op), CORES):
+        trial = replace(op, core_splits=split)
+        if (core_boxes(tile, trial, trial.output) or []) == want:
+            return trial
+    return None
 
 
 def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:

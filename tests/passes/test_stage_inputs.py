@@ -1,6 +1,7 @@
 """stage_inputs: an input several accesses read with one per-core slicing is copied once into
-an intermediate that scratchpad_planning keeps in LX, so it crosses HBM once; the programs
-still equal eager (simulated, LX modelled per core)."""
+an intermediate that scratchpad_planning keeps in LX (inside a loop: a per-tile copy each
+trip), so it crosses HBM once; the programs still equal eager (simulated, LX modelled per
+core)."""
 
 import torch
 
@@ -46,3 +47,32 @@ def test_a_copy_lx_would_not_hold_is_not_made(tmp_path):
     report = _compile(tmp_path, "tight", "stage_inputs.budget_bytes=100000")
     assert report["stage_inputs"] == []
     assert report["cost"]["totals"]["hbm_read_bytes"] == 4 * 8 * 127 * 256 * 4
+
+
+def test_a_tiled_softmax_reads_each_row_tile_once(tmp_path):
+    """configs/tiling/softmax_rows.yaml: 4 tiles of 64 rows of x [256, 512] fp16. The max pass
+    and the subtract read the same tile every trip, so an in-loop copy writes it into a
+    per-tile LX buffer (64 rows x 8 sticks / 32 cores = 2 KiB each) and both read that: x
+    crosses HBM once, 786,432 -> 524,288 bytes, which is compulsory (x in, softmax out)."""
+    from pathlib import Path
+
+    from samples.tiling import TILING_SAMPLES
+
+    module, inputs = TILING_SAMPLES["softmax_rows"]()
+    config = Path(__file__).resolve().parents[2] / "configs/tiling/softmax_rows.yaml"
+    moved = []
+    for on in (True, False):
+        (tmp_path / str(on)).mkdir()
+        out = run_and_compare(tmp_path / str(on), module, inputs, tiling=config,
+                              sets=[f"stage_inputs.enabled={str(on).lower()}"])
+        report = load_json(out / "report.json")
+        totals = report["cost"]["totals"]
+        moved.append(totals["hbm_read_bytes"] + totals["hbm_write_bytes"])
+        if on:
+            (row,) = report["stage_inputs"]
+            assert row == {"input": "x", "buffer": "x__tile", "reads": 2,
+                           "split": {"c0": 32, "c1": 1}, "bytes_per_core": 2048,
+                           "per_tile": True}
+            body = load_json(out / "opspecs.json")["kernels"][0]["specs"][0]["loop"]["body"]
+            assert [s["name"] for s in body][:2] == ["x__tile", "softmax__1"]
+    assert moved == [524_288, 786_432]

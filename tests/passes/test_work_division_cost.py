@@ -144,8 +144,9 @@ def test_tiled_decoder_mlp_reads_each_weight_once_not_once_per_core_or_tile(tmp_
     tokens) 32 ways, so each of 32 cores reads every 256 KiB weight per tile (fetched 4 times:
     4 broadcast cohorts of 8). By cost, the matmuls split N and keep M whole: each core reads
     its column block of a weight, the same one on every trip, so stage_inputs copies it into
-    LX once before the loop (3 x 256 KiB read once, not 4 times: 4,726,784 -> 2,367,488 bytes),
-    and the gate/up/product tiles stay in LX where the consumer's split matches its writer's."""
+    LX once before the loop (3 x 256 KiB read once, not 4 times: 4,726,784 -> 2,367,488 bytes)
+    and copies each x tile, which the norm reads three times, into LX per trip (-> 2,105,344);
+    the gate/up/product tiles stay in LX where the consumer's split matches its writer's."""
     from pathlib import Path
 
     from samples.tiling import TILING_SAMPLES
@@ -156,9 +157,10 @@ def test_tiled_decoder_mlp_reads_each_weight_once_not_once_per_core_or_tile(tmp_
     out = compile_pt2(export(tmp_path, module, inputs, "mlp"), tiling=config)
     report = load_json(out / "report.json")
     totals = report["cost"]["totals"]
-    assert totals["hbm_read_bytes"] + totals["hbm_write_bytes"] == 2_367_488
-    staged = {r["input"]: (r["reads"], r["bytes_per_core"]) for r in report["stage_inputs"]}
-    assert staged == {f"p_mlp_{w}_weight": (1, 65_536) for w in ("gate", "up", "down")}
+    assert totals["hbm_read_bytes"] + totals["hbm_write_bytes"] == 2_105_344
+    staged = {r["buffer"]: (r["reads"], r["bytes_per_core"]) for r in report["stage_inputs"]}
+    assert staged == {**{f"p_mlp_{w}_weight__staged": (1, 65_536) for w in ("gate", "up", "down")},
+                      "x__tile": (3, 1024)}
     rows = {r["op"]: r for r in report["work_division"]["ops"]}
     for name in ("linear", "linear_1", "linear_2"):
         assert rows[name]["split"].startswith("[c0:1, ")          # M (tokens) whole
@@ -172,10 +174,10 @@ def test_tiled_decoder_mlp_reads_each_weight_once_not_once_per_core_or_tile(tmp_
     opspecs = load_json(out / "opspecs.json")
     specs = opspecs["kernels"][0]["specs"][-1]["loop"]["body"]
     costs = {c["name"]: c for c in report["cost"]["ops"]}
-    assert len(specs) == 12 and len(costs) == 15        # 12 in the loop, 3 copies before it
+    assert len(specs) == 13 and len(costs) == 16   # 12 + the x tile copy in the loop, 3 before
     for spec in specs:
         names = {a["name"] for a in spec["args"]}
-        if not names & hbm_tiles and not any(n.endswith("__staged") for n in names):
+        if not names & hbm_tiles and not any(n.endswith(("__staged", "__tile")) for n in names):
             assert rows[spec["name"]]["time_us"] == costs[spec["name"]]["time_us"], spec["name"]
 
 

@@ -19,9 +19,10 @@ The algorithm (reference/G-tiling-and-lx.md §4.4, simplified):
    loop-invariant operands more often).
 4. **Price**: the candidate is tiled on a copy of the run (a sub-graph holding only its ops,
    its boundary buffers as inputs and outputs), then the real `work_division`,
-   `stage_inputs` and `scratchpad_planning` passes run on it, and `hbm_bytes` counts the whole sticks each
-   core's slice of every device-memory argument touches, times the executions. The run
-   untiled is priced the same way: a tiling must move fewer bytes than not tiling.
+   `stage_inputs` and `scratchpad_planning` passes run on it, and `hbm_bytes` counts the
+   whole sticks each core's slice of every device-memory argument touches, times the
+   executions. The run untiled is priced the same way: a tiling must move fewer bytes than
+   not tiling.
 5. **Choose**: per run the cheapest count (ties: the smaller count); then runs by saved bytes,
    greedily, skipping runs that overlap a chosen one or that `resolve` refuses together with
    the chosen ones. Identical runs (the layers of a decoder stack) are priced once. Last, the
