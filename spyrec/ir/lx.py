@@ -97,15 +97,14 @@ def lx_bytes_per_core(graph: Graph, buf: Buffer) -> int:
 
 
 def moves_with_loops(graph: Graph, op: Operation, buffer: str) -> bool:
-    """Does `op` write `buffer`, or read it at a place that moves from one loop trip to the
-    next (an index using a var its loops tile)? A whole buffer that every looped op only reads
-    in place (a weight each token tile multiplies by) is the same data on every trip, so it
+    """Does `op` access `buffer` at a place that moves from one loop trip to the next (an
+    index using a var its loops tile, or an index tensor)? A whole buffer every looped op
+    reads or updates in place (a weight each token tile multiplies by; the accumulator a
+    K-tiled matmul adds each tile's partial into) is at the same place on every trip, so it
     may live in LX at one fixed offset like a buffer outside loops."""
     if not op.loops:
         return False
-    if op.output.buffer == buffer:
-        return True
     tiled = {v for loop in op.loops for v in loop.tiled}
     return any(a.buffer == buffer and (a in op.index_inputs or tiled & {
         leaf.name for leaf in a.index.free_atoms() if isinstance(leaf, Var)})
-        for a in op.reads())
+        for a in op.reads() + (op.output,))

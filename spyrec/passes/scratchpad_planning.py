@@ -15,9 +15,9 @@ Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, a
 (c) buffers live at the same time (by op order, widened over every loop instance a buffer is
     live across) never share bytes, except an in-place update; offsets are 128-byte aligned;
     space is reused after a buffer's last use and across groups;
-(d) every op using a whole (not per-tile) LX buffer is outside loops or only reads it in
-    place (the same slice on every trip: a staged weight), and has a SuperDSC form
-    (codegen writes LX args only as SuperDSC LX nodes), and gathers nothing.
+(d) every op using a whole (not per-tile) LX buffer is outside loops or uses it in place
+    (the same slice on every trip: a staged weight, a K-tiled accumulator), and has a
+    SuperDSC form (codegen writes LX args only as SuperDSC LX nodes), and gathers nothing.
 memory_planning then addresses only the buffers left in HBM. A core-division mismatch (b) is
 priced in the report row (`mismatch`: its HBM bytes, and whether the consumer could take the
 producer's split at no more cost); work_division owns the split.
@@ -112,7 +112,7 @@ def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
     outputs, constants and mutated buffers stay in HBM (the host reads and writes them there)
     and get no report row. A whole (not per-tile) buffer used inside a loop advances with it,
     while an LX tensor has one fixed address (DESIGN §5), so it stays in HBM too — unless
-    every looped op only reads it in place (`moves_with_loops`: the same slice every trip)."""
+    every looped op uses it in place (`moves_with_loops`: the same slice every trip)."""
     mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
     if (buf.role != "intermediate" or buf.name in graph.inputs or buf.name in graph.outputs
             or buf.name in mutated):
@@ -124,7 +124,7 @@ def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
     if looped is not None:
         return (f"op {looped.name!r} uses it inside loop {looped.loops[0].key}, where its "
                 f"window moves every iteration (only per-tile buffers of a loop, and buffers "
-                f"loops read in place, live in LX)")
+                f"loops use in place, live in LX)")
     return None
 
 

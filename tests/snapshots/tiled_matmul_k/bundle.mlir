@@ -6,17 +6,13 @@ module {
     %loop_bound_0 = arith.constant 4 : index
     %sym_1 = arith.constant 0 : index
     %sym_2 = arith.constant 65536 : index
-    %sym_3 = arith.constant 131072 : index
-    %sym_4 = arith.constant 196608 : index
-    %sym_5 = arith.constant 262144 : index
+    %sym_3 = arith.constant 196608 : index
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}
     scf.for %i_0 = %c0 to %loop_bound_0 step %c1 {
       %addr_1 = affine.apply #map_0(%i_0)[%sym_1]
       %addr_2 = affine.apply #map_0(%i_0)[%sym_2]
       %addr_3 = affine.apply #map_0(%i_0)[%sym_3]
-      %addr_4 = affine.apply #map_0(%i_0)[%sym_4]
-      %addr_5 = affine.apply #map_0(%i_0)[%sym_5]
-      sdscbundle.sdsc_execute (%addr_1, %addr_2, %addr_3, %addr_4, %addr_5) {sdsc_filename = "sdsc_1.json", symbol_ids = [-1, -2, -3, -4, -5]}
+      sdscbundle.sdsc_execute (%addr_1, %addr_2, %addr_3) {sdsc_filename = "sdsc_1.json", symbol_ids = [-1, -2, -3]}
       sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_2.json"}
     }
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_3.json"}
