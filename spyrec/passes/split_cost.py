@@ -24,7 +24,8 @@ each figure, each named with its origin); only the byte counting is done here, f
   aggregate bandwidth. time = max(compute, memory) + ring + per-op overhead, the ring of a
   K-split (a reduced var split over k cores) being (k − 1) × output elements × the partial-sum
   cost per element and hop, as sim/cost.py; a K-split's output is priced in HBM (where the
-  partials meet), and so are its readers' reads of it.
+  partials meet), and so are its readers' reads of it: the K-split itself is charged those
+  reads of an intermediate that could otherwise stay in LX.
 
 The simulator counts bytes from the sdsc files with its own code (sim/footprint.py), so
 tests/passes/test_work_division_cost.py comparing the two is a real check, not a tautology.
@@ -236,6 +237,8 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
         in_lx = candidate and sticks * STICK_BYTES <= LX_USABLE_BYTES_PER_CORE
         if not is_input and k_split > 1:
             in_lx = False             # partial sums meet in HBM (its writer pays the write)
+            if candidate and producers is not None:   # and its readers read it from there,
+                penalty += buf.layout.device_bytes * len(producers.readers.get(buf.name, ()))
         elif in_lx and is_input and producers is not None and producers.partial(access.buffer, op):
             in_lx = False
         elif in_lx and is_input:

@@ -93,7 +93,8 @@ class WorkDivision(Pass):
 
         def options(op: Operation) -> list[dict[str, int]]:
             if op.name not in cache:
-                cache[op.name] = candidates(op, stick_vars(graph, op), self.cores, self.k_split)
+                # no K-splits: a move keeps chains in LX, where partial sums cannot live
+                cache[op.name] = candidates(op, stick_vars(graph, op), self.cores)
             return cache[op.name]
         if not ChainMoves(graph, producers, options).run():
             return
