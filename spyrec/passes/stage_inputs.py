@@ -52,7 +52,20 @@ class StageInputs(Pass):
     # the LX budget the placement trial uses (scratchpad_planning's, DESIGN §3)
     budget_bytes: int = LX_USABLE_BYTES_PER_CORE
 
+    def check_options(self) -> None:
+        """Called when the pipeline is built, before the model is loaded."""
+        from spyrec.errors import ConfigError
+
+        if not 0 <= self.max_fraction <= 1:
+            raise ConfigError(f"stage_inputs.max_fraction must be between 0 and 1 (a share of "
+                              f"the LX budget), got {self.max_fraction}")
+        if not 0 <= self.budget_bytes <= LX_USABLE_BYTES_PER_CORE:
+            raise ConfigError(f"stage_inputs.budget_bytes must be between 0 and "
+                              f"{LX_USABLE_BYTES_PER_CORE} (the LX bytes per core the compiler "
+                              f"may use), got {self.budget_bytes}")
+
     def run(self, graph: Graph, ctx: CompileContext) -> None:
+        self.check_options()
         rows = []
         if self.enabled:
             reads: dict[str, list] = {}     # staging re-points only the staged tensor's reads

@@ -95,3 +95,15 @@ def test_option_ranges_are_checked_when_the_pipeline_is_built():
                                           "must be between 1 and 32, got 64"):
         build_pipeline(_names("stick_layout", "work_division", "memory_planning"),
                        ["work_division.cores=64"])
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["stage_inputs.max_fraction=-1"],
+     r"stage_inputs.max_fraction must be between 0 and 1 \(a share of the LX budget\), got -1"),
+    (["stage_inputs.budget_bytes=999999999"],
+     r"stage_inputs.budget_bytes must be between 0 and 1625344 \(the LX bytes per core the "
+     r"compiler may use\), got 999999999"),
+])
+def test_stage_inputs_options_out_of_range(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        build_pipeline([{"pass": "stage_inputs"}], sets)
