@@ -287,6 +287,19 @@ def _work_division_text(plan: dict | None) -> list[str]:
     return lines
 
 
+def _staged_text(rows: list | None) -> list[str]:
+    """stage_inputs: inputs and constants read from HBM once for several reads."""
+    if not rows:
+        return []
+    lines = ["", f"staged inputs: {len(rows)} read from HBM once (once per tile in a loop) into "
+                 f"LX copies"]
+    lines += [f"  {r['input']} -> {r['buffer']}: {r['reads']} reads"
+              f"{' each trip (a per-tile copy in the loop)' if r.get('per_tile') else ''}, "
+              f"{r['bytes_per_core']} bytes/core, cores "
+              f"[{', '.join(f'{v}:{k}' for v, k in r['split'].items())}]" for r in rows]
+    return lines
+
+
 def _scratchpad_text(plan: dict | None) -> list[str]:
     """The LX plan: only when some buffer is per-tile (a tiled program)."""
     if not plan or not plan["buffers"]:
@@ -320,6 +333,7 @@ def report_text(report: dict) -> str:
                       f"unfused), scatters: {gat['scatters']}, index checks: "
                       f"{gat['index_checks']}"]
     lines += _work_division_text(report.get("work_division"))
+    lines += _staged_text(report.get("stage_inputs"))
     lines += _scratchpad_text(report.get("scratchpad"))
     lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes"]
     plan = report.get("memory_planning")

@@ -75,4 +75,6 @@ def test_a_tiled_softmax_reads_each_row_tile_once(tmp_path):
                            "per_tile": True}
             body = load_json(out / "opspecs.json")["kernels"][0]["specs"][0]["loop"]["body"]
             assert [s["name"] for s in body][:2] == ["x__tile", "softmax__1"]
+            assert ("  x -> x__tile: 2 reads each trip (a per-tile copy in the loop), 2048 "
+                    "bytes/core, cores [c0:32, c1:1]") in (out / "report.txt").read_text()
     assert moved == [524_288, 786_432]
