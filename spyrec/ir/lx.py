@@ -96,7 +96,7 @@ def lx_bytes_per_core(graph: Graph, buf: Buffer) -> int:
     return box_bytes(buf, boxes[0]) if boxes else buf.layout.device_bytes
 
 
-def moves_with_loops(graph: Graph, op: Operation, buffer: str) -> bool:
+def moves_with_loops(op: Operation, buffer: str) -> bool:
     """Does `op` access `buffer` at a place that moves from one loop trip to the next (an
     index using a var its loops tile, or an index tensor)? A whole buffer every looped op
     reads or updates in place (a weight each token tile multiplies by; the accumulator a

@@ -463,7 +463,7 @@ def check_lx_slices(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
     for buf in graph.buffers.values():
         if buf.lx_address is None or buf.layout is None:
             continue
-        looped = next((op for op in graph.ops if moves_with_loops(graph, op, buf.name)),
+        looped = next((op for op in graph.ops if moves_with_loops(op, buf.name)),
                       None)
         if looped is not None and not buf.per_tile:
             yield (f"LX buffer {buf.name!r}: op {looped.name!r} uses it inside a loop but it is "

@@ -120,7 +120,7 @@ def _not_scratch(graph: Graph, buf: Buffer, uses: list[int]) -> str | None:
     if buf.per_tile:
         return None
     looped = next((graph.ops[i] for i in uses
-                   if moves_with_loops(graph, graph.ops[i], buf.name)), None)
+                   if moves_with_loops(graph.ops[i], buf.name)), None)
     if looped is not None:
         return (f"op {looped.name!r} uses it inside loop {looped.loops[0].key}, where its "
                 f"window moves every iteration (only per-tile buffers of a loop, and buffers "

@@ -139,7 +139,7 @@ class Producers:
                     self.readers.setdefault(a.buffer, []).append((op, a))
             if op.loops:
                 looped.update(a.buffer for _, a in op.accesses()
-                              if moves_with_loops(graph, op, a.buffer))
+                              if moves_with_loops(op, a.buffer))
         self._boxes: dict[str, object] = {}
         # the buffers scratchpad_planning may put in LX: per-tile ones, and with
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.indexing import Indirect, const, var
@@ -72,7 +73,9 @@ class StageInputs(Pass):
             for op in graph.ops:
                 for a in op.reads():
                     reads.setdefault(a.buffer, []).append((op, a))
-            for name in [n for n, b in graph.buffers.items() if b.role in ("input", "constant")]:
+            mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+            for name in [n for n, b in graph.buffers.items()
+                         if b.role in ("input", "constant") and n not in mutated]:
                 row = self._stage(graph, name, reads.get(name, [])) or \
                     self._stage_tiles(graph, name, reads.get(name, []))
                 if row:
@@ -81,11 +84,8 @@ class StageInputs(Pass):
 
     def _stage(self, graph: Graph, name: str, reads: list) -> dict | None:
         buf = graph.buffers[name]
-        if name in graph.mutated_buffers or name in graph.mutated_buffers.values() or \
-                _trips(reads) < 2:
-            return None
-        if any(a in op.index_inputs or op.output.buffer == name or
-               moves_with_loops(graph, op, name) for op, a in reads):
+        if _trips(reads) < 2 or any(a in op.index_inputs or op.output.buffer == name or
+                                    moves_with_loops(op, name) for op, a in reads):
             return None
         groups: dict[tuple, list] = {}        # reads by their per-core slicing
         for op, a in reads:
@@ -104,21 +104,11 @@ class StageInputs(Pass):
         position = {id(op): i for i, op in enumerate(graph.ops)}
         first = min(position[id(op)] for op, _ in reads)
         lead = graph.ops[first]          # the copy serves it: its node, scope and source line
-        first = outer_loop_spans(graph.ops)[first][0]   # before the loop a reader runs in
         copy = replace(copy, node=lead.node, scope=lead.scope, source=lead.source)
         staged = graph.add_buffer(replace(buf, name=copy.output.buffer, role="intermediate",
                                           hbm_address=None, lx_address=None))
-        graph.ops.insert(first, copy)
-        readers = list({id(op): op for op, _ in reads}.values())
-        before = [op.inputs for op in readers]
-        chosen = {(id(op), a) for op, a in reads}
-        for op in readers:
-            op.inputs = tuple(Access(staged.name, a.index) if (id(op), a) in chosen else a
-                              for a in op.inputs)
-        if not self._lx_holds(graph, staged.name):     # then the copy only adds traffic
-            graph.ops.pop(first)                    # the copy, inserted there
-            for op, inputs in zip(readers, before):
-                op.inputs = inputs
+        at = outer_loop_spans(graph.ops)[first][0]      # before the loop a reader runs in
+        if not self._commit(graph, copy, at, reads, lambda op, a: Access(staged.name, a.index)):
             del graph.buffers[staged.name]
             return None
         return {"input": name, "buffer": staged.name, "reads": len(reads),
@@ -126,16 +116,14 @@ class StageInputs(Pass):
 
     def _stage_tiles(self, graph: Graph, name: str, reads: list) -> dict | None:
         """Inside a loop: accesses that read the same tile of `name` on every trip (a
-        softmax's max pass and exp pass over one row tile) read a per-tile copy instead, which
-        one `identity` op in the loop body writes each trip."""
+        softmax's max pass and its subtract over one row tile) read a per-tile copy instead,
+        which one `identity` op in the loop body writes each trip."""
         buf = graph.buffers[name]
-        if name in graph.mutated_buffers or name in graph.mutated_buffers.values():
-            return None
         spans = outer_loop_spans(graph.ops)
         position = {id(op): i for i, op in enumerate(graph.ops)}
         groups: dict[tuple, list] = {}
         for op, a in reads:
-            if not moves_with_loops(graph, op, name) or op.output.buffer == name or \
+            if not moves_with_loops(op, name) or op.output.buffer == name or \
                     a in op.index_inputs or any(isinstance(leaf, Indirect)
                                                 for leaf in a.index.free_atoms()):
                 continue
@@ -153,32 +141,44 @@ class StageInputs(Pass):
             layout = tile_buffer_layout(buf, shape, buf.host_dtype)
         except ValueError:                  # not a stick layout of its host dims
             return None
-        tile = graph.add_buffer(Buffer(graph.fresh_name(f"{name}__tile"), shape,
-                                       buf.host_dtype, "intermediate", source=buf.source))
-        tile.layout, tile.per_tile = layout, True
-        readers = list({id(op): op for op, _ in group}.values())
-        before = [op.inputs for op in readers]
-        chosen = {(id(op), a) for op, a in group}
-        for op in readers:
-            op.inputs = tuple(Access(tile.name, retile_index(buf, lo, shape, a.index,
-                                                             op.var_ranges))
-                              if (id(op), a) in chosen else a for a in op.inputs)
-        wants = {tuple(core_boxes(tile, op, a) or ()) for op in readers for a in op.inputs
-                 if a.buffer == tile.name}
-        copy = _tile_copy(graph, buf, tile, lo, moves, group[0][0], wants)
+        tile = Buffer(graph.fresh_name(f"{name}__tile"), shape, buf.host_dtype, "intermediate",
+                      source=buf.source, layout=layout, per_tile=True)
+
+        def retiled(op: Operation, a: Access) -> Access:
+            return Access(tile.name, retile_index(buf, lo, shape, a.index, op.var_ranges))
+        wants = {tuple(core_boxes(tile, op, retiled(op, a)) or ()) for op, a in group}
+        if len(wants) != 1 or () in wants:
+            return None                     # the readers slice the tile differently
+        (want,) = wants
+        copy = _tile_copy(buf, tile, lo, moves, group[0][0])
+        graph.add_buffer(tile)
+        copy = _split_giving(graph, copy, tile, want)
         first = min(position[id(op)] for op, _ in group)
-        if copy is not None:
-            graph.ops.insert(first, copy)
-        if copy is None or not self._lx_holds(graph, tile.name):
-            if copy is not None:
-                graph.ops.pop(first)
-            for op, inputs in zip(readers, before):
-                op.inputs = inputs
+        if copy is None or not self._commit(graph, copy, first, group, retiled):
             del graph.buffers[tile.name]
             return None
         return {"input": name, "buffer": tile.name, "reads": len(group),
-                "split": copy.core_splits, "bytes_per_core": box_bytes(tile, next(iter(wants))[0]),
+                "split": copy.core_splits, "bytes_per_core": box_bytes(tile, want[0]),
                 "per_tile": True}
+
+    def _commit(self, graph: Graph, copy: Operation, at: int, reads: list,
+                repoint: Callable[[Operation, Access], Access]) -> bool:
+        """Insert `copy` at `at` and point `reads` at its output; kept only when
+        scratchpad_planning would place that output in LX (else the copy only adds traffic:
+        everything is undone but the buffer, which the caller drops)."""
+        graph.ops.insert(at, copy)
+        readers = list({id(op): op for op, _ in reads}.values())
+        before = [op.inputs for op in readers]
+        chosen = {(id(op), a) for op, a in reads}
+        for op in readers:
+            op.inputs = tuple(repoint(op, a) if (id(op), a) in chosen else a
+                              for a in op.inputs)
+        if self._lx_holds(graph, copy.output.buffer):
+            return True
+        graph.ops.pop(at)
+        for op, inputs in zip(readers, before):
+            op.inputs = inputs
+        return False
 
     def _lx_holds(self, graph: Graph, name: str) -> bool:
         """Would scratchpad_planning put `name` in LX beside everything else it places? A
@@ -220,14 +220,9 @@ def _tile_key(buf: Buffer, op: Operation, access: Access, span: tuple[int, int])
     return span, box, tuple(moves)
 
 
-def _tile_copy(graph: Graph, buf: Buffer, tile: Buffer, lo: tuple[int, ...], moves: tuple,
-               lead: Operation, wants: set) -> Operation | None:
-    """The in-loop `identity` from `buf`'s moving tile into `tile`, split to give each core
-    the boxes its readers take (one slicing among them), or None."""
-    from spyrec.passes.work_division import candidates, stick_vars
-
-    if len(wants) != 1 or () in wants:
-        return None
+def _tile_copy(buf: Buffer, tile: Buffer, lo: tuple[int, ...], moves: tuple,
+               lead: Operation) -> Operation:
+    """The in-loop `identity` from `buf`'s moving tile into `tile` (not yet split)."""
     dims = [(f"c{d}", n) for d, n in enumerate(tile.host_size)]
     src = sum(((var(v) + lo[d]) * s for d, ((v, _), s) in enumerate(zip(dims, buf.host_strides))),
               const(0))
@@ -235,22 +230,14 @@ def _tile_copy(graph: Graph, buf: Buffer, tile: Buffer, lo: tuple[int, ...], mov
               const(0))
     loops = tuple(Loop(count, (f"c{step}",) if step is not None else (), key)
                   for key, count, step in moves)
-    op = Operation(name=tile.name, op="identity", ranges=tuple(dims),
-                   inputs=(Access(buf.name, src),), output=Access(tile.name, dst),
-                   loops=loops, node=lead.node, scope=lead.scope, source=lead.source)
-    want = list(next(iter(wants)))
-    for split in candidates(op, stick_vars(graph, op), CORES):
-        trial = replace(op, core_splits=split)
-        if (core_boxes(tile, trial, trial.output) or []) == want:
-            return trial
-    return None
+    return Operation(name=tile.name, op="identity", ranges=tuple(dims),
+                     inputs=(Access(buf.name, src),), output=Access(tile.name, dst),
+                     loops=loops, node=lead.node, scope=lead.scope, source=lead.source)
 
 
 def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:
     """An identity copy of `buf` into `<buf>__staged` whose split gives each core the boxes
     `want` (in core order), or None if no split of its dims does."""
-    from spyrec.passes.work_division import candidates, stick_vars
-
     name = graph.fresh_name(f"{buf.name}__staged")
     dims = [(f"c{d}", n) for d, n in enumerate(buf.host_size)]
     index = sum((var(v) * s for (v, _), s in zip(dims, contiguous_strides(buf.host_size))),
@@ -260,10 +247,18 @@ def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:
                    source=buf.source)
     graph.buffers[name] = buf      # for stick_vars and core_boxes: the copy's layout is buf's
     try:
-        for split in candidates(op, stick_vars(graph, op), CORES):
-            trial = replace(op, core_splits=split)
-            if (core_boxes(buf, trial, trial.output) or []) == list(want):
-                return trial
-        return None
+        return _split_giving(graph, op, buf, want)
     finally:
         del graph.buffers[name]
+
+
+def _split_giving(graph: Graph, op: Operation, out: Buffer, want: tuple) -> Operation | None:
+    """`op` with the first core split under which it writes `out` in the per-core boxes
+    `want` (core order), or None."""
+    from spyrec.passes.work_division import candidates, stick_vars
+
+    for split in candidates(op, stick_vars(graph, op), CORES):
+        trial = replace(op, core_splits=split)
+        if (core_boxes(out, trial, trial.output) or []) == list(want):
+            return trial
+    return None

@@ -15,6 +15,17 @@ from spyrec.sim.runner import cost_for_directory
 from tests.sim.builder import elementwise
 
 
+def _matmul(out, m: int, k: int, n: int, split: dict[str, int]) -> None:
+    """z [m, n] = x [m, k] @ y [k, n], fp16 default layouts (x sticked on K, y and z on N)."""
+    out.input("x", [m, k])
+    out.input("y", [k, n])
+    out.output("z", [m, n])
+    out.op("batchmatmul", {"c0": m, "c1": n, "r0": k},
+           [("x", ["floor(r0/64)", "c0", "Mod(r0, 64)"]),
+            ("y", ["floor(c1/64)", "r0", "Mod(c1, 64)"]),
+            ("z", ["floor(c1/64)", "c0", "Mod(c1, 64)"])], reduced=["r0"], split=split)
+
+
 def test_memory_bound_add_fp16_1024x4096_on_32_cores(out):
     # Each core: 32 rows x 64 sticks of a, b and out = 6144 sticks = 786,432 B; the 32 cores
     # share 204.8 GB/s: 786432 * 32 / 204.8e9 s = 122.88 us. Compute: 32 * 4096 points / 64
@@ -39,14 +50,7 @@ def test_compute_bound_matmul_fp16_8192x4096x8192_m4_n8(out):
     # a cohort of 8, 1/8 each) + y 4096 K-rows x 16 N-sticks (the 4 M-cores: 1/4 each) + z
     # 2048 x 16 = 16,384 + 16,384 + 32,768 = 65,536 sticks = 8,388,608 B; x 32 cores / 204.8e9
     # = 1310.72 us (229,376 sticks touched). Compute-bound.
-    out.input("x", [8192, 4096])
-    out.input("y", [4096, 8192])
-    out.output("z", [8192, 8192])
-    out.op("batchmatmul", {"c0": 8192, "c1": 8192, "r0": 4096},
-           [("x", ["floor(r0/64)", "c0", "Mod(r0, 64)"]),
-            ("y", ["floor(c1/64)", "r0", "Mod(c1, 64)"]),
-            ("z", ["floor(c1/64)", "c0", "Mod(c1, 64)"])], reduced=["r0"],
-           split={"c0": 4, "c1": 8})
+    _matmul(out, 8192, 4096, 8192, split={"c0": 4, "c1": 8})
     (op,) = cost_for_directory(out.write())["ops"]
     core = op["per_core"][0]
     assert core["hbm_read_bytes"] + core["hbm_write_bytes"] == 65536 * 128
@@ -67,14 +71,7 @@ def test_k_split_matmul_fp16_64x65536x64_m8_k4_pays_the_ring(out, rng):
     # ring: (4 - 1) hops x 64 x 64 output elements x 1.4e-4 us = 1.72032 us, added.
     x = (rng.standard_normal((64, 65536)) / 64).astype(np.float16)
     y = rng.standard_normal((65536, 64)).astype(np.float16)
-    out.input("x", [64, 65536])
-    out.input("y", [65536, 64])
-    out.output("z", [64, 64])
-    out.op("batchmatmul", {"c0": 64, "c1": 64, "r0": 65536},
-           [("x", ["floor(r0/64)", "c0", "Mod(r0, 64)"]),
-            ("y", ["floor(c1/64)", "r0", "Mod(c1, 64)"]),
-            ("z", ["floor(c1/64)", "c0", "Mod(c1, 64)"])], reduced=["r0"],
-           split={"c0": 8, "r0": 4})
+    _matmul(out, 64, 65536, 64, split={"c0": 8, "r0": 4})
     path = out.write()
     (op,) = cost_for_directory(path)["ops"]
     core = op["per_core"][0]

@@ -39,6 +39,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import yaml
 
@@ -269,25 +270,38 @@ def _divisors(n: int) -> list[int]:
 
 def _price(graph: Graph, names: DimNames, name: str, nodes: tuple[str, ...],
            count: int | None, budget: int) -> Price | None:
-    """Tile the run (or not, `count` None) on a sub-graph, run work division and scratchpad
-    planning on it, and count its device-memory bytes; None when `resolve` refuses it."""
-    sub = subgraph(graph, set(nodes))
-    ctx = CompileContext()
-    if count is not None:
+    """Tile the run (or not, `count` None) on a sub-graph, plan it (`_planned`) and count its
+    device-memory bytes; None when `resolve` refuses it."""
+    def config(sub: Graph) -> dict:          # the run's boundary inputs carry the dim
         dims = {b: [name if n == name else "_" for n in names.buffers[b]]
                 for b in sub.inputs if name in names.buffers[b]}
-        config = {"dims": dims, "groups": [{"ops": list(nodes), "loops": [{name: count}]}]}
-        try:
-            tile_graph(sub, resolve(sub, config, WHERE))
-        except ConfigError:
-            return None
-    get_pass("work_division")().run(sub, ctx)
-    get_pass("stage_inputs")().run(sub, ctx)      # as the pipeline: untiled runs stage inputs
-    get_pass("scratchpad_planning")(budget_bytes=budget).run(sub, ctx)
+        return {"dims": dims, "groups": [{"ops": list(nodes), "loops": [{name: count}]}]}
+    planned = _planned(graph, set(nodes), None if count is None else config, budget)
+    if planned is None:
+        return None
+    sub, ctx = planned
     rows = (ctx.report.get("scratchpad") or {}).get("buffers", [])
     spilled = sum(1 for r in rows if not r["placed"] and _capacity(r, budget))
     return Price(hbm_bytes(sub), (ctx.report.get("scratchpad") or {}).get(
         "peak_bytes_per_core", 0), len(rows), sum(1 for r in rows if r["placed"]), spilled)
+
+
+def _planned(graph: Graph, nodes: set[str], config: Callable[[Graph], dict] | None,
+             budget: int) -> tuple[Graph, CompileContext] | None:
+    """The ops of `nodes` on a sub-graph, tiled by `config(sub)` (None: untiled), through the
+    passes that decide their traffic as the pipeline runs them: work_division, stage_inputs,
+    scratchpad_planning. None when `resolve` refuses the config."""
+    sub = subgraph(graph, nodes)
+    if config is not None:
+        try:
+            tile_graph(sub, resolve(sub, config(sub), WHERE))
+        except ConfigError:
+            return None
+    ctx = CompileContext()
+    get_pass("work_division")().run(sub, ctx)
+    get_pass("stage_inputs")().run(sub, ctx)
+    get_pass("scratchpad_planning")(budget_bytes=budget).run(sub, ctx)
+    return sub, ctx
 
 
 def _capacity(row: dict, budget: int) -> bool:
@@ -406,19 +420,11 @@ def _whole_program_check(graph: Graph, dims: dict, chosen: list[Choice],
 
 
 def _whole_price(graph: Graph, config: dict | None, budget: int) -> int | None:
-    """Device-memory bytes of the whole program tiled by `config` (None: untiled), through
-    the passes `_price` runs; None when `resolve` refuses the config."""
-    sub = subgraph(graph, {op.node for op in graph.ops})
-    if config is not None:
-        try:
-            tile_graph(sub, resolve(sub, config, WHERE))
-        except ConfigError:
-            return None
-    ctx = CompileContext()
-    get_pass("work_division")().run(sub, ctx)
-    get_pass("stage_inputs")().run(sub, ctx)
-    get_pass("scratchpad_planning")(budget_bytes=budget).run(sub, ctx)
-    return hbm_bytes(sub)
+    """Device-memory bytes of the whole program tiled by `config` (None: untiled); None when
+    `resolve` refuses the config."""
+    planned = _planned(graph, {op.node for op in graph.ops},
+                       None if config is None else lambda sub: config, budget)
+    return None if planned is None else hbm_bytes(planned[0])
 
 
 def _resolves(graph: Graph, dims: dict, chosen: list[Choice]) -> bool:
