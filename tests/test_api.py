@@ -42,7 +42,8 @@ def test_compile_an_exported_program_and_run_it(compiled):
     assert (out / "bundle.mlir").is_file()
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"pass": "work_division", "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True,
-                                                 "chain_moves": True, "k_split": True}} in \
+                                                 "chain_moves": True, "k_split": True,
+                                                 "replicas": True, "overlap_moves": False}} in \
         manifest["pipeline"]
     x, y = inputs()
     result = spyrec.run(out, {"x": x, "y": y.numpy()}, check=True)

@@ -382,11 +382,8 @@ class _Emitter:
         at its offset on every core (F §2.11 step 4): each core's LX holds its own slice."""
         buf, t = self.bufs[i], info["dims"]
         if self._in_lx(i):
-            if t.offset:
-                raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} reads "
-                                    f"LX buffer {buf.name} from element {t.offset}, not its "
-                                    f"start (scratchpad_planning places whole-buffer accesses)")
-            return [buf.lx_address] * self.nc
+            offset = self._lx_offset(i, t) if t.offset else 0
+            return [buf.lx_address + buf.layout.dtype.itemsize * offset] * self.nc
         wl = buf.layout.dtype.itemsize
         strides = {lv.digit: lv.stride for lv in t.levels}
         base = buf.hbm_address + wl * t.offset
@@ -411,6 +408,39 @@ class _Emitter:
                                 f"addresses from the SuperDSC fields {starts[:4]}… differ from "
                                 f"the coordinates' {ours[:4]}…")
         return starts
+
+    def _lx_offset(self, i: int, t: TensorDims) -> int:
+        """Elements from each core's LX slice origin to arg i's first element: its origin
+        in the whole tensor (`t.offset`), taken apart level by level, put back together in
+        the per-core layout, whose level extents are each core's (`P + gap`, the layout the
+        simulator reads from N_, the split and the back gaps). scratchpad_planning lets an
+        op start inside the slice only along a dim no core split divides (one matmul_padding
+        writer fills the padding rows past the copy's): along a split dim the origin must
+        be core 0's slice origin, 0."""
+        offset, rest, stride = 0, t.offset, None
+        per_core = []
+        for lv in t.levels:                      # innermost first: the per-core strides
+            stride = lv.stride if stride is None else stride
+            per_core.append(stride)
+            n = self.sizes[lv.digit]
+            p = n // self.splits[lv.digit]
+            if lv.digit == t.stick:
+                e, shift = t.elems_per_stick, t.lane_shift
+                stride *= -(-(p + shift) // e) + lv.extent - -(-(n + shift) // e)
+            else:
+                stride *= p + lv.extent - n
+        for lv, core_stride in reversed(list(zip(t.levels, per_core))):
+            coord, rest = divmod(rest, lv.stride)
+            if coord and self.splits[lv.digit] > 1:
+                raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} starts "
+                                    f"at {coord} of a dim split over cores inside LX buffer "
+                                    f"{self.bufs[i].name}")
+            offset += coord * core_stride
+        if rest:
+            raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i}'s origin "
+                                f"{t.offset} in LX buffer {self.bufs[i].name} is not on its "
+                                f"levels")
+        return offset
 
     def _our_starts(self, i: int) -> list[int] | None:
         """Arg i's start per SuperDSC core, from our coordinates (opspec._cores)."""

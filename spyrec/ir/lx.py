@@ -7,6 +7,15 @@ coordinates an access touches. Core numbering is SuperDSC's (reference/F-superds
 `codegen/superdsc.py` emits and the simulator reads): iteration vars in order, the first split
 var fastest. scratchpad_planning decides with these boxes; `ir/verify.py` re-checks them and
 codegen writes each LX tensor's per-core bytes from them.
+
+Replicas: an op may carry one more iteration var, `rep` (REPLICA_VAR), that no access uses and
+that is split over all its values: the op then runs alike on that many groups of cores, each
+group computing the whole op into its own cores' LX. A reader that splits a var its input does
+not use (a matmul split over batch x N reading rows every N-core needs) keeps that input in LX
+only if the input's writer is replicated so (`keeps_slices`); the same is true up the chain.
+Writes are idempotent (every replica writes the same values), so the op's meaning is unchanged;
+an output in HBM is never replicated (scratchpad_planning drops the replicas of an op whose
+output stays in HBM).
 """
 
 from __future__ import annotations
@@ -76,6 +85,40 @@ def _core_boxes(host_size, host_strides, layout, var_ranges, splits, index
     return tuple(boxes)
 
 
+REPLICA_VAR = "rep"
+
+
+def replicas(op: Operation) -> int:
+    """How many core groups compute `op` alike (1: not replicated)."""
+    return next((n for v, n in op.ranges if v == REPLICA_VAR), 1)
+
+
+def set_replicas(op: Operation, count: int, first: bool = False) -> None:
+    """Make `op` run on `count` core groups (1: once), in place: the replica var joins its
+    ranges (`first`: fastest in core order, else slowest) split over all its values, and
+    leaves them at count 1. Core order decides which cores hold which copy: a reader's core
+    must find the copy it reads, so the caller places the var where the reader's own
+    unmatched split var sits."""
+    ranges = tuple((v, n) for v, n in op.ranges if v != REPLICA_VAR)
+    splits = {v: k for v, k in (op.core_splits or {}).items() if v != REPLICA_VAR}
+    if count > 1:
+        ranges = ((REPLICA_VAR, count),) + ranges if first else ranges + ((REPLICA_VAR, count),)
+        splits[REPLICA_VAR] = count
+        splits = {v: splits.get(v, 1) for v, _ in ranges}
+    op.ranges = ranges
+    op.__dict__.pop("var_ranges", None)       # the cached property of the old ranges
+    if op.core_splits is not None:
+        op.core_splits = splits
+
+
+def keeps_slices(reader: list[Box] | None, writer: list[Box] | None) -> bool:
+    """Does each core of the reader read exactly the slice the writer's op gave that core
+    (so it finds it in its own LX)? The reader may use fewer cores than the writer (a
+    replicated writer's first copy serves an unreplicated reader)."""
+    return reader is not None and writer is not None and len(reader) <= len(writer) and \
+        reader == writer[:len(reader)]
+
+
 def box_bytes(buf: Buffer, box: Box) -> int:
     """Bytes of one core's slice: whole sticks over the box."""
     return math.prod(hi - lo + 1 for lo, hi in box) * buf.layout.dtype.itemsize * \
@@ -87,12 +130,67 @@ def writer_of(graph: Graph, name: str) -> Operation | None:
     return next((op for op in graph.ops if op.output.buffer == name), None)
 
 
+def slice_boxes(graph: Graph, buf: Buffer) -> list[Box] | None:
+    """Each core's slice of `buf` in LX: the box its writers give that core, their union
+    when several write parts of it (matmul_padding's zero fill of the padding rows beside
+    the copy of the data); None if no op writes it or one writes through a gather."""
+    per_writer = [core_boxes(buf, op, op.output) for op in graph.ops
+                  if op.output.buffer == buf.name]
+    if not per_writer or any(b is None for b in per_writer):
+        return None
+    out = []
+    for c in range(max(len(b) for b in per_writer)):
+        boxes = [b[c] for b in per_writer if c < len(b)]
+        out.append(tuple((min(lo for lo, _ in dim), max(hi for _, hi in dim))
+                         for dim in zip(*boxes)))
+    return out
+
+
+def fits_slices(buf: Buffer, op_boxes: list[Box] | None, slices: list[Box] | None) -> bool:
+    """Does an op whose cores touch `op_boxes` stay inside each core's own slice, at a place
+    every core's layout agrees on? Each core's box lies in that core's slice (fewer cores
+    than the slices: the first ones), and along a dim where it is smaller than the slice,
+    the slice spans the whole dim and the op's box is the same on every core (its offset
+    is then one LX start address, and the per-core layout is the slice's)."""
+    if op_boxes is None or slices is None or len(op_boxes) > len(slices):
+        return False
+    sizes, strides = buf.layout.device_size, buf.layout.device_strides_elems
+    e = buf.layout.elems_per_stick
+    for c, box in enumerate(op_boxes):
+        for j, ((lo, hi), (s_lo, s_hi)) in enumerate(zip(box, slices[c])):
+            if (lo, hi) == (s_lo, s_hi):
+                continue
+            # a part along dim j: inside the slice, which spans the dim, the same on every
+            # core, in a layout where every dim steps by whole sticks (no stick two parts
+            # could share)
+            if not (s_lo <= lo and hi <= s_hi) or (s_lo, s_hi) != (0, sizes[j] - 1) or \
+                    op_boxes[0][j] != (lo, hi) or any(st % e for st in strides[:-1]):
+                return False
+    return True
+
+
+def keeps_lx_slices(buf: Buffer, op: Operation, op_boxes: list[Box] | None, writes: bool,
+                    slices: list[Box] | None,
+                    writers: list[tuple[Operation, list[Box] | None]]) -> bool:
+    """The rule for an LX buffer (scratchpad_planning's condition (b), re-checked by the
+    verifier). A writer writes each core's whole slice, or a part of it (`fits_slices`: at
+    one offset on every core) when all writers but one are zero `fill`s of padding
+    (matmul_padding: the copy of the data and the fill of the padding rows). A reader takes
+    exactly the slices (the first cores' when it uses fewer: a replicated writer's first
+    copy); where writers write parts, exactly what one of them wrote (the same tile layout:
+    the simulator's LX tags number sticks by the op's tile)."""
+    if writes:
+        return keeps_slices(op_boxes, slices) or fits_slices(buf, op_boxes, slices) and \
+            sum(1 for w, _ in writers if w.op != "fill") <= 1
+    if all(boxes == slices for _, boxes in writers):
+        return keeps_slices(op_boxes, slices)
+    return fits_slices(buf, op_boxes, slices) and any(keeps_slices(op_boxes, boxes)
+                                                      for _, boxes in writers)
+
+
 def lx_bytes_per_core(graph: Graph, buf: Buffer) -> int:
-    """Each core's share of an LX buffer: the slice its writer's core split gives core 0."""
-    op = writer_of(graph, buf.name)
-    if op is None:
-        return buf.layout.device_bytes
-    boxes = core_boxes(buf, op, op.output)
+    """Each core's share of an LX buffer: core 0's slice (`slice_boxes`)."""
+    boxes = slice_boxes(graph, buf)
     return box_bytes(buf, boxes[0]) if boxes else buf.layout.device_bytes
 
 

@@ -36,7 +36,10 @@ from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.coordinates import device_dim_sources
 from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation, outer_loop_spans
-from spyrec.ir.lx import box_bytes, core_boxes, moves_with_loops, writer_of
+from spyrec.ir.lx import (
+    REPLICA_VAR, box_bytes, core_boxes, keeps_lx_slices, moves_with_loops, replicas, slice_boxes,
+    writer_of,
+)
 from spyrec.ir.ops import DEVICE_OPS, PARTIAL_SUMS
 from spyrec.ir.printer import format_access
 from spyrec.layout.dtypes import HOST_TO_DEVICE
@@ -292,6 +295,24 @@ def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
     if total > DEVICE_CORES:
         yield f"cores {_splits(splits)} use {total} cores; the device has {DEVICE_CORES}"
     yield from _whole_sticks(graph, op, splits)
+    yield from _replicas(graph, op, splits)
+
+
+def _replicas(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
+    """A replica var (ir/lx.py) is used by no access, reduces nothing and is split over all
+    its values, and the copies write LX (in HBM they would write the same bytes again)."""
+    n = replicas(op)
+    if n == 1:
+        return
+    if splits.get(REPLICA_VAR) != n:
+        yield f"cores {_splits(splits)}: replica var {REPLICA_VAR}<{n} is not split {n} ways"
+    if REPLICA_VAR in op.reduced or any(
+            isinstance(leaf, Var) and leaf.name == REPLICA_VAR
+            for _, a in op.accesses() for leaf in a.index.free_atoms()):
+        yield f"replica var {REPLICA_VAR} is reduced or indexes an argument"
+    out = graph.buffers.get(op.output.buffer)
+    if out is not None and out.hbm_address is not None:
+        yield f"replicated ({REPLICA_VAR}<{n}) but its output {out.name!r} is in HBM"
 
 
 def _k_split(graph: Graph, op: Operation, v: str) -> Iterator[str]:
@@ -471,19 +492,22 @@ def check_lx_slices(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
         writer = writer_of(graph, buf.name)
         if writer is None:
             continue
-        boxes = core_boxes(buf, writer, writer.output)
+        boxes = slice_boxes(graph, buf)
         if boxes is None:
             yield f"LX buffer {buf.name!r}: written through a gather"
             continue
+        writers = [(op, core_boxes(buf, op, op.output)) for op in graph.ops
+                   if op.output.buffer == buf.name]
         end = buf.lx_address + box_bytes(buf, boxes[0])
         if end > LX_USABLE_BYTES_PER_CORE:
             yield (f"LX buffer {buf.name!r}: ends at byte {end} of each core's LX, past the "
                    f"{LX_USABLE_BYTES_PER_CORE} usable")
         for op in graph.ops:
-            for _, access in op.accesses():
+            for role, access in op.accesses():
                 if access.buffer != buf.name:
                     continue
-                if core_boxes(buf, op, access) != boxes:
+                if not keeps_lx_slices(buf, op, core_boxes(buf, op, access), role == "output",
+                                       boxes, writers):
                     yield (f"LX buffer {buf.name!r}: op {op.name!r} divides it across cores "
                            f"unlike its writer {writer.name!r}")
 

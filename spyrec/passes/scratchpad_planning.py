@@ -40,7 +40,10 @@ from spyrec.indexing import Var
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
-from spyrec.ir.lx import box_bytes, core_boxes, core_slices, moves_with_loops
+from spyrec.ir.lx import (
+    REPLICA_VAR, box_bytes, core_boxes, core_slices, keeps_lx_slices, moves_with_loops,
+    replicas, set_replicas, slice_boxes,
+)
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 
@@ -60,6 +63,14 @@ class ScratchpadPlanning(Pass):
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()
+        rows, peak = self.place(graph)
+        _unreplicate_hbm_writers(graph, rows)
+        ctx.report["scratchpad"] = {"budget_bytes": self.budget_bytes,
+                                    "peak_bytes_per_core": peak, "buffers": list(rows.values())}
+
+    def place(self, graph: Graph) -> tuple[dict[str, dict], int]:
+        """Set `lx_address` of what fits; (report rows by buffer, LX peak per core). Changes
+        nothing else (stage_inputs runs it as a trial)."""
         users = _users(graph)
         rows: dict[str, dict] = {}
         sizes: dict[str, int] = {}
@@ -88,9 +99,26 @@ class ScratchpadPlanning(Pass):
             if reason is None:
                 sizes[name] = size
         live = _lifetimes(graph, users)
-        peak = _place(graph, sizes, live, rows, self.budget_bytes)
-        ctx.report["scratchpad"] = {"budget_bytes": self.budget_bytes,
-                                    "peak_bytes_per_core": peak, "buffers": list(rows.values())}
+        return rows, _place(graph, sizes, live, rows, self.budget_bytes)
+
+
+def lx_slices_problem(graph: Graph, buf: Buffer) -> str | None:
+    """Why the ops using `buf` do not give each core one slice of it (condition (b)), or
+    None; work_division asks while it aligns the splits of a buffer's several writers."""
+    uses = _users(graph).get(buf.name, [])
+    return _slice_bytes(graph, buf, uses)[0]
+
+
+def _unreplicate_hbm_writers(graph: Graph, rows: dict[str, dict]) -> None:
+    """A replicated op (ir/lx.py) whose output stays in HBM computes once: its copies would
+    write the same bytes again. Its LX inputs stay valid: its first copy's cores read what
+    they read before."""
+    for op in graph.ops:
+        n = replicas(op)
+        if n > 1 and graph.buffers[op.output.buffer].lx_address is None:
+            set_replicas(op, 1)
+            if op.output.buffer in rows:
+                rows[op.output.buffer]["replicas_dropped"] = n
 
 
 def _users(graph: Graph) -> dict[str, list[int]]:
@@ -150,11 +178,14 @@ def _no_lx_args(graph: Graph, op: Operation) -> str:
     args live, so the emitter's own test answers without building the file."""
     if op.index_inputs or op.gathered():
         return f"op {op.name!r} gathers (its tensors stay in HBM)"
-    from spyrec.passes.superdsc_legalize import why_not_expressible
+    from spyrec.passes.superdsc_legalize import cores_out_of_order, why_not_expressible
 
     reason = why_not_expressible(graph, op)
     if reason is not None:
         return f"op {op.name!r} has no SuperDSC form ({reason}), so no LX arguments"
+    reason = cores_out_of_order(graph, op)
+    if reason is not None:
+        return f"op {op.name!r} takes no LX arguments: {reason}"
     return ""
 
 
@@ -163,46 +194,60 @@ def _slice_bytes(graph: Graph, buf: Buffer,
     """(why it cannot live in LX or None, bytes of each core's slice, the consumer that
     divides it across cores unlike its writer or None) — condition (b)."""
     ops = [graph.ops[i] for i in uses]
-    writer = next((op for op in ops if op.output.buffer == buf.name), None)
-    if writer is None:
+    writers = [op for op in ops if op.output.buffer == buf.name]
+    if not writers:
         return "no op writes it", buf.layout.device_bytes, None
+    writer = writers[0]
     if buf.hbm_address is not None:
         return "it already has an HBM address", buf.layout.device_bytes, None
-    k_split = [v for v, k in (writer.core_splits or {}).items() if k > 1 and v in writer.reduced]
-    if k_split:
-        return (f"its writer {writer.name!r} splits reduced {', '.join(k_split)} across cores "
-                f"(cores {_split_text(writer)}): the partial sums meet in HBM"), \
-            buf.layout.device_bytes, None
-    boxes = core_boxes(buf, writer, writer.output)
+    for op in writers:
+        k_split = [v for v, k in (op.core_splits or {}).items() if k > 1 and v in op.reduced]
+        if k_split:
+            return (f"its writer {op.name!r} splits reduced {', '.join(k_split)} across "
+                    f"cores (cores {_split_text(op)}): the partial sums meet in HBM"), \
+                buf.layout.device_bytes, None
+    boxes = slice_boxes(graph, buf)
     if boxes is None:
-        return f"op {writer.name!r} writes it through a gather", buf.layout.device_bytes, None
+        gatherer = next(op for op in writers if core_boxes(buf, op, op.output) is None)
+        return f"op {gatherer.name!r} writes it through a gather", buf.layout.device_bytes, \
+            None
     size = box_bytes(buf, boxes[0])
-    if len(set(boxes)) != len(boxes) or size * len(boxes) != buf.layout.device_bytes:
+    distinct = set(boxes)
+    if len(boxes) % len(distinct) or size * len(distinct) != buf.layout.device_bytes:
         return (f"its writer {writer.name!r} does not give each core a separate whole slice "
                 f"(cores {_split_text(writer)})"), size, None
     for op in ops:
-        for _, access in op.accesses():
+        for role, access in op.accesses():
             if access.buffer != buf.name:
                 continue
-            problem = _same_slices(buf, op, access, boxes, writer)
+            problem = _same_slices(buf, op, role, access, boxes, writers)
             if problem:
                 return problem, size, op
     return None, size, None
 
 
-def _same_slices(buf: Buffer, op: Operation, access, boxes: list, writer: Operation) -> str:
-    """Why `op` would touch another core's slice of `buf` (empty when it does not)."""
+def _same_slices(buf: Buffer, op: Operation, role: str, access, boxes: list,
+                 writers: list[Operation]) -> str:
+    """Why `op` would touch another core's slice of `buf` (empty when it does not; the rule
+    is `ir/lx.py keeps_lx_slices`)."""
+    theirs = core_boxes(buf, op, access)
+    if keeps_lx_slices(buf, op, theirs, role == "output", boxes,
+                       [(w, core_boxes(buf, w, w.output)) for w in writers]):
+        return ""
+    writer = writers[0]
     used = {leaf.name for leaf in access.index.free_atoms() if isinstance(leaf, Var)}
-    stray = [v for v, k in (op.core_splits or {}).items() if k > 1 and v not in used]
+    stray = [v for v, k in (op.core_splits or {}).items() if k > 1 and v not in used
+             and v != REPLICA_VAR]
     if stray:
         return (f"op {op.name!r} splits {', '.join(stray)} across cores, which does not index "
-                f"it: its cores would read slices other cores hold")
-    theirs = core_boxes(buf, op, access)
-    if theirs != boxes:
-        return (f"op {op.name!r} divides it across cores as {_split_text(op)}, its writer "
-                f"{writer.name!r} as {_split_text(writer)}: cores would read slices other "
-                f"cores hold")
-    return ""
+                f"it: its cores would read slices other cores hold (unless its writer "
+                f"{writer.name!r} is replicated so)")
+    if role == "output" and len(writers) > 1:
+        return (f"its writers {', '.join(repr(w.name) for w in writers)} do not write parts "
+                f"of one slice per core at one offset (op {op.name!r} as {_split_text(op)})")
+    return (f"op {op.name!r} divides it across cores as {_split_text(op)}, its writer "
+            f"{writer.name!r} as {_split_text(writer)}: cores would read slices other "
+            f"cores hold")
 
 
 def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -> dict:

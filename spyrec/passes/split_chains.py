@@ -21,10 +21,13 @@ scratchpad_planning then places what the splits allow, and the simulator checks 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Callable
 
+from spyrec.indexing import Var
 from spyrec.ir import Graph, Operation
+from spyrec.ir.lx import replicas, set_replicas
 from spyrec.passes.split_cost import Producers, estimate
 
 # a move changes at most this many ops (a decoder layer is ~35): bounds a move's cost
@@ -33,10 +36,12 @@ MAX_OPS_PER_MOVE = 400
 
 class ChainMoves:
     def __init__(self, graph: Graph, producers: Producers,
-                 candidates: Callable[[Operation], list[dict[str, int]]]):
+                 candidates: Callable[[Operation], list[dict[str, int]]],
+                 replicas: bool = True, overlap_moves: bool = False):
         self.graph, self.producers, self.candidates = graph, producers, candidates
+        self.replicas, self.overlap_moves = replicas, overlap_moves
         self.kept = 0
-        self._times: dict[tuple, float] = {}
+        self._times: dict[tuple, tuple[float, float]] = {}
         # disagreements whose move was not kept, without names: the layers of a stack repeat
         # them, and a move that did not pay in one layer does not in the next
         self._rejected: set[tuple] = set()
@@ -55,15 +60,56 @@ class ChainMoves:
                 key = self._pattern(writer, reader, access)
                 if key in self._rejected:
                     continue
-                for start in (self._reader_follows, self._writer_follows):
-                    moved = self._try(lambda: start(writer, reader, access))
-                    if moved:
-                        changed |= moved
-                        break
-                else:
+                starts = [lambda: self._reader_follows(writer, reader, access),
+                          lambda: self._writer_follows(writer, reader, access, False),
+                          lambda: self._writer_follows(writer, reader, access, True)]
+                gains = [self._try(start, keep=False)[0] for start in starts]
+                best = max(range(len(starts)), key=lambda i: gains[i] or 0.0)
+                if gains[best] is None:
                     self._rejected.add(key)
+                else:             # the move that pays most, of the three
+                    changed |= self._try(starts[best])[1]
+            changed |= self._lead_moves()
             if len(changed) == before:
                 break
+        return changed | self._drop_unneeded_replicas()
+
+    def _drop_unneeded_replicas(self) -> set[str]:
+        """A replicated op whose readers all keep their slices without its copies (a later
+        move took the reader that needed them back) computes once again; readers first, so
+        a chain of copies unwinds from its end."""
+        dropped = set()
+        for op in reversed(self.graph.ops):
+            if replicas(op) == 1:
+                continue
+            ranges, split = op.ranges, op.core_splits
+            set_replicas(op, 1)
+            self.producers.forget(op)
+            if all(self.producers.same_slices(r, a, r.core_splits) is not False
+                   for r, a in self.producers.readers.get(op.output.buffer, ())):
+                dropped.add(op.name)
+            else:
+                self._reshape(op, ranges, split)
+        return dropped
+
+    def _lead_moves(self) -> set[str]:
+        """Moves started by an op taking more cores (`_lead`), each op once per round; a
+        pattern that did not pay is not tried again (the layers of a stack repeat it)."""
+        changed: set[str] = set()
+        for op in list(self.graph.ops):
+            if op.core_splits is None:
+                continue
+            key = ("lead", op.op, op.ranges, _items(op.core_splits), op.output.index,
+                   tuple(a.index for a in op.inputs), tuple(
+                       _items(w.core_splits) for a in op.inputs
+                       if (w := self.producers.writer(a.buffer, op)) is not None))
+            if key in self._rejected:
+                continue
+            moved = self._try(lambda: self._lead(op))[1]
+            if moved:
+                changed |= moved
+            else:
+                self._rejected.add(key)
         return changed
 
     def _disagreements(self):
@@ -77,39 +123,117 @@ class ChainMoves:
 
     # --- one move ---------------------------------------------------------------------------
 
-    def _try(self, start: Callable[[], list[Operation]]) -> set[str]:
-        """Run a move; keep it if it lowers the estimated time, else restore every split."""
+    def _try(self, start: Callable[[], list[Operation]],
+             keep: bool = True) -> tuple[float | None, set[str]]:
+        """Run a move: (its gain in estimated time, or None if it does not pay; the ops it
+        changed). Kept if it pays and `keep`, else every split is restored."""
         self.old: dict[str, tuple[Operation, dict]] = {}
-        region_before: dict[str, float] = {}
+        region_before: dict[str, tuple[float, float]] = {}
         self._before = region_before
         queue = deque(start())
         while queue and len(self.old) <= MAX_OPS_PER_MOVE:
             queue.extend(self._follow(queue.popleft()))
         if not self.old:
-            return set()
+            return None, set()
         region = self._region()              # every op a change can re-price
-        after = sum(self._time(op) for op in region)
-        before = sum(region_before[op.name] for op in region)
-        if after < before - 1e-9 and len(self.old) <= MAX_OPS_PER_MOVE:
+        after = [sum(c) for c in zip(*(self._cost(op) for op in region))]
+        before = [sum(c) for c in zip(*(region_before[op.name] for op in region))]
+        # faster, and (unless `overlap_moves`) no slower were no op's memory overlapped with
+        # its compute: a move that wins only by hiding added HBM traffic behind compute is
+        # not kept
+        pays = after[0] < before[0] - 1e-9 and len(self.old) <= MAX_OPS_PER_MOVE and \
+            (self.overlap_moves or after[1] <= before[1] + 1e-9)
+        if pays and keep:
             self.kept += 1
-            return set(self.old)
+            return before[0] - after[0], set(self.old)
         self._restore()
-        return set()
+        return (before[0] - after[0] if pays else None), set()
 
     def _reader_follows(self, writer, reader, access) -> list[Operation]:
         split = self._cheapest(reader, lambda c: self.producers.same_slices(
             reader, access, c) is not False)
         return [reader] if split is not None and self._set(reader, split) else []
 
-    def _writer_follows(self, writer, reader, access) -> list[Operation]:
+    def _writer_follows(self, writer, reader, access,
+                        replicate: bool | None = None) -> list[Operation]:
+        """The writer takes its cheapest split whose slices the reader keeps; when the reader
+        splits vars the buffer does not use (every such core needs the same rows), the
+        writer is replicated over them (ir/lx.py), the replica var where those vars sit.
+        `replicate`: None — only if no plain split keeps them; False — never; True — only
+        replicated (a move's start tries each)."""
         def reader_keeps(c: dict[str, int]) -> bool:
-            self._set(writer, c, record=False)
+            self._reshape(writer, writer.ranges, c)
             return self.producers.same_slices(reader, access, reader.core_splits) is not False
 
-        original = writer.core_splits
-        split = self._cheapest(writer, reader_keeps)
-        self._set(writer, original, record=False)
-        return [writer] if split is not None and self._set(writer, split) else []
+        if writer.name in self.old:
+            return []
+        original, ranges = writer.core_splits, writer.ranges
+        split = self._cheapest(writer, reader_keeps) if replicate is not True else None
+        self._reshape(writer, ranges, original)
+        copies = self._copies_needed(writer, reader, access) if split is None and \
+            replicate is not False and self._agreed_before(writer, reader, access) else 1
+        for first in ((False, True) if split is None and copies > 1 else ()):
+            set_replicas(writer, copies, first)
+            writer.core_splits = original     # so that the replicated split is a candidate
+            split = self._cheapest(writer, reader_keeps)
+            if split is not None:
+                break
+            self._reshape(writer, ranges, original)
+        new_ranges = writer.ranges
+        self._reshape(writer, ranges, original)
+        if split is None:
+            return []
+        self._set(writer, split, new_ranges)
+        return [writer]
+
+    def _agreed_before(self, writer: Operation, reader: Operation, access) -> bool:
+        """Did `reader` keep `writer`'s slices of `access` before this move? Only then is
+        the buffer worth copies: one already in HBM is read from there whatever the split."""
+        if reader.name not in self.old:
+            return True
+        _, split, ranges = self.old[reader.name]
+        now = reader.ranges, reader.core_splits
+        self._reshape(reader, ranges, split)
+        try:
+            return self.producers.same_slices(reader, access, reader.core_splits) is not False
+        finally:
+            self._reshape(reader, *now)
+
+    def _copies_needed(self, writer: Operation, reader: Operation, access) -> int:
+        """How many copies of `writer`'s output the reader's split needs (1: none): the
+        product of its splits over vars `access` does not use, when the writer may be
+        replicated (its output can live in LX, outside loops)."""
+        if not self.replicas or \
+                writer.output.buffer not in self.producers.lx_candidates:
+            return 1
+        used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+        copies = math.prod(k for v, k in reader.core_splits.items() if v not in used)
+        return copies
+
+    def _copies_for(self, op: Operation, split: dict[str, int]) -> int:
+        """The most copies `split` needs of an input an op writes (`_copies_needed`)."""
+        most = 1
+        for a in op.inputs:
+            if self.producers.writer(a.buffer, op) is not None:
+                used = {leaf.name for leaf in a.index.free_atoms() if isinstance(leaf, Var)}
+                most = max(most, math.prod(k for v, k in split.items() if v not in used))
+        return most
+
+    def _lead(self, op: Operation) -> list[Operation]:
+        """Start a move at an op that a split over more cores would make faster were its
+        inputs in LX (the cheapest by compute among those): its writers follow it, replicated
+        where needed, and its readers follow them."""
+        current = math.prod((op.core_splits or {}).values())
+        best, best_key = None, (self._time(op) - 1e-9, 0, 0.0)
+        for c in self.candidates(op):
+            if math.prod(c.values()) <= current:
+                continue
+            cost = estimate(self.graph, op, c, self.producers)
+            # fewest copies of its inputs the split needs, then the least re-read inputs
+            key = (cost.compute_us, self._copies_for(op, c), cost.memory_us)
+            if key < best_key:
+                best, best_key = c, key
+        return [op] if best is not None and self._set(op, best) else []
 
     def _follow(self, op: Operation) -> list[Operation]:
         """Bring op's readers and its inputs' writers in line with op's new split."""
@@ -140,21 +264,28 @@ class ChainMoves:
 
     # --- bookkeeping ------------------------------------------------------------------------
 
-    def _set(self, op: Operation, split: dict[str, int], record: bool = True) -> bool:
+    def _set(self, op: Operation, split: dict[str, int], ranges: tuple | None = None,
+             record: bool = True) -> bool:
+        """Give op `split` (and `ranges`: a replica var added or dropped)."""
         if record:
             if op.name in self.old:
                 return False                      # each op changes once per move
             for o in self._neighbours(op):        # their cost before anything moved
-                self._before.setdefault(o.name, self._time(o))
-            self.old[op.name] = (op, op.core_splits)
-        op.core_splits = dict(split)
-        self.producers.forget(op)
+                self._before.setdefault(o.name, self._cost(o))
+            self.old[op.name] = (op, op.core_splits, op.ranges)
+        self._reshape(op, ranges or op.ranges, split)
         return True
 
+    def _reshape(self, op: Operation, ranges: tuple, split: dict[str, int] | None) -> None:
+        if ranges != op.ranges:
+            op.ranges = ranges
+            op.__dict__.pop("var_ranges", None)   # cached from the old ranges
+        op.core_splits = dict(split) if split is not None else None
+        self.producers.forget(op)
+
     def _restore(self) -> None:
-        for op, split in self.old.values():
-            op.core_splits = split
-            self.producers.forget(op)
+        for op, split, ranges in self.old.values():
+            self._reshape(op, ranges, split)
 
     def _neighbours(self, op: Operation) -> list[Operation]:
         p = self.producers
@@ -165,21 +296,26 @@ class ChainMoves:
 
     def _region(self) -> list[Operation]:
         seen: dict[str, Operation] = {}
-        for op, _ in self.old.values():
+        for op, *_ in self.old.values():
             for o in self._neighbours(op):
                 seen.setdefault(o.name, o)
         return list(seen.values())
 
     def _time(self, op: Operation) -> float:
-        """op's estimate under the current splits (memoized on what it depends on: its split,
-        its writers' and its readers' splits)."""
+        return self._cost(op)[0]
+
+    def _cost(self, op: Operation) -> tuple[float, float]:
+        """op's estimated (time, serial time: compute plus memory) under the current splits
+        (memoized on what it depends on: its split, its writers' and its readers' splits)."""
         p = self.producers
         key = (op.name, _items(op.core_splits),
                tuple(_items(w.core_splits) for a in op.inputs
                      if (w := p.writer(a.buffer, op)) is not None),
                tuple(_items(r.core_splits) for r, _ in p.readers.get(op.output.buffer, ())))
         if key not in self._times:
-            self._times[key] = estimate(self.graph, op, op.core_splits, p).time_us
+            cost = estimate(self.graph, op, op.core_splits, p, penalties=False)
+            self._times[key] = cost.time_us, cost.time_us + min(cost.compute_us,
+                                                                 cost.memory_us)
         return self._times[key]
 
     @staticmethod

@@ -42,7 +42,7 @@ from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import Access
-from spyrec.ir.lx import core_boxes, moves_with_loops
+from spyrec.ir.lx import REPLICA_VAR, core_boxes, keeps_slices, moves_with_loops, replicas
 from spyrec.sim.cost import DEFAULT_PARAMS, CostParams
 from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 
@@ -134,6 +134,9 @@ class Producers:
         looped: set[str] = set()
         for op in graph.ops:
             self.writers.setdefault(op.output.buffer, op)
+            if self.writers[op.output.buffer].op == "fill" and not op.loops:
+                # beside a fill of padding (matmul_padding), the op writing the data
+                self.writers[op.output.buffer] = op
             for a in op.reads():
                 if self.writers.get(a.buffer) is not op:
                     self.readers.setdefault(a.buffer, []).append((op, a))
@@ -178,10 +181,12 @@ class Producers:
         that core (scratchpad_planning's condition (b))? None: no writer split or a gather."""
         if self.writer(access.buffer, op) is None:
             return None
-        used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
-        if any(k > 1 and v not in used for v, k in splits.items()):
-            return False
+        if self.partial(access.buffer, op):
+            return False                  # partial sums: every core holds a different part
         writer = self.writers[access.buffer]
+        used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+        if replicas(writer) == 1 and any(k > 1 and v not in used for v, k in splits.items()):
+            return False                  # other cores' slices, unless replicated for it
         if _first_box(self.graph, op, access, splits) != \
                 _first_box(self.graph, writer, writer.output, writer.core_splits):
             return False                  # the cheap test first: core 0's slice
@@ -190,7 +195,7 @@ class Producers:
             return None
         mine = core_boxes(self.graph.buffers[access.buffer],
                           replace(op, core_splits=dict(splits)), access)
-        return mine == theirs
+        return keeps_slices(mine, theirs)
 
     def readers_keep(self, op: Operation, splits: dict[str, int]) -> bool:
         """Does every reader of `op`'s output whose split is already chosen (work_division's
@@ -202,13 +207,14 @@ class Producers:
             if reader.core_splits is None:
                 continue
             used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
-            if any(k > 1 and v not in used for v, k in reader.core_splits.items()) or \
+            stray = any(k > 1 and v not in used for v, k in reader.core_splits.items())
+            if stray and splits.get(REPLICA_VAR, 1) == 1 or \
                     _first_box(self.graph, op, op.output, splits) != \
                     _first_box(self.graph, reader, access, reader.core_splits):
                 return False              # the cheap tests first, as `same_slices`
             if mine is None:
                 mine = core_boxes(buf, replace(op, core_splits=dict(splits)), op.output)
-            if mine is None or core_boxes(buf, reader, access) != mine:
+            if mine is None or not keeps_slices(core_boxes(buf, reader, access), mine):
                 return False
         return True
 
@@ -223,9 +229,14 @@ class Producers:
 
 
 def estimate(graph: Graph, op: Operation, splits: dict[str, int],
-             producers: Producers | None = None, p: CostParams = DEFAULT_PARAMS) -> SplitCost:
+             producers: Producers | None = None, p: CostParams = DEFAULT_PARAMS,
+             penalties: bool = True) -> SplitCost:
     """The cost model's time for one execution of `op` split as `splits` (`producers`: to
-    tell whether a per-tile buffer it reads stays in LX; without it every read is HBM)."""
+    tell whether a per-tile buffer it reads stays in LX; without it every read is HBM).
+    `penalties`: charge an op the HBM traffic its split causes in its neighbours (the
+    writer's write of an input it breaks off LX, a K-split's readers' reads) — what an op
+    chosen alone must weigh; a sum over writers and readers (split_chains) counts those in
+    the neighbours' own estimates, so it leaves them out."""
     extent = core0_slice(op, splits)
     active = math.prod(splits.values())
     k_split = math.prod(k for v, k in splits.items() if v in op.reduced)
@@ -251,7 +262,7 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
         if not in_lx:
             share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
             moved += sticks * STICK_BYTES * share
-    memory_s = (moved * active + penalty) / p.hbm_bytes_per_s
+    memory_s = (moved * active + (penalty if penalties else 0)) / p.hbm_bytes_per_s
     compute_s = _compute_s(op, extent, p)
     ring_us = (k_split - 1) * math.prod(n for v, n in op.ranges if v not in op.reduced) \
         * p.psum_us_per_elem_hop

@@ -37,7 +37,7 @@ from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.indexing import Indirect, const, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.ir.graph import outer_loop_spans
-from spyrec.ir.lx import box_bytes, core_boxes, moves_with_loops
+from spyrec.ir.lx import box_bytes, core_boxes, keeps_slices, moves_with_loops, set_replicas
 from spyrec.layout import contiguous_strides
 from spyrec.passes.coarse_tiling.tiles import (host_advance, host_box, retile_index,
                                                tile_buffer_layout)
@@ -87,10 +87,7 @@ class StageInputs(Pass):
         if _trips(reads) < 2 or any(a in op.index_inputs or op.output.buffer == name or
                                     moves_with_loops(op, name) for op, a in reads):
             return None
-        groups: dict[tuple, list] = {}        # reads by their per-core slicing
-        for op, a in reads:
-            groups.setdefault(tuple(core_boxes(buf, op, a) or ()), []).append((op, a))
-        groups.pop((), None)                  # gathered: no fixed slices
+        groups = _groups_by_slices(buf, reads)
         if not groups:
             return None
         want, reads = max(groups.items(), key=lambda kv: _trips(kv[1]))
@@ -187,7 +184,7 @@ class StageInputs(Pass):
 
         saved = {n: b.lx_address for n, b in graph.buffers.items()}
         try:
-            ScratchpadPlanning(budget_bytes=self.budget_bytes).run(graph, CompileContext())
+            ScratchpadPlanning(budget_bytes=self.budget_bytes).place(graph)
             return graph.buffers[name].lx_address is not None
         finally:
             for n, address in saved.items():
@@ -235,6 +232,23 @@ def _tile_copy(buf: Buffer, tile: Buffer, lo: tuple[int, ...], moves: tuple,
                      loops=loops, node=lead.node, scope=lead.scope, source=lead.source)
 
 
+def _groups_by_slices(buf: Buffer, reads: list) -> dict[tuple, list]:
+    """Reads grouped by the per-core slices they take (core order), gathers left out. A read
+    on fewer cores whose slices are the first cores' slices of a longer group's (an op
+    beside a replicated one, ir/lx.py) joins that group: one copy serves both."""
+    groups: dict[tuple, list] = {}
+    for op, a in reads:
+        boxes = tuple(core_boxes(buf, op, a) or ())
+        if boxes:
+            groups.setdefault(boxes, []).append((op, a))
+    for short in sorted(groups, key=len):
+        longer = next((g for g in sorted(groups, key=len, reverse=True)
+                       if len(g) > len(short) and keeps_slices(list(short), list(g))), None)
+        if longer is not None:
+            groups[longer] += groups.pop(short)
+    return groups
+
+
 def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:
     """An identity copy of `buf` into `<buf>__staged` whose split gives each core the boxes
     `want` (in core order), or None if no split of its dims does."""
@@ -257,8 +271,13 @@ def _split_giving(graph: Graph, op: Operation, out: Buffer, want: tuple) -> Oper
     `want` (core order), or None."""
     from spyrec.passes.work_division import candidates, stick_vars
 
-    for split in candidates(op, stick_vars(graph, op), CORES):
-        trial = replace(op, core_splits=split)
-        if (core_boxes(out, trial, trial.output) or []) == list(want):
-            return trial
+    distinct = len(set(want))
+    copies = len(want) // distinct if len(want) % distinct == 0 else 1
+    for first in (False, True) if copies > 1 else (False,):
+        trial = replace(op)
+        set_replicas(trial, copies, first)     # the slices repeat: a replicated reader's
+        for split in candidates(trial, stick_vars(graph, trial), CORES):
+            trial.core_splits = split
+            if (core_boxes(out, trial, trial.output) or []) == list(want):
+                return trial
     return None

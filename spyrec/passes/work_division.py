@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
+from spyrec.ir.lx import REPLICA_VAR, replicas, set_replicas
 from spyrec.ir.ops import PARTIAL_SUMS
 from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
@@ -53,6 +54,13 @@ class WorkDivision(Pass):
     # also split a reduced var (partial sums added in HBM, with the ring's cost) where the
     # estimate says so: sum/mean/max/min/matmul outside loops (strategy cost)
     k_split: bool = True
+    # let chain moves replicate a producer (ir/lx.py) so that a reader split over vars its
+    # input does not use (a matmul over batch x N) still reads that input from LX
+    replicas: bool = True
+    # keep a chain move that lowers the estimated time only while memory overlaps compute
+    # (its serial time, compute + memory, grows): off by default, since such a move wins by
+    # adding HBM traffic the estimate hides (the MLP's hidden through HBM to use 32 cores)
+    overlap_moves: bool = False
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
@@ -81,7 +89,49 @@ class WorkDivision(Pass):
             self._revisit(graph, producers, memo, rows)
             if self.chain_moves:
                 self._move_chains(graph, producers, rows)
+            self._align_cowriters(graph, producers, rows)
         ctx.report["work_division"] = summary([row for _, row in rows if row])
+
+    def _align_cowriters(self, graph: Graph, producers, rows: list) -> None:
+        """A buffer several ops write outside loops (matmul_padding's zero fill of the
+        padding rows beside its copy of the data) lives in LX only if they give each core
+        parts of one slice (scratchpad_planning's rule): each writer but the one writing
+        the most points takes its cheapest split that does, if any."""
+        from spyrec.passes.scratchpad_planning import lx_slices_problem
+        from spyrec.passes.split_cost import estimate
+
+        writers: dict[str, list[Operation]] = {}
+        for op in graph.ops:
+            writers.setdefault(op.output.buffer, []).append(op)
+        position = {id(op): i for i, op in enumerate(graph.ops)}
+        for name, ops in writers.items():
+            buf = graph.buffers[name]
+            if len(ops) < 2 or name not in producers.lx_candidates or \
+                    any(op.loops for op in ops) or lx_slices_problem(graph, buf) is None:
+                continue
+            main = max(ops, key=lambda op: _product(dict(op.ranges)))
+            for op in ops:
+                if op is main:
+                    continue
+                original, ranges = op.core_splits, op.ranges
+                best, best_time, best_ranges = None, None, ranges
+                for first in (False, True) if replicas(main) > 1 else (False,):
+                    set_replicas(op, replicas(main), first)
+                    for c in candidates(op, stick_vars(graph, op), self.cores):
+                        op.core_splits = c
+                        if lx_slices_problem(graph, buf) is None:
+                            t = estimate(graph, op, c, producers).time_us
+                            if best_time is None or t < best_time:
+                                best, best_time, best_ranges = c, t, op.ranges
+                op.ranges = best_ranges
+                op.__dict__.pop("var_ranges", None)
+                op.core_splits = best or original
+                producers.forget(op)
+                if best is not None:
+                    i = position[id(op)]
+                    row = rows[i][1]
+                    rows[i] = (best, row and {**row, "split": _text(best),
+                                              "time_us": best_time})
 
     def _move_chains(self, graph: Graph, producers, rows: list) -> None:
         """Chains whose splits disagree change together when that is cheaper
@@ -89,18 +139,20 @@ class WorkDivision(Pass):
         from spyrec.passes.split_chains import ChainMoves
         from spyrec.passes.split_cost import estimate
 
-        cache: dict[str, list] = {}
+        cache: dict[tuple, list] = {}
 
         def options(op: Operation) -> list[dict[str, int]]:
-            if op.name not in cache:
+            key = (op.name, op.ranges)             # a move may replicate op (ir/lx.py)
+            if key not in cache:
                 # no K-splits: a move keeps chains in LX, where partial sums cannot live
-                cache[op.name] = candidates(op, stick_vars(graph, op), self.cores)
-            return cache[op.name]
-        if not ChainMoves(graph, producers, options).run():
+                cache[key] = candidates(op, stick_vars(graph, op), self.cores)
+            return cache[key]
+        if not ChainMoves(graph, producers, options, self.replicas,
+                          self.overlap_moves).run():
             return
         for i, op in enumerate(graph.ops):
             cost = estimate(graph, op, op.core_splits, producers)
-            rows[i] = (op.core_splits, {**rows[i][1], "split": _text(op.core_splits),
+            rows[i] = (op.core_splits, rows[i][1] and {**rows[i][1], "split": _text(op.core_splits),
                                         "time_us": cost.time_us, "cores": cost.cores,
                                         "hbm_bytes_per_core": cost.hbm_bytes_per_core})
 
@@ -146,11 +198,13 @@ def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
 def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
     """The fixed-order split (module docstring): the tie-breaker and the report's baseline."""
     splits = {v: 1 for v, _ in op.ranges}
-    left = cores
+    copies = dict(op.ranges).get(REPLICA_VAR, 1)
+    splits.update({REPLICA_VAR: copies} if copies > 1 else {})
+    left = cores // copies
     order = [(v, n) for v, n in op.ranges if v not in sticks] + \
         [(v, n) for v, n in op.ranges if v in sticks]
     for v, n in order:
-        if v in op.reduced or left == 1:
+        if v in op.reduced or v == REPLICA_VAR or left == 1:
             continue
         e = sticks.get(v, 1)
         if n % e:
@@ -170,7 +224,9 @@ def candidates(op: Operation, sticks: dict[str, int], cores: int,
     partial = k_split and op.op in PARTIAL_SUMS and not op.loops
     for v, n in op.ranges:
         e = sticks.get(v, 1)
-        if v in op.reduced and not partial or n % e:
+        if v == REPLICA_VAR:
+            options.append((v, [n]))          # a replica var is split over all its copies
+        elif v in op.reduced and not partial or n % e:
             options.append((v, [1]))
         else:
             options.append((v, [d for d in range(1, min(n // e, cores) + 1)

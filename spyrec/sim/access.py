@@ -203,15 +203,17 @@ class ChunkAccess:
         return arena.view(b.arg.device_dtype)[b.base_elems:]
 
     def read(self, b: Binding) -> np.ndarray:
+        rel = self.relative(b)          # bounds-checked before the LX tags are indexed
         if b.lx is not None:
             self._check_lx_read(b)
-        return np.take(self.base_view(b), self.relative(b))
+        return np.take(self.base_view(b), rel)
 
     def relative(self, b: Binding) -> np.ndarray:
         """Element offsets from the arg's base at every point (broadcastable), bounds-checked.
         An LX arg's points live in the LX of the core that runs them (`cores`)."""
         arg = b.arg
-        key = (arg.coordinates, arg.layout.device_size, b.tile_coords, b.lx is not None)
+        key = (arg.coordinates, arg.layout.device_size, b.tile_coords, b.lx is not None,
+               arg.is_input)
         if key not in self._relative:
             parts = []
             for j, (coord, size, stride) in enumerate(zip(
@@ -221,9 +223,39 @@ class ChunkAccess:
                     _out_of_range(self.spec, b, self.chunk, self.env, j, value)
                 parts.append(value * stride)
             if b.lx is not None:
-                parts.append(self.cores() * (self.lx.core_bytes // arg.itemsize))
+                cores = self._arg_cores(b, per_slice=not arg.is_input)
+                parts.append(cores * (self.lx.core_bytes // arg.itemsize))
             self._relative[key] = _broadcast_sum(parts)
         return self._relative[key]
+
+    def _arg_cores(self, b: Binding, per_slice: bool) -> np.ndarray:
+        """`cores()` for LX arg b, thinned along the vars b does not use: an op split over a
+        var its input does not use (a matmul split over N reading rows from LX) has that
+        input replicated on each of those cores (ir/lx.py). The tag check reads one point
+        per core slice (`per_slice`), proving every core holds its own copy; the values are
+        then read from the first slice's core alone (the copies are equal), so the read
+        does not grow by the unused var's whole range."""
+        cores = self.cores()
+        for axis, keep in self._unused_axes(b, per_slice).items():
+            cores = np.take(cores, keep, axis=axis)
+        return cores
+
+    def _unused_axes(self, b: Binding, per_slice: bool) -> dict[int, np.ndarray]:
+        """Axis -> kept positions, for each var b does not use that splits the cores."""
+        cores = self.cores()
+        used = {leaf.name for c in b.arg.coordinates + b.arg.tile_coordinates
+                for leaf in c.free_atoms() if isinstance(leaf, Var)}
+        out = {}
+        for axis, v in enumerate(self.chunk.vars):
+            if v in used or cores.ndim == 0 or cores.shape[axis] == 1:
+                continue
+            keep = np.zeros(1, dtype=np.int64)
+            if per_slice:
+                n, k = self.spec.iteration_space[v]
+                values = np.arange(self.chunk.lo[axis], self.chunk.hi[axis])
+                keep = np.flatnonzero((values % (n // k) == 0) | (values == values[0]))
+            out[axis] = keep
+        return out
 
     # --- LX ---------------------------------------------------------------------------------
 
@@ -237,17 +269,23 @@ class ChunkAccess:
         """(index into lx.tags, expected tag, env) at one point per stick of an LX arg: tags
         are per stick, so the lane var is thinned to one value per stick where that is
         exact (`_stick_env`); `env` holds the var values the arrays run over."""
-        rel = self.relative(b)     # bounds-checked first, and needed by the access anyway
         env, thinned = self._stick_env(b)
+        cores = self._arg_cores(b, per_slice=True)
+        unused = self._unused_axes(b, per_slice=True)
+        if unused:                  # the vars b does not use, at one point per core slice
+            env = dict(env)
+            for axis, keep in unused.items():
+                name = Var(self.chunk.vars[axis])
+                env[name] = np.take(env[name], keep, axis=axis)
         if thinned is not None:
             axis, keep = thinned
-            cores = self.cores()
             if cores.ndim and cores.shape[axis] > 1:
                 cores = np.take(cores, keep, axis=axis)
-            rel = _broadcast_sum(
-                [np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s in
-                 zip(b.arg.coordinates[:-1], b.arg.layout.device_strides_elems[:-1])] +
-                [cores * (self.lx.core_bytes // b.arg.itemsize)])
+        # per stick: the lane coordinate is left out (device layouts are stick-aligned)
+        rel = _broadcast_sum(
+            [np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s in
+             zip(b.arg.coordinates[:-1], b.arg.layout.device_strides_elems[:-1])] +
+            [cores * (self.lx.core_bytes // b.arg.itemsize)])
         sticks = (rel + b.base_elems) * b.arg.itemsize // STICK_BYTES
         tile = _broadcast_sum([np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s
                                in zip(b.arg.tile_coordinates, b.arg.tile_strides_elems)])

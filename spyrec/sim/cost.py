@@ -32,6 +32,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from spyrec.device import CORES, HBM_BYTES_PER_S, STICK_BYTES
+from spyrec.indexing import Var
 from spyrec.sim.footprint import ArgFootprint, support
 from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 from spyrec.sim.specs import CoreSplit, OpSpec
@@ -127,6 +128,16 @@ def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint, bool]]:
     return [(a.is_input, a.itemsize, ArgFootprint(spec, a), a.in_lx) for a in spec.args]
 
 
+def replicas(spec: OpSpec) -> int:
+    """How many cores compute each point alike: the product of the dims no arg addresses,
+    split over all their values (a replicated op's copy dim)."""
+    used = {leaf.name for a in spec.args for c in a.coordinates + a.tile_coordinates
+            for leaf in c.free_atoms() if isinstance(leaf, Var)}   # an LX arg's local
+    # coordinates drop a var split one value per core; its tile coordinates keep it
+    return math.prod(n for v, (n, k) in spec.iteration_space.items()
+                     if v not in used and v not in spec.reduced and n == k > 1)
+
+
 def _m_vars(spec: OpSpec) -> set[str]:
     """Matmul M: vars of the first operand and the output that the second does not use."""
     x, y = spec.value_inputs[:2]
@@ -152,7 +163,8 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
              "memory": max(c["memory_us"] for c in used), "ring": ring,
              "overhead": p.op_overhead_us}
     mean = sum(max(c["compute_us"], c["memory_us"]) for c in used) / len(used)
-    flops = spec.points * (2 if KERNELS[spec.op].cost_class == MATMUL else 1)
+    # the op's own work, once: copies of a replicated op (docs/formats.md) repeat it
+    flops = spec.points // replicas(spec) * (2 if KERNELS[spec.op].cost_class == MATMUL else 1)
     if KERNELS[spec.op].cost_class == MOVE:
         flops = 0
     reads = sum(c["hbm_read_bytes"] for c in cores)

@@ -83,8 +83,9 @@ class _Reader:
         constants = {**self._constants(), **self._attributes()}
         # a scatter reduces nothing: points that land on one element follow its mode (even
         # with no index left: a destination dim of size 1 takes every point at 0)
+        replica = self._replica_labels()
         reduced = () if "scatter" in constants else \
-            tuple(d for d in self.labels if d not in out_labels)
+            tuple(d for d in self.labels if d not in out_labels and d not in replica)
         op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
         name, source = _debug(w.get("debug_handle_", opfunc))
         # each dim's slice ranges, once: cores x dims is the reader's hottest loop
@@ -101,6 +102,14 @@ class _Reader:
                                                                    for d in self.labels},
                       reduced=reduced, constants=constants, args=tuple(args), cores=cores,
                       masking=masking)
+
+    def _replica_labels(self) -> set[str]:
+        """Labels no tensor addresses, split over all their values (docs/formats.md,
+        replicas): each core runs one value, i.e. the whole op once, into its own LX; such
+        a label reduces nothing (a real reduction's dim is addressed by an input)."""
+        used = {d for a in self.addressed for d, on in a.items() if on}
+        return {d for d in self.labels if d not in used and self.N[d] > 1
+                and self.split[d] == self.N[d]}
 
     def _check_cores(self, nc: int) -> None:
         w, dsc = self.w, self.dsc
@@ -186,7 +195,10 @@ class _Reader:
         if node["component_"] == "lx":
             named = self.lx_args.get(str(i))
             if named is not None:
-                if named not in self.lx_names.get(a0, ()):
+                # at the tensor's start, or inside it (one of several writers of a slice;
+                # the binding checks the arg's whole window lies in the tensor)
+                start = next((a for a, names in self.lx_names.items() if named in names), None)
+                if start is None or a0 < start:
                     self.fail(f"dscs_[0].scheduleTree_[{i}]", f"LX offset {a0} is not where "
                               f"manifest lx_args puts '{named}'")
                 return named
@@ -383,8 +395,9 @@ class _Reader:
                       f"non-negative offset, the same on every core 0..{nc - 1}")
         if node.get("isStartAddrSymbolic_") == 1:
             self.fail(f"{where}.isStartAddrSymbolic_", "LX addresses are never symbolic")
+        replica = self._replica_labels()
         if not arg.is_input and any(self.split[d] > 1 for d in self.labels
-                                    if not self.addressed[-1].get(d)):
+                                    if not self.addressed[-1].get(d) and d not in replica):
             self.fail(f"{where}.component_", "a reduction split over cores (partial sums) "
                       "cannot write its output into LX: each core would hold a partial")
         local = {Var(d): mod(var(d), self.P[d]) for d in self.labels if self.split[d] > 1}

@@ -19,7 +19,8 @@ def test_set_overrides_one_option():
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
     assert describe(pipeline)[5] == {"pass": "work_division",
                                      "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True,
-                                                 "chain_moves": True, "k_split": True}}
+                                                 "chain_moves": True, "k_split": True,
+                                                 "replicas": True, "overlap_moves": False}}
 
 
 def test_unknown_pass_lists_valid_names():

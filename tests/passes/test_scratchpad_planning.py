@@ -93,7 +93,8 @@ cores [c0:16, c1:1, c2:2] {LOOPS}
     ScratchpadPlanning().run(graph, ctx)
     assert graph.buffers["y"].lx_address is None
     assert rows(ctx)["y"]["reason"] == ("op 's' splits c2 across cores, which does not index "
-                                        "it: its cores would read slices other cores hold")
+                                        "it: its cores would read slices other cores hold "
+                                        "(unless its writer 'y' is replicated so)")
 
 
 def test_disabled_places_nothing():
@@ -306,7 +307,8 @@ cores [c0:16, c1:1, c2:2]
     ScratchpadPlanning().run(graph, ctx)
     row = rows(ctx)["y"]
     assert row["reason"] == ("op 's' splits c2 across cores, which does not index it: its "
-                             "cores would read slices other cores hold")
+                             "cores would read slices other cores hold (unless its writer "
+                             "'y' is replicated so)")
     assert row["mismatch"]["hbm_bytes"] == 2 * 8 * 2**20
     assert row["mismatch"]["consumer_can_take_producer_split"] is False
 
