@@ -9,6 +9,8 @@ padding and is never read as data. Rules and vectors: reference/A-layout.md ยง2โ
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -70,6 +72,12 @@ class DeviceLayout:
 
 
 def contiguous_strides(host_size: Sequence[int]) -> tuple[int, ...]:
+    return _contiguous_strides(tuple(host_size))
+
+
+@lru_cache(maxsize=1 << 12)
+def _contiguous_strides(host_size: tuple[int, ...]) -> tuple[int, ...]:
+    """Memoized: work_division asks for every buffer's strides per candidate split."""
     strides, acc = [], 1
     for n in reversed(host_size):
         strides.append(acc)

@@ -11,14 +11,20 @@ Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, a
 (b) every op that writes or reads it gives each core the same slice of it (the box of device
     coordinates per core, `ir/lx.py`, in SuperDSC core order): each core then reads only what
     it wrote itself — a reader split differently, or split over a var that does not index the
-    buffer, would read another core's LX, so such a buffer stays in HBM and the report says why;
+    buffer (unless its writer is replicated over it), would read another core's LX, so such a
+    buffer stays in HBM and the report says why. Each core's slice is the union of its
+    writers' boxes: a zero fill of padding may write a part of it beside the one writer of
+    the data, whose readers read exactly what it wrote (`ir/lx.py keeps_lx_slices`). An op
+    whose SuperDSC cores would run its slices out of spyrec's order (a var split over several
+    SuperDSC dims) takes no LX args;
 (c) buffers live at the same time (by op order, widened over every loop instance a buffer is
     live across) never share bytes, except an in-place update; offsets are 128-byte aligned;
     space is reused after a buffer's last use and across groups;
 (d) every op using a whole (not per-tile) LX buffer is outside loops or uses it in place
     (the same slice on every trip: a staged weight, a K-tiled accumulator), and has a
     SuperDSC form (codegen writes LX args only as SuperDSC LX nodes), and gathers nothing.
-memory_planning then addresses only the buffers left in HBM. A core-division mismatch (b) is
+A replicated writer whose output stays in HBM computes once (its copies would write the same
+bytes again). memory_planning then addresses only the buffers left in HBM. A core-division mismatch (b) is
 priced in the report row (`mismatch`: its HBM bytes, and whether the consumer could take the
 producer's split at no more cost); work_division owns the split.
 
@@ -102,10 +108,13 @@ class ScratchpadPlanning(Pass):
         return rows, _place(graph, sizes, live, rows, self.budget_bytes)
 
 
-def lx_slices_problem(graph: Graph, buf: Buffer) -> str | None:
-    """Why the ops using `buf` do not give each core one slice of it (condition (b)), or
-    None; work_division asks while it aligns the splits of a buffer's several writers."""
-    uses = _users(graph).get(buf.name, [])
+def lx_slices_problem(graph: Graph, buf: Buffer, uses: list[int] | None = None) -> str | None:
+    """Why the ops using `buf` (at these op indices, found if not given) do not give each
+    core one slice of it (condition (b)), or None; work_division asks while it aligns the
+    splits of a buffer's several writers."""
+    if uses is None:
+        uses = [i for i, op in enumerate(graph.ops)
+                if any(a.buffer == buf.name for _, a in op.accesses())]
     return _slice_bytes(graph, buf, uses)[0]
 
 

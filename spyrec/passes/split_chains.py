@@ -12,8 +12,18 @@ and LX together"):
   reader (its cheapest split whose slices the reader keeps);
 - the change propagates: readers of a changed op's output that now disagree follow it, and
   writers of its inputs that it now disagrees with follow it, each op at most once per move;
-- the move is kept when the estimated time of every op whose estimate it can change (the
-  changed ops, their writers and their readers) goes down, else undone.
+- where the reader splits a var the buffer does not use (a matmul over batch x N: every
+  N-core needs the same rows), the writer is *replicated* (ir/lx.py: a copy on each of those
+  cores), and so up the chain while the copies' inputs must follow too;
+- besides disagreements, a move may start at an op that more cores would make faster were
+  its inputs in LX (a "lead": the batch-split qkv taking batch x N), its writers following;
+- at a disagreement the reader-follows, writer-follows and writer-follows-replicated moves
+  are each tried and the one that pays most is kept;
+- the move is kept when the summed estimate of every op whose estimate it can change (the
+  changed ops, their writers and their readers) goes down, and (unless `overlap_moves`) the
+  summed serial time (compute + memory) does not go up: a move that wins only by hiding added
+  HBM traffic behind compute is not kept. Sums leave out split_cost's per-op penalties (the
+  neighbours' own estimates count that traffic). Replicas no reader needs are dropped last.
 
 The estimates are split_cost.py's, so a kept move lowers the cost model's time of the program;
 scratchpad_planning then places what the splits allow, and the simulator checks the plan.
@@ -28,7 +38,7 @@ from typing import Callable
 from spyrec.indexing import Var
 from spyrec.ir import Graph, Operation
 from spyrec.ir.lx import replicas, set_replicas
-from spyrec.passes.split_cost import Producers, estimate
+from spyrec.passes.split_cost import Producers, estimate, first_box, index_vars
 
 # a move changes at most this many ops (a decoder layer is ~35): bounds a move's cost
 MAX_OPS_PER_MOVE = 400
@@ -97,8 +107,8 @@ class ChainMoves:
         pattern that did not pay is not tried again (the layers of a stack repeat it)."""
         changed: set[str] = set()
         for op in list(self.graph.ops):
-            if op.core_splits is None:
-                continue
+            if op.core_splits is None or op.op != "batchmatmul":
+                continue            # a matmul gains most from more cores; vector ops follow
             key = ("lead", op.op, op.ranges, _items(op.core_splits), op.output.index,
                    tuple(a.index for a in op.inputs), tuple(
                        _items(w.core_splits) for a in op.inputs
@@ -161,7 +171,11 @@ class ChainMoves:
         writer is replicated over them (ir/lx.py), the replica var where those vars sit.
         `replicate`: None — only if no plain split keeps them; False — never; True — only
         replicated (a move's start tries each)."""
+        want = first_box(self.graph, reader, access, reader.core_splits)
+
         def reader_keeps(c: dict[str, int]) -> bool:
+            if first_box(self.graph, writer, writer.output, c) != want:
+                return False            # the cheap test first: core 0's slice
             self._reshape(writer, writer.ranges, c)
             return self.producers.same_slices(reader, access, reader.core_splits) is not False
 
@@ -206,7 +220,7 @@ class ChainMoves:
         if not self.replicas or \
                 writer.output.buffer not in self.producers.lx_candidates:
             return 1
-        used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+        used = index_vars(access.index)
         copies = math.prod(k for v, k in reader.core_splits.items() if v not in used)
         return copies
 
@@ -215,7 +229,7 @@ class ChainMoves:
         most = 1
         for a in op.inputs:
             if self.producers.writer(a.buffer, op) is not None:
-                used = {leaf.name for leaf in a.index.free_atoms() if isinstance(leaf, Var)}
+                used = index_vars(a.index)
                 most = max(most, math.prod(k for v, k in split.items() if v not in used))
         return most
 

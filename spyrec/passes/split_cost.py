@@ -78,7 +78,7 @@ def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str,
     return total
 
 
-def _first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int]) -> tuple:
+def first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int]) -> tuple:
     """Core 0's box of device coordinates (lanes excluded), as `ir/lx.py core_boxes`."""
     buf = graph.buffers[access.buffer]
     return _first_box_of(buf.host_size, buf.host_strides, buf.layout, op.ranges, access.index,
@@ -92,6 +92,12 @@ def _first_box_of(host_size, host_strides, layout, var_ranges, index, splits) ->
     coords = stick_info(host_size, host_strides, layout, ranges, index).coords
     extent = {v: n // k for (v, n), k in zip(var_ranges, splits)}
     return tuple(_span(c, tuple((v, extent[v]) for v in _leaves(c)[0])) for c in coords[:-1])
+
+
+@lru_cache(maxsize=1 << 14)
+def index_vars(index: Lin) -> frozenset[str]:
+    """The iteration vars an access index uses (memoized: asked per candidate split)."""
+    return frozenset(a.name for a in index.free_atoms() if isinstance(a, Var))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -184,11 +190,11 @@ class Producers:
         if self.partial(access.buffer, op):
             return False                  # partial sums: every core holds a different part
         writer = self.writers[access.buffer]
-        used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+        used = index_vars(access.index)
         if replicas(writer) == 1 and any(k > 1 and v not in used for v, k in splits.items()):
             return False                  # other cores' slices, unless replicated for it
-        if _first_box(self.graph, op, access, splits) != \
-                _first_box(self.graph, writer, writer.output, writer.core_splits):
+        if first_box(self.graph, op, access, splits) != \
+                first_box(self.graph, writer, writer.output, writer.core_splits):
             return False                  # the cheap test first: core 0's slice
         theirs = self.boxes(access.buffer)
         if theirs is None:
@@ -206,11 +212,11 @@ class Producers:
         for reader, access in self.readers.get(buf.name, ()):
             if reader.core_splits is None:
                 continue
-            used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+            used = index_vars(access.index)
             stray = any(k > 1 and v not in used for v, k in reader.core_splits.items())
             if stray and splits.get(REPLICA_VAR, 1) == 1 or \
-                    _first_box(self.graph, op, op.output, splits) != \
-                    _first_box(self.graph, reader, access, reader.core_splits):
+                    first_box(self.graph, op, op.output, splits) != \
+                    first_box(self.graph, reader, access, reader.core_splits):
                 return False              # the cheap tests first, as `same_slices`
             if mine is None:
                 mine = core_boxes(buf, replace(op, core_splits=dict(splits)), op.output)

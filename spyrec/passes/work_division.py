@@ -19,7 +19,11 @@ byte-identical; among other equal-cost splits, one giving each core the slices i
 gave it (a per-tile buffer can then stay in LX) comes first. Op-by-op choices can leave a
 chain split two ways (an intermediate between them then goes through HBM); chain moves
 (`split_chains.py`, option `chain_moves`) change such chains together when the estimate says
-so: a decoder block's attention and MLP both take the batch split and stay in LX.
+so, replicating a producer where a reader splits a var the producer's output does not use
+(option `replicas`; ir/lx.py): a decoder's qkv matmuls split batch x N on 32 cores, reading
+the norm every N-core computed alike, and its attention follows on batch x heads. A buffer
+several ops write (matmul_padding's fill of the padding rows and the copy of the data) has
+its other writers' splits aligned to the main one's, so that it can live in LX.
 
 Greedy: output vars outermost first, vars that are no arg's stick dim before stick vars (a
 core then gets whole rows of sticks, as the reference's work division does: the published
@@ -106,8 +110,11 @@ class WorkDivision(Pass):
         position = {id(op): i for i, op in enumerate(graph.ops)}
         for name, ops in writers.items():
             buf = graph.buffers[name]
-            if len(ops) < 2 or name not in producers.lx_candidates or \
-                    any(op.loops for op in ops) or lx_slices_problem(graph, buf) is None:
+            if len(ops) < 2 or name not in producers.lx_candidates or any(op.loops for op in ops):
+                continue
+            uses = [i for i, op in enumerate(graph.ops)
+                    if any(a.buffer == name for _, a in op.accesses())]
+            if lx_slices_problem(graph, buf, uses) is None:
                 continue
             main = max(ops, key=lambda op: _product(dict(op.ranges)))
             for op in ops:
@@ -119,7 +126,7 @@ class WorkDivision(Pass):
                     set_replicas(op, replicas(main), first)
                     for c in candidates(op, stick_vars(graph, op), self.cores):
                         op.core_splits = c
-                        if lx_slices_problem(graph, buf) is None:
+                        if lx_slices_problem(graph, buf, uses) is None:
                             t = estimate(graph, op, c, producers).time_us
                             if best_time is None or t < best_time:
                                 best, best_time, best_ranges = c, t, op.ranges
