@@ -103,7 +103,7 @@ class ChainMoves:
         return dropped
 
     def _lead_moves(self) -> set[str]:
-        """Moves started by an op taking more cores (`_lead`), each op once per round; a
+        """Moves started by a matmul taking more cores (`_lead`), each once per round; a
         pattern that did not pay is not tried again (the layers of a stack repeat it)."""
         changed: set[str] = set()
         for op in list(self.graph.ops):
