@@ -24,9 +24,9 @@ Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, a
     (the same slice on every trip: a staged weight, a K-tiled accumulator), and has a
     SuperDSC form (codegen writes LX args only as SuperDSC LX nodes), and gathers nothing.
 A replicated writer whose output stays in HBM computes once (its copies would write the same
-bytes again). memory_planning then addresses only the buffers left in HBM. A core-division mismatch (b) is
-priced in the report row (`mismatch`: its HBM bytes, and whether the consumer could take the
-producer's split at no more cost); work_division owns the split.
+bytes again). memory_planning then addresses only the buffers left in HBM. A core-division
+mismatch (b) is priced in the report row (`mismatch`: its HBM bytes, and whether the consumer
+could take the producer's split at no more cost); work_division owns the split.
 
 First fit in order of first use: each buffer takes the lowest aligned offset clear of every
 placed buffer it is live with; one that does not fit the budget there stays in HBM. Before

@@ -130,8 +130,8 @@ class WorkDivision(Pass):
                             t = estimate(graph, op, c, producers).time_us
                             if best_time is None or t < best_time:
                                 best, best_time, best_ranges = c, t, op.ranges
-                op.ranges = best_ranges
-                op.__dict__.pop("var_ranges", None)
+                set_replicas(op, dict(best_ranges).get(REPLICA_VAR, 1),
+                             first=bool(best_ranges) and best_ranges[0][0] == REPLICA_VAR)
                 op.core_splits = best or original
                 producers.forget(op)
                 if best is not None:
@@ -159,9 +159,10 @@ class WorkDivision(Pass):
             return
         for i, op in enumerate(graph.ops):
             cost = estimate(graph, op, op.core_splits, producers)
-            rows[i] = (op.core_splits, rows[i][1] and {**rows[i][1], "split": _text(op.core_splits),
-                                        "time_us": cost.time_us, "cores": cost.cores,
-                                        "hbm_bytes_per_core": cost.hbm_bytes_per_core})
+            row = rows[i][1]        # empty when the strategy leaves no row
+            rows[i] = (op.core_splits, row and {
+                **row, "split": _text(op.core_splits), "time_us": cost.time_us,
+                "cores": cost.cores, "hbm_bytes_per_core": cost.hbm_bytes_per_core})
 
     def _revisit(self, graph: Graph, producers, memo: dict, rows: list) -> None:
         """Choose again, knowing every reader's split, for the ops whose output a reader
