@@ -105,10 +105,25 @@ def set_replicas(op: Operation, count: int, first: bool = False) -> None:
         ranges = ((REPLICA_VAR, count),) + ranges if first else ranges + ((REPLICA_VAR, count),)
         splits[REPLICA_VAR] = count
         splits = {v: splits.get(v, 1) for v, _ in ranges}
-    op.ranges = ranges
-    op.__dict__.pop("var_ranges", None)       # the cached property of the old ranges
+    set_ranges(op, ranges)
     if op.core_splits is not None:
         op.core_splits = splits
+
+
+def set_ranges(op: Operation, ranges: tuple[tuple[str, int], ...]) -> None:
+    """Give `op` new iteration ranges in place (a replica var added or dropped), dropping
+    the `var_ranges` cached from the old ones."""
+    if ranges != op.ranges:
+        op.ranges = ranges
+        op.__dict__.pop("var_ranges", None)
+
+
+def data_writer(writers: list[Operation]) -> Operation:
+    """Of a buffer's writers (program order), the one that writes its data: the first
+    outside loops that is not a zero `fill` of padding (matmul_padding's fill beside its
+    copy), else the first (a K-tiled accumulator's fill before its loop). split_cost prices
+    readers against its slices; work_division aligns the other writers to it."""
+    return next((op for op in writers if op.op != "fill" and not op.loops), writers[0])
 
 
 def keeps_slices(reader: list[Box] | None, writer: list[Box] | None) -> bool:

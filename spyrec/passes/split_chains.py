@@ -37,7 +37,7 @@ from typing import Callable
 
 from spyrec.indexing import Var
 from spyrec.ir import Graph, Operation
-from spyrec.ir.lx import replicas, set_replicas
+from spyrec.ir.lx import replicas, set_ranges, set_replicas
 from spyrec.passes.split_cost import Producers, estimate, first_box, index_vars
 
 # a move changes at most this many ops (a decoder layer is ~35): bounds a move's cost
@@ -220,18 +220,12 @@ class ChainMoves:
         if not self.replicas or \
                 writer.output.buffer not in self.producers.lx_candidates:
             return 1
-        used = index_vars(access.index)
-        copies = math.prod(k for v, k in reader.core_splits.items() if v not in used)
-        return copies
+        return _copies(reader.core_splits, access)
 
     def _copies_for(self, op: Operation, split: dict[str, int]) -> int:
         """The most copies `split` needs of an input an op writes (`_copies_needed`)."""
-        most = 1
-        for a in op.inputs:
-            if self.producers.writer(a.buffer, op) is not None:
-                used = index_vars(a.index)
-                most = max(most, math.prod(k for v, k in split.items() if v not in used))
-        return most
+        return max([_copies(split, a) for a in op.inputs
+                    if self.producers.writer(a.buffer, op) is not None], default=1)
 
     def _lead(self, op: Operation) -> list[Operation]:
         """Start a move at an op that a split over more cores would make faster were its
@@ -291,9 +285,7 @@ class ChainMoves:
         return True
 
     def _reshape(self, op: Operation, ranges: tuple, split: dict[str, int] | None) -> None:
-        if ranges != op.ranges:
-            op.ranges = ranges
-            op.__dict__.pop("var_ranges", None)   # cached from the old ranges
+        set_ranges(op, ranges)
         op.core_splits = dict(split) if split is not None else None
         self.producers.forget(op)
 
@@ -336,6 +328,13 @@ class ChainMoves:
     def _pattern(writer: Operation, reader: Operation, access) -> tuple:
         return (writer.op, writer.ranges, _items(writer.core_splits), writer.output.index,
                 reader.op, reader.ranges, _items(reader.core_splits), access.index)
+
+
+def _copies(split: dict[str, int], access) -> int:
+    """Cores of `split` that read each slice of `access` alike: its splits over the vars
+    the access does not use (a writer must be copied that many times to serve them)."""
+    used = index_vars(access.index)
+    return math.prod(k for v, k in split.items() if v not in used)
 
 
 def _items(splits: dict[str, int] | None) -> tuple:

@@ -42,7 +42,9 @@ from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import Access
-from spyrec.ir.lx import REPLICA_VAR, core_boxes, keeps_slices, moves_with_loops, replicas
+from spyrec.ir.lx import (
+    REPLICA_VAR, core_boxes, data_writer, keeps_slices, moves_with_loops, replicas,
+)
 from spyrec.sim.cost import DEFAULT_PARAMS, CostParams
 from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 
@@ -135,20 +137,19 @@ class Producers:
 
     def __init__(self, graph: Graph, intermediates: bool = False):
         self.graph = graph
-        self.writers: dict[str, Operation] = {}
         self.readers: dict[str, list[tuple[Operation, Access]]] = {}
         looped: set[str] = set()
+        all_writers: dict[str, list[Operation]] = {}
         for op in graph.ops:
-            self.writers.setdefault(op.output.buffer, op)
-            if self.writers[op.output.buffer].op == "fill" and not op.loops:
-                # beside a fill of padding (matmul_padding), the op writing the data
-                self.writers[op.output.buffer] = op
+            all_writers.setdefault(op.output.buffer, []).append(op)
             for a in op.reads():
-                if self.writers.get(a.buffer) is not op:
+                if a.buffer not in all_writers or data_writer(all_writers[a.buffer]) is not op:
                     self.readers.setdefault(a.buffer, []).append((op, a))
             if op.loops:
                 looped.update(a.buffer for _, a in op.accesses()
                               if moves_with_loops(op, a.buffer))
+        self.writers: dict[str, Operation] = {name: data_writer(ops)
+                                              for name, ops in all_writers.items()}
         self._boxes: dict[str, object] = {}
         # the buffers scratchpad_planning may put in LX: per-tile ones, and with
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped

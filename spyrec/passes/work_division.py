@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
-from spyrec.ir.lx import REPLICA_VAR, replicas, set_replicas
+from spyrec.ir.lx import REPLICA_VAR, data_writer, replicas, set_replicas
 from spyrec.ir.ops import PARTIAL_SUMS
 from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
@@ -99,8 +99,8 @@ class WorkDivision(Pass):
     def _align_cowriters(self, graph: Graph, producers, rows: list) -> None:
         """A buffer several ops write outside loops (matmul_padding's zero fill of the
         padding rows beside its copy of the data) lives in LX only if they give each core
-        parts of one slice (scratchpad_planning's rule): each writer but the one writing
-        the most points takes its cheapest split that does, if any."""
+        parts of one slice (scratchpad_planning's rule): each writer but the one writing the
+        data (`ir/lx.py data_writer`) takes its cheapest split that does, if any."""
         from spyrec.passes.scratchpad_planning import lx_slices_problem
         from spyrec.passes.split_cost import estimate
 
@@ -116,7 +116,7 @@ class WorkDivision(Pass):
                     if any(a.buffer == name for _, a in op.accesses())]
             if lx_slices_problem(graph, buf, uses) is None:
                 continue
-            main = max(ops, key=lambda op: _product(dict(op.ranges)))
+            main = data_writer(ops)
             for op in ops:
                 if op is main:
                     continue
