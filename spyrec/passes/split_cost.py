@@ -18,14 +18,19 @@ each figure, each named with its origin); only the byte counting is done here, f
   scratchpad_planning applies, `ir/lx.py`); a read that breaks it costs its bytes from HBM
   plus the writer's write of the whole buffer, which then has to go to HBM too.
 - An input slice r cores read alike is charged max(8, r) / (8 r) of its bytes per core (the
-  broadcast cohort rule of sim/cost.py).
+  broadcast cohort rule of sim/cost.py). Inside a loop, a program input or constant every trip
+  reads in place (a tiled MLP's weight) is charged once over the trips: stage_inputs copies
+  such a slice into LX before the loop when it fits, so one read serves them all.
 - compute: matmul MACs / (per-core PT MAC rate × eff(M rows per core)); vector ops points ×
   weight / (lanes × clock); data movement none. memory: per-core bytes × active cores / the
-  aggregate bandwidth. time = max(compute, memory) + ring + per-op overhead, the ring of a
-  K-split (a reduced var split over k cores) being (k − 1) × output elements × the partial-sum
-  cost per element and hop, as sim/cost.py; a K-split's output is priced in HBM (where the
-  partials meet), and so are its readers' reads of it: the K-split itself is charged those
-  reads of an intermediate that could otherwise stay in LX.
+  aggregate bandwidth. time = max(compute, memory) + ring + per-op overhead + penalties, the
+  ring of a K-split (a reduced var split over k cores) being (k − 1) × output elements × the
+  partial-sum cost per element and hop, as sim/cost.py; a K-split's output is priced in HBM
+  (where the partials meet), and so are its readers' reads of it: the K-split itself is
+  charged those reads of an intermediate that could otherwise stay in LX. Such penalties (and
+  a writer's write an input breaks off LX) are traffic in other ops, so this op's compute does
+  not hide them: they add to its time instead of joining its memory term (where they would
+  make a split with more cores look no faster than one with fewer).
 
 The simulator counts bytes from the sdsc files with its own code (sim/footprint.py), so
 tests/passes/test_work_division_cost.py comparing the two is a real check, not a tautology.
@@ -268,15 +273,33 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
             in_lx = False             # a reader takes other slices: the output goes to HBM
         if not in_lx:
             share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
-            moved += sticks * STICK_BYTES * share
-    memory_s = (moved * active + (penalty if penalties else 0)) / p.hbm_bytes_per_s
+            moved += sticks * STICK_BYTES * share / _staged_trips(graph, op, access, sticks)
+    memory_s = moved * active / p.hbm_bytes_per_s
     compute_s = _compute_s(op, extent, p)
     ring_us = (k_split - 1) * math.prod(n for v, n in op.ranges if v not in op.reduced) \
         * p.psum_us_per_elem_hop
-    time_s = max(compute_s, memory_s)
+    # the neighbours' added traffic does not overlap this op's compute: it is time added
+    time_s = max(compute_s, memory_s) + (penalty / p.hbm_bytes_per_s if penalties else 0)
     return SplitCost(time_us=round(time_s * 1e6 + ring_us + p.op_overhead_us, 6),
                      compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
                      hbm_bytes_per_core=round(moved), cores=active)
+
+
+def _staged_trips(graph: Graph, op: Operation, access: Access, sticks: int) -> int:
+    """The loop trips one HBM read of `access` serves: its op's trip count for a program
+    input or constant that every trip reads in place and whose core slice fits LX — what
+    stage_inputs copies into LX once before the loop (a tiled MLP's weights) — else 1.
+    Charging such a read per trip would price a split by traffic the program never moves
+    (with stage_inputs disabled, or a slice it cannot place, the estimate is optimistic)."""
+    trips = math.prod(loop.count for loop in op.loops)
+    buf = graph.buffers[access.buffer]
+    if trips == 1 or buf.role not in ("input", "constant") or \
+            access.buffer in graph.mutated_buffers or \
+            access.buffer in graph.mutated_buffers.values() or \
+            sticks * STICK_BYTES > LX_USABLE_BYTES_PER_CORE or \
+            moves_with_loops(op, access.buffer):
+        return 1
+    return trips
 
 
 def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> int:
