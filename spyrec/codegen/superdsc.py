@@ -89,6 +89,19 @@ def superdsc_document(index: int, spec: dict, bufs: list, roles: list[str],
             f"pass in the pipeline, or copy the tensor (.contiguous()) before the op") from None
 
 
+def _least_significant_first(digits: list[Digit]) -> list[Digit]:
+    """`digits` (labels in order; one var's digits adjacent, most significant first) with
+    each var's run of digits reversed."""
+    out: list[Digit] = []
+    run: list[Digit] = []
+    for d in digits:
+        if run and (d.var != run[0].var or not d.var):
+            out += reversed(run)
+            run = []
+        run.append(d)
+    return out + run[::-1]
+
+
 class _Emitter:
     def __init__(self, index: int, spec: dict, dims: OpDims, bufs: list, roles: list[str],
                  symbols: SymbolTable | None = None, check: bool = True):
@@ -130,11 +143,18 @@ class _Emitter:
         return {d: (d.size, padded - d.size)}
 
     def _core_slices(self) -> list[dict[Digit, int]]:
-        """HEAD's map (F §2.9): labels in order, the first split dim fastest."""
+        """The core -> slice map (F §2.9): labels in order, the first split dim fastest, as
+        HEAD's — except that the digits of one var (a var a view cut into several labels,
+        most significant first) are walked least significant first. Core c then runs the
+        c-th contiguous slice of that var, the numbering ir/lx.py plans LX slices with (HEAD's
+        order would hand a core another core's LX slice). The map is explicit in the file
+        (`coreIdToWkSlice_`, which readers must read, not recompute), so any bijection is
+        a valid SuperDSC; this one keeps a var's slices in core order."""
+        walk = _least_significant_first(self.digits)
         out = []
         for c in range(self.nc):
             q, slices = 1, {}
-            for d in self.digits:
+            for d in walk:
                 s = self.splits[d]
                 slices[d] = (c // q) % s if s > 1 else 0
                 q *= s

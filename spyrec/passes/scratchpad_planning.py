@@ -187,14 +187,11 @@ def _no_lx_args(graph: Graph, op: Operation) -> str:
     args live, so the emitter's own test answers without building the file."""
     if op.index_inputs or op.gathered():
         return f"op {op.name!r} gathers (its tensors stay in HBM)"
-    from spyrec.passes.superdsc_legalize import cores_out_of_order, why_not_expressible
+    from spyrec.passes.superdsc_legalize import why_not_expressible
 
     reason = why_not_expressible(graph, op)
     if reason is not None:
         return f"op {op.name!r} has no SuperDSC form ({reason}), so no LX arguments"
-    reason = cores_out_of_order(graph, op)
-    if reason is not None:
-        return f"op {op.name!r} takes no LX arguments: {reason}"
     return ""
 
 

@@ -102,26 +102,6 @@ def why_not_expressible(graph: Graph, op: Operation,
     return None
 
 
-def cores_out_of_order(graph: Graph, op: Operation) -> str | None:
-    """Why `op`'s SuperDSC cores would not run its slices in spyrec's core order (None when
-    they do): a var split over more than one of its SuperDSC dims (a view cut it into
-    digits, most significant first) is numbered with its low dim fastest in SuperDSC and its
-    high digit fastest in ir/lx.py, so an LX slice planned per core would be read by another
-    core (the simulator's LX tags catch it)."""
-    from spyrec.codegen.sdsc_dims import NotExpressible, digit_splits, op_dims
-
-    splits = op.core_splits or {}
-    try:
-        dims = op_dims(list(op.ranges), *_arg_facts(graph, op))
-        split = digit_splits(dims.var_digits, {v: (n, splits.get(v, 1)) for v, n in op.ranges})
-    except NotExpressible as e:
-        return str(e)
-    for v, digits in dims.var_digits.items():
-        if sum(1 for d in digits if split.get(d, 1) > 1) > 1:
-            return f"it splits {v} over {len(digits)} SuperDSC dims, whose cores run out of order"
-    return None
-
-
 def _arg_facts(graph: Graph, op: Operation) -> tuple[list, list, list, list]:
     """Per arg, in arg order (as codegen/opspec.py builds them): device coordinates, device
     sizes, device element strides, elements per stick."""
