@@ -35,10 +35,11 @@ import math
 from collections import deque
 from typing import Callable
 
-from spyrec.indexing import Var
 from spyrec.ir import Graph, Operation
 from spyrec.ir.lx import replicas, set_ranges, set_replicas
-from spyrec.passes.split_cost import Producers, estimate, first_box, index_vars
+from spyrec.passes.split_cost import (
+    Producers, SplitCost, estimate, estimate_key, first_box, index_vars,
+)
 
 # a move changes at most this many ops (a decoder layer is ~35): bounds a move's cost
 MAX_OPS_PER_MOVE = 400
@@ -52,6 +53,7 @@ class ChainMoves:
         self.replicas, self.overlap_moves = replicas, overlap_moves
         self.kept = 0
         self._times: dict[tuple, tuple[float, float]] = {}
+        self._estimates: dict[tuple, SplitCost] = {}
         # disagreements whose move was not kept, without names: the layers of a stack repeat
         # them, and a move that did not pay in one layer does not in the next
         self._rejected: set[tuple] = set()
@@ -236,7 +238,7 @@ class ChainMoves:
         for c in self.candidates(op):
             if math.prod(c.values()) <= current:
                 continue
-            cost = estimate(self.graph, op, c, self.producers)
+            cost = self._estimate(op, c)
             # fewest copies of its inputs the split needs, then the least re-read inputs
             key = (cost.compute_us, self._copies_for(op, c), cost.memory_us)
             if key < best_key:
@@ -265,10 +267,23 @@ class ChainMoves:
         for c in self.candidates(op):
             if c == original or not keeps(c):
                 continue
-            t = estimate(self.graph, op, c, self.producers).time_us
+            t = self._estimate(op, c).time_us
             if best_time is None or t < best_time:
                 best, best_time = c, t
         return best
+
+    def _estimate(self, op: Operation, split: dict[str, int],
+                  penalties: bool = True) -> SplitCost:
+        """split_cost's estimate, memoized on `estimate_key` (the layers of a stack share
+        their ops' estimates: a move through one layer re-prices what the last one did)."""
+        key = estimate_key(self.graph, op, self.producers)
+        if key is None:
+            return estimate(self.graph, op, split, self.producers, penalties=penalties)
+        key = (key, _items(split), penalties)
+        if key not in self._estimates:
+            self._estimates[key] = estimate(self.graph, op, split, self.producers,
+                                            penalties=penalties)
+        return self._estimates[key]
 
     # --- bookkeeping ------------------------------------------------------------------------
 
@@ -319,7 +334,7 @@ class ChainMoves:
                      if (w := p.writer(a.buffer, op)) is not None),
                tuple(_items(r.core_splits) for r, _ in p.readers.get(op.output.buffer, ())))
         if key not in self._times:
-            cost = estimate(self.graph, op, op.core_splits, p, penalties=False)
+            cost = self._estimate(op, op.core_splits, penalties=False)
             self._times[key] = cost.time_us, cost.time_us + min(cost.compute_us,
                                                                  cost.memory_us)
         return self._times[key]

@@ -302,6 +302,34 @@ def _staged_trips(graph: Graph, op: Operation, access: Access, sticks: int) -> i
     return trips
 
 
+def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | None:
+    """What `estimate` of `op` depends on besides the split, without names (the layers of a
+    decoder stack share it, so work_division and split_chains memoize estimates on it); None
+    when it touches a per-tile buffer (priced by its producer's loop). An intermediate that may
+    live in LX adds what decides whether a split keeps its writer's slices (the writer's
+    ranges, reduced vars, split and output access) and, for op's output, its readers'."""
+    accesses = [a for _, a in op.accesses()]
+    bufs = [graph.buffers[a.buffer] for a in accesses]
+    if any(b.per_tile for b in bufs):
+        return None
+    mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+    lx = []
+    for a in accesses:
+        if a.buffer not in producers.lx_candidates:
+            lx.append(None)
+            continue
+        writer = producers.writer(a.buffer, op)
+        lx.append(() if writer is None else (writer.ranges, writer.reduced,
+                                            writer.output.index,
+                                            tuple(sorted(writer.core_splits.items()))))
+    return (op.op, op.ranges, op.reduced, tuple(op.loops),
+            tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs),
+            tuple((b.host_size, b.host_strides, b.layout, b.role, b.name in mutated, a.index)
+                  for a, b in zip(accesses, bufs)),
+            tuple(lx), producers.reader_splits(op)
+            if op.output.buffer in producers.lx_candidates else None)
+
+
 def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> int:
     """Cores reading each slice of `access` (sim/footprint.py `ArgFootprint.readers`): the splits of the vars
     it does not use, a gathered coordinate using its index tensor's vars."""

@@ -252,9 +252,10 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
 
     `memo` shares the estimates between ops that differ only in buffer names (the layers of a
     decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
-    from spyrec.passes.split_cost import estimate
+    from spyrec.passes.split_cost import estimate, estimate_key
 
-    key = _signature(graph, op, cores, producers)
+    key = estimate_key(graph, op, producers)
+    key = None if key is None else (key, cores)
     if memo is not None and key is not None and key in memo:
         base, costs = memo[key]
     else:
@@ -275,30 +276,6 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
            "hbm_bytes_per_core": best_cost.hbm_bytes_per_core,
            "greedy_hbm_bytes_per_core": base.hbm_bytes_per_core, "cores": best_cost.cores}
     return best, row
-
-
-def _signature(graph: Graph, op: Operation, cores: int, producers) -> tuple | None:
-    """What an op's estimates depend on, without names (the layers of a decoder stack share
-    them); None when it touches a per-tile buffer. An intermediate that may live in LX adds
-    what decides whether a split keeps its writer's slices: the writer's ranges, split and
-    output access."""
-    accesses = [a for _, a in op.accesses()]
-    bufs = [graph.buffers[a.buffer] for a in accesses]
-    if any(b.per_tile for b in bufs):
-        return None
-    index_names = tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs)
-    lx = []
-    for a in accesses:
-        if a.buffer not in producers.lx_candidates:
-            lx.append(None)
-            continue
-        writer = producers.writer(a.buffer, op)
-        lx.append(() if writer is None else (writer.ranges, writer.output.index,
-                                            tuple(sorted(writer.core_splits.items()))))
-    return (op.op, op.ranges, op.reduced, cores, index_names,
-            tuple((b.host_size, b.layout, a.index) for a, b in zip(accesses, bufs)),
-            tuple(lx), producers.reader_splits(op)
-            if op.output.buffer in producers.lx_candidates else None)
 
 
 def summary(rows: list[dict]) -> dict:

@@ -272,3 +272,40 @@ def test_a_chain_changes_its_splits_together_when_that_keeps_it_in_lx(tmp_path):
     assert splits["mul"] == "[c0:8, c1:1, c2:1]"                    # MLP: batch only
     placed = {b["buffer"]: b["placed"] for b in report["scratchpad"]["buffers"]}
     assert placed["mul"] and placed["silu"]
+
+
+def test_estimates_shared_across_layers_depend_only_on_their_key(tmp_path):
+    """work_division and split_chains memoize estimates on split_cost.estimate_key, without
+    names, so the layers of a stack share them. On a depth-2 decoder after work_division,
+    every op and every candidate split: ops with one key and split have one estimate (a
+    dependency the key missed would split a group), and layer 2 does find layer 1's keys
+    where their splits agree (its MLP; its attention runs on other splits than layer 1's)."""
+    from samples.models import decoder
+    from spyrec.passes.split_cost import estimate_key
+    from tests.programs import compile_pt2, export
+
+    module, inputs = decoder(2)
+    dumps = tmp_path / "ir"
+    compile_pt2(export(tmp_path, module, inputs, "d2"), tmp_path / "out",
+                print_ir_after_all=dumps)
+    (path,) = dumps.glob("*_work_division.ir")
+    graph = parse(path.read_text().split("\n", 1)[1])
+    producers = Producers(graph, intermediates=True)
+    groups: dict[tuple, set] = {}
+    names: dict[tuple, set[str]] = {}
+    for op in graph.ops:
+        key = estimate_key(graph, op, producers)
+        if key is None:
+            continue
+        names.setdefault(key, set()).add(op.name)
+        for split in candidates(op, stick_vars(graph, op), 32):
+            for penalties in (True, False):
+                cost = estimate(graph, op, split, producers, penalties=penalties)
+                groups.setdefault((key, tuple(sorted(split.items())), penalties),
+                                  set()).add(cost)
+    assert all(len(costs) == 1 for costs in groups.values())
+    shared = [ops for ops in names.values() if len(ops) > 1]
+    # both MLPs (gate and up alike) and the norms before them
+    assert {"linear_2", "linear_3", "linear_7", "linear_8"} in shared
+    assert {"linear_4", "linear_9"} in shared and {"silu", "silu_1"} in shared
+    assert len(shared) == 10
