@@ -6,8 +6,9 @@ gives each core the same slice, so this module computes, per op and core, the bo
 coordinates an access touches. Core numbering is SuperDSC's (reference/F-superdsc.md §2.9, what
 `codegen/superdsc.py` emits and the simulator reads): iteration vars in order, the first split
 var fastest, each var's slices in order (a var a view cuts into several SuperDSC labels too:
-the emitter walks its labels least significant first). scratchpad_planning decides with these boxes; `ir/verify.py` re-checks them and
-codegen writes each LX tensor's per-core bytes from them.
+the emitter walks its labels least significant first). scratchpad_planning decides with these
+boxes; `ir/verify.py` re-checks them and codegen writes each LX tensor's per-core bytes from
+them.
 
 Replicas: an op may carry one more iteration var, `rep` (REPLICA_VAR), that no access uses and
 that is split over all its values: the op then runs alike on that many groups of cores, each

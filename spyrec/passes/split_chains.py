@@ -239,7 +239,8 @@ class ChainMoves:
             if math.prod(c.values()) <= current:
                 continue
             cost = self._estimate(op, c)
-            # fewest copies of its inputs the split needs, then the least re-read inputs
+            # fewest copies of its inputs the split needs, then the least re-read inputs (its
+            # own traffic: what it causes in neighbours is priced with the move's region)
             key = (cost.compute_us, self._copies_for(op, c), cost.memory_us)
             if key < best_key:
                 best, best_key = c, key
@@ -276,10 +277,10 @@ class ChainMoves:
                   penalties: bool = True) -> SplitCost:
         """split_cost's estimate, memoized on `estimate_key` (the layers of a stack share
         their ops' estimates: a move through one layer re-prices what the last one did)."""
-        key = estimate_key(self.graph, op, self.producers)
-        if key is None:
+        same = estimate_key(self.graph, op, self.producers)   # per call: `keeps` tests
+        if same is None:                                       # reshape the op's ranges
             return estimate(self.graph, op, split, self.producers, penalties=penalties)
-        key = (key, _items(split), penalties)
+        key = (same, _items(split), penalties)
         if key not in self._estimates:
             self._estimates[key] = estimate(self.graph, op, split, self.producers,
                                             penalties=penalties)

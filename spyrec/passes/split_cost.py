@@ -160,6 +160,9 @@ class Producers:
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
         # ops may read one in place)
         mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+        from spyrec.passes.stage_inputs import stageable_inputs
+
+        self.stageable = stageable_inputs(graph)     # `_staged_trips`
         self.lx_candidates = {
             name for name, buf in graph.buffers.items()
             if buf.per_tile or intermediates and buf.role == "intermediate"
@@ -273,7 +276,7 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
             in_lx = False             # a reader takes other slices: the output goes to HBM
         if not in_lx:
             share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
-            moved += sticks * STICK_BYTES * share / _staged_trips(graph, op, access, sticks)
+            moved += sticks * STICK_BYTES * share / _staged_trips(op, access, sticks, producers)
     memory_s = moved * active / p.hbm_bytes_per_s
     compute_s = _compute_s(op, extent, p)
     ring_us = (k_split - 1) * math.prod(n for v, n in op.ranges if v not in op.reduced) \
@@ -285,34 +288,34 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
                      hbm_bytes_per_core=round(moved), cores=active)
 
 
-def _staged_trips(graph: Graph, op: Operation, access: Access, sticks: int) -> int:
+def _staged_trips(op: Operation, access: Access, sticks: int,
+                  producers: Producers | None) -> int:
     """The loop trips one HBM read of `access` serves: its op's trip count for a program
-    input or constant that every trip reads in place and whose core slice fits LX — what
-    stage_inputs copies into LX once before the loop (a tiled MLP's weights) — else 1.
-    Charging such a read per trip would price a split by traffic the program never moves
-    (with stage_inputs disabled, or a slice it cannot place, the estimate is optimistic)."""
+    input or constant that stage_inputs may copy into LX once before the loop (every read of
+    it in place: `stage_inputs.read_in_place`; this one not gathered, its core slice within
+    LX) — a tiled MLP's weights — else 1. Charging such a read per trip would price a split
+    by traffic the program never moves. Optimistic where stage_inputs then does not serve
+    this access (disabled, `max_fraction`, no LX room, or another slicing read more often)."""
     trips = math.prod(loop.count for loop in op.loops)
-    buf = graph.buffers[access.buffer]
-    if trips == 1 or buf.role not in ("input", "constant") or \
-            access.buffer in graph.mutated_buffers or \
-            access.buffer in graph.mutated_buffers.values() or \
+    if trips == 1 or producers is None or access.buffer not in producers.stageable or \
             sticks * STICK_BYTES > LX_USABLE_BYTES_PER_CORE or \
-            moves_with_loops(op, access.buffer):
+            any(isinstance(leaf, Indirect) for leaf in access.index.free_atoms()):
         return 1
     return trips
 
 
 def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | None:
-    """What `estimate` of `op` depends on besides the split, without names (the layers of a
-    decoder stack share it, so work_division and split_chains memoize estimates on it); None
-    when it touches a per-tile buffer (priced by its producer's loop). An intermediate that may
-    live in LX adds what decides whether a split keeps its writer's slices (the writer's
-    ranges, reduced vars, split and output access) and, for op's output, its readers'."""
+    """What `estimate` of `op` depends on besides the split, without buffer names (the layers
+    of a decoder stack share it, so work_division and split_chains memoize estimates on it);
+    None when it touches a per-tile buffer (priced by its producer's loop). Per access: the
+    buffer's sizes, strides, layout, whether stage_inputs may stage it, the index (a gather's
+    index tensor by name); per loop its count and tiled vars. An intermediate that may live
+    in LX adds what decides whether a split keeps its writer's slices (the writer's ranges,
+    reduced vars, split and output access) and, for op's output, its readers'."""
     accesses = [a for _, a in op.accesses()]
     bufs = [graph.buffers[a.buffer] for a in accesses]
     if any(b.per_tile for b in bufs):
         return None
-    mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
     lx = []
     for a in accesses:
         if a.buffer not in producers.lx_candidates:
@@ -322,17 +325,17 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | N
         lx.append(() if writer is None else (writer.ranges, writer.reduced,
                                             writer.output.index,
                                             tuple(sorted(writer.core_splits.items()))))
-    return (op.op, op.ranges, op.reduced, tuple(op.loops),
+    return (op.op, op.ranges, op.reduced, tuple((lp.count, lp.tiled) for lp in op.loops),
             tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs),
-            tuple((b.host_size, b.host_strides, b.layout, b.role, b.name in mutated, a.index)
-                  for a, b in zip(accesses, bufs)),
+            tuple((b.host_size, b.host_strides, b.layout, b.name in producers.stageable,
+                   a.index) for a, b in zip(accesses, bufs)),
             tuple(lx), producers.reader_splits(op)
             if op.output.buffer in producers.lx_candidates else None)
 
 
 def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> int:
-    """Cores reading each slice of `access` (sim/footprint.py `ArgFootprint.readers`): the splits of the vars
-    it does not use, a gathered coordinate using its index tensor's vars."""
+    """Cores reading each slice of `access` (sim/footprint.py `ArgFootprint.readers`): the
+    splits of the vars it does not use, a gathered coordinate using its index tensor's vars."""
     used: set[str] = set()
     for atom in access.index.free_atoms():
         if isinstance(atom, Var):

@@ -84,8 +84,7 @@ class StageInputs(Pass):
 
     def _stage(self, graph: Graph, name: str, reads: list) -> dict | None:
         buf = graph.buffers[name]
-        if _trips(reads) < 2 or any(a in op.index_inputs or op.output.buffer == name or
-                                    moves_with_loops(op, name) for op, a in reads):
+        if _trips(reads) < 2 or not read_in_place(name, reads):
             return None
         groups = _groups_by_slices(buf, reads)
         if not groups:
@@ -189,6 +188,27 @@ class StageInputs(Pass):
         finally:
             for n, address in saved.items():
                 graph.buffers[n].lx_address = address
+
+
+def read_in_place(name: str, reads: list) -> bool:
+    """May `name` be staged by `_stage`: no read of it is an index tensor, by an op that also
+    writes it, or at a place a loop moves (`moves_with_loops`)? (split_cost prices a looped
+    op's read of such an input once over the trips, as staged.)"""
+    return not any(a in op.index_inputs or op.output.buffer == name or
+                   moves_with_loops(op, name) for op, a in reads)
+
+
+def stageable_inputs(graph: Graph) -> set[str]:
+    """The program inputs and constants `_stage` may copy into LX (not mutated, every read
+    in place); which accesses it then serves also depends on their slices and on LX room."""
+    reads: dict[str, list] = {}
+    for op in graph.ops:
+        for a in op.reads():
+            reads.setdefault(a.buffer, []).append((op, a))
+    mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
+    return {name for name, buf in graph.buffers.items()
+            if buf.role in ("input", "constant") and name not in mutated
+            and read_in_place(name, reads.get(name, []))}
 
 
 def _trips(reads: list) -> int:

@@ -254,8 +254,8 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
     decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
     from spyrec.passes.split_cost import estimate, estimate_key
 
-    key = estimate_key(graph, op, producers)
-    key = None if key is None else (key, cores)
+    same = estimate_key(graph, op, producers)
+    key = None if same is None else (same, cores)
     if memo is not None and key is not None and key in memo:
         base, costs = memo[key]
     else:

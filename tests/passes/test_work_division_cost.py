@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +48,8 @@ def matmul_text(m: int, k: int, n: int, bias: bool = False) -> str:
     """
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(m=st.sampled_from([2, 8, 24, 64, 96]), k=st.sampled_from([64, 100, 128, 320]),
        n=st.sampled_from([64, 100, 128, 192, 256]), seed=st.integers(0, 2**16))
 def test_chosen_splits_simulate_to_numpy_and_cost_what_the_pass_estimated(tmp_path_factory, m, k,
@@ -149,10 +151,10 @@ def test_tiled_decoder_mlp_reads_each_weight_once_not_once_per_core_or_tile(tmp_
     took 4 cores with M whole: 1.37 us per trip instead of 0.48); gate and up split M 4 x N 8
     (32 cores), the norm before them replicated 8 ways per tile so that each N-core finds its
     rows in its own LX, and their weights staged as 4 copies of 8 column blocks. Each x tile,
-    which the norm reads three times, is copied into LX per trip. Traffic: 4,726,784 greedy -> 2,105,344 with N
-    splits and staging -> 1,705,984 with the replicated norm (its output no longer crosses
-    HBM); the gate/up/product tiles stay in LX where the consumer's split matches its
-    writer's."""
+    which the norm reads three times, is copied into LX per trip. Traffic: 4,726,784 greedy
+    -> 2,105,344 with N splits and staging -> 1,705,984 with the replicated norm (its output
+    no longer crosses HBM); the gate/up/product tiles stay in LX where the consumer's split
+    matches its writer's."""
     from pathlib import Path
 
     from samples.tiling import TILING_SAMPLES
@@ -274,23 +276,59 @@ def test_a_chain_changes_its_splits_together_when_that_keeps_it_in_lx(tmp_path):
     assert placed["mul"] and placed["silu"]
 
 
-def test_estimates_shared_across_layers_depend_only_on_their_key(tmp_path):
-    """work_division and split_chains memoize estimates on split_cost.estimate_key, without
-    names, so the layers of a stack share them. On a depth-2 decoder after work_division,
-    every op and every candidate split: ops with one key and split have one estimate (a
-    dependency the key missed would split a group), and layer 2 does find layer 1's keys
-    where their splits agree (its MLP; its attention runs on other splits than layer 1's)."""
+class TiledEmbedding(torch.nn.Module):
+    """An embedding gather inside a token loop (configs below): its table is read at rows
+    the index tensor picks, which stage_inputs never stages."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(512, 256, dtype=torch.float16)
+
+    def forward(self, idx):
+        return self.emb(idx) * 2.0
+
+
+def _after_work_division(tmp_path, name: str):
+    """(graph after work_division, its Producers) of one program: the depth-2 decoder, the
+    tiled decoder MLP (configs/tiling) or the tiled embedding (4 token tiles)."""
+    from pathlib import Path
+
     from samples.models import decoder
-    from spyrec.passes.split_cost import estimate_key
+    from samples.tiling import TILING_SAMPLES
     from tests.programs import compile_pt2, export
 
-    module, inputs = decoder(2)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    tiling = None
+    if name == "decoder2":
+        module, inputs = decoder(2)
+    elif name == "mlp_tiled":
+        module, inputs = TILING_SAMPLES["decoder_mlp_tokens"]()
+        tiling = Path(__file__).resolve().parents[2] / "configs/tiling/decoder_mlp_tokens.yaml"
+    else:
+        torch.manual_seed(0)
+        module, inputs = TiledEmbedding(), (torch.randint(0, 512, (256,)),)
+        tiling = tmp_path / "tokens.yaml"
+        tiling.write_text("dims: {idx: [T]}\ngroups:\n  - ops: ['*']\n    loops: [{T: 4}]\n")
     dumps = tmp_path / "ir"
-    compile_pt2(export(tmp_path, module, inputs, "d2"), tmp_path / "out",
+    compile_pt2(export(tmp_path, module, inputs, name), tmp_path / "out", tiling=tiling,
                 print_ir_after_all=dumps)
     (path,) = dumps.glob("*_work_division.ir")
     graph = parse(path.read_text().split("\n", 1)[1])
-    producers = Producers(graph, intermediates=True)
+    return graph, Producers(graph, intermediates=True)
+
+
+@pytest.mark.parametrize("name", ["decoder2", "embedding_tiled"])
+def test_one_estimate_key_means_one_estimate(tmp_path, name):
+    """work_division and split_chains memoize estimates on split_cost.estimate_key, without
+    names, so the layers of a stack share them. After work_division, for every op and every
+    candidate split: ops with one key and split have one estimate (a dependency the key
+    missed would split a group; the tiled embedding has keyed ops in a loop, the tiled MLP
+    none: its looped ops all touch per-tile buffers). Layer 2 of the decoder finds layer 1's
+    keys where their splits agree (its MLP; its attention runs on other splits than layer
+    1's)."""
+    from spyrec.passes.split_cost import estimate_key
+
+    graph, producers = _after_work_division(tmp_path, name)
     groups: dict[tuple, set] = {}
     names: dict[tuple, set[str]] = {}
     for op in graph.ops:
@@ -303,9 +341,30 @@ def test_estimates_shared_across_layers_depend_only_on_their_key(tmp_path):
                 cost = estimate(graph, op, split, producers, penalties=penalties)
                 groups.setdefault((key, tuple(sorted(split.items())), penalties),
                                   set()).add(cost)
-    assert all(len(costs) == 1 for costs in groups.values())
-    shared = [ops for ops in names.values() if len(ops) > 1]
-    # both MLPs (gate and up alike) and the norms before them
-    assert {"linear_2", "linear_3", "linear_7", "linear_8"} in shared
-    assert {"linear_4", "linear_9"} in shared and {"silu", "silu_1"} in shared
-    assert len(shared) == 10
+    assert groups and all(len(costs) == 1 for costs in groups.values())
+    if name == "decoder2":
+        shared = [ops for ops in names.values() if len(ops) > 1]
+        # both MLPs (gate and up alike) and the norms before them
+        assert {"linear_2", "linear_3", "linear_7", "linear_8"} in shared
+        assert {"linear_4", "linear_9"} in shared and {"silu", "silu_1"} in shared
+        assert len(shared) == 10
+
+
+def test_a_looped_read_is_priced_once_only_where_stage_inputs_stages_it(tmp_path):
+    """split_cost charges a looped op's read of an input once over the trips only where
+    stage_inputs may stage it: the tiled MLP's down weight (read in place every trip), not
+    the embedding table a gather reads at rows the index picks."""
+    from spyrec.passes.split_cost import _staged_trips, access_sticks, core0_slice
+
+    def trips(graph, producers, op_name, buffer):
+        op = next(o for o in graph.ops if o.name == op_name)
+        access = next(a for a in op.reads() if a.buffer == buffer)
+        sticks = access_sticks(graph, op, access, core0_slice(op, op.core_splits))
+        return _staged_trips(op, access, sticks, producers)
+
+    mlp = _after_work_division(tmp_path / "mlp", "mlp_tiled")
+    assert trips(*mlp, "linear_2", "p_mlp_down_weight") == 4
+    assert "x" not in mlp[1].stageable          # its tiles move with the loop
+    emb = _after_work_division(tmp_path / "emb", "embedding_tiled")
+    assert "p_emb_weight" in emb[1].stageable   # read in place: no loop var in its index,
+    assert trips(*emb, "mul", "p_emb_weight") == 1      # but gathered
