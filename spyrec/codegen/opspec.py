@@ -6,7 +6,6 @@ passes); `writer.py` serializes it. Field meanings: DESIGN §4 and docs/formats.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from spyrec.codegen.symbols import level_advances_bytes
 from spyrec.indexing import Indirect, Lin, evaluate
 from spyrec.ir import Access, Graph, Operation
+from spyrec.ir.lx import core_slices
 from spyrec.indexing.sticks import access_coordinates
 
 
@@ -72,21 +72,18 @@ def strip_private(spec: dict) -> dict:
 
 
 def _cores(graph: Graph, op: Operation, args: list[dict], splits: dict[str, int]) -> list[dict]:
-    """Each core's slice of the iteration space and each arg's byte address at its start.
+    """Each core's slice of the iteration space and each arg's byte address at its start, in
+    SuperDSC core order (ir/lx.py `core_slices`: the first split var fastest), so that core c
+    here is core c of the op's SuperDSC file.
 
     Start addresses are evaluated for all cores at once (numpy arrays of slice starts)."""
-    per_var = []
-    for v, n in op.ranges:
-        k = splits.get(v, 1)
-        chunk = n // k
-        per_var.append([(v, i * chunk, (i + 1) * chunk) for i in range(k)])
-    combos = list(itertools.product(*per_var))
-    env = {v: np.array([combo[j][1] for combo in combos], dtype=np.int64)
-           for j, (v, _) in enumerate(op.ranges)}
-    starts = [_start_addresses(graph, a, env, len(combos)) for a in args]
-    return [{"core": core, "ranges": {v: [lo, hi] for v, lo, hi in combo},
+    slices = core_slices(op)         # op.core_splits: `splits` is them, or all 1
+    env = {v: np.array([ranges[v][0] for ranges in slices], dtype=np.int64)
+           for v, _ in op.ranges}
+    starts = [_start_addresses(graph, a, env, len(slices)) for a in args]
+    return [{"core": core, "ranges": {v: [lo, hi] for v, (lo, hi) in ranges.items()},
              "arg_start_bytes": [s[core] for s in starts]}
-            for core, combo in enumerate(combos)]
+            for core, ranges in enumerate(slices)]
 
 
 def _start_addresses(graph: Graph, arg: dict, env: dict, n: int) -> list:

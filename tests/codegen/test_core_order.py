@@ -8,7 +8,8 @@ buffer of `k * 2` with core c holding the c-th contiguous slice of h, as its rea
 h as one label) runs it; HEAD's core map walks labels in order, the first split one fastest,
 and would give core 1 the slice h = 2: each core would read another core's LX slice. The map
 in the file walks a var's labels least significant first; these tests pin that the buffer is in
-LX and equals eager, and that HEAD's order in the same file is caught by the simulator.
+LX and equals eager, and that HEAD's order in the same file is caught by the simulator. The
+per-core list of opspecs.json is in the same order (its core c is the file's core c).
 """
 
 from __future__ import annotations
@@ -72,3 +73,27 @@ def test_heads_order_of_the_core_map_is_caught(tmp_path, monkeypatch):
     with pytest.raises(SimulatorFault, match=r"core 1 reads LX arg 'mul' .* holds stick 128 "
                        r"of the tile, not stick 64: the op that wrote it split the tile"):
         simulate(out, {"x": x.numpy()})
+
+
+def test_opspec_cores_are_the_superdsc_cores(tmp_path):
+    """opspecs.json lists each op's cores in its SuperDSC file's order: core c's start address
+    of every HBM arg is the file's for core c (decoder_fp32: ops split over batch x heads,
+    batch x columns and one var alone)."""
+    from samples.models import SAMPLES
+
+    module, inputs = SAMPLES["decoder_fp32"]()
+    out = compile_pt2(export(tmp_path, module, inputs, "decoder"), tmp_path / "out")
+    specs = json.loads((out / "opspecs.json").read_text())["kernels"][0]["specs"]
+    multi = 0
+    for index, spec in enumerate(specs):
+        _, wrapper = _wrapper(out, index)
+        (dsc,) = wrapper["dscs_"][0].values()
+        multi += sum(1 for _, k in spec["iteration_space"].values() if k > 1) > 1
+        for arg, node in enumerate(dsc["scheduleTree_"]):
+            if node["component_"] != "hbm":
+                continue
+            theirs = {int(key.strip("[]").split(",")[0]): int(address) for key, address
+                      in node["startAddressCoreCorelet_"]["data_"].items()}
+            ours = {c["core"]: c["arg_start_bytes"][arg] for c in spec["cores"]}
+            assert ours == theirs, (spec["name"], arg)
+    assert multi >= 10                  # ops split over two vars or more
