@@ -14,9 +14,7 @@ Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, a
     buffer (unless its writer is replicated over it), would read another core's LX, so such a
     buffer stays in HBM and the report says why. Each core's slice is the union of its
     writers' boxes: a zero fill of padding may write a part of it beside the one writer of
-    the data, whose readers read exactly what it wrote (`ir/lx.py keeps_lx_slices`). An op
-    whose SuperDSC cores would run its slices out of spyrec's order (a var split over several
-    SuperDSC dims) takes no LX args;
+    the data, whose readers read exactly what it wrote (`ir/lx.py keeps_lx_slices`);
 (c) buffers live at the same time (by op order, widened over every loop instance a buffer is
     live across) never share bytes, except an in-place update; offsets are 128-byte aligned;
     space is reused after a buffer's last use and across groups;

@@ -37,7 +37,7 @@ from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.indexing import Indirect, const, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.ir.graph import outer_loop_spans
-from spyrec.ir.lx import box_bytes, core_boxes, keeps_slices, moves_with_loops, set_replicas
+from spyrec.ir.lx import box_bytes, core_boxes, keeps_slices, moves_with_loops
 from spyrec.layout import contiguous_strides
 from spyrec.passes.coarse_tiling.tiles import (host_advance, host_box, retile_index,
                                                tile_buffer_layout)
@@ -289,15 +289,13 @@ def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:
 def _split_giving(graph: Graph, op: Operation, out: Buffer, want: tuple) -> Operation | None:
     """`op` with the first core split under which it writes `out` in the per-core boxes
     `want` (core order), or None."""
-    from spyrec.passes.work_division import candidates, stick_vars
+    from spyrec.passes.work_division import replica_candidates
 
     distinct = len(set(want))
     copies = len(want) // distinct if len(want) % distinct == 0 else 1
-    for first in (False, True) if copies > 1 else (False,):
-        trial = replace(op)
-        set_replicas(trial, copies, first)     # the slices repeat: a replicated reader's
-        for split in candidates(trial, stick_vars(graph, trial), CORES):
-            trial.core_splits = split
-            if (core_boxes(out, trial, trial.output) or []) == list(want):
-                return trial
+    trial = replace(op)          # `want` repeats its slices: copies for a replicated reader
+    for split in replica_candidates(graph, trial, copies, CORES):
+        trial.core_splits = split
+        if (core_boxes(out, trial, trial.output) or []) == list(want):
+            return trial
     return None

@@ -34,10 +34,11 @@ taking the largest divisor of its range that the remaining cores allow.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
-from spyrec.ir.lx import REPLICA_VAR, data_writer, replicas, set_replicas
+from spyrec.ir.lx import REPLICA_VAR, data_writer, replicas, set_ranges, set_replicas
 from spyrec.ir.ops import PARTIAL_SUMS
 from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
@@ -122,16 +123,13 @@ class WorkDivision(Pass):
                     continue
                 original, ranges = op.core_splits, op.ranges
                 best, best_time, best_ranges = None, None, ranges
-                for first in (False, True) if replicas(main) > 1 else (False,):
-                    set_replicas(op, replicas(main), first)
-                    for c in candidates(op, stick_vars(graph, op), self.cores):
-                        op.core_splits = c
-                        if lx_slices_problem(graph, buf, uses) is None:
-                            t = estimate(graph, op, c, producers).time_us
-                            if best_time is None or t < best_time:
-                                best, best_time, best_ranges = c, t, op.ranges
-                set_replicas(op, dict(best_ranges).get(REPLICA_VAR, 1),
-                             first=bool(best_ranges) and best_ranges[0][0] == REPLICA_VAR)
+                for c in replica_candidates(graph, op, replicas(main), self.cores):
+                    op.core_splits = c
+                    if lx_slices_problem(graph, buf, uses) is None:
+                        t = estimate(graph, op, c, producers).time_us
+                        if best_time is None or t < best_time:
+                            best, best_time, best_ranges = c, t, op.ranges
+                set_ranges(op, best_ranges)
                 op.core_splits = best or original
                 producers.forget(op)
                 if best is not None:
@@ -206,7 +204,7 @@ def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
 def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
     """The fixed-order split (module docstring): the tie-breaker and the report's baseline."""
     splits = {v: 1 for v, _ in op.ranges}
-    copies = dict(op.ranges).get(REPLICA_VAR, 1)
+    copies = replicas(op)
     splits.update({REPLICA_VAR: copies} if copies > 1 else {})
     left = cores // copies
     order = [(v, n) for v, n in op.ranges if v not in sticks] + \
@@ -243,6 +241,17 @@ def candidates(op: Operation, sticks: dict[str, int], cores: int,
     for v, ks in options:
         out = [{**s, v: k} for s in out for k in ks if _product(s) * k <= cores]
     return out
+
+
+def replica_candidates(graph: Graph, op: Operation, copies: int,
+                       cores: int) -> Iterator[dict[str, int]]:
+    """The candidates of `op` run as `copies` replicas (1: once), its replica var placed
+    slowest, then fastest, in core order (which cores hold which copy is what a co-writer
+    or reader must match). Sets op's ranges before each split it yields: a caller keeping a
+    split keeps `op.ranges` with it."""
+    for first in (False, True) if copies > 1 else (False,):
+        set_replicas(op, copies, first)
+        yield from candidates(op, stick_vars(graph, op), cores)
 
 
 def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str, int],

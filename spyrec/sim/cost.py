@@ -32,7 +32,6 @@ import math
 from dataclasses import asdict, dataclass
 
 from spyrec.device import CORES, HBM_BYTES_PER_S, STICK_BYTES
-from spyrec.indexing import Var
 from spyrec.sim.footprint import ArgFootprint, support
 from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 from spyrec.sim.specs import CoreSplit, OpSpec
@@ -129,13 +128,9 @@ def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint, bool]]:
 
 
 def replicas(spec: OpSpec) -> int:
-    """How many cores compute each point alike: the product of the dims no arg addresses,
-    split over all their values (a replicated op's copy dim)."""
-    used = {leaf.name for a in spec.args for c in a.coordinates + a.tile_coordinates
-            for leaf in c.free_atoms() if isinstance(leaf, Var)}   # an LX arg's local
-    # coordinates drop a var split one value per core; its tile coordinates keep it
-    return math.prod(n for v, (n, k) in spec.iteration_space.items()
-                     if v not in used and v not in spec.reduced and n == k > 1)
+    """How many cores compute each point alike: the product of a replicated op's copy dims
+    (`OpSpec.replica_vars`)."""
+    return math.prod(spec.iteration_space[v][0] for v in spec.replica_vars)
 
 
 def _m_vars(spec: OpSpec) -> set[str]:

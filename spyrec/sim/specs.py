@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from spyrec.indexing import Lin
+from spyrec.indexing import Lin, Var
 from spyrec.layout import DeviceLayout
 
 
@@ -182,6 +182,17 @@ class OpSpec:
     @property
     def points(self) -> int:
         return math.prod(self.extents)
+
+    @property
+    def replica_vars(self) -> tuple[str, ...]:
+        """The dims of a replicated op's copies (docs/formats.md, replicas): addressed by no
+        arg, reducing nothing and split over all their values, so each core runs one value
+        (the whole op once, into its own LX). An LX arg's local coordinates drop a var split
+        one value per core; its tile coordinates keep it."""
+        used = {leaf.name for a in self.args for c in a.coordinates + a.tile_coordinates
+                for leaf in c.free_atoms() if isinstance(leaf, Var)}
+        return tuple(v for v, (n, k) in self.iteration_space.items()
+                     if v not in used and v not in self.reduced and n == k > 1)
 
     @property
     def index_args(self) -> tuple[ArgSpec, ...]:

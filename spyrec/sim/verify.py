@@ -99,10 +99,11 @@ def _output_problems(spec: OpSpec) -> list[str]:
     for v in spec.reduced:
         if v in names:
             out.append(f"reduced var {v} indexes the output")
-    for v, (n, split) in spec.iteration_space.items():
+    replica = spec.replica_vars if spec.output.in_lx else ()
+    for v, (n, _) in spec.iteration_space.items():
         if spec.constants.get("scatter") in SCATTER_MODES:
             break                # a scatter says what several points on one element do
-        if spec.output.in_lx and split == n:
+        if v in replica:
             continue             # a replica dim: each core writes its own LX once
         if v not in spec.reduced and n > 1 and v not in names:
             out.append(f"output var {v} (range {n}) does not index the output, so every "

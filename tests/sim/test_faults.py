@@ -178,3 +178,25 @@ def test_null_start_bytes_only_for_gathered_args(out):
                      **neg())
     assert found == ["core 0: arg_start_bytes[0] ('x') is null, but its address does not "
                      "depend on data: 0"]
+
+
+def test_replica_dims_are_unaddressed_unreduced_and_split_over_all_values(out):
+    """OpSpec.replica_vars (docs/formats.md, replicas), which the cost model counts once and
+    the verifier lets an LX output skip: a dim no arg addresses, split one value per core.
+    An output in HBM gets no such pass: its copies would write each element again."""
+    from dataclasses import replace
+
+    from spyrec.sim.loader import load_directory
+
+    out.input("x", [4, 100])
+    out.output("y", [4, 100])
+    out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
+    spec = load_directory(out.write()).ops["sdsc_0.json"]
+    space = dict(spec.iteration_space)
+    assert spec.replica_vars == ()
+    assert replace(spec, iteration_space={**space, "rep": (4, 4)}).replica_vars == ("rep",)
+    assert replace(spec, iteration_space={**space, "rep": (4, 2)}).replica_vars == ()
+    assert replace(spec, iteration_space={**space, "c0": (4, 4)}).replica_vars == ()
+    copies = replace(spec, iteration_space={**space, "rep": (4, 4)})
+    assert any("output var rep (range 4) does not index the output" in p
+               for p in op_problems(copies))
