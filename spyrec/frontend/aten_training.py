@@ -17,9 +17,10 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary, gather
 from spyrec.frontend.indexed import IndexUse, check_index, emit_gather
-from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul
-from spyrec.frontend.lower import lowering, source_of
+from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul, reduce
+from spyrec.frontend.lower import Scalar, lowering, source_of
 from spyrec.indexing import Indirect, as_lin
+from spyrec.indexing.expr import evaluate
 
 
 @lowering("aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default",
@@ -87,9 +88,52 @@ def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
                                shape=scores.shape)
     elif attn_mask is not None:
         scores = binary(ctx, "add", scores, attn_mask, out_dtype=FP32)
-    _, e, z = _shifted_exp_sum(ctx, scores, scores.rank - 1)
-    probs = ctx.pointwise("realdiv", [e, z], out_dtype=FP32)
+    if attn_mask is not None and _may_mask_whole_rows(ctx, attn_mask, (length, keys)):
+        probs = _safe_softmax(ctx, scores)
+    else:
+        _, e, z = _shifted_exp_sum(ctx, scores, scores.rank - 1)
+        probs = ctx.pointwise("realdiv", [e, z], out_dtype=FP32)
     return matmul(ctx, probs, v, dtype)
+
+
+def _safe_softmax(ctx, scores):
+    """Softmax over the last dim that gives 0, as eager's sdpa does, on a row whose every
+    score is -inf (a fully masked query: a left-padded sequence's pad rows). Plain softmax
+    gives 0/0 = NaN there, and the NaN reaches every token through the next layer.
+
+    Two small ops on the [rows, 1] statistics do it without a condition: the shift is
+    max(row max, -FLT_MAX), so a fully masked row shifts by a finite number and every exp is
+    0; the sum is max(sum, 1), which changes no other row (its largest score contributes
+    exp(0) = 1) and makes the masked row 0/1 = 0. +inf or NaN scores still give NaN, as eager.
+    """
+    last = scores.rank - 1
+    m = reduce(ctx, "max", scores, [last], True, FP32)
+    m = binary(ctx, "maximum", m, Scalar(-float(np.finfo(np.float32).max)), out_dtype=FP32)
+    e = ctx.pointwise("exp", [binary(ctx, "sub", scores, m, out_dtype=FP32)], out_dtype=FP32)
+    z = reduce(ctx, "sum", e, [last], True, FP32)
+    z = binary(ctx, "maximum", z, Scalar(1.0), out_dtype=FP32)
+    return ctx.pointwise("realdiv", [e, z], out_dtype=FP32)
+
+
+def _may_mask_whole_rows(ctx, mask, rows_keys: tuple[int, int]) -> bool:
+    """Whether `mask` can leave a query row with no key: always for a runtime mask; for a
+    compile-time mask (folded from shapes: a causal or sliding-window table), only if one of
+    its rows masks every key, so the common folded masks keep the plain softmax."""
+    values = constant_values(ctx, mask)
+    if values is None:
+        return True
+    keep = values if values.dtype == bool else values != -np.inf
+    return keep.size > 0 and not keep.any(axis=-1).all()
+
+
+def constant_values(ctx, value) -> np.ndarray | None:
+    """The elements of `value` when it is a view of a compile-time constant, else None."""
+    stored = ctx.graph.constants.get(value.buffer)
+    if stored is None:
+        return None
+    grid = np.indices(value.shape, dtype=np.int64) if value.rank else []
+    flat = evaluate(value.index, {f"v{i}": g for i, g in enumerate(grid)})
+    return np.asarray(stored).reshape(-1)[np.broadcast_to(flat, value.shape)]
 
 
 def _repeat_heads(ctx, node, x, heads: int):

@@ -44,9 +44,11 @@ class MatmulPadding(Pass):
         e = graph.buffers[x.buffer].layout.elems_per_stick
         if sizes[k] % e == 0:
             return op
-        used = {a.name for a in y.index.free_atoms() if isinstance(a, Var)}
-        free = [v for v, _ in op.ranges if v not in op.reduced and v in used]
-        n_var = free[-1] if free else None   # none when y has no N (matrix-vector, dot)
+        used = _vars(y)
+        # N is a var of y that x does not read (batch vars are read by both): none when y
+        # has no N (matrix-vector, a batched dot product of a single key)
+        free = [v for v, _ in op.ranges if v not in op.reduced and v in used - _vars(x)]
+        n_var = free[-1] if free else None
         order = [v for v, _ in op.ranges if v in used and v not in (k, n_var)] + \
             [v for v in (k, n_var) if v is not None]
         k_pad = -(-sizes[k] // e) * e
@@ -75,3 +77,7 @@ class MatmulPadding(Pass):
         rows.append({"tensor": y.buffer, "padded": buf.name, "k": sizes[k], "k_padded": k_pad,
                      "elements": buf.layout.device_elems, "op": op.name})
         return replace(op, inputs=(x, Access(buf.name, index)))
+
+
+def _vars(access: Access) -> set[str]:
+    return {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
