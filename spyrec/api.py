@@ -88,14 +88,14 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
     `check=True` also runs `out/program.pt2` in PyTorch eager and raises `CheckMismatch` when
     an output differs beyond its dtype's tolerance.
     """
-    from spyrec.sim.check import check_outputs, check_reference_program
+    from spyrec.sim.check import check_outputs, check_reference_program, describe_failure
     from spyrec.sim.inputs import check_inputs, npz_arrays, read_inputs
     from spyrec.sim.runner import load_program, simulate
 
     out = Path(out)
     program = load_program(out)
-    if check:
-        check_reference_program(out)
+    if check:   # before simulating: program.pt2 can be loaded and called with these inputs
+        check_reference_program(out, list(program.manifest.inputs))
     if isinstance(inputs, (str, os.PathLike)):
         arrays = read_inputs(program.manifest, inputs)
     else:
@@ -110,8 +110,7 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
         if bad:
             raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from PyTorch eager "
                                 f"beyond tolerance: "
-                                + ", ".join(f"{c.key or f'output_{c.index}'} ({c.name}, max "
-                                            f"abs err {c.max_abs:.4g})" for c in bad))
+                                + ", ".join(describe_failure(c) for c in bad))
     return npz_arrays(result.outputs, result.output_dtypes, result.names)
 
 

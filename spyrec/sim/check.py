@@ -1,21 +1,40 @@
 """`--check`: run the source program in PyTorch eager and compare every output.
 
-The output directory carries `program.pt2`, so the reference needs nothing else:
-`torch.export.load(...).module()(*inputs in manifest order)`. Comparison uses torch.testing's
-allclose rule `|sim - eager| <= atol + rtol * |eager|` with atol = rtol = the dtype's tolerance
-(DESIGN §9: fp32 1e-4, fp16/bf16 1e-2; integers and bools exact). NaN matches only NaN and an
-infinity only the same infinity, so a padding leak (NaN where eager is finite) is a mismatch.
+The output directory carries `program.pt2`, so the reference needs nothing else. It is called
+the way its signature says: the manifest's inputs are the program's flat user inputs, and
+`tree_unflatten(flat, ep.call_spec.in_spec)` turns them back into the `(args, kwargs)` the
+module takes, so keyword-only inputs (transformers' ExecuTorch recipe exports
+`forward(input_ids=..., cache_position=...)`) and mixed positional + keyword inputs work.
+Everything that would make the check impossible is found by `check_reference_program`
+*before* the simulation starts, from the archive's JSON alone (no torch): a missing or damaged
+`program.pt2`, an in_spec holding a container torch cannot rebuild, user inputs that are not
+the manifest's inputs.
+
+Comparison uses torch.testing's allclose rule `|sim - eager| <= atol + rtol * |eager|` with
+atol = rtol = the dtype's tolerance (DESIGN §9: fp32 1e-4, fp16/bf16 1e-2; integers and bools
+exact). NaN matches only NaN and an infinity only the same infinity, so a padding leak (NaN
+where eager is finite) is a mismatch.
+
+Non-finite values are never hidden. `OutputCheck.nonfinite` counts the elements where exactly
+one side is NaN, or where an infinity differs (inf vs a finite value, +inf vs -inf); the
+`--check` table shows it in its own column (`nan/inf`), `run --json` as
+`nonfinite_mismatches`, and any such element fails the check. When that count is not zero the
+max abs and max rel errors are `inf` (the error at those elements is unbounded), never the
+largest error among the finite elements alone; `run --json` writes them as null (JSON has no
+infinity), next to the non-zero count that says why. Elements that are NaN on both sides, or
+the same infinity on both sides, agree and are left out of the max columns.
 """
 
 from __future__ import annotations
 
+import json
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from spyrec.errors import InputFileError
+from spyrec.errors import InputFileError, InternalError
 from spyrec.sim.numerics import bf16_bits_to_float32
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
@@ -33,10 +52,11 @@ class OutputCheck:
     total: int
     problem: str | None = None    # shape or count mismatch: no element comparison possible
     key: str | None = None        # outputs.npz key when not output_<index> (a buffer's FQN)
+    nonfinite: int = 0            # elements where NaN/Inf differ from eager (module docstring)
 
     @property
     def ok(self) -> bool:
-        return self.problem is None and self.mismatches == 0
+        return self.problem is None and self.mismatches == 0 and self.nonfinite == 0
 
 
 def to_torch(array: np.ndarray, host_dtype: str):
@@ -52,22 +72,15 @@ def _c_order(array: np.ndarray) -> np.ndarray:
     return np.require(np.asarray(array), None, "C")
 
 
-def _flatten(value) -> list:
-    """Tensors of an eager result in pytree order (tensor, tuple/list, dict by insertion)."""
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _flatten(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flatten(v)]
-    return [value]
-
-
 RERUN = "re-run spyrec compile to restore it, or run without --check"
 
 
-def check_reference_program(out_dir: Path) -> Path:
+def check_reference_program(out_dir: Path, input_names: list[str] | None = None) -> Path:
     """OUT/program.pt2, after the checks that need no torch: it exists and is an exported
-    program archive (a zip with models/*.json), not text or a TorchScript file. Called before
-    simulating, so a broken --check fails at once."""
+    program archive (a zip with models/*.json), not text or a TorchScript file; with
+    `input_names` (the manifest's inputs), also that its in_spec can be rebuilt from them
+    (`_check_call`). Called before simulating, so a --check that cannot be done fails at once
+    rather than after the whole run."""
     path = Path(out_dir) / "program.pt2"
     if not path.exists():
         raise InputFileError(f"{path}: missing; --check runs it in PyTorch eager: {RERUN}")
@@ -76,39 +89,184 @@ def check_reference_program(out_dir: Path) -> Path:
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
+            models = [n for n in names
+                      if n.split("/")[-2:-1] == ["models"] and n.endswith(".json")]
+            if not models:
+                kind = "a TorchScript file" if any(n.endswith("/code/") or "/code/" in n
+                                                    for n in names) else "a zip file"
+                raise InputFileError(f"{path}: {kind}, not a torch.export program (no "
+                                     f"models/*.json); {RERUN}")
+            if input_names is not None:
+                _check_call(path, _model_json(path, zf, models[0]), list(input_names))
     except (OSError, zipfile.BadZipFile) as e:
         raise InputFileError(f"{path}: damaged archive ({e}); {RERUN}") from None
-    if not any(n.split("/")[-2:-1] == ["models"] and n.endswith(".json") for n in names):
-        kind = "a TorchScript file" if any(n.endswith("/code/") or "/code/" in n
-                                            for n in names) else "a zip file"
-        raise InputFileError(f"{path}: {kind}, not a torch.export program (no models/*.json); "
-                             f"{RERUN}")
+    if input_names is not None:
+        from spyrec.pt2archive import open_archive
+
+        open_archive(path)     # every member torch.export.load will read, and no pickles
     return path
+
+
+MAX_MODEL_JSON_BYTES = 1 << 30    # as pt2archive: a graph larger than this is a crafted file
+
+# Containers of an in_spec/out_spec that torch.export.load rebuilds without any import of
+# ours: torch.utils._pytree's own serialized type names. Anything else (a transformers cache
+# class, a user dataclass) needs its module imported and registered, which --check does not do.
+REBUILDABLE = frozenset({
+    "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict",
+    "collections.defaultdict", "collections.deque", "collections.namedtuple", "torch.Size",
+    "torch.fx.immutable_collections.immutable_dict",
+    "torch.fx.immutable_collections.immutable_list"})
+
+
+def _model_json(path: Path, zf: zipfile.ZipFile, member: str) -> dict:
+    size = zf.getinfo(member).file_size
+    if size > MAX_MODEL_JSON_BYTES:
+        raise InputFileError(f"{path}: member {member} claims {size} bytes of JSON; {RERUN}")
+    try:
+        model = json.loads(zf.read(member))
+    except ValueError as e:      # JSONDecodeError and UnicodeDecodeError
+        raise InputFileError(f"{path}: {member} is not valid JSON ({e}); {RERUN}") from None
+    if not isinstance(model, dict):
+        raise InputFileError(f"{path}: {member} is not an exported program; {RERUN}")
+    return model
+
+
+def _spec_tree(path: Path, text, which: str) -> dict:
+    """The root node of a serialized TreeSpec (`[version, {type, context, children_spec}]`)."""
+    try:
+        spec = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        spec = None
+    if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[1], dict)):
+        raise InputFileError(f"{path}: --check cannot read how the program is called (its "
+                             f"{which} is not a serialized TreeSpec); {RERUN}")
+    return spec[1]
+
+
+def _spec_walk(path: Path, node, which: str) -> tuple[int, set[str]]:
+    """(leaf count, container type names) of a serialized TreeSpec node."""
+    leaves, types, stack = 0, set(), [node]
+    while stack:
+        n = stack.pop()
+        children = n.get("children_spec") if isinstance(n, dict) else None
+        if not isinstance(children, list):
+            raise InputFileError(f"{path}: --check cannot read how the program is called (a "
+                                 f"malformed node in its {which}); {RERUN}")
+        if n.get("type") is None:
+            leaves += 1
+        else:
+            types.add(str(n["type"]))
+        stack.extend(children)
+    return leaves, types
+
+
+def _user_inputs(path: Path, model: dict) -> list[tuple[str, str]]:
+    """(name, what) of every user input of the serialized graph, in call order: what is
+    "tensor", or the kind of a non-tensor input (a constant int, a SymInt...)."""
+    try:
+        specs = model["graph_module"]["signature"]["input_specs"]
+        found = []
+        for spec in specs:
+            kind, body = next(iter(spec.items()))
+            if kind == "constant_input":
+                value = body.get("value") or {}
+                what = next(iter(value), "as_constant").removeprefix("as_")
+                found.append((str(body.get("name")), f"a constant {what}"))
+            elif kind == "user_input":
+                arg_kind, arg = next(iter(body["arg"].items()))
+                found.append((str(arg.get("name")) if isinstance(arg, dict) else "?",
+                              "tensor" if arg_kind == "as_tensor"
+                              else f"a {arg_kind.removeprefix('as_')}"))
+        return found
+    except (KeyError, TypeError, AttributeError, StopIteration) as e:
+        raise InputFileError(f"{path}: --check cannot read the program's inputs "
+                             f"({type(e).__name__}: {e}); {RERUN}") from None
+
+
+def _check_call(path: Path, model: dict, input_names: list[str]) -> None:
+    """That `tree_unflatten(manifest inputs, in_spec)` will give the (args, kwargs) the
+    program takes: as many user inputs as the manifest lists (matched by position: the
+    manifest lists the graph's user inputs in order), all tensors; the in_spec has one leaf
+    per input; every container of the in_spec and out_spec is one torch.export.load rebuilds
+    by itself (REBUILDABLE)."""
+    graph_module = model.get("graph_module")
+    calls = graph_module.get("module_call_graph") if isinstance(graph_module, dict) else None
+    root = next((c for c in calls or [] if isinstance(c, dict) and c.get("fqn") == ""), None)
+    signature = root.get("signature") if root else None
+    if not isinstance(signature, dict):
+        raise InputFileError(f"{path}: --check cannot read how the program is called (no "
+                             f"module_call_graph signature for the root module); {RERUN}")
+    user = _user_inputs(path, model)
+    other = [f"{name} ({what})" for name, what in user if what != "tensor"]
+    if other:
+        raise InputFileError(f"{path}: --check cannot call the program: it takes non-tensor "
+                             f"inputs {', '.join(other)}, which {path.parent} was not compiled "
+                             f"with; {RERUN}")
+    names = [name for name, _ in user]
+    if len(names) != len(input_names):     # matched by position, as the frontend numbers them
+        raise InputFileError(f"{path}: takes {len(names)} inputs [{', '.join(names)}] but "
+                             f"manifest.json lists {len(input_names)} "
+                             f"[{', '.join(input_names)}]: not the program this directory was "
+                             f"compiled from; {RERUN}")
+    leaves, types = _spec_walk(path, _spec_tree(path, signature.get("in_spec"), "in_spec"),
+                               "in_spec")
+    _, out_types = _spec_walk(path, _spec_tree(path, signature.get("out_spec"), "out_spec"),
+                              "out_spec")
+    for which, found in (("inputs", types), ("outputs", out_types)):
+        foreign = sorted(found - REBUILDABLE)
+        if foreign:
+            raise InputFileError(f"{path}: --check cannot rebuild the program's {which}: they "
+                                 f"are passed in {', '.join(foreign)} (only tuples, lists and "
+                                 f"dicts of tensors); run without --check")
+    if leaves != len(input_names):
+        raise InputFileError(f"{path}: its in_spec holds {leaves} inputs, its graph "
+                             f"{len(input_names)}; {RERUN}")
 
 
 def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, str],
                   inputs: dict[str, np.ndarray],
                   mutated: tuple[str, ...] = ()) -> list[np.ndarray]:
     """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays, then the
-    values of the `mutated` buffers (FQNs) after the run: the module updates them in place."""
+    values of the `mutated` buffers (FQNs) after the run: the module updates them in place.
+    The inputs (in manifest order: the program's flat user inputs) are passed as the
+    program's in_spec says, positionally or by keyword."""
     import torch
+    from torch.utils._pytree import tree_leaves, tree_unflatten
 
     from spyrec.pt2archive import load_exported
 
-    path = check_reference_program(out_dir)
+    path = check_reference_program(out_dir, input_names)
     try:
-        module = load_exported(path).module()
+        program = load_exported(path)
+        in_spec = program.call_spec.in_spec
+        module = program.module()
     except InputFileError:
         raise
     except Exception as e:  # noqa: BLE001 - torch raises many types here; all mean "damaged"
-        first = (str(e).strip().splitlines() or [""])[0]
         raise InputFileError(f"{path}: torch.export.load failed ({type(e).__name__}: "
-                             f"{first}); {RERUN}") from None
-    args = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
-    with torch.no_grad():
-        result = module(*args)
+                             f"{_first_line(e)}); {RERUN}") from None
+    flat = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
+    if in_spec is None or in_spec.num_leaves != len(flat):
+        raise InputFileError(f"{path}: its in_spec takes "
+                             f"{None if in_spec is None else in_spec.num_leaves} inputs, "
+                             f"manifest.json lists {len(flat)}; {RERUN}")
+    call = tree_unflatten(flat, in_spec)
+    if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[1], dict)):
+        raise InputFileError(f"{path}: its in_spec is not (args, kwargs); {RERUN}")
+    args, kwargs = call
+    try:
+        with torch.no_grad():
+            result = module(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - the inputs passed the manifest's checks
+        raise InternalError(f"--check: {path} failed in PyTorch eager on these inputs "
+                            f"({type(e).__name__}: {_first_line(e)})") from None
     after = [module.get_buffer(fqn) for fqn in mutated]
-    return [_to_numpy(t) for t in _flatten(result)] + [_to_numpy(t) for t in after]
+    return [_to_numpy(t) for t in tree_leaves(result)] + [_to_numpy(t) for t in after]
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
 
 
 def _to_numpy(t) -> np.ndarray:
@@ -146,12 +304,26 @@ def compare(index: int, name: str, host_dtype: str, sim: np.ndarray,
         return OutputCheck(index, name, host_dtype, tol, worst, worst, bad, sim.size)
     a, b = sim.astype(np.float64), eager.astype(np.float64)
     close = np.isclose(a, b, rtol=tol, atol=tol, equal_nan=True)
+    nonfinite = nonfinite_mismatches(a, b)
     finite = np.isfinite(a) & np.isfinite(b)
     diff = np.abs(a[finite] - b[finite])
     rel = diff / np.maximum(np.abs(b[finite]), np.finfo(np.float64).tiny)
-    return OutputCheck(index, name, host_dtype, tol, float(diff.max()) if diff.size else 0.0,
-                       float(rel.max()) if rel.size else 0.0,
-                       int(np.count_nonzero(~close)), a.size)
+    if nonfinite:       # unbounded error at those elements: never a small finite number
+        max_abs = max_rel = np.inf
+    else:
+        max_abs = float(diff.max()) if diff.size else 0.0
+        max_rel = float(rel.max()) if rel.size else 0.0
+    return OutputCheck(index, name, host_dtype, tol, max_abs, max_rel,
+                       int(np.count_nonzero(~close)), a.size, nonfinite=nonfinite)
+
+
+def nonfinite_mismatches(a: np.ndarray, b: np.ndarray) -> int:
+    """Elements where exactly one of `a`, `b` is NaN, or where an infinity differs (inf vs a
+    finite value, +inf vs -inf). NaN on both sides, or the same infinity, agree."""
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    inf_either = (np.isinf(a) | np.isinf(b)) & ~nan_a & ~nan_b
+    with np.errstate(invalid="ignore"):
+        return int(np.count_nonzero((nan_a != nan_b) | (inf_either & (a != b))))
 
 
 def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
@@ -178,12 +350,27 @@ def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
 
 
 def format_checks(checks: list[OutputCheck]) -> str:
+    """The --check table; `nan/inf` counts the elements where NaN/Inf differ from eager."""
     lines = [f"{'output':<10} {'tensor':<16} {'dtype':<9} {'max abs err':>12} "
-             f"{'max rel err':>12} {'tolerance':>9} {'mismatches':>12}  result"]
+             f"{'max rel err':>12} {'tolerance':>9} {'mismatches':>12} {'nan/inf':>7}  "
+             f"result"]
     for c in checks:
-        verdict = "ok" if c.ok else "MISMATCH" + (f": {c.problem}" if c.problem else "")
+        verdict = "ok" if c.ok else "MISMATCH" + (
+            f": {c.problem}" if c.problem else
+            f": {c.nonfinite} NaN/Inf differ from eager" if c.nonfinite else "")
         label = c.key or f"output_{c.index}"
         lines.append(f"{label:<10} {c.name:<16.16} {c.dtype:<9} {c.max_abs:>12.4g} "
-                     f"{c.max_rel:>12.4g} {c.tolerance:>9.0e} {c.mismatches:>5}/{c.total:<6}  "
-                     f"{verdict}")
+                     f"{c.max_rel:>12.4g} {c.tolerance:>9.0e} {c.mismatches:>5}/{c.total:<6} "
+                     f"{c.nonfinite:>7}  {verdict}")
     return "\n".join(lines)
+
+
+def describe_failure(c: OutputCheck) -> str:
+    """One failed row for the CheckMismatch message: its key, tensor and what went wrong."""
+    label = c.key or f"output_{c.index}"
+    if c.problem:
+        return f"{label} ({c.name}: {c.problem})"
+    what = f"{c.mismatches}/{c.total} elements, max abs err {c.max_abs:.4g}"
+    if c.nonfinite:
+        what += f", {c.nonfinite} NaN/Inf differ"
+    return f"{label} ({c.name}: {what})"

@@ -41,7 +41,8 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     """Simulate the compiled program in OUT on the inputs in an .npz file."""
     # Imported here, not at the top: `spyrec compile` and `--help` must not pay for them.
     from spyrec.sim import foreign
-    from spyrec.sim.check import check_outputs, check_reference_program, format_checks
+    from spyrec.sim.check import (check_outputs, check_reference_program, describe_failure,
+                                   format_checks)
     from spyrec.sim.cost import format_table
     from spyrec.sim.inputs import check_output_path, npz_arrays, read_inputs, write_npz
     from spyrec.sim.runner import load_program, simulate
@@ -65,8 +66,8 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     expected = None
     if check and foreign.is_foreign(out):   # no eager model: the manifest names expectations
         expected = foreign.expected_outputs(out, program.manifest)
-    elif check:
-        check_reference_program(out)
+    elif check:     # program.pt2 can be loaded and called with the manifest's inputs
+        check_reference_program(out, list(program.manifest.inputs))
     inputs = read_inputs(program.manifest, inputs_path)
     result = simulate(out, inputs, log=detail, program=program)
     ticker.done()
@@ -92,17 +93,19 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     if checks is not None:
         bad = [c for c in checks if not c.ok]
         if bad:
-            names = ", ".join(f"output_{c.index} ({c.name})" for c in bad)
+            names = ", ".join(describe_failure(c) for c in bad)
             against = "the expected outputs" if expected is not None else "PyTorch eager"
             raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from {against} "
                                 f"beyond tolerance: {names}")
 
 
 def run_document(result, output_path: Path, checks: list | None, cost: dict | None) -> dict:
-    """`run --json`: every key always present (null when not asked for); NaN (no comparison
-    possible) is null, as JSON has no NaN."""
+    """`run --json`: every key always present (null when not asked for). A max error that is
+    not a finite number is null, as JSON has neither NaN nor infinity: NaN when no comparison
+    was possible (`problem` says why), inf when NaN/Inf differ from eager
+    (`nonfinite_mismatches` > 0, check.py)."""
     def number(x: float) -> float | None:
-        return None if math.isnan(x) else x
+        return x if math.isfinite(x) else None
 
     return {
         "output_file": str(output_path),
@@ -113,7 +116,8 @@ def run_document(result, output_path: Path, checks: list | None, cost: dict | No
         "check": None if checks is None else [
             {"key": c.key or f"output_{c.index}", "tensor": c.name, "dtype": c.dtype,
              "ok": c.ok, "max_abs_err": number(c.max_abs), "max_rel_err": number(c.max_rel),
-             "tolerance": c.tolerance, "mismatches": c.mismatches, "total": c.total,
+             "tolerance": c.tolerance, "mismatches": c.mismatches,
+             "nonfinite_mismatches": c.nonfinite, "total": c.total,
              "problem": c.problem} for c in checks],
         "cost": cost,
     }
