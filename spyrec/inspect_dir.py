@@ -5,6 +5,11 @@ address and size, the restickifies and the estimated cost; with TENSOR, its layo
 that reads or writes it, with the device coordinates of each access. `inspect_data` is the same
 content as one JSON document (`--json`, schemas/inspect.schema.json); `write_svg` draws
 TENSOR's sticks (stick_svg.py), `write_trace` the cost model's timeline (cost_trace.py).
+
+Every view refuses a broken directory as `spyrec run` does (exit 2, one line naming the file):
+the manifest, every `sdsc_<n>.json` a kernel lists (present, JSON, schema-valid) and every
+kernel's bundle file (present) are checked before anything is shown or written, although the
+text views read no SuperDSC file: inspecting a directory must not vouch for one that cannot run.
 """
 
 from __future__ import annotations
@@ -35,7 +40,23 @@ def _manifest(out_dir: Path) -> dict:
     from spyrec.sim.loader import check_output_directory
 
     check_output_directory(out_dir)
-    return _load(out_dir, "manifest.json", "manifest")
+    manifest = _load(out_dir, "manifest.json", "manifest")
+    _check_kernel_files(out_dir, manifest)
+    return manifest
+
+
+def _check_kernel_files(out_dir: Path, manifest: dict) -> None:
+    """Every bundle the kernels name exists, and every sdsc file they list exists and passes
+    its schema: the same files, and the same messages, as `spyrec run` (sim/loader.py)."""
+    for bundle in dict.fromkeys(k["bundle"] for k in manifest["kernels"]):
+        if not (out_dir / bundle).is_file():
+            raise InputFileError(f"{out_dir / bundle}: no such file (manifest.json names it "
+                                 f"as a kernel's bundle); re-run spyrec compile")
+    for name in _op_files(manifest):
+        if not (out_dir / name).is_file():
+            raise InputFileError(f"{out_dir / name}: no such file (manifest.json lists it in "
+                                 f"a kernel's ops); re-run spyrec compile")
+        _load(out_dir, name, "sdsc")
 
 
 def _tensor(out_dir: Path, manifest: dict, tensor: str) -> dict:
@@ -99,6 +120,10 @@ def write_trace(out_dir: Path, path: Path) -> dict:
     from spyrec.sim.inputs import write_file
     from spyrec.sim.runner import load_program, program_cost
 
+    from spyrec.sim import foreign
+
+    if not foreign.is_foreign(Path(out_dir)):   # a reference bundle has its own manifest
+        _manifest(Path(out_dir))    # the same checks and messages as the other views
     program = load_program(out_dir)
     cost = program_cost(program)
     trace = [(kernel, ex.file) for kernel, ex in program.trace]

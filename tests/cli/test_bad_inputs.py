@@ -245,6 +245,29 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
     ("check-program-torchscript", lambda fx, d: run_args(
         _program(fx, d, fx.torchscript.read_bytes()), fx.npz, "--check"), 2,
      ("program.pt2", "TorchScript")),
+    ("check-program-other-arity", lambda fx, d: run_args(_program(fx, d, _other_program()),
+                                                         fx.npz, "--check"), 2,
+     ("program.pt2", "takes 2 inputs", "lists 1 [x]")),
+    # inspect: a broken directory is refused by every view, naming the file
+    ("inspect-sdsc-missing", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_2.json", None)], 2,
+     ("sdsc_2.json", "no such file")),
+    ("inspect-tensor-sdsc-missing", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_0.json",
+                                                                      None), "x"], 2,
+     ("sdsc_0.json", "no such file")),
+    ("inspect-json-sdsc-truncated", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_1.json", 40),
+                                                   "--json"], 2,
+     ("sdsc_1.json", "not valid JSON")),
+    ("inspect-svg-sdsc-not-json", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_3.json", b"x"),
+                                                 "x", "--svg", d / "x.svg"], 2,
+     ("sdsc_3.json", "not valid JSON")),
+    ("inspect-svg-trace-sdsc-truncated", lambda fx, d: [    # refused before the svg is drawn
+        "inspect", _broken(fx, d, "sdsc_4.json", 0), "x", "--svg", d / "x.svg", "--trace",
+        d / "t.json"], 2, ("sdsc_4.json", "not valid JSON")),
+    ("inspect-tensor-json-sdsc-schema", lambda fx, d: [
+        "inspect", _broken(fx, d, "sdsc_0.json", b"[]"), "x", "--json"], 2,
+     ("sdsc_0.json",)),
+    ("inspect-bundle-missing", lambda fx, d: ["inspect", _broken(fx, d, "bundle.mlir", None)],
+     2, ("bundle.mlir", "no such file")),
     ("inspect-regular-file", lambda fx, d: ["inspect", fx.npz], 2, ("not a directory",)),
     ("inspect-missing-directory", lambda fx, d: ["inspect", d / "none"], 2,
      ("no such directory",)),
@@ -257,6 +280,32 @@ def _program(fx: Fixtures, d: Path, content: bytes) -> Path:
     out = out_copy(fx, d)
     (out / "program.pt2").write_bytes(content)
     return out
+
+
+def _broken(fx: Fixtures, d: Path, name: str, keep: int | bytes | None) -> Path:
+    """A copy with OUT/name removed (None), cut to its first `keep` bytes, or replaced."""
+    out = out_copy(fx, d)
+    path = out / name
+    if keep is None:
+        path.unlink()
+    else:
+        path.write_bytes(keep if isinstance(keep, bytes) else path.read_bytes()[:keep])
+    return out
+
+
+def _other_program() -> bytes:
+    """A .pt2 taking two inputs (mlp_fp16 takes one)."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.export.save(torch.export.export(
+        Lambda2(), (torch.zeros(4, 64, dtype=torch.float16),) * 2), buffer)
+    return buffer.getvalue()
+
+
+class Lambda2(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b
 
 
 def _without_program(fx: Fixtures, d: Path) -> Path:

@@ -37,3 +37,35 @@ def test_unknown_tensor_suggests_near_names(out):
 def test_not_an_output_directory(tmp_path):
     with pytest.raises(InputFileError, match="is .* a spyrec compile output directory"):
         inspect_directory(tmp_path)
+
+
+@pytest.fixture
+def broken(out, tmp_path):
+    """A private copy of `out` a test may break."""
+    import shutil
+
+    return shutil.copytree(out, tmp_path / "out")
+
+
+@pytest.mark.parametrize("damage, words", [
+    (None, "no such file"),               # missing
+    (b'{"0_add": {', "not valid JSON"),   # truncated
+    (b"<html>", "not valid JSON"),        # not JSON at all
+])
+def test_every_view_refuses_a_broken_sdsc_file(broken, tmp_path, damage, words):
+    """Issue: `inspect OUT TENSOR` exited 0 with an sdsc file missing or not JSON."""
+    from spyrec.inspect_dir import inspect_data, write_svg, write_trace
+
+    victim = broken / "sdsc_0.json"
+    if damage is None:
+        victim.unlink()
+    else:
+        victim.write_bytes(damage)
+    views = [lambda: inspect_directory(broken), lambda: inspect_directory(broken, "args_1"),
+             lambda: inspect_data(broken), lambda: inspect_data(broken, "args_1"),
+             lambda: write_svg(broken, "args_1", tmp_path / "x.svg"),
+             lambda: write_trace(broken, tmp_path / "t.json")]
+    for view in views:
+        with pytest.raises(InputFileError, match=f"sdsc_0.json.*{words}"):
+            view()
+    assert not (tmp_path / "x.svg").exists() and not (tmp_path / "t.json").exists()
