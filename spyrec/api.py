@@ -110,7 +110,7 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
         if bad:
             raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from PyTorch eager "
                                 f"beyond tolerance: "
-                                + ", ".join(describe_failure(c) for c in bad))
+                                + "; ".join(describe_failure(c) for c in bad))
     return npz_arrays(result.outputs, result.output_dtypes, result.names)
 
 

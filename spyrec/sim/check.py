@@ -369,8 +369,8 @@ def describe_failure(c: OutputCheck) -> str:
     """One failed row for the CheckMismatch message: its key, tensor and what went wrong."""
     label = c.key or f"output_{c.index}"
     if c.problem:
-        return f"{label} ({c.name}: {c.problem})"
+        return f"{label} ({c.name}) {c.problem}"
     what = f"{c.mismatches}/{c.total} elements, max abs err {c.max_abs:.4g}"
     if c.nonfinite:
         what += f", {c.nonfinite} NaN/Inf differ"
-    return f"{label} ({c.name}: {what})"
+    return f"{label} ({c.name}) {what}"

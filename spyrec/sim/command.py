@@ -93,7 +93,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     if checks is not None:
         bad = [c for c in checks if not c.ok]
         if bad:
-            names = ", ".join(describe_failure(c) for c in bad)
+            names = "; ".join(describe_failure(c) for c in bad)
             against = "the expected outputs" if expected is not None else "PyTorch eager"
             raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from {against} "
                                 f"beyond tolerance: {names}")
