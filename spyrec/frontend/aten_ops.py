@@ -27,7 +27,8 @@ UNARY = {
     "aten.log.default": "log", "aten.sqrt.default": "sqrt", "aten.rsqrt.default": "rsqrt",
     "aten.reciprocal.default": "reciprocal", "aten.tanh.default": "tanh",
     "aten.sigmoid.default": "sigmoid", "aten.relu.default": "relufwd",
-    "aten.silu.default": "silu", "aten.floor.default": "floor",
+    "aten.silu.default": "silu", "aten.floor.default": "floor", "aten.ceil.default": "ceil",
+    "aten.sign.default": "sign",
     "aten.cos.default": "cos", "aten.sin.default": "sin",
 }
 
@@ -81,6 +82,11 @@ def _binary(op: str):
 for _torch, _op in BINARY.items():
     for _overload in ("Tensor", "Scalar", "default"):
         lowering(f"aten.{_torch}.{_overload}")(_binary(_op))
+
+
+# torch.min/max of two tensors are minimum/maximum (NaN-propagating) under another name
+lowering("aten.min.other")(_binary("minimum"))
+lowering("aten.max.other")(_binary("maximum"))
 
 
 @lowering("aten.rsub.Scalar", "aten.rsub.Tensor")

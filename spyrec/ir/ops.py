@@ -31,7 +31,7 @@ class OpKind:
 
 _POINTWISE_1 = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
                 "cos", "sin",
-                "relufwd", "silu", "floor", "gelufwd", "pow", "clip")
+                "relufwd", "silu", "floor", "ceil", "sign", "gelufwd", "pow", "clip")
 _POINTWISE_2 = ("add", "sub", "mul", "realdiv", "maximum", "minimum",
                 "truncdiv", "floordiv", "remainder", "fmod", "powtensor")
 _COMPARE = ("equal", "notequal", "greaterthan", "greaterequal", "lesserthan", "lesserequal")

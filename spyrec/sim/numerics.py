@@ -4,7 +4,11 @@ Every op computes in float32 (integers in int64) and rounds **once** when it sto
 output's device dtype (DESIGN §8). That single store is `to_storage`, so the rounding rule lives
 in one place: IEEE half for fp16 (what PyTorch eager does on CPU; the hardware's DLFloat16 is
 not emulated, reference/C-simulator.md §5.7), truncation toward zero for float → int (torch
-`.to(int)`), and an error instead of a silent wrap when an integer does not fit.
+`.to(int)`) with **saturation** (NaN → 0, −inf and values below the range → the int minimum,
++inf and values above → the int maximum: the device's conversion, never a fault, because
+models compute such values and then discard them with a `where`, T5's `log(0)` position
+buckets), and an error instead of a silent wrap when an *integer* does not fit (the device
+stores int64 as int32, DESIGN §3).
 
 bf16 never exists on the device (it is stored as fp16); it only appears at the host edge, as
 uint16 bit patterns, because numpy has no bfloat16 dtype.
@@ -58,8 +62,8 @@ def to_storage(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:
     """`values` rounded once to the device storage dtype.
 
     `what` names the destination in error messages (for example "output 'add_1' of
-    sdsc_3.json"). Floats go to ints by truncation toward zero, as torch's `.to(int)`; NaN,
-    infinities and values out of range are faults rather than a silent wrap.
+    sdsc_3.json"). Floats go to ints by `float_to_int` (truncation, saturating); integers that
+    do not fit are faults rather than a silent wrap.
     """
     target = storage_dtype(device_dtype)
     values = np.asarray(values)
@@ -69,12 +73,20 @@ def to_storage(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
             return values.astype(target)
     if values.dtype.kind == "f":
-        if values.size and not np.isfinite(values).all():
-            raise SimulatorFault(f"{what}: a NaN or infinite value cannot be stored as "
-                                 f"{device_dtype}")
-        values = np.trunc(values)
+        return float_to_int(values, target)
     _check_int_range(values, target, device_dtype, what)
     return values.astype(target)
+
+
+def float_to_int(values: np.ndarray, target: np.dtype) -> np.ndarray:
+    """The device's float → int conversion: truncation toward zero, saturating at the ends of
+    `target` (NaN → 0, ±inf → max/min). Eager on x86 gives INT_MIN for every value that does
+    not fit instead; both only matter for values a model discards, which is why this is a
+    rule and not a fault (docs/formats.md, "Storing a float result as an integer")."""
+    info = np.iinfo(target)
+    with np.errstate(invalid="ignore"):
+        clipped = np.clip(np.trunc(values.astype(np.float64)), info.min, info.max)
+    return np.where(np.isnan(clipped), 0, clipped).astype(target)
 
 
 def _check_int_range(values: np.ndarray, target: np.dtype, device_dtype: str,

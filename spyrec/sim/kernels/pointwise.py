@@ -27,6 +27,8 @@ _UNARY = {
     "abs": (np.abs, VECTOR),
     "relufwd": (lambda x: np.maximum(x, x.dtype.type(0)), VECTOR),
     "floor": (np.floor, VECTOR),
+    "ceil": (np.ceil, VECTOR),
+    "sign": (lambda x: (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype), VECTOR),
     "exp": (np.exp, TRANSCENDENTAL),
     "log": (np.log, TRANSCENDENTAL),
     "sqrt": (np.sqrt, TRANSCENDENTAL),
@@ -40,12 +42,17 @@ _UNARY = {
 }
 
 
+# floor and ceil of an integer are the integer (torch returns a copy); sign is written as
+# (x > 0) - (x < 0) so that NaN and -0.0 give +0, as torch.sign (np.sign keeps NaN).
+_INTEGER_IDENTITY = ("floor", "ceil")
+
+
 def _register_unary(op: str, fn, cost: str) -> None:
     float_only = cost == TRANSCENDENTAL
 
     def run(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
         (x,) = inputs
-        if op == "floor" and x.dtype.kind == "i":
+        if op in _INTEGER_IDENTITY and x.dtype.kind == "i":
             return x
         return fn(x)
 

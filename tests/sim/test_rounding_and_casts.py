@@ -1,0 +1,71 @@
+"""The simulator's `sign`/`ceil` kernels against eager, and its one rule for storing a float as
+an integer: truncation with saturation, never a fault (docs/formats.md, "Storing a float result
+as an integer"). T5 casts `log(0)` = -inf to int64 and then discards it with a `where`: the
+store must not stop the run."""
+
+import numpy as np
+import pytest
+import torch
+
+from spyrec.sim import simulate
+from spyrec.sim.numerics import to_storage
+from tests.sim.builder import elementwise
+
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 2.5, -2.5, 1e30, -1e30]
+
+
+def run(out, **inputs):
+    return simulate(out.write(), inputs).outputs[0]
+
+
+def _special(dtype, rng, shape=(4, 100)):
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    with np.errstate(over="ignore"):  # 1e30 is inf in fp16
+        x.flat[:len(SPECIAL)] = np.array(SPECIAL, dtype=np.float32).astype(dtype)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("op", ["sign", "ceil"])
+def test_sign_and_ceil_equal_eager_bit_for_bit(out, rng, op, dtype):
+    """NaN, ±0 and ±inf included: torch.sign(NaN) = 0 and sign(-0.0) = +0 (np.sign differs),
+    ceil(-0.5) = -0.0."""
+    host = np.dtype(dtype).name
+    x = _special(dtype, rng)
+    got = run(elementwise(out, op, {"x": host}, host), x=x)
+    want = getattr(torch, op)(torch.from_numpy(x)).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint16 if dtype == np.float16 else np.uint32),
+                                  want.view(np.uint16 if dtype == np.float16 else np.uint32))
+
+
+@pytest.mark.parametrize("op", ["sign", "ceil", "floor"])
+def test_sign_ceil_floor_of_integers_stay_integers(out, rng, op):
+    x = rng.integers(-2**30, 2**30, (4, 100), dtype=np.int32)
+    got = run(elementwise(out, op, {"x": "int32"}, "int32"), x=x)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, getattr(torch, op)(torch.from_numpy(x)).numpy())
+
+
+def test_a_float_stored_as_int_saturates_instead_of_faulting(out):
+    """NaN -> 0, ±inf and out-of-range values -> the int32 ends, the rest truncates."""
+    values = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 2.7, -2.7, 0.0], dtype=np.float32)
+    x = np.resize(values, (4, 100)).astype(np.float32)
+    got = run(elementwise(out, "identity", {"x": "float32"}, "int32"), x=x)
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    np.testing.assert_array_equal(got.flat[:8], [0, hi, lo, hi, lo, 2, -2, 0])
+
+
+def test_the_saturation_rule_holds_for_every_int_storage():
+    lo, hi = np.iinfo(np.int8).min, np.iinfo(np.int8).max
+    got = to_storage(np.array([np.nan, np.inf, -np.inf, 300.0, -300.0, -1.9]), "int8", "t")
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, [0, hi, lo, hi, lo, -1])
+
+
+def test_an_integer_that_does_not_fit_is_still_a_fault():
+    """Saturation is for floats only: int64 values are stored as int32 or refused (DESIGN §3)."""
+    from spyrec.errors import SimulatorFault
+
+    with pytest.raises(SimulatorFault, match="does not fit int32"):
+        to_storage(np.array([2**31], dtype=np.int64), "int32", "t")
