@@ -27,7 +27,17 @@ What is folded (works on the flat node list; no higher-order op is looked into):
 Dtype rules follow eager: the result dtype is the one the exporter recorded (`meta["val"]`);
 integer and bool results are exact; float results are computed in float64 from operands already
 rounded to the operation's dtype and rounded once (through float32, as eager's fp16/bf16 kernels
-do), which gives eager's exact result for + - * / and is within 1 ulp of eager for cos and sin.
+do), which gives eager's exact result for + - * / and is within 1 ulp of eager for cos, sin and
+log (eager's float32 log is SLEEF's; they agree on the position arguments T5 takes the log of).
+Selections and roundings (abs, sign, ceil, floor, minimum/maximum, clamp, where, repeat) are
+exact. A float -> int cast of NaN, ±inf or an out-of-range value gives what eager gives: both
+use the machine's conversion (x86: the int minimum), so T5's `log(0)` = -inf cast to int64 and
+discarded by a `where` folds to eager's buckets.
+
+After folding, what is left lives on the device: a tensor of a dtype the device cannot store
+(float64) that folding did not remove is refused (exit 3) by `check_device_dtypes`, each one
+named with its source line. So float64 arithmetic on shapes or constants that is cast to float32
+before it meets data costs nothing; a float64 input, output or runtime value is a clear refusal.
 """
 
 from __future__ import annotations
@@ -81,7 +91,9 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 
 def cast(x, dtype: str) -> np.ndarray:
     """`x` converted to torch dtype `dtype` as eager converts (float -> int truncates, anything
-    -> bool is `!= 0`, double -> fp16/bf16 goes through float32)."""
+    -> bool is `!= 0`, double -> fp16/bf16 goes through float32). NaN, ±inf and out-of-range
+    floats go to ints through numpy's astype, the same machine conversion eager's kernels use
+    (x86: INT_MIN for int32/int64, its low bits for narrower ints; measured on torch 2.13)."""
     if dtype not in NP_DTYPES:
         raise NotFoldable(f"dtype {dtype}")
     x = np.asarray(x)
@@ -240,6 +252,65 @@ def _unary_float(fn):
 
 folder("aten.cos.default")(_unary_float(np.cos))
 folder("aten.sin.default")(_unary_float(np.sin))
+folder("aten.log.default")(_unary_float(np.log))
+
+
+def _sign(x):
+    """torch.sign: (0 < x) - (x < 0), so NaN and -0.0 give +0 (np.sign keeps NaN)."""
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+def _unary_exact(fn, integers_unchanged: bool = False):
+    """An op whose result is exact in its own dtype (abs, sign, ceil, floor): computed on the
+    operand cast to the result dtype, nothing to round. `integers_unchanged`: the op is the
+    identity on integers (eager's floor/ceil of an int tensor is a copy)."""
+    def run(c: Call, a):
+        dtype = c.out.dtype
+        x = cast(a, dtype)
+        if dtype == "bool" or (integers_unchanged and _category(dtype) == 1):
+            return x
+        return cast(fn(x), dtype)
+    return run
+
+
+folder("aten.abs.default")(_unary_exact(np.abs))
+folder("aten.sign.default")(_unary_exact(_sign))
+folder("aten.ceil.default")(_unary_exact(np.ceil, integers_unchanged=True))
+folder("aten.floor.default")(_unary_exact(np.floor, integers_unchanged=True))
+
+
+def _select_in(dtype: str, value):
+    """An operand of a selecting op (minimum, clamp, where) in the result dtype: a Python
+    number as eager's `Scalar.to<scalar_t>()` (double -> float -> half for fp16), a tensor
+    cast as eager casts it to the common dtype. Selection itself rounds nothing."""
+    return cast(np.asarray(value), dtype)
+
+
+@folder("aten.minimum.default", "aten.maximum.default", "aten.min.other", "aten.max.other",
+        "aten.fmin.default", "aten.fmax.default")
+def _min_max(c, a, b):
+    """Elementwise min/max in the result dtype; NaN propagates (fmin/fmax: NaN loses)."""
+    name = c.node.target.split(".")[1]
+    fn = {"minimum": np.minimum, "min": np.minimum, "maximum": np.maximum, "max": np.maximum,
+          "fmin": np.fmin, "fmax": np.fmax}[name]
+    dtype = c.out.dtype
+    return cast(fn(_select_in(dtype, a), _select_in(dtype, b)), dtype)
+
+
+@folder("aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default",
+        "aten.clamp_min.Tensor", "aten.clamp_max.default", "aten.clamp_max.Tensor")
+def _clamp(c, x, lo=None, hi=None):
+    """torch.clamp: max(x, lo) then min(., hi) in the result dtype, NaN-propagating, so
+    lo > hi gives hi (eager's CPU kernels, scalar bounds rounded to the dtype first)."""
+    if c.node.target.startswith("aten.clamp_max."):
+        lo, hi = None, lo
+    dtype = c.out.dtype
+    y = _select_in(dtype, x)
+    if lo is not None:
+        y = np.maximum(y, _select_in(dtype, lo))
+    if hi is not None:
+        y = np.minimum(y, _select_in(dtype, hi))
+    return cast(y, dtype)
 
 
 def _compare(fn):
@@ -398,9 +469,15 @@ def _select(c, x, dim, index):
 @folder("aten.alias.default", "aten.clone.default", "aten.contiguous.default",
         "aten.detach.default", "aten.lift_fresh_copy.default", "aten._to_copy.default",
         "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other",
-        "aten.type_as.default", view=True)
+        "aten.type_as.default", "prims.convert_element_type.default", view=True)
 def _copy(c, x, *args, **kwargs):
     return cast(x, c.out.dtype)  # a view only when the dtype stays: see `_computes`
+
+
+@folder("aten.repeat.default")
+def _repeat(c, x, repeats):
+    """x tiled `repeats` times per dim (extra leading repeats add dims), as np.tile does."""
+    return np.tile(x, tuple(repeats))
 
 
 @folder("aten.dropout.default", view=True)
@@ -537,7 +614,16 @@ class _StateValues(dict):
 
 def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[Program, int]:
     """`program` with its constant subgraphs evaluated (see the module docstring), and how many
-    call nodes were removed."""
+    call nodes were removed. What is left runs on the device, so a value of a dtype the device
+    cannot store (float64) that folding did not remove is refused here (`check_device_dtypes`),
+    naming each one, rather than failing deep in the lowering."""
+    program, count = _fold(program, max_bytes)
+    program = _drop_unused_host_only_state(program)
+    check_device_dtypes(program)
+    return program, count
+
+
+def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
     from spyrec.frontend.registry import lowerable
 
     mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
@@ -650,6 +736,7 @@ def _rewrite(program: Program, materialize: list[Node], removed: set[str], value
         strides = tuple(int(s) // value.itemsize for s in value.strides)
         placeholder_meta = {k: v for k, v in node.meta.items() if k != "val"}
         placeholder_meta["val"] = TensorMeta(tuple(meta.shape), meta.dtype, strides)
+        placeholder_meta["folded_from"] = node.target  # for messages about the constant
         new_nodes.append(Node(node.name, "placeholder", node.name, meta=placeholder_meta))
         new_specs.append(InputSpec("constant", node.name, fqn))
     # state read only by removed nodes is dropped (the folded constants replace it)
@@ -663,3 +750,83 @@ def _rewrite(program: Program, materialize: list[Node], removed: set[str], value
     inputs[first_user:first_user] = new_specs
     return dataclasses.replace(program, nodes=nodes, inputs=inputs, state=state,
                                state_dtypes=dtypes)
+
+
+# --- what must live on the device -----------------------------------------------------------
+
+# float8 has a device format the lowering refuses itself (driver._check_supported).
+def _host_only(dtype: str) -> bool:
+    """A host dtype with no device storage format (float64, complex, uint8, int16, ...)."""
+    from spyrec.layout.dtypes import HOST_TO_DEVICE
+
+    return dtype not in HOST_TO_DEVICE
+
+
+def _hint(dtype: str) -> str:
+    if dtype == "float64":
+        return "cast it to float32 in the model (`.float()`, or dtype=torch.float32)"
+    return "cast it to a dtype the device stores (float16, bfloat16, float32, int32, int64, " \
+           "int8 or bool) in the model"
+
+
+def _drop_unused_host_only_state(program: Program) -> Program:
+    """A parameter, buffer or constant nobody reads never reaches the device, whatever its
+    dtype: one of a host-only dtype is dropped rather than refused."""
+    unused = {s.name for s in program.inputs
+              if s.kind in ("parameter", "buffer", "constant") and not program.users(s.name)
+              and _host_only(program.state_dtypes.get(program.aliases.get(s.target, s.target),
+                                                      ""))}
+    mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
+    unused -= {s.name for s in program.inputs if s.target in mutated}
+    if not unused:
+        return program
+    return dataclasses.replace(
+        program, nodes=[n for n in program.nodes if n.name not in unused],
+        inputs=[s for s in program.inputs if s.name not in unused])
+
+
+def check_device_dtypes(program: Program) -> None:
+    """Refuse (exit 3) every tensor that would have to live on the device in a dtype the device
+    cannot store: a user input, a weight or folded constant, a runtime result. Each is listed
+    with its op and source line and what to do, so a float64 `zeros_like` that folding could
+    not remove (it is a program output, or it depends on an input) is a clear refusal."""
+    from spyrec.errors import UnsupportedProgram
+    from spyrec.frontend.sources import source_of
+
+    kinds = {s.name: s for s in program.inputs}
+    lines = []
+    for node in program.nodes:
+        for val in _tensor_metas(node):
+            if not _host_only(val.dtype):
+                continue
+            where = source_of(node) or ("a program input" if node.op == "placeholder"
+                                        else "unknown source line")
+            lines.append(f"  {_what(node, kinds.get(node.name))} is {val.dtype} ({where}): "
+                         f"{_hint(val.dtype)}")
+            break
+    if lines:
+        raise UnsupportedProgram("the program keeps tensors in dtypes the device cannot store "
+                                 "(spyrec folds only what depends on shapes and weights; "
+                                 "everything else lives on the device):\n" + "\n".join(lines))
+
+
+def _tensor_metas(node: Node) -> list[TensorMeta]:
+    if node.op not in ("placeholder", "call_function"):
+        return []
+    val = node.meta.get("val")
+    return [v for v in (val if isinstance(val, (list, tuple)) else [val])
+            if isinstance(v, TensorMeta)]
+
+
+def _what(node: Node, spec: InputSpec | None) -> str:
+    """How a user knows the value: its input name, its FQN, or its op (a folded constant
+    keeps the name of the node that made it)."""
+    if spec is None:
+        return f"the result of {node.target} (node {node.name})"
+    if spec.kind == "user_input":
+        return f"input {node.name}"
+    if spec.target and spec.target.startswith(FOLDED_PREFIX):
+        op = node.meta.get("folded_from", "a constant expression")
+        return f"the result of {op} (node {node.name}; folded at compile time, but still " \
+               f"a program output or read at run time)"
+    return f"{spec.kind} {spec.target}"

@@ -277,6 +277,106 @@ def test_binary_folders_match_eager_on_random_shapes_and_dtypes(shape, mask, da,
         assert_exact(f"aten.{op}.Tensor", a, b)
 
 
+SPECIAL = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.5, 2.5, -2.5, 1e20]
+
+
+def special(dtype):
+    """Random values plus NaN, ±inf, signed zeros, ties and an out-of-range value."""
+    return torch.cat([torch.tensor(SPECIAL), rand(40, lo=-9, hi=9)]).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [torch.int64, torch.int32])
+def test_abs_sign_ceil_floor_folders_match_eager(dtype):
+    """Bit for bit: torch.sign(NaN) = 0 and sign(-0.0) = +0 (np.sign differs), ceil(-0.5) is
+    -0.0, floor/ceil of integers are copies."""
+    x = special(dtype) if dtype.is_floating_point else rand(50, dtype=dtype, lo=-99, hi=99)
+    for op in ("abs", "sign", "ceil", "floor"):
+        got, want, _ = fold_one(f"aten.{op}.default", x)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=op)  # NaN where eager's NaN is
+        number = ~np.isnan(want.astype(np.float32))  # a NaN's sign and payload mean nothing
+        np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(want[number]),
+                                      err_msg=op)
+
+
+def test_log_folds_t5_position_arguments_exactly_and_the_rest_within_one_ulp():
+    """Eager's float32 log is SLEEF's (1 ulp); the folder's is float64 log rounded once. On
+    T5's arguments (positions / max_exact, 0 giving -inf) they agree bit for bit."""
+    positions = torch.arange(0, 2048, dtype=torch.int64)
+    assert_exact("aten.log.default", positions.float() / 8)
+    assert_exact("aten.log.default", positions)  # int -> float32 result
+    for dtype in FLOAT_DTYPES:
+        x = torch.cat([rand(4096, lo=0, hi=10), rand(64, lo=-1, hi=0)]).to(dtype)
+        got, want, name = fold_one("aten.log.default", x)
+        assert _ulps(got, want, name) <= 1
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [torch.int64])
+def test_min_max_and_clamp_folders_match_eager(dtype):
+    """NaN propagates, min > max gives max, scalar bounds round to the dtype first, an int
+    tensor clamped by a float scalar becomes float (eager's type promotion)."""
+    a = special(dtype) if dtype.is_floating_point else rand(50, dtype=dtype, lo=-99, hi=99)
+    b = a.flip(0)
+    for target in ("aten.minimum.default", "aten.maximum.default", "aten.min.other",
+                   "aten.max.other", "aten.fmin.default", "aten.fmax.default"):
+        assert_exact(target, a, b)
+        assert_exact(target, a, torch.tensor(1.5))  # 0-dim of another dtype
+    assert_exact("aten.clamp.default", a, -1.1, 2.3)
+    assert_exact("aten.clamp.default", a, 3, -3)  # min > max: every value is max
+    assert_exact("aten.clamp.default", a, None, 0.1)
+    assert_exact("aten.clamp_min.default", a, 0.7)
+    assert_exact("aten.clamp_max.default", a, 7)
+    assert_exact("aten.clamp.Tensor", a, b, None)
+    assert_exact("aten.clamp.Tensor", a, None, b[:1])
+
+
+def test_repeat_and_casts_of_non_finite_values_match_eager():
+    """A float -> int cast of NaN, ±inf or an out-of-range value gives what eager's conversion
+    gives on this machine (x86: the int minimum), since T5 casts log(0) = -inf."""
+    x = rand(2, 3, dtype=torch.int64, hi=50)
+    assert_exact("aten.repeat.default", x, [2, 1, 3])
+    assert_exact("aten.repeat.default", x, [1, 1])
+    for src in (torch.float32, torch.float16, torch.bfloat16):
+        for dst in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
+            assert_exact("aten._to_copy.default", special(src), dtype=dst)
+            assert_exact("prims.convert_element_type.default", special(src), dst)
+    assert_exact("aten.to.dtype", special(torch.float32), torch.int64)
+
+
+def t5_buckets(query: int, key: int, bidirectional: bool) -> torch.Tensor:
+    """transformers' T5Attention._relative_position_bucket of a query x key grid."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    rel = torch.arange(key)[None, :] - torch.arange(query)[:, None]
+    return T5Attention._relative_position_bucket(rel, bidirectional=bidirectional,
+                                                  num_buckets=32, max_distance=128)
+
+
+class T5Buckets(torch.nn.Module):
+    """The position buckets (shape-only) next to a runtime value, as T5 computes them."""
+
+    def __init__(self, bidirectional: bool) -> None:
+        super().__init__()
+        self.bidirectional = bidirectional
+
+    def forward(self, x):
+        n = x.shape[-1]
+        return t5_buckets(n, n, self.bidirectional), x + 1
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_position_buckets_fold_and_equal_eager(tmp_path, bidirectional):
+    """log(0) = -inf cast to int64, then discarded by a `where`: folded at compile time (no
+    `log` on the device) and equal to eager for 300 positions (buckets up to max_distance)."""
+    pytest.importorskip("transformers")
+    module = T5Buckets(bidirectional)
+    x = rand(2, 300)
+    out = run_and_compare(tmp_path, module, (x,))
+    program = load_program(tmp_path / "model.pt2", "fast")
+    assert not [n for n in program.nodes if n.target == "aten.log.default"]
+    assert "log" not in (out / "opspecs.json").read_text()
+
+
 # --- the pass: what is folded and what never is -----------------------------------------------
 
 

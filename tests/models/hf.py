@@ -7,7 +7,8 @@ seed. A builder returns `(module, example_inputs)` so that the export is the ord
     ep = torch.export.export(module, example_inputs)
 
 - prefill (`gpt2`, `llama`, ...): `input_ids` of 32 tokens, batch 1, `use_cache=False`; the module is
-  a thin wrapper returning `.logits` (`last_hidden_state` for BERT, which has no LM head here).
+  a thin wrapper returning `.logits` (`last_hidden_state` for the encoders, BERT and T5's, which
+  have no LM head here).
 - decode (`llama_decode`, `granite_decode`): one token at position `DECODE_POSITION` with a static KV
   cache of `MAX_POSITIONS` slots, through transformers' own export recipe
   (`transformers.integrations.executorch.TorchExportableModuleWithStaticCache`, the module
@@ -114,6 +115,10 @@ def _configs() -> dict[str, tuple[Callable[[], object], Callable[[], type]]]:
             vocab_size=VOCAB, hidden_size=HIDDEN, ffn_dim=INTERMEDIATE, num_hidden_layers=LAYERS,
             num_attention_heads=HEADS, max_position_embeddings=MAX_POSITIONS,
             word_embed_proj_dim=HIDDEN, use_cache=False), lambda: tf.OPTForCausalLM),
+        # T5's encoder: relative-position buckets (log of positions, -inf cast and discarded)
+        "t5_encoder": (lambda: tf.T5Config(
+            vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=INTERMEDIATE,
+            num_layers=LAYERS, num_heads=HEADS, use_cache=False), lambda: tf.T5EncoderModel),
         "bert": (lambda: tf.BertConfig(
             vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
             num_hidden_layers=LAYERS, num_attention_heads=HEADS,
@@ -127,7 +132,7 @@ def prefill(family: str, dtype: torch.dtype = torch.float32):
     """(LogitsOnly(model) or LastHiddenState(model), (input_ids,)) for one family."""
     make_config, model_cls = _configs()[family]
     model = _build(model_cls(), make_config(), dtype)
-    wrapper = LastHiddenState(model) if family == "bert" else LogitsOnly(model)
+    wrapper = LastHiddenState(model) if family in ENCODERS else LogitsOnly(model)
     return wrapper.eval(), (_prefill_ids(),)
 
 
@@ -157,7 +162,8 @@ def decode(family: str, dtype: torch.dtype = torch.float32):
 
 
 PREFILL_FAMILIES = ("gpt2", "llama", "granite", "qwen2", "mistral", "phi3", "gemma", "gpt_neox",
-                    "opt", "bert")
+                    "opt", "bert", "t5_encoder")
+ENCODERS = ("bert", "t5_encoder")  # no LM head: the last hidden state is the output
 DECODE_FAMILIES = ("llama", "granite")
 
 
