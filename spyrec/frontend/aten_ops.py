@@ -14,7 +14,8 @@ from spyrec.frontend.lower import (
     LOWERINGS, LoweringContext, Scalar, host_dtype, iteration_vars, lowering, names_of,
 )
 from spyrec.frontend.indexed import (
-    advanced_coordinates, advanced_shape, distinct_indices, emit_gather,
+    advanced_coordinates, advanced_shape, constant_values, distinct_indices, emit_gather,
+    static_selection,
 )
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Lin, const, var
@@ -225,10 +226,20 @@ def _full(ctx, node, *args, **kwargs):
 # --- casts and copies ------------------------------------------------------------------------
 
 
+MAX_COPIED_CONSTANT = 4096   # elements: index lists and small tables, never a weight
+
+
 @lowering("aten._to_copy.default", "aten.to.dtype", "aten.clone.default",
           "aten.contiguous.default", "prims.convert_element_type.default")
 def _copy(ctx, node, x, *args, **kwargs):
+    """A copy on the device; a same-dtype copy of a small constant (an index list the torch
+    front end reaches as `clone(lifted_tensor)`) is a constant itself, so that indexing with it
+    stays a static selection (`indexed.static_selection`) instead of a runtime gather."""
     shape, dtype = ctx.out_meta()
+    if dtype == x.dtype and 0 < x.numel <= MAX_COPIED_CONSTANT:
+        values = constant_values(ctx, x)
+        if values is not None:
+            return ctx.new_constant(np.ascontiguousarray(values.reshape(shape)), dtype, "copy")
     return ctx.pointwise("identity", [x], out_dtype=dtype, shape=shape)
 
 
@@ -260,7 +271,7 @@ def _t(ctx, node, x):
     return x.transpose(0, 1) if x.rank == 2 else x
 
 
-@lowering("aten.expand.default")
+@lowering("aten.expand.default", "aten.broadcast_to.default")
 def _expand(ctx, node, x, shape, implicit=False):
     return x.expand(shape)
 
@@ -432,6 +443,9 @@ def _embedding(ctx, node, weight, idx, padding_idx=-1, scale_grad_by_freq=False,
 def advanced_index(ctx: LoweringContext, x: TensorValue, indices: list,
                    wrap: bool = True) -> TensorValue:
     indices = distinct_indices(ctx, x.shape, indices)
+    static = static_selection(ctx, x, indices, wrap)
+    if static is not None:
+        return static
     shape = advanced_shape(x.shape, indices)
     return emit_gather(ctx, x, shape,
                        lambda cvars: advanced_coordinates(x.shape, indices, cvars, wrap))

@@ -16,11 +16,10 @@ import numpy as np
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary, gather
-from spyrec.frontend.indexed import IndexUse, check_index, emit_gather
+from spyrec.frontend.indexed import IndexUse, check_index, constant_values, emit_gather
 from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul, reduce
 from spyrec.frontend.lower import Scalar, lowering, source_of
 from spyrec.indexing import Indirect, as_lin
-from spyrec.indexing.expr import evaluate
 
 
 @lowering("aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default",
@@ -126,16 +125,6 @@ def _may_mask_whole_rows(ctx, mask, rows_keys: tuple[int, int]) -> bool:
     return keep.size > 0 and not keep.any(axis=-1).all()
 
 
-def constant_values(ctx, value) -> np.ndarray | None:
-    """The elements of `value` when it is a view of a compile-time constant, else None."""
-    stored = ctx.graph.constants.get(value.buffer)
-    if stored is None:
-        return None
-    grid = np.indices(value.shape, dtype=np.int64) if value.rank else []
-    flat = evaluate(value.index, {f"v{i}": g for i, g in enumerate(grid)})
-    return np.asarray(stored).reshape(-1)[np.broadcast_to(flat, value.shape)]
-
-
 def _repeat_heads(ctx, node, x, heads: int):
     """(..., Hk, S, E) -> (..., heads, S, E), head h reading head h // (heads // Hk)."""
     groups, rem = divmod(heads, x.shape[-3])
@@ -181,6 +170,8 @@ def _stack(ctx, node, values, dim=0):
 def _torch_gather(ctx, node, x, dim, index, sparse_grad=False):
     """torch.gather: out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim`, every other
     coordinate the output's own (index has x's rank)."""
+    if index.numel == 0:  # eager gives an empty result of index's shape, whatever x's rank
+        return ctx.new_value(index.shape, ctx.out_meta()[1])
     if x.rank == 0:  # the only valid index is 0 (or -1): a 0-d gather of a 0-d tensor
         x, index = x.reshape([1]), index.reshape([1])
         return torch_gather(ctx, x, 0, index).reshape([])

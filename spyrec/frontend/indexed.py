@@ -21,13 +21,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.lower import LoweringContext, iteration_vars, names_of, source_of
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
-from spyrec.indexing import Indirect, Lin, as_lin
+from spyrec.indexing import Indirect, Lin, as_lin, const, var
+from spyrec.indexing.expr import evaluate
 from spyrec.ir import Access
 
 INTEGER_DTYPES = ("int32", "int64", "int8", "uint8", "int16")
+# A constant index list that is no arithmetic progression becomes one copy per run of it; past
+# this many runs one gather (reading the constant index tensor at run time) is cheaper.
+MAX_STATIC_RUNS = 8
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,9 @@ def advanced_shape(x_shape: Sequence[int], indices: Sequence) -> tuple[int, ...]
     return b + tuple(kept)
 
 
-def advanced_coordinates(x_shape: Sequence[int], indices: Sequence, cvars: Sequence[Lin],
-                         wrap: bool = True) -> tuple[list[Lin], list[IndexUse]]:
-    """Per dim of x, the coordinate read at result point `cvars` of `x[indices]`, and the
-    index tensors' reads (each broadcast to the index shape). `wrap`: negative indices wrap
-    (advanced indexing, index_put) rather than being errors (index_select, index_copy)."""
+def _index_layout(x_shape: Sequence[int], indices: Sequence) -> tuple[list, tuple, int]:
+    """`indices` padded to x's rank, the broadcast index shape, and where its dims sit in the
+    result (in place of adjacent index dims, else first)."""
     indices = list(indices) + [None] * (len(x_shape) - len(indices))
     positions = [d for d, t in enumerate(indices) if t is not None]
     b = broadcast_shapes(*(indices[d].shape for d in positions))
@@ -80,6 +84,15 @@ def advanced_coordinates(x_shape: Sequence[int], indices: Sequence, cvars: Seque
         start = sum(1 for d in range(positions[0]) if indices[d] is None)
     else:
         start = 0
+    return indices, b, start
+
+
+def advanced_coordinates(x_shape: Sequence[int], indices: Sequence, cvars: Sequence[Lin],
+                         wrap: bool = True) -> tuple[list[Lin], list[IndexUse]]:
+    """Per dim of x, the coordinate read at result point `cvars` of `x[indices]`, and the
+    index tensors' reads (each broadcast to the index shape). `wrap`: negative indices wrap
+    (advanced indexing, index_put) rather than being errors (index_select, index_copy)."""
+    indices, b, start = _index_layout(x_shape, indices)
     bvars = list(cvars[start:start + len(b)])
     kept_vars = list(cvars[:start]) + list(cvars[start + len(b):])
     coords: list[Lin] = []
@@ -153,4 +166,112 @@ def emit_scatter(ctx: LoweringContext, dst: TensorValue, shape: Sequence[int], c
              constants=constants,
              index_inputs=[Access(u.tensor.buffer, u.at) for u in uses],
              index_bounds=[u.bound for u in uses])
+    return out
+
+
+# --- indices known at compile time ------------------------------------------------------------
+
+
+def constant_values(ctx: LoweringContext, value: TensorValue) -> np.ndarray | None:
+    """The elements of `value` when it is a view of a compile-time constant, else None."""
+    stored = ctx.graph.constants.get(value.buffer)
+    if stored is None:
+        return None
+    grid = np.indices(value.shape, dtype=np.int64) if value.rank else []
+    flat = evaluate(value.index, {f"v{i}": g for i, g in enumerate(grid)})
+    return np.asarray(stored).reshape(-1)[np.broadcast_to(flat, value.shape)]
+
+
+def static_selection(ctx: LoweringContext, x: TensorValue, indices: Sequence,
+                     wrap: bool) -> TensorValue | None:
+    """x[indices] without a gather when every index tensor is a compile-time constant (a
+    Python list in the model: Falcon's `fused_qkv[..., [-2], :]`): a view when each index is
+    an affine function of the result's index dims with non-negative steps, else one copy per
+    run of such a function along a 1-D index (at most MAX_STATIC_RUNS). None otherwise (the
+    caller gathers, reading the constant index tensor at run time)."""
+    indices, b, start = _index_layout(x.shape, indices)
+    values = {}
+    for d, t in enumerate(indices):
+        if t is not None:
+            v = constant_values(ctx, t)
+            if v is None:
+                return None
+            values[d] = np.broadcast_to(_checked(ctx, t, v.astype(np.int64), int(x.shape[d]),
+                                                 wrap), b)
+    rank = len(x.shape) - len(values) + len(b)
+    shape = advanced_shape(x.shape, indices)
+    steps = {d: _affine_steps(v) for d, v in values.items()}
+    if all(s is not None for s in steps.values()):
+        cvars = [var(f"v{i}") for i in range(rank)]
+        return x.remap(shape, _static_coordinates(indices, start, b, cvars, steps))
+    if len(b) == 1:
+        return _static_runs(ctx, x, indices, start, shape, values)
+    return None
+
+
+def _checked(ctx, t: TensorValue, values: np.ndarray, size: int, wrap: bool) -> np.ndarray:
+    """Values in 0..size-1, negatives wrapped where eager wraps them; an index eager would
+    reject is refused at compile time, naming it (as gather_coordinates does for the
+    constant index tensors of runtime gathers)."""
+    low = -size if wrap else 0
+    bad = np.argwhere((values < low) | (values >= size))
+    if bad.size:
+        pos = tuple(int(i) for i in bad[0])
+        raise UnsupportedProgram(
+            f"{ctx.node.name}: the constant index tensor {t.buffer} holds {int(values[pos])} "
+            f"at position {list(pos)}, outside {low}..{size - 1} for a dim of size {size} "
+            f"({source_of(ctx.node) or 'unknown source line'})")
+    return np.where(values < 0, values + size, values)
+
+
+def _affine_steps(values: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+    """(origin, non-negative step per dim) when values[j] = origin + Σ step_k j_k, else None."""
+    if values.size == 0:
+        return 0, (0,) * values.ndim
+    origin = int(values.flat[0])
+    steps = tuple(int(values[(0,) * k + (1,) + (0,) * (values.ndim - k - 1)]) - origin
+                  if n > 1 else 0 for k, n in enumerate(values.shape))
+    grid = np.indices(values.shape) if values.ndim else np.zeros((0,))
+    fitted = origin + sum((s * g for s, g in zip(steps, grid)), np.zeros(values.shape, np.int64))
+    if any(s < 0 for s in steps) or not np.array_equal(fitted, values):
+        return None
+    return origin, steps
+
+
+def _static_coordinates(indices, start: int, b, cvars: Sequence[Lin], steps) -> list[Lin]:
+    bvars = list(cvars[start:start + len(b)])
+    kept_vars = list(cvars[:start]) + list(cvars[start + len(b):])
+    coords = []
+    for d, t in enumerate(indices):
+        if t is None:
+            coords.append(kept_vars.pop(0))
+            continue
+        origin, step = steps[d]
+        coords.append(sum((v.scale(s) for v, s in zip(bvars, step) if s), const(origin)))
+    return coords
+
+
+def _static_runs(ctx, x: TensorValue, indices, start: int, shape, values) -> TensorValue | None:
+    """One identity copy per maximal run of the 1-D index along which every index is an
+    arithmetic progression with a non-negative step."""
+    runs, j, n = [], 0, shape[start]
+    while j < n:
+        end = j + 1
+        while end < n and all(_affine_steps(v[j:end + 1]) is not None for v in values.values()):
+            end += 1
+        runs.append((j, end))
+        j = end
+    if len(runs) > MAX_STATIC_RUNS:
+        return None
+    out = ctx.new_value(shape, ctx.out_meta()[1])
+    for lo, hi in runs:
+        piece = list(shape)
+        piece[start] = hi - lo
+        steps = {d: _affine_steps(v[lo:hi]) for d, v in values.items()}
+        cvars = iteration_vars(piece)
+        coords = _static_coordinates(indices, start, (hi - lo,), cvars, steps)
+        out_idx = list(cvars)
+        out_idx[start] = cvars[start] + lo
+        ctx.emit("identity", out, list(zip(names_of(cvars), piece)),
+                 [Access(x.buffer, x.at(coords))], out.at(out_idx))
     return out

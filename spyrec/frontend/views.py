@@ -115,6 +115,11 @@ class TensorValue:
         shape[dim] = length
         return self._with(shape, self.at(old))
 
+    def remap(self, shape: Sequence[int], coords: Sequence[Lin]) -> "TensorValue":
+        """The view whose element (v0, v1, …) of `shape` is this value's element `coords`
+        (expressions in the new view's vars): a static selection such as x[..., [2, 3], :]."""
+        return self._with(shape, self.at(coords))
+
     def select(self, dim: int, index: int) -> "TensorValue":
         dim = dim % self.rank
         index = index % self.shape[dim]
