@@ -1,6 +1,12 @@
 """Randomized differential testing: small programs of elementwise ops, reductions and views
 over padded and aligned shapes; each must compile, simulate and equal eager.
 
+Besides arithmetic, reductions and views, the vocabulary holds the forms that once went wrong:
+a roll (`cat` of two slices of odd sizes, whose lane coordinate wraps), indexing with a
+constant list (possibly empty, with repeats and negative entries), a softmax under a mask that
+can mask whole rows (NaN in eager, as in spyrec), masked `scaled_dot_product_attention` (0 on
+a fully masked row), and float64 arithmetic on shapes that is cast before it meets data.
+
 Two runs of the same vocabulary: hypothesis, derandomized (the same programs every run, so CI
 is reproducible; the falsifying program is printed as its step list), and a seeded generator
 with a fresh seed every run, so the suite keeps exploring. A fresh-seed failure prints its
@@ -22,6 +28,9 @@ SCALAR_OPS, SCALARS = ["add", "mul", "sub"], [0.5, 2.0, -1.5]
 BINARY_OPS = ["add", "mul", "max"]
 REDUCE_OPS = ["sum", "amax", "mean"]
 SLICE_STARTS = [1, 32, 40]
+ROLLS = [1, 25, 71]
+SOFTMAXES = ["softmax", "sdpa"]
+SCALES = [2.0, 0.25]
 SIZES = [1, 3, 64, 100]
 DTYPES = [torch.float32, torch.float16]
 
@@ -50,8 +59,8 @@ def apply(step, t, x):
         return {"add": t + other, "mul": t * other, "max": torch.maximum(t, other)}[step[1]]
     if kind == "reduce":
         _, op, dim, keepdim = step
-        if t.dim() <= 1 and not keepdim:
-            return t
+        if t.dim() <= 1 and not keepdim or (op == "amax" and not t.numel()):
+            return t   # (eager's amax of an empty tensor raises)
         dim = dim % t.dim()
         return {"sum": t.sum, "amax": t.amax, "mean": t.mean}[op](dim, keepdim=keepdim)
     if kind == "transpose":
@@ -60,7 +69,40 @@ def apply(step, t, x):
         dim = step[1] % t.dim()
         start = min(step[2], t.shape[dim] - 1)
         return t.narrow(dim, start, t.shape[dim] - start)
+    if kind == "roll":
+        dim, n = step[1] % t.dim(), t.shape[step[1] % t.dim()]
+        k = step[2] % n if n else 0
+        return torch.cat([t.narrow(dim, k, n - k), t.narrow(dim, 0, k)], dim)
+    if kind == "pick":
+        dim, n = step[1] % t.dim(), t.shape[step[1] % t.dim()]
+        # in range, negative entries kept negative (advanced indexing wraps them)
+        picks = [p % n - (n if p < 0 else 0) for p in step[2]] if n else []
+        if step[3] or not picks:   # index_select takes no negative index
+            index = torch.tensor([p % n for p in picks], dtype=torch.long)
+            return t.index_select(dim, index)
+        return t[(slice(None),) * dim + (picks,)]
+    if kind == "masked_softmax":
+        if t.dim() < 2 or not t.numel():
+            return t
+        if step[2] == "sdpa":
+            q = t.reshape(1, *t.shape[-2:]) if t.dim() == 2 else t
+            mask = _row_mask((q.shape[-2], q.shape[-2]), step[1])
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        mask = _row_mask(t.shape[-2:], step[1])
+        return torch.softmax(t.masked_fill(~mask, float("-inf")), dim=-1)
+    if kind == "float64_scale":
+        factor = torch.full_like(t, step[1], dtype=torch.float64).sqrt().to(t.dtype)
+        return t * factor
     raise AssertionError(step)
+
+
+def _row_mask(shape, seed: int) -> torch.Tensor:
+    """A boolean [rows, cols] mask (a constant of the program) with row 0 fully masked."""
+    import numpy as np
+
+    keep = np.random.default_rng(seed).random(tuple(shape)) < 0.5
+    keep[0] = False
+    return torch.from_numpy(keep)
 
 
 def _broadcastable(a, b):
@@ -79,6 +121,11 @@ STEPS = st.one_of(
               st.booleans()),
     st.tuples(st.just("transpose"), st.integers(0, 2), st.integers(0, 2)),
     st.tuples(st.just("slice"), st.integers(0, 2), st.sampled_from(SLICE_STARTS)),
+    st.tuples(st.just("roll"), st.integers(0, 2), st.sampled_from(ROLLS)),
+    st.tuples(st.just("pick"), st.integers(0, 2),
+              st.lists(st.integers(-3, 70), max_size=4).map(tuple), st.booleans()),
+    st.tuples(st.just("masked_softmax"), st.integers(0, 2**16), st.sampled_from(SOFTMAXES)),
+    st.tuples(st.just("float64_scale"), st.sampled_from(SCALES)),
 )
 
 
@@ -113,6 +160,13 @@ def random_program(rng: random.Random):
                            rng.random() < 0.5),
         "transpose": lambda: ("transpose", rng.randrange(3), rng.randrange(3)),
         "slice": lambda: ("slice", rng.randrange(3), rng.choice(SLICE_STARTS)),
+        "roll": lambda: ("roll", rng.randrange(3), rng.choice(ROLLS)),
+        "pick": lambda: ("pick", rng.randrange(3),
+                         tuple(rng.randint(-3, 70) for _ in range(rng.randint(0, 4))),
+                         rng.random() < 0.5),
+        "masked_softmax": lambda: ("masked_softmax", rng.randrange(2**16),
+                                   rng.choice(SOFTMAXES)),
+        "float64_scale": lambda: ("float64_scale", rng.choice(SCALES)),
     }
     shape = tuple(rng.choice(SIZES) for _ in range(rng.randint(2, 3)))
     steps = tuple(step[rng.choice(sorted(step))]() for _ in range(rng.randint(1, 4)))
