@@ -8,7 +8,8 @@ variable (a diagonal view), or a variable whose digits a core split would cut un
 
 Reads: ops, their accesses, loops and core splits, buffer layouts (after work_division, whose
 split decides whether a view's digits are cut unevenly). Writes: replaces such an op by
-equivalent ops over rewritten iteration variables (names `<op>.<var>_<j>` for the pieces),
+equivalent ops over rewritten iteration variables (names `<op>.<var>_<j>` for the pieces of a
+fix, `<op>.<var>_at<start>` for those of a cut; copies add intermediate buffers with layouts),
 each keeping the core split of the vars it kept whole, or on one core when that split is not
 expressible; the `superdsc_legalize` report row.
 Guarantees: codegen's own tests (`sdsc_dims.op_dims`, then `check_core_split` with the op's
@@ -16,7 +17,7 @@ split) accept every op; when no rewrite within `max_pieces` ops exists (a large 
 view), the compile stops naming every such op, its source line and the reason. SuperDSC is
 the only form codegen writes, so there is no fallback to leave an op to.
 
-Two rewrites, composed by a small search that keeps the fewest ops (each candidate is judged
+Three rewrites, composed by a small search that keeps the fewest ops (each candidate is judged
 by the emitter's own test, so the pass and codegen never disagree):
 - refine `v` at `m`: `v = m·v_hi + v_lo`, two variables where one was (no new op). A variable
   cut inside its stick becomes a clean stick variable; a view's digits become variables a core
@@ -24,8 +25,15 @@ by the emitter's own test, so the pass and codegen never disagree):
 - fix `v` modulo `m`: `m` ops, op `j` over `v = m·v' + j` (`v` dropped when `m` is its range).
   Two variables in one stick become one variable plus a constant lane shift (`c3 + 32·j`,
   the stick fold's `beta_`); a diagonal view becomes per-element ops when it is small.
-Reduced variables are never fixed (that would need partial results combined), variables of a
-tiling loop are left alone (the loop divides them), a matmul's K is never refined.
+- cut `v` at points: one op per run of `v` between the points where a coordinate wraps
+  (`Mod(c1 + 71, 96)` and `floor((c1 + 71)/96)`, a slice of a flattened `cat`): within a run
+  the coordinate is affine, so each piece has a plain lane shift (`beta_`) and one row.
+Reduced variables are never fixed or cut (that would need partial results combined),
+variables of a tiling loop are left alone (the loop divides them), a matmul's K is never
+refined. When no rewrite of the op itself exists (a sum over a wrapped view), the inputs it
+reads through a view are first copied into fresh buffers in the op's own variable order
+(`<input>__<op>_copy`): the copy reduces nothing, so it can be cut, and the op then reads a
+plain buffer. The report row lists such copies among the op's pieces.
 """
 
 from __future__ import annotations
@@ -35,12 +43,16 @@ from dataclasses import dataclass, replace
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import FloorDiv, Lin, Mod, Var, substitute, var
 from spyrec.indexing.sticks import access_coordinates
-from spyrec.ir import Access, Graph, Operation
+from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.layout import default_layout
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 # The most ops one op may become (a fix of a small diagonal view is per element).
 _MAX_PIECES = 128
 _DEPTH = 3
+# Past this many wrap points a coordinate is a variable's digits, not a wrapped view: cutting
+# it would exceed any budget, so the points are not even listed.
+_MAX_CUTS = 1024
 
 
 @register_pass("superdsc_legalize")
@@ -64,6 +76,8 @@ class SuperdscLegalize(Pass):
                 new_ops.append(op)
                 continue
             pieces = _legalize(graph, op, _DEPTH, self.max_pieces)
+            if pieces is None:
+                pieces = _legalize_through_copy(graph, op, self.max_pieces)
             if pieces is None:
                 where = f" ({op.source})" if op.source else ""
                 refused.append(f"op {op.name}{where}: {reason}")
@@ -145,9 +159,121 @@ def _legalize(graph: Graph, op: Operation, depth: int, budget: int) -> list[Oper
     return best
 
 
+def _legalize_through_copy(graph: Graph, op: Operation, budget: int) -> list[Operation] | None:
+    """When no rewrite of `op` itself works (a reduction over a wrapped view: its reduced
+    variable cannot be cut into pieces), copy the inputs it reads through a view into fresh
+    buffers laid out in the op's own variables, and legalize the copies instead: a copy
+    reduces nothing, so `cut` and `fix` apply to it. Each input alone first, then all. Ops
+    inside a tiling loop are left alone (their reads advance with the loop)."""
+    if op.loops:
+        return None
+    viewed = [k for k, a in enumerate(op.inputs) if _is_view(graph, op, a)]
+    for chosen in [[k] for k in viewed] + ([viewed] if len(viewed) > 1 else []):
+        found = _copied(graph, op, chosen, budget)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_view(graph: Graph, op: Operation, access: Access) -> bool:
+    """Whether `access` reads other than plain row-major order of the op's variables: the
+    only reads a copy can help (an index tensor's value cannot be copied ahead)."""
+    atoms = access.index.free_atoms()
+    if not atoms or any(not isinstance(a, Var) for a in atoms):
+        return False
+    buf = graph.buffers[access.buffer]
+    order = _order_in(op, access)
+    return access.index != _row_major(order, dict(op.ranges)) or \
+        tuple(dict(op.ranges)[v] for v in order) != buf.host_size
+
+
+def _order_in(op: Operation, access: Access) -> list[str]:
+    used = {a.name for a in access.index.free_atoms()}
+    return [v for v, _ in op.ranges if v in used]
+
+
+def _copied(graph: Graph, op: Operation, chosen: list[int],
+            budget: int) -> list[Operation] | None:
+    """The copies of `op`'s inputs `chosen` and `op` reading them, all legalized within
+    `budget` ops; None if no such form exists. The copies' buffers stay in the graph only
+    for the form returned."""
+    inputs = list(op.inputs)
+    copies: list[tuple[Buffer, Operation]] = []
+    out = None
+    for k in chosen:
+        found = _copy_for(graph, replace(op, inputs=tuple(inputs)), k)
+        if found is None:
+            break
+        graph.add_buffer(found[0])
+        copies.append(found)
+        inputs[k] = found[1].output
+    else:
+        out = _legalize_all(graph, [c for _, c in copies] +
+                            [replace(op, inputs=tuple(inputs))], budget)
+    if out is None:
+        for buf, _ in copies:
+            del graph.buffers[buf.name]
+    return out
+
+
+def _copy_for(graph: Graph, op: Operation, k: int) -> tuple[Buffer, Operation] | None:
+    """A fresh buffer holding input `k` in `op`'s variable order (the vars it reads, with
+    each in turn as the stick dim, last first) and the copy that fills it, for the first
+    order in which `op` reading the buffer is expressible; None if no order is."""
+    sizes = dict(op.ranges)
+    order = _order_in(op, op.inputs[k])
+    src = graph.buffers[op.inputs[k].buffer]
+    for stick in reversed(order):
+        names = [v for v in order if v != stick] + [stick]
+        shape = tuple(sizes[v] for v in names)
+        buf = Buffer(graph.fresh_name(f"{src.name}__{op.name}_copy"), shape, src.host_dtype,
+                     "intermediate", source=op.source,
+                     layout=default_layout(shape, src.host_dtype))
+        written = Access(buf.name, _row_major(names, sizes))
+        trial = replace(op, inputs=op.inputs[:k] + (written,) + op.inputs[k + 1:])
+        graph.add_buffer(buf)
+        ok = why_not_expressible(graph, trial, {}) is None
+        del graph.buffers[buf.name]
+        if ok:
+            return buf, Operation(buf.name, "identity", tuple((v, sizes[v]) for v in names),
+                                  (op.inputs[k],), written, source=op.source,
+                                  core_splits=_kept_splits(op, names), node=op.node,
+                                  scope=op.scope)
+    return None
+
+
+def _kept_splits(op: Operation, names: list[str]) -> dict[str, int] | None:
+    """The copy of an input splits its vars as `op` does (`_legalize` drops a split that is
+    not expressible), or has no split when work_division has not run."""
+    if op.core_splits is None:
+        return None
+    return {v: op.core_splits.get(v, 1) for v in names}
+
+
+def _legalize_all(graph: Graph, ops: list[Operation], budget: int) -> list[Operation] | None:
+    """Every op of `ops` legalized, in order, within `budget` ops in all; else None."""
+    out: list[Operation] = []
+    for op in ops:
+        legal = _legalize(graph, op, _DEPTH, budget - len(out))
+        if legal is None or len(out) + len(legal) > budget:
+            return None
+        out += legal
+    return out
+
+
+def _row_major(names: list[str], sizes: dict[str, int]) -> Lin:
+    """The flat index of a buffer whose dims are the variables `names` in order."""
+    index, stride = Lin(), 1
+    for v in reversed(names):
+        if sizes[v] > 1:
+            index = index + var(v).scale(stride)
+        stride *= sizes[v]
+    return index
+
+
 def _candidates(graph: Graph, op: Operation) -> list[tuple[int, object]]:
-    """(ops it makes, thunk) for every refine and fix the op's coordinates suggest, cheapest
-    first."""
+    """(ops it makes, thunk) for every refine, fix and cut the op's coordinates suggest,
+    cheapest first."""
     tiled = {v for loop in op.loops for v in loop.tiled}
     ranges = dict(op.ranges)
     coords = _arg_facts(graph, op)[0]
@@ -167,7 +293,69 @@ def _candidates(graph: Graph, op: Operation) -> list[tuple[int, object]]:
         if v not in op.reduced:
             for m in sorted(cuts | {n}):
                 out.append((m, _thunk(fix, op, v, m)))
+            for points in _wrap_cuts(coords, v, n):
+                out.append((len(points) + 1, _thunk(cut, op, v, points)))
     return sorted(out, key=lambda c: c[0])
+
+
+def _wrap_cuts(coords: list, v: str, n: int) -> list[tuple[int, ...]]:
+    """The cut points (0 < p < n) at which some coordinate's `Mod(a·v + k, m)` or
+    `floor((a·v + k)/m)` wraps, per atom and all together: between two points every such
+    atom of `v` is affine, so a view that wraps (a slice of a flattened `cat`, a roll) becomes
+    pieces with a plain lane shift. Distinct sets only, fewest points first."""
+    per_atom: set[tuple[int, ...]] = set()
+    for arg in coords:
+        for c in arg:
+            _collect_wraps(c, v, n, per_atom)
+    sets = per_atom | ({tuple(sorted({p for s in per_atom for p in s}))} if per_atom else set())
+    return sorted(sets, key=lambda s: (len(s), s))
+
+
+def _collect_wraps(e: Lin, v: str, n: int, out: set[tuple[int, ...]]) -> None:
+    for atom in e.atoms():
+        if isinstance(atom, (Mod, FloorDiv)):
+            m = atom.modulus if isinstance(atom, Mod) else atom.divisor
+            points = _wrap_points(atom.num, v, n, m)
+            if points:
+                out.add(points)
+            _collect_wraps(atom.num, v, n, out)
+
+
+def _wrap_points(num: Lin, v: str, n: int, m: int) -> tuple[int, ...]:
+    """Where `floor(num/m)` changes as `v` runs over [0, n), for `num = a·v + k` (no other
+    variable); empty otherwise."""
+    if len(num.terms) != 1 or not isinstance(num.terms[0][0], Var) or \
+            num.terms[0][0].name != v:
+        return ()
+    a, k = num.terms[0][1], num.const
+    lo, hi = sorted((k, a * (n - 1) + k))
+    # the values crossing q·m for q in (floor(lo/m), floor(hi/m)]
+    qs = range(lo // m + 1, hi // m + 1)
+    if len(qs) >= _MAX_CUTS:
+        return ()      # a digit pattern (refine and fix handle it), not a wrap
+    if a > 0:
+        points = {-(-(q * m - k) // a) for q in qs}
+    else:
+        points = {(k - q * m) // -a + 1 for q in qs}
+    return tuple(sorted(p for p in points if 0 < p < n))
+
+
+def cut(op: Operation, v: str, points: tuple[int, ...]) -> list[Operation]:
+    """One op per interval of `v` between the cut `points`: op `j` runs over `v = v' + lo_j`,
+    v' < hi_j - lo_j. Unlike `fix`, each piece keeps `v` contiguous, so a wrapped coordinate
+    becomes one affine run (a lane shift) per piece."""
+    n = dict(op.ranges)[v]
+    bounds = (0, *points, n)
+    pieces = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        if hi - lo == 1:
+            mapping = {Var(v): Lin(const=lo)}
+            ranges = tuple(r for r in op.ranges if r[0] != v)
+        else:
+            mapping = {Var(v): var(v) + lo}
+            ranges = tuple((name, hi - lo if name == v else k) for name, k in op.ranges)
+        pieces.append(_rewritten(op, mapping, ranges, op.reduced, f"{op.name}.{v}_at{lo}"))
+    return pieces
 
 
 def _thunk(fn, *args):
