@@ -36,3 +36,4 @@ def register_lowerings() -> None:
     """Import every module that registers lowerings."""
     from spyrec.frontend import aten_mutation, aten_ops, aten_reductions  # noqa: F401
     from spyrec.frontend import aten_training  # noqa: F401
+    from spyrec.frontend import aten_conv, aten_moe, aten_scan  # noqa: F401
