@@ -135,8 +135,13 @@ class Operation:
 
     @cached_property
     def var_ranges(self) -> Ranges:
-        """Each iteration variable's inclusive range, plus each gathered value's (unknown here)."""
-        return Ranges({Var(v): (0, n - 1) for v, n in self.ranges})
+        """Each iteration variable's inclusive range, plus each gathered value's where its
+        index bound says it cannot be negative (after gather_coordinates: 0..size-1)."""
+        ranges = {Var(v): (0, n - 1) for v, n in self.ranges}
+        for access, (low, size) in zip(self.index_inputs, self.index_bounds):
+            if low >= 0:
+                ranges[Indirect(access.buffer)] = (low, size - 1)
+        return Ranges(ranges)
 
     def accesses(self) -> Iterator[tuple[str, Access]]:
         """(role, access) in argument order: index tensors, inputs, then the output."""

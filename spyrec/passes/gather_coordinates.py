@@ -99,7 +99,9 @@ class _Checks:
         for a, bound in zip(op.index_inputs, op.index_bounds):
             name = self._checked(a.buffer, bound, op, new_ops) or a.buffer
             rename[Indirect(a.buffer)] = Indirect(name)
-            kept.append((Access(name, a.index), bound))
+            # checked and wrapped: the value read is now in 0..size-1, which the index
+            # algebra may use (Operation.var_ranges) to see that floor(v / size) is 0
+            kept.append((Access(name, a.index), (0, bound[1])))
         inputs = tuple(Access(a.buffer, substitute(a.index, rename)) for a in op.inputs)
         output = Access(op.output.buffer, substitute(op.output.index, rename))
         used = {leaf.tensor for a in inputs + (output,) for leaf in a.index.free_atoms()

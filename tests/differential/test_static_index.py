@@ -88,3 +88,23 @@ def test_gather_with_an_empty_index_is_empty(tmp_path):
 
     run_and_compare(tmp_path, Gather(), (torch.randn(5), torch.zeros(2, 0, dtype=torch.long)),
                     frontend="fast")
+
+
+def test_runtime_index_into_a_split_fused_projection(tmp_path):
+    """Falcon's split with the index a runtime input: the gathered value, once checked and
+    wrapped, is known to lie in 0..5, so floor(v / 6) is 0 and the view has a SuperDSC form
+    (it was refused: "floor(IndirectAccess('i__wrap6')/6) ... is not a digit")."""
+    class Split(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(64, 6 * 32, bias=False)
+
+        def forward(self, x, i, j):
+            qkv = self.proj(x).view(1, 16, -1, 6, 32)
+            q, k, v = qkv[:, :, :, :-2], qkv[:, :, :, i], qkv[:, :, :, j]
+            k, v = torch.broadcast_to(k, q.shape), torch.broadcast_to(v, q.shape)
+            return (q * k + v).flatten(2, 3)
+
+    inputs = (torch.randn(1, 16, 64), torch.tensor([-2]), torch.tensor([5]))
+    out = run_and_compare(tmp_path, Split(), inputs, frontend="fast")
+    assert _gathers(out) == 2
