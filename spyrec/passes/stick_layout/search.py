@@ -231,7 +231,11 @@ class LayoutSearch:
         return layouts
 
     def _view_copy(self, op: Operation, access: Access, target):
-        """A fresh buffer over the vars the access uses, target last: (var order, elements)."""
+        """A fresh buffer over the vars the access uses, target last: (var order, elements).
+        None for a gathered access: the copy would lose the op's index tensors (and the vars
+        only they read), so a restickify of the whole tensor is used instead."""
+        if any(not isinstance(a, Var) for a in access.index.free_atoms()):
+            return None
         used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
         order = [v for v, _ in op.ranges if v in used and v != target]
         if target in used:
