@@ -172,9 +172,9 @@ def _torch_gather(ctx, node, x, dim, index, sparse_grad=False):
     coordinate the output's own (index has x's rank)."""
     if index.numel == 0:  # eager gives an empty result of index's shape, whatever x's rank
         return ctx.new_value(index.shape, ctx.out_meta()[1])
-    if x.rank == 0:  # the only valid index is 0 (or -1): a 0-d gather of a 0-d tensor
-        x, index = x.reshape([1]), index.reshape([1])
-        return torch_gather(ctx, x, 0, index).reshape([])
+    if x.rank == 0:  # the only valid index is 0: the result has index's shape ([] or [1])
+        flat = torch_gather(ctx, x.reshape([1]), 0, index.reshape([1]))
+        return flat.reshape(index.shape)
     return torch_gather(ctx, x, dim % x.rank, index)
 
 

@@ -41,6 +41,7 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
     compute = compute_dtype(spec, kern)
     reduced_axes = tuple(spec.vars.index(v) for v in spec.reduced)
     values_in = [b for b in bindings[:-1] if not b.arg.is_index]
+    padding = _padding(spec)
     with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
         for chunk in chunks(spec):
             access = ChunkAccess(spec, bindings, chunk, hbm, lx, ex.where())
@@ -48,9 +49,17 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
                                                     len(chunk.shape)))
                       for b in values_in]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
-                                chunk.lo)
+                                chunk.lo, padding)
             result = kern.fn(ctx, inputs)
             _write(spec, bindings[-1], access, result, reduced_axes)
+
+
+def _padding(spec: OpSpec) -> tuple[int, ...]:
+    """Per axis, the padding points at the end of a masked reduced var (none elsewhere)."""
+    extents = dict(zip(spec.vars, spec.extents))
+    pads = {v: count for v, (start, count) in spec.masking.items()
+            if start + count == extents[v]}
+    return tuple(pads.get(v, 0) for v in spec.vars)
 
 
 def _masked(spec: OpSpec, chunk, values: np.ndarray) -> np.ndarray:

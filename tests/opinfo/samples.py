@@ -70,6 +70,18 @@ OPS = [
     ("alias_copy", ""), ("expand_copy", ""), ("permute_copy", ""), ("t_copy", ""),
     ("transpose_copy", ""), ("unsqueeze_copy", ""), ("squeeze_copy", ""), ("view_copy", ""),
     ("narrow_copy", ""), ("split_with_sizes_copy", ""), ("unbind_copy", ""),
+    # every other lowered aten op that has an OpInfo entry
+    ("cos", ""), ("sin", ""), ("ceil", ""), ("sign", ""), ("square", ""),
+    ("remainder", ""), ("fmod", ""), ("argmax", ""), ("argmin", ""),
+    ("bitwise_and", ""), ("bitwise_or", ""), ("bitwise_xor", ""), ("bitwise_not", ""),
+    ("logical_and", ""), ("logical_or", ""), ("logical_xor", ""), ("logical_not", ""),
+    ("full", ""), ("ones", ""), ("zeros", ""), ("scalar_tensor", ""), ("broadcast_to", ""),
+    ("as_strided", ""), ("as_strided_copy", ""), ("diagonal", ""), ("diagonal_copy", ""),
+    ("unfold", ""), ("unfold_copy", ""),
+    ("gather", ""), ("take_along_dim", ""), ("scatter", ""), ("scatter_add", ""),
+    ("index_add", ""), ("index_copy", ""), ("index_put", ""),
+    ("nn.functional.dropout", ""), ("nn.functional.alpha_dropout", ""),
+    ("nn.functional.scaled_dot_product_attention", ""),
 ]
 
 SEED = 0

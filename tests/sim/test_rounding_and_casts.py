@@ -69,3 +69,20 @@ def test_an_integer_that_does_not_fit_is_still_a_fault():
 
     with pytest.raises(SimulatorFault, match="does not fit int32"):
         to_storage(np.array([2**31], dtype=np.int64), "int32", "t")
+
+
+def test_argmax_without_a_dim_counts_real_points_not_padding_lanes(tmp_path):
+    """argmax of an fp32 [3, 5] without a dim: the inner reduced var is padded to a whole stick
+    (32 lanes) on the device; the flat index is over the 15 real points (it was 1*32 + c)."""
+    import torch
+
+    from tests.differential.harness import run_and_compare
+
+    class ArgMax(torch.nn.Module):
+        def forward(self, x):
+            return torch.argmax(x), torch.argmin(x.transpose(0, 1))
+
+    x = torch.randn(3, 5)
+    x[2, 3] = 10.0
+    x[1, 4] = -10.0
+    run_and_compare(tmp_path, ArgMax(), (x,), frontend="fast")

@@ -33,6 +33,9 @@ class KernelContext:
     reduced_axes: tuple[int, ...]
     compute: np.dtype                  # float32, or int64 when every operand is an integer
     origin: tuple[int, ...] = ()       # the chunk's first iteration point (for messages)
+    # per axis, how many trailing points are padding (a reduced stick var rounded up to whole
+    # sticks, coordinateMasking_): not iteration points, so never counted in an index
+    padding: tuple[int, ...] = ()
 
     def constant(self, key: str, default: object = None) -> object:
         return self.constants.get(key, default)
