@@ -18,7 +18,7 @@ from spyrec.frontend.indexed import (
     static_selection,
 )
 from spyrec.frontend.views import TensorValue
-from spyrec.indexing import Lin, const, var
+from spyrec.indexing import Lin, const, floordiv, mod, var
 from spyrec.ir import Access
 
 # --- pointwise -------------------------------------------------------------------------------
@@ -223,6 +223,90 @@ def _full(ctx, node, *args, **kwargs):
     return out
 
 
+@lowering("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+def _masked_fill(ctx, node, x, mask, value):
+    """x where mask is false, else `value` (a number, or a 0-d tensor eager casts to x's
+    dtype): one where3, the value rounded once to the output dtype as eager's cast does."""
+    return _where(ctx, node, mask, value, x)
+
+
+@lowering("aten.isnan.default")
+def _isnan(ctx, node, x):
+    """x != x: true only for NaN (integers and bools are never NaN)."""
+    if x.dtype not in FLOAT_MAX:
+        return _constant_bool(ctx, False)
+    return ctx.pointwise("notequal", [x, x], out_dtype="bool")
+
+
+@lowering("aten.isinf.default")
+def _isinf(ctx, node, x):
+    """|x| > the dtype's largest finite value: no infinity has to travel as a constant, and
+    NaN compares false, as eager's isinf."""
+    if x.dtype not in FLOAT_MAX:
+        return _constant_bool(ctx, False)
+    magnitude = ctx.pointwise("abs", [x], out_dtype=x.dtype)
+    return binary(ctx, "greaterthan", magnitude, FLOAT_MAX[x.dtype], out_dtype="bool")
+
+
+@lowering("aten.isfinite.default")
+def _isfinite(ctx, node, x):
+    """|x| <= the largest finite value (NaN compares false: not finite)."""
+    if x.dtype not in FLOAT_MAX:
+        return _constant_bool(ctx, True)
+    magnitude = ctx.pointwise("abs", [x], out_dtype=x.dtype)
+    return binary(ctx, "lesserequal", magnitude, FLOAT_MAX[x.dtype], out_dtype="bool")
+
+
+FLOAT_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0,
+             "bfloat16": 3.3895313892515355e38}
+
+
+def _constant_bool(ctx, value: bool) -> TensorValue:
+    """A result known from the dtype alone (isinf of an int tensor), as a filled tensor."""
+    shape, dtype = ctx.out_meta()
+    return _filled(ctx, shape, dtype, value)
+
+
+def _filled(ctx, shape, dtype: str, value) -> TensorValue:
+    out = ctx.new_value(shape, dtype)
+    cvars = iteration_vars(shape)
+    ctx.emit("fill", out, list(zip(names_of(cvars), shape)), [], out.at(cvars),
+             constants={"value": _number(value)})
+    return out
+
+
+@lowering("aten.any.default", "aten.any.dim", "aten.any.dims",
+          "aten.all.default", "aten.all.dim", "aten.all.dims")
+def _any_all(ctx, node, x, dim=None, keepdim=False):
+    """any = max and all = min of `x != 0` (a bool; NaN counts as true, as eager). Over an
+    empty dim: eager's identity (any False, all True), a fill."""
+    from spyrec.frontend.aten_reductions import reduce
+
+    shape, dtype = ctx.out_meta()
+    is_any = str(node.target).startswith("aten.any.")
+    if x.numel == 0:
+        return _filled(ctx, shape, dtype, not is_any)
+    truth = x if x.dtype == "bool" else binary(ctx, "notequal", x, 0, out_dtype="bool")
+    out = reduce(ctx, "max" if is_any else "min", truth, dim, keepdim, dtype)
+    return out if out.shape == shape else out.reshape(shape)
+
+
+@lowering("aten.baddbmm.default")
+def _baddbmm(ctx, node, bias, a, b, beta=1, alpha=1):
+    """beta * bias + alpha * (a @ b) (BLOOM's alibi scores): the product and the scaling in
+    fp32, one rounding at the end, as `addmm`'s lowering; beta == 0 ignores `bias`."""
+    from spyrec.frontend.aten_reductions import FP32, matmul
+
+    dtype = ctx.out_meta()[1]
+    y = matmul(ctx, a, b, dtype if (beta == 0 and alpha == 1) else FP32)
+    if alpha != 1:
+        y = ctx.pointwise("mul", [y, Scalar(alpha)], out_dtype=dtype if beta == 0 else FP32,
+                          constants={"scalar": float(alpha), "scalar_side": "rhs"})
+    if beta == 0:
+        return y
+    return binary(ctx, "add", y, bias, alpha=beta, out_dtype=dtype)
+
+
 # --- casts and copies ------------------------------------------------------------------------
 
 
@@ -308,6 +392,82 @@ def _split(ctx, node, x, sizes, dim=0):
         parts.append(x.slice(dim, start, min(start + n, x.shape[dim])))
         start += n
     return parts
+
+
+@lowering("aten.chunk.default")
+def _chunk(ctx, node, x, chunks, dim=0):
+    """torch.chunk: pieces of ceil(n / chunks) along `dim` (fewer when that divides n),
+    each a slice view."""
+    dim = dim % x.rank
+    return _split(ctx, node, x, max(-(-x.shape[dim] // chunks), 1), dim)
+
+
+@lowering("aten.numpy_T.default")
+def _numpy_t(ctx, node, x):
+    """x.T: every dim reversed (Falcon's fused QKV)."""
+    return x.permute(list(range(x.rank))[::-1])
+
+
+@lowering("aten.repeat.default")
+def _repeat(ctx, node, x, repeats):
+    """x tiled `repeats` times per dim (extra leading repeats add dims): a view whose index
+    in each tiled dim is Mod(v, n). A constant input is folded before it gets here."""
+    lead = len(repeats) - x.rank
+    old = []
+    for i, n in enumerate(x.shape):
+        old.append(const(0) if n == 1 else mod(var(f"v{lead + i}"), n))
+    shape = list(repeats[:lead]) + [n * r for n, r in zip(x.shape, repeats[lead:])]
+    return x._with(shape, x.at(old))
+
+
+@lowering("aten.repeat_interleave.self_int", "aten.repeat_interleave.self_Tensor")
+def _repeat_interleave(ctx, node, x, repeats, dim=None, output_size=None):
+    """Each element `repeats` times along `dim` (the flattened x when dim is None). The same
+    count everywhere is a view with floor(v / repeats); per-element counts (a constant tensor)
+    are a static selection with a constant index list; runtime counts are refused (the
+    result's shape would depend on data)."""
+    if dim is None:
+        x, dim = x.reshape([x.numel]), 0
+    dim = dim % max(x.rank, 1)
+    counts = _repeat_counts(ctx, node, repeats, x.shape[dim])
+    if counts.size == 0 or not counts.any():   # nothing to repeat, or every count 0
+        return x.slice(dim, 0, 0)
+    if len(set(counts.tolist())) == 1:
+        r = int(counts[0])
+        old = [var(f"v{i}") for i in range(x.rank)]
+        old[dim] = floordiv(var(f"v{dim}"), r) if r > 1 else var(f"v{dim}")
+        shape = list(x.shape)
+        shape[dim] *= r
+        return x._with(shape, x.at(old))
+    picks = np.repeat(np.arange(x.shape[dim], dtype=np.int64), counts)
+    index = ctx.new_constant(picks, "int64", "repeat_index")
+    return advanced_index(ctx, x, [None] * dim + [index])
+
+
+def _repeat_counts(ctx, node, repeats, n: int) -> np.ndarray:
+    """The repeat count of each of the n elements, known at compile time, or a refusal."""
+    if isinstance(repeats, TensorValue):
+        values = constant_values(ctx, repeats)
+        if values is None:
+            raise UnsupportedProgram(
+                f"{node.name}: repeat_interleave with repeat counts computed at run time "
+                f"({ctx_source(node)}); the result's shape would depend on data: pass an int "
+                f"or a constant tensor")
+        values = values.reshape(-1).astype(np.int64)
+    else:
+        values = np.asarray([int(repeats)], dtype=np.int64)
+    if values.size == 1:
+        values = np.repeat(values, max(n, 1))[:n] if n else values[:0]
+    if (values < 0).any():
+        raise UnsupportedProgram(f"{node.name}: repeat_interleave with a negative count "
+                                 f"({ctx_source(node)})")
+    return values
+
+
+def ctx_source(node) -> str:
+    from spyrec.frontend.sources import source_of
+
+    return source_of(node) or "unknown source line"
 
 
 @lowering("aten.narrow.default")
