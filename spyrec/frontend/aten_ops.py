@@ -494,8 +494,11 @@ def _diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
 
 @lowering("aten.unfold.default")
 def _unfold(ctx, node, x, dim, size, step):
-    """Windows of `size` every `step` along `dim`, the window position as a new last dim."""
-    dim = dim % max(x.rank, 1)
+    """Windows of `size` every `step` along `dim`, the window position as a new last dim (a
+    0-d tensor is one window of its one element: shape [1])."""
+    if x.rank == 0:
+        return x.reshape([1])
+    dim = dim % x.rank
     count = (x.shape[dim] - size) // step + 1
     old = [var(f"v{i}") for i in range(x.rank)]
     old[dim] = var(f"v{dim}").scale(step) + var(f"v{x.rank}")

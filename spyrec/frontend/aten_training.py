@@ -212,7 +212,11 @@ _BOOL_BINARY = {"and": "minimum", "or": "maximum", "xor": "notequal"}
 
 def _bool_binary(op: str):
     def lower(ctx, node, a, b):
-        """On bool tensors `and`/`or`/`xor` are min/max/!= of 0 and 1 (exact)."""
+        """On bool tensors `and`/`or`/`xor` are min/max/!= of 0 and 1 (exact); the logical
+        ops take any dtype as its truth value (x != 0) first. Bitwise ops on integers are
+        refused (the device has no bit operations)."""
+        if str(node.target).startswith("aten.logical_"):
+            a, b = _truth(ctx, a), _truth(ctx, b)
         if not _all_bool(a, b):
             raise UnsupportedProgram(f"{node.name}: {node.target} on non-bool tensors "
                                      f"({source_of(node) or 'unknown source line'}) is not "
@@ -227,8 +231,17 @@ for _op in _BOOL_BINARY:
         lowering(_name)(_bool_binary(_op))
 
 
+def _truth(ctx, x):
+    """A bool tensor as it is; any other tensor's truth value x != 0 (NaN is true, as eager)."""
+    if _all_bool(x):
+        return x
+    return binary(ctx, "notequal", x, 0, out_dtype="bool")
+
+
 @lowering("aten.logical_not.default", "aten.bitwise_not.default")
 def _not(ctx, node, x):
+    if str(node.target).startswith("aten.logical_") and not _all_bool(x):
+        return binary(ctx, "equal", x, 0, out_dtype="bool")
     if not _all_bool(x):
         raise UnsupportedProgram(f"{node.name}: {node.target} on a non-bool tensor is not "
                                  f"supported; only boolean masks")
