@@ -102,13 +102,22 @@ def functionalize(program: Program) -> Program:
             version[r] = version.get(r, 0) + 1
         elif first is not None and _is_full_alias(program, node, first):
             root[node.name] = root_of(first.name)
-        elif first is not None and node.target in VIEWS:
+        elif first is not None and node.target in VIEWS and not _fresh_item(program, node):
             base = view_of.get(first.name)
             r = base[0] if base else root_of(first.name)
             view_of[node.name] = base or (r, version.get(r, 0))
     _add_mutation_outputs(program, current, kinds)
     program.__dict__.pop("_users", None)
     return program
+
+
+def _fresh_item(program: Program, node: Node) -> bool:
+    """`getitem` of an op that returns new tensors (topk, max.dim, native_layer_norm), not
+    views: its element is a value of its own, so an in-place write into it (Mixtral's
+    `router_top_value /= ...` after topk) is a write into an intermediate."""
+    if node.target != "_operator.getitem":
+        return False
+    return program.node(node.args[0].name).target not in VIEWS
 
 
 def _is_full_alias(program: Program, node: Node, first: Ref) -> bool:
