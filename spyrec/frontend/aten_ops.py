@@ -415,7 +415,7 @@ def _repeat(ctx, node, x, repeats):
     lead = len(repeats) - x.rank
     old = []
     for i, n in enumerate(x.shape):
-        old.append(const(0) if n == 1 else mod(var(f"v{lead + i}"), n))
+        old.append(const(0) if n <= 1 else mod(var(f"v{lead + i}"), n))  # 0: no element
     shape = list(repeats[:lead]) + [n * r for n, r in zip(x.shape, repeats[lead:])]
     return x._with(shape, x.at(old))
 
