@@ -82,6 +82,8 @@ OPS = [
     ("index_add", ""), ("index_copy", ""), ("index_put", ""),
     ("nn.functional.dropout", ""), ("nn.functional.alpha_dropout", ""),
     ("nn.functional.scaled_dot_product_attention", ""),
+    ("cumsum", ""), ("repeat", ""), ("repeat_interleave", ""), ("masked_fill", ""),
+    ("isinf", ""), ("isnan", ""), ("isfinite", ""), ("any", ""), ("all", ""), ("baddbmm", ""),
 ]
 
 SEED = 0

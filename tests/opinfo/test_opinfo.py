@@ -22,6 +22,8 @@ MAY_REFUSE = {
     # by design: scatter's reduce="multiply"/"amax"/... variants (aten.scatter.reduce) and
     # index_put with a boolean mask (a data-dependent shape) are refused with exit 3
     "scatter", "index_put",
+    # by design: repeat_interleave with a runtime repeats tensor (a data-dependent shape)
+    "repeat_interleave",
 }
 
 CASES = [(op_id(*o), *(("float32", 0), ("float16", 1))[k % 2]) for k, o in enumerate(OPS)]
