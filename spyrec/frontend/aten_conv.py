@@ -1,25 +1,36 @@
 """Lowerings of convolutions, pooling and inference batch norm (vision and audio front ends).
 
-A convolution is one matmul per call: out[n, g, p, co] = sum_k cols[n, g, p, k] * W[g, k, co]
-(p the output pixel oh*OW + ow, k a (tap, input channel) pair, g the group: groups and
-depthwise are the matmul's batch dim). 1-D convolutions are 2-D ones with a unit height.
+A convolution is one matmul: out[n, g, p, co] = sum_k cols[n, g, p, k] * W[g, k, co] (p the
+output pixel oh*OW + ow, k a (tap, input channel) pair, g the group: groups are the matmul's
+batch dim). A 1-D convolution is a 2-D one with a unit height.
 
 - cols is a pure view of the input (no copy) when every window is a disjoint block of it:
   no padding and, per spatial dim, stride == kernel (dilation 1) or kernel 1 — ViT's patch
-  embedding, a 1x1 conv. The input is then read exactly once.
-- Otherwise cols is materialized (im2col) by one `identity` copy per tap (kh, kw) of the part
-  of the input that tap sees, plus `fill`s of zeros where it sees padding: no padded copy of
-  the input and no sliding-window view survive to SuperDSC (a window `oh*s + kh` puts two
-  variables at one stride, which SuperDSC cannot address, and a reduction is never split by
-  superdsc_legalize). k is tap-major (t*Cg + c), so each copy writes whole runs of channels.
-  HBM: the input is read KH*KW times and cols written and read once each (KH*KW times the
-  input) — against the input once for a direct convolution; the price of one big-K matmul.
-- Weights are rearranged at compile time into a private constant [G, K, Cog] (the parameter
-  itself is dropped when nothing else reads it, so the weights are stored once), and an eval
-  batch norm that is the conv's only user is folded into that constant and the bias.
+  embedding, a 1x1 conv.
+- Otherwise the input is copied once into a channels-last buffer [N, Hp, Wp, C] (padding
+  borders filled, only when the conv pads), and cols [N, OH, OW, G, T*Cg] is materialized by
+  one `identity` per tap t = (kh, kw). Why: a sliding window `oh*s + kh` puts two variables at
+  one stride and a stride in the lanes, neither of which SuperDSC can address (and
+  superdsc_legalize never splits a reduction); with the channels in the lanes every tap is a
+  plain shifted, row-strided copy of whole sticks, and k = t*Cg + c keeps K in the lanes.
+  HBM traffic (T = KH*KW taps): input read once and written once channels-last, read T times
+  by the tap copies, cols written once and read once by the matmul (each T x input), weights
+  once, output once: about (2 + 3T) x input + weights + output, against input + weights +
+  output compulsory (the price of one big-K matmul per conv; nothing is recomputed).
+- Depthwise (one input and one output channel per group): T `mul`s of a tap view by that
+  tap's per-channel weight into fp32 partials [T, N, OH, OW, C], then one sum over t
+  ((1 + 2T) x input in, 2T x output in fp32): a matmul would put K = T in the lanes and the
+  channels above them, so every tap copy would scatter single lanes.
+- Weights are rearranged at compile time into a private constant (the parameter is dropped
+  when nothing else reads it, so weights are stored once), and an eval batch norm that is the
+  conv's only user is folded into that constant and the bias (its statistics are dropped
+  too); any other eval batch norm is a per-channel affine (mul, add).
 
-Pooling reads the input through window views with the window as reduced vars; padding is a
-copy into a buffer filled with the reduction's identity (-inf for max, 0 for avg).
+Pooling stacks the window taps the same way ([T, N, OH, OW, C], padding filled with -inf for
+max and 0 for avg) and reduces over t: max, argmax for max_pool2d's indices (the tap of the
+first maximum, turned into eager's flat ih*W + iw with integer ops), mean or sum / divisor.
+adaptive_avg_pool2d is one mean over a reshape view when the sizes divide, else separable
+means over each output row's and column's window.
 """
 
 from __future__ import annotations
@@ -74,16 +85,6 @@ class Geometry:
     def taps(self) -> list[tuple[int, int]]:
         return [(i, j) for i in range(self.kernel[0]) for j in range(self.kernel[1])]
 
-    def valid(self, dim: int, k: int) -> tuple[int, int]:
-        """The output positions [lo, hi) at which tap k of spatial dim `dim` reads inside the
-        input (not padding)."""
-        size, out = (self.h, self.oh) if dim == 0 else (self.w, self.ow)
-        s, p, d = self.stride[dim], self.pad[dim], self.dil[dim]
-        off = k * d - p
-        lo = max(0, -(-(-off) // s))                 # ceil(-off / s)
-        hi = min(out, (size - 1 - off) // s + 1) if size - 1 - off >= 0 else 0
-        return lo, max(lo, hi)
-
 
 # --- convolution -----------------------------------------------------------------------------
 
@@ -130,10 +131,15 @@ def convolution(ctx: LoweringContext, node, x: TensorValue, weight: TensorValue,
     direct = _is_direct(g)
     cols = _direct_cols(x, g, groups) if direct else _im2col(ctx, x, g, groups)
     wm, b = _weights(ctx, node, weight, bias, groups, direct, fold, dtype)
-    y = matmul(ctx, cols, wm, dtype if b is None else FP32)   # [N, G, P, Cog]
-    if b is not None:
-        y = binary(ctx, "add", y, b.reshape([groups, 1, co // groups]), out_dtype=dtype)
-    y = y.permute([0, 1, 3, 2]).reshape([n, co, g.oh, g.ow])
+    y = _conv_matmul(ctx, cols, wm, g, dtype if b is None else FP32)   # [N, G, P, Cog]
+    if co == groups:                  # one channel per group: [N, G, P, 1] is NCHW already
+        y = y.reshape([n, co, g.oh, g.ow])
+        if b is not None:
+            y = binary(ctx, "add", y, b.reshape([co, 1, 1]), out_dtype=dtype)
+    else:
+        if b is not None:
+            y = binary(ctx, "add", y, b.reshape([groups, 1, co // groups]), out_dtype=dtype)
+        y = y.permute([0, 1, 3, 2]).reshape([n, co, g.oh, g.ow])
     return y.reshape(shape) if y.shape != tuple(shape) else y
 
 
@@ -214,6 +220,21 @@ def _im2col(ctx: LoweringContext, x: TensorValue, g: Geometry, groups: int) -> T
                  [Access(xp.buffer, src)], cols.at(cv[:4] + [cv[4] + t * cg]))
     k = len(taps) * cg
     return cols.reshape([n, g.oh * g.ow, groups, k]).permute([0, 2, 1, 3])
+
+
+def _conv_matmul(ctx, cols: TensorValue, wm: TensorValue, g: Geometry,
+                 dtype: str) -> TensorValue:
+    """out[n, g, p, co] = sum_k cols[n, g, p, k] * wm[g, k, co]. With one output channel per
+    group the matmul's N would be a unit dim in the lanes, which the layout passes cannot
+    place when the result is viewed as NCHW: then it is a product (fp32) and a sum over k
+    whose result is already [N, G, OH, OW]."""
+    if wm.shape[-1] != 1:
+        return matmul(ctx, cols, wm, dtype)
+    n, groups, _, k = cols.shape
+    w = wm.squeeze([-1]).unsqueeze(1)                                 # [G, 1, K]
+    prod = ctx.pointwise("mul", [cols, w], out_dtype=FP32, shape=cols.shape)
+    y = reduce(ctx, "sum", prod.reshape([n, groups, g.oh, g.ow, k]), [4], False, dtype)
+    return y.reshape([n, groups, g.oh * g.ow, 1])
 
 
 def _depthwise(ctx, node, x: TensorValue, weight: TensorValue, bias, g: Geometry, fold,
