@@ -28,24 +28,28 @@ PathLike = str | os.PathLike
 def compile(program: Any, out: PathLike, *, pipeline: PathLike | None = None,  # noqa: A001
             tiling: PathLike | None = None, layouts: PathLike | None = None,
             sets: Mapping[str, Any] | list[str] | None = None, frontend: str = "auto",
-            verbose: int = -1) -> Path:
+            verbose: int = -1, self_contained: bool = False) -> Path:
     """Compile `program` (a `torch.export.ExportedProgram`, or the path of a `.pt2` file from
     `torch.export.save`) into the output directory `out`; returns `out` as a Path.
 
     `pipeline`, `tiling` and `layouts` are YAML files as for the CLI; `sets` overrides pipeline
     options, as `{"PASS.OPTION": value}` or a list of `"PASS.OPTION=VALUE"` strings. An
-    ExportedProgram is saved to a temporary .pt2 and compiled like a file. `verbose=-1` prints
-    nothing; 0 prints what the CLI prints on stderr, 1 adds per-pass logging.
+    ExportedProgram is saved to a temporary .pt2 and compiled like a file; that file is gone
+    afterwards, so its copy is kept in `out` (as with `self_contained=True`, which copies a
+    `.pt2` path's file into `out/program.pt2` for `run(check=True)` after the source moves).
+    `verbose=-1` prints nothing; 0 prints what the CLI prints on stderr, 1 adds per-pass
+    logging.
     """
     from spyrec.compiler import CompileOptions, compile_program
 
     opts = CompileOptions(pipeline=_path(pipeline), tiling=_path(tiling),
                           layouts=_path(layouts), sets=_sets(sets), verbose=verbose,
-                          frontend=frontend)
+                          frontend=frontend, self_contained=self_contained)
     out = Path(out)
     if isinstance(program, (str, os.PathLike)):
         compile_program(Path(program), out, opts)
         return out
+    opts.self_contained = True     # the temporary .pt2 is deleted: --check needs the copy
     with tempfile.TemporaryDirectory(prefix="spyrec-api-") as tmp:
         compile_program(_save_exported(program, Path(tmp) / "program.pt2"), out, opts)
     return out
@@ -78,15 +82,17 @@ def _save_exported(program: Any, path: Path) -> Path:
 
 
 def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
-        check: bool = False) -> dict[str, np.ndarray]:
+        check: bool = False, model: PathLike | None = None) -> dict[str, np.ndarray]:
     """Simulate the compiled directory `out` on `inputs`; returns what `spyrec run -o` writes.
 
     `inputs` maps the program's input names to numpy arrays (or torch tensors), or is the path
     of an .npz / .safetensors file. A bf16 input may be a torch bfloat16 tensor or uint16 bits.
     The result maps `output_0`, `output_1`, ... (then mutated buffers by FQN) to arrays; a bf16
     output is uint16 bits with a `__dtype__.<key>` = "bfloat16" entry, as in outputs.npz.
-    `check=True` also runs `out/program.pt2` in PyTorch eager and raises `CheckMismatch` when
-    an output differs beyond its dtype's tolerance.
+    `check=True` also runs the source program in PyTorch eager and raises `CheckMismatch` when
+    an output differs beyond its dtype's tolerance: `model` (a `.pt2` path) when given, else
+    `out/program.pt2` (self-contained), else the path the manifest records; a missing or
+    changed file raises `InputFileError` before anything is simulated.
     """
     from spyrec.sim.check import check_outputs, check_reference_program, describe_failure
     from spyrec.sim.inputs import check_inputs, npz_arrays, read_inputs
@@ -94,8 +100,12 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
 
     out = Path(out)
     program = load_program(out)
-    if check:   # before simulating: program.pt2 can be loaded and called with these inputs
-        check_reference_program(out, list(program.manifest.inputs))
+    reference = None
+    if model is not None and not check:
+        raise InputFileError(f"spyrec.run: model={model!r} is read only with check=True")
+    if check:   # before simulating: the source .pt2 is there, unchanged, and callable
+        reference = check_reference_program(out, list(program.manifest.inputs),
+                                            _path(model))
     if isinstance(inputs, (str, os.PathLike)):
         arrays = read_inputs(program.manifest, inputs)
     else:
@@ -105,7 +115,7 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
         arrays = check_inputs(program.manifest, {k: _numpy(v) for k, v in inputs.items()})
     result = simulate(out, arrays, program=program)
     if check:
-        checks = check_outputs(out, program.manifest, arrays, result.outputs)
+        checks = check_outputs(out, program.manifest, arrays, result.outputs, reference)
         bad = [c for c in checks if not c.ok]
         if bad:
             raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from PyTorch eager "

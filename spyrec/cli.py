@@ -66,12 +66,16 @@ def _verbosity(verbose: int, quiet: bool) -> int:
               show_default=True,
               help="fast: read the .pt2 without torch; torch: torch.export.load; auto: fast, "
                    "falling back to torch (with a note) when it must.")
+@click.option("--self-contained", is_flag=True,
+              help="Also copy MODEL.pt2 into the output directory (program.pt2), so run "
+                   "--check works after the directory is moved or MODEL.pt2 is gone.")
 @click.option("--timings", is_flag=True, help="Print per-pass wall time to stderr.")
 @click.option("-v", "--verbose", count=True,
               help="Per-pass logging on stderr (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, ir_dir,
-                    print_ir_before, verify_each, frontend, timings, verbose, quiet):
+                    print_ir_before, verify_each, frontend, self_contained, timings, verbose,
+                    quiet):
     """Compile MODEL.pt2 (from torch.export.save) into an output directory."""
     from spyrec.compiler import CompileOptions, compile_program
     from spyrec.progress import Progress
@@ -80,7 +84,7 @@ def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after,
     opts = CompileOptions(pipeline, tiling, layouts, list(sets), dump_after, timings,
                           _verbosity(verbose, quiet), frontend, print_ir_after_all=ir_dir,
                           print_ir_before=print_ir_before, verify_each=verify_each,
-                          progress=ticker.step)
+                          progress=ticker.step, self_contained=self_contained)
     try:
         report = compile_program(model, out_dir, opts)
     finally:

@@ -35,6 +35,7 @@ class CompileOptions:
     print_ir_before: str | None = None
     verify_each: bool = False                # ir.verify after lowering and every pass
     progress: Callable[[str], None] | None = None   # told each phase as it starts (cli.py)
+    self_contained: bool = False             # copy the .pt2 into OUT as program.pt2
 
 
 def _phase(opts: CompileOptions, name: str) -> float:
@@ -181,7 +182,7 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     configs = {"pipeline": pipeline_path, "tiling": str(opts.tiling) if opts.tiling else None,
                "layouts": str(opts.layouts) if opts.layouts else None}
     files = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
-                          check=opts.verify_each)
+                          check=opts.verify_each, self_contained=opts.self_contained)
     timings.append({"name": "codegen", "wall_ms": _ms(t0)})
     report["sdsc"] = sdsc_summary(files)
 
@@ -195,7 +196,7 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
         return {"report.json": _json(report),
                 "report.txt": report_text(report) + "\n" + format_table(report["cost"])}
 
-    write_atomically(out_dir, files, source, finalize)
+    write_atomically(out_dir, files, source, finalize, self_contained=opts.self_contained)
     if opts.timings:
         for row in timings:
             _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")

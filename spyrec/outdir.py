@@ -33,7 +33,8 @@ from spyrec.errors import OutputDirError
 
 MANIFEST_FORMAT_PREFIX = "spyrec-manifest/"
 # Every name spyrec writes into an output directory (`outputs.npz` is `spyrec run`'s default).
-OWN_FILES = ("manifest.json", "opspecs.json", "bundle.mlir", "constants.npz",
+# constants.npz / constants.safetensors: the weights of format-1 directories (before weights.bin).
+OWN_FILES = ("manifest.json", "opspecs.json", "bundle.mlir", "weights.bin", "constants.npz",
              "constants.safetensors", "program.pt2", "report.json", "report.txt", "tiling.yaml",
              "outputs.npz", "sdsc_*.json")
 STALE_AFTER_SECONDS = 24 * 3600

@@ -3,17 +3,21 @@
 Everything is built in a temporary sibling directory and swapped into place at the end
 (`spyrec.outdir`, which also decides what may be replaced), so a failed compile leaves no partial
 directory and never destroys an earlier good one. JSON is
-written with fixed formatting and `constants.npz` with fixed zip timestamps, so the same input
-gives byte-identical files.
+written with fixed formatting and the weights as one raw blob in a fixed order, so the same
+input gives byte-identical files.
+
+Weights are streamed: `build_outputs` lays `weights.bin` out from shapes and dtypes alone (the
+manifest's `weights` section), and the writer copies each tensor into it from the `.pt2`
+archive one at a time (`spyrec.frontend.program.StoredTensor.write_to`), so compile never holds
+the weights in memory. The source `.pt2` is not copied (the manifest names its absolute path
+and SHA-256 for `run --check`) unless `self_contained` asks for `program.pt2`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shutil
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +31,13 @@ from spyrec.ir import Graph
 from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.outdir import check_output_dir, replace_directory
 
-MANIFEST_FORMAT = "spyrec-manifest/1"
+MANIFEST_FORMAT = "spyrec-manifest/2"
+WEIGHTS_FILE = "weights.bin"
+WEIGHTS_ALIGNMENT = 64          # bytes; every tensor starts at a multiple
+PROGRAM_COPY = "program.pt2"    # the source's copy, with --self-contained
+# host dtype -> the little-endian numpy dtype of its bytes in weights.bin (bf16 as its bits)
+WEIGHTS_DTYPES = {"float16": "<f2", "bfloat16": "<u2", "float32": "<f4", "int32": "<i4",
+                  "int64": "<i8", "int8": "|i1", "bool": "|b1"}
 OPSPECS_FORMAT = "spyrec-opspecs/1"
 
 
@@ -67,10 +77,74 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+class WeightsBlob:
+    """`weights.bin`: every constant's host form (row-major, little-endian, bf16 as its 16-bit
+    pattern) in manifest order, each at a multiple of WEIGHTS_ALIGNMENT, zero bytes between.
+    Planned from shapes and dtypes; the values are read only by `write`, one tensor at a time.
+    """
+
+    def __init__(self, entries: list[tuple[str, str, tuple, int, int, object]], total: int):
+        self.entries = entries   # (name, host dtype, shape, offset, bytes, value)
+        self.total = total
+
+    @classmethod
+    def plan(cls, graph: Graph) -> "WeightsBlob":
+        entries, offset, end = [], 0, 0
+        for buf in graph.buffers.values():
+            if buf.role != "constant" or buf.name not in graph.constants:
+                continue
+            dtype = np.dtype(WEIGHTS_DTYPES[buf.host_dtype])
+            nbytes = int(np.prod(buf.host_size, dtype=np.int64)) * dtype.itemsize
+            entries.append((buf.name, buf.host_dtype, tuple(buf.host_size), offset, nbytes,
+                            graph.constants[buf.name]))
+            end = offset + nbytes
+            offset += -(-nbytes // WEIGHTS_ALIGNMENT) * WEIGHTS_ALIGNMENT
+        return cls(entries, end)
+
+    def section(self) -> dict:
+        """The manifest's `weights` object."""
+        return {"file": WEIGHTS_FILE, "bytes": self.total, "alignment": WEIGHTS_ALIGNMENT,
+                "tensors": [{"name": n, "dtype": d, "shape": list(s), "offset": o, "bytes": b}
+                            for n, d, s, o, b, _ in self.entries]}
+
+    def write(self, f) -> None:
+        """Stream every tensor into the binary file `f` (positioned at 0)."""
+        from spyrec.errors import InternalError
+
+        pos = 0
+        for name, host_dtype, shape, offset, nbytes, value in self.entries:
+            if offset > pos:
+                f.write(bytes(offset - pos))
+            expected = np.dtype(WEIGHTS_DTYPES[host_dtype])
+            if hasattr(value, "write_to"):      # a StoredTensor: copied from the archive
+                if value.host_dtype != expected.newbyteorder("=") or \
+                        tuple(value.shape) != shape:
+                    raise InternalError(f"weights: constant {name!r} is stored as "
+                                        f"{value.host_dtype} {list(value.shape)}, its tensor is "
+                                        f"{host_dtype} {list(shape)}; please report this")
+                written = value.write_to(f)
+            else:
+                array = np.asarray(value)
+                if array.dtype.newbyteorder("=") != expected.newbyteorder("=") or \
+                        tuple(array.shape) != shape:
+                    raise InternalError(f"weights: constant {name!r} holds {array.dtype} "
+                                        f"{list(array.shape)}, its tensor is {host_dtype} "
+                                        f"{list(shape)}; please report this")
+                array = np.ascontiguousarray(array.astype(expected, copy=False)).reshape(-1)
+                f.write(memoryview(array).cast("B"))
+                written = array.nbytes
+            if written != nbytes:
+                raise InternalError(f"weights: constant {name!r} wrote {written} bytes, "
+                                    f"planned {nbytes}; please report this")
+            pos = offset + nbytes
+
+
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
-                  report: dict, check: bool = True) -> dict[str, bytes | str]:
-    """Every file of the output directory, by name (pure: no disk writes). `check`: the
-    emitter re-derives each core's start address from our coordinates (codegen/superdsc.py)."""
+                  report: dict, check: bool = True,
+                  self_contained: bool = False) -> dict[str, bytes | str | WeightsBlob]:
+    """Every file of the output directory, by name (pure: no disk writes; `weights.bin` is a
+    `WeightsBlob` the writer streams). `check`: the emitter re-derives each core's start
+    address from our coordinates (codegen/superdsc.py)."""
     specs = [op_spec(graph, op) for op in graph.ops]
     files: dict[str, bytes | str] = {}
     sdsc_names = []
@@ -88,11 +162,12 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     files["bundle.mlir"] = render_bundle(bundle_data(
         sdsc_names, [op.loops for op in graph.ops],
         [symbols.of(i) for i in range(len(graph.ops))]))
+    blob = WeightsBlob.plan(graph)
     files["manifest.json"] = dump_json(manifest(graph, source, pipeline, configs, sdsc_names,
-                                                report.get("hbm_bytes", 0)))
-    tags = {f"__dtype__.{n}": np.array("bfloat16") for n in graph.constants
-            if graph.buffers[n].host_dtype == "bfloat16"}
-    files["constants.npz"] = npz_bytes({**graph.constants, **tags})
+                                                report.get("hbm_bytes", 0), blob,
+                                                self_contained))
+    if blob.entries:
+        files[WEIGHTS_FILE] = blob
     auto = (report.get("tiling") or {}).get("auto_config")
     if auto is not None:   # --tiling auto: its choice, a config the user can pass back
         files["tiling.yaml"] = auto
@@ -100,7 +175,8 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
 
 
 def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
-             sdsc_names: list[str], hbm_bytes: int) -> dict:
+             sdsc_names: list[str], hbm_bytes: int, blob: WeightsBlob | None = None,
+             self_contained: bool = False) -> dict:
     tensors = []
     for buf in graph.buffers.values():
         tensors.append({
@@ -110,7 +186,9 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
             "source": buf.source, **_lx_fields(graph, buf)})
     return {
         "format": MANIFEST_FORMAT, "spyrec_version": __version__,
-        "source": {"file": source.name, "sha256": sha256_of(source)},
+        "source": {"file": source.name, "path": str(Path(source).resolve()),
+                   "sha256": sha256_of(source),
+                   "copy": PROGRAM_COPY if self_contained else None},
         "pipeline": pipeline, "configs": configs,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
         **({"mutated_buffers": dict(graph.mutated_buffers)} if graph.mutated_buffers else {}),
@@ -119,6 +197,7 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         "tensors": tensors,
         "kernels": [{"name": "main", "bundle": "bundle.mlir", "ops": sdsc_names}],
         "hbm_bytes": hbm_bytes,
+        "weights": (blob or WeightsBlob.plan(graph)).section(),
     }
 
 
@@ -169,23 +248,10 @@ def _lx_fields(graph: Graph, buf) -> dict:
     return {"lx_address": buf.lx_address, "lx_bytes_per_core": lx_bytes_per_core(graph, buf)}
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """An .npz with fixed timestamps and sorted members (np.savez stamps the current time)."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
-        for name in sorted(arrays):
-            payload = io.BytesIO()
-            array = np.asarray(arrays[name])  # ascontiguousarray would make 0-d arrays 1-d
-            array = array if array.flags.c_contiguous else np.ascontiguousarray(array)
-            np.lib.format.write_array(payload, array, allow_pickle=False)
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            zf.writestr(info, payload.getvalue())
-    return out.getvalue()
-
-
-def write_atomically(out_dir: Path, files: dict[str, bytes | str], source: Path,
-                     finalize=None) -> None:
-    """Write `files` (and a copy of `source` as program.pt2) as `out_dir`, all or nothing.
+def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob], source: Path,
+                     finalize=None, self_contained: bool = False) -> None:
+    """Write `files` (and, if `self_contained`, a copy of `source` as program.pt2) as `out_dir`,
+    all or nothing.
 
     `spyrec.outdir` decides whether `out_dir` may be replaced and swaps the finished directory
     in. `finalize(tmp_dir) -> {name: text}` runs on the complete temporary directory before the
@@ -194,15 +260,19 @@ def write_atomically(out_dir: Path, files: dict[str, bytes | str], source: Path,
     def build(tmp: Path) -> None:
         for name, content in files.items():
             _write_file(tmp / name, content)
-        shutil.copyfile(source, tmp / "program.pt2")
+        if self_contained:
+            shutil.copyfile(source, tmp / PROGRAM_COPY)
         for name, content in (finalize(tmp) if finalize else {}).items():
             _write_file(tmp / name, content)
 
     replace_directory(check_output_dir(out_dir), build)
 
 
-def _write_file(path: Path, content: bytes | str) -> None:
+def _write_file(path: Path, content: bytes | str | WeightsBlob) -> None:
     if isinstance(content, str):
         content = content.encode("utf-8")
     with open(path, "xb") as f:  # a fresh directory: never follow or reuse an existing entry
-        f.write(content)
+        if isinstance(content, WeightsBlob):
+            content.write(f)
+        else:
+            f.write(content)

@@ -19,7 +19,7 @@ from spyrec.frontend.context import (
     LoweringContext, Scalar, Unlowered, contiguous_value, host_dtype,
 )
 from spyrec.frontend.names import rename_graph
-from spyrec.frontend.program import Program, Ref, tensor_values
+from spyrec.frontend.program import Program, Ref, StoredTensor, tensor_values
 from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH, lowerable, register_lowerings
 from spyrec.frontend.sources import source_of
 from spyrec.frontend.views import TensorValue
@@ -123,10 +123,13 @@ def _lower_placeholders(program: Program, graph: Graph, env: dict) -> None:
             env[node.name] = env[first_of[fqn]]
             continue
         first_of[fqn] = node.name
-        array = np.require(program.state[fqn], requirements="C")  # 0-d stays 0-d
-        buf = graph.add_buffer(Buffer(node.name, tuple(array.shape), program.state_dtypes[fqn],
+        value = program.state.stored(fqn)
+        if not isinstance(value, StoredTensor):  # a folded constant, or the torch front end's
+            value = np.require(value, requirements="C")  # 0-d stays 0-d
+        # else: the archive's reference; read when a pass or the writer needs the values
+        buf = graph.add_buffer(Buffer(node.name, tuple(value.shape), program.state_dtypes[fqn],
                                       "constant", source=spec.target))
-        graph.constants[buf.name] = array
+        graph.constants[buf.name] = value
         env[node.name] = contiguous_value(buf)
 
 

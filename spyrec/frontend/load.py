@@ -16,7 +16,7 @@ from spyrec.frontend.fold import fold_constants
 from spyrec.frontend.from_torch import target_name, program_of
 from spyrec.frontend.registry import lowerable
 from spyrec.frontend.program import Program
-from spyrec.frontend.pt2json import REEXPORT_STATIC, NeedsTorch, read_program
+from spyrec.frontend.pt2json import REEXPORT_STATIC, NeedsTorch, read_program, stored_tensors
 from spyrec.pt2archive import Archive, open_archive, sanitized_copy
 
 FRONTENDS = ("auto", "fast", "torch")
@@ -77,7 +77,24 @@ def _torch_program(archive: Archive) -> Program:
         if any(n.op == "call_function" and not lowerable(target_name(n.target))
                for n in ep.graph.nodes):
             ep = ep.run_decompositions(_decomposition_table())
-    return program_of(ep)
+    return _with_stored(program_of(ep), archive)
+
+
+def _with_stored(program: Program, archive: Archive) -> Program:
+    """The torch front end's weights as references to the archive (as the fast reader's):
+    torch's in-memory copies are freed with the ExportedProgram, and the writer streams each
+    weight from the archive. An entry the archive does not hold as such stays an array."""
+    try:
+        stored = stored_tensors(archive)
+    except (NeedsTorch, KeyError, TypeError, ValueError):
+        return program
+    for fqn in list(program.state):
+        ref, dtype = stored.get(fqn, (None, None))
+        value = program.state.stored(fqn)
+        if ref is not None and dtype == program.state_dtypes.get(fqn) and \
+                tuple(ref.shape) == tuple(value.shape) and ref.host_dtype == value.dtype:
+            program.state[fqn] = ref
+    return program
 
 
 def _check_ops_exist(archive: Archive) -> None:

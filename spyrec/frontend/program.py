@@ -13,13 +13,21 @@ cannot tell them apart:
   `contiguous_format`);
 - `meta["val"]` is a `TensorMeta` (or a list of them for multi-output nodes), `meta` also holds
   `stack_trace` and `nn_module_stack` when the exporter recorded them;
-- weights and constants are numpy arrays keyed by FQN (bf16 as uint16 bit patterns, with their
-  host dtype in `state_dtypes`); FQNs stored in the same memory (tied weights) are in `aliases`.
+- weights and constants are keyed by FQN (bf16 as uint16 bit patterns, with their host dtype in
+  `state_dtypes`); FQNs stored in the same memory (tied weights) are in `aliases`. The fast
+  reader stores a `StoredTensor` (shape and dtype, the bytes left in the archive) for each;
+  `Program.state[fqn]` gives the numpy value (memory-mapped where the archive member is stored
+  uncompressed), `Program.state.stored(fqn)` the reference itself, so compile never holds every
+  weight at once (the writer streams each one from the archive into `weights.bin`).
 """
 
 from __future__ import annotations
 
+import math
+import struct
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -95,6 +103,144 @@ class OutputSpec:
     target: str | None = None
 
 
+@dataclass(frozen=True, eq=False)
+class StoredTensor:
+    """A tensor whose bytes stay in a zip member of the `.pt2` until something reads them.
+
+    `dtype` is the numpy storage dtype in the archive's byte order (bf16 as `<u2`); `strides`
+    and `offset` count elements of the member, as torch's weights config does. Anything that
+    needs the values calls `np.asarray(t)` (or `t.load()`): a read-only array memory-mapped
+    from the archive when the member is stored uncompressed and in native byte order, else
+    read. `write_to(f)` copies the tensor's host form (row-major, little-endian) to a file in
+    chunks, without holding it in memory."""
+
+    path: Path
+    member: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def host_dtype(self) -> np.dtype:
+        """The dtype of the loaded array: native (little-endian) byte order."""
+        return self.dtype.newbyteorder("=") if self.dtype.byteorder not in "=|" else self.dtype
+
+    def is_contiguous(self) -> bool:
+        return TensorMeta(self.shape, "", self.strides).is_contiguous()
+
+    def _data_offset(self, zf: zipfile.ZipFile) -> int | None:
+        """Byte offset of the member's data in the archive file, if stored uncompressed."""
+        info = zf.getinfo(self.member)
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            return None
+        with open(self.path, "rb") as f:
+            f.seek(info.header_offset)
+            header = f.read(30)
+        if len(header) != 30 or header[:4] != b"PK\x03\x04":
+            return None
+        name_len, extra_len = struct.unpack("<HH", header[26:30])
+        return info.header_offset + 30 + name_len + extra_len
+
+    def _check(self, member_bytes: int) -> None:
+        from spyrec.errors import InputFileError
+
+        elems = member_bytes // self.itemsize
+        last = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+        if self.size and (self.offset < 0 or min(self.strides, default=0) < 0
+                          or last >= elems):
+            raise InputFileError(
+                f"{self.path}: member {self.member} ({list(self.shape)}, strides "
+                f"{list(self.strides)}, offset {self.offset}) does not fit its {elems}-element "
+                f"payload; the archive is damaged. Export and save it again.")
+
+    def load(self) -> np.ndarray:
+        """The values (read-only): a memory map of the archive where possible."""
+        if self.size == 0:
+            return np.zeros(self.shape, dtype=self.host_dtype)
+        with zipfile.ZipFile(self.path) as zf:
+            info = zf.getinfo(self.member)
+            self._check(info.file_size)
+            start = self._data_offset(zf) if self.dtype.isnative or self.itemsize == 1 \
+                else None
+            if start is not None:
+                flat = np.memmap(self.path, dtype=self.dtype, mode="r", offset=start,
+                                 shape=(info.file_size // self.itemsize,))
+            else:
+                flat = np.frombuffer(zf.read(self.member), dtype=self.dtype)
+        view = np.lib.stride_tricks.as_strided(
+            flat[self.offset:], shape=self.shape,
+            strides=[s * self.itemsize for s in self.strides], writeable=False)
+        if start is not None and self.is_contiguous():
+            return view
+        # .copy(order="C") keeps a 0-d tensor 0-d (np.ascontiguousarray would make it 1-d)
+        out = view.copy(order="C").astype(self.host_dtype, copy=False)
+        out.flags.writeable = False
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        array = self.load()
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            return array.astype(dtype)
+        return np.array(array) if copy else array
+
+    def write_to(self, f, chunk_bytes: int = 8 << 20) -> int:
+        """Write the host form (C order, little-endian) to the binary file `f`; its bytes."""
+        if self.size == 0:
+            return 0
+        if self.is_contiguous() and (self.dtype.byteorder in "<|=" and
+                                     (self.dtype.byteorder != "=" or np.little_endian)):
+            with zipfile.ZipFile(self.path) as zf:
+                self._check(zf.getinfo(self.member).file_size)
+                with zf.open(self.member) as r:
+                    r.seek(self.offset * self.itemsize)
+                    left = self.nbytes
+                    while left:
+                        block = r.read(min(chunk_bytes, left))
+                        if not block:
+                            raise OSError(f"{self.path}: member {self.member} ended early")
+                        f.write(block)
+                        left -= len(block)
+            return self.nbytes
+        array = np.ascontiguousarray(self.load()).astype(self.host_dtype.newbyteorder("<"),
+                                                           copy=False)
+        f.write(memoryview(array.reshape(-1)).cast("B"))
+        return array.nbytes
+
+
+class State(dict):
+    """FQN -> value. Reading an entry (`state[fqn]`, `.get`) gives a numpy array, loading a
+    `StoredTensor` on demand (not cached: a large weight is mapped, used and dropped);
+    `stored(fqn)` gives what is held (the reference itself). `dict(state)` copies the
+    references, not the values."""
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        return value.load() if isinstance(value, StoredTensor) else value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def stored(self, key):
+        return super().__getitem__(key)
+
+
 @dataclass
 class Program:
     nodes: list[Node]
@@ -107,6 +253,10 @@ class Program:
     frontend: str = ""
     fallback_reason: str = ""  # why `--frontend auto` used torch, when it did
     constants_folded: int = 0  # call nodes `fold.fold_constants` evaluated away
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, State):   # dataclasses.replace passes a plain dict
+            self.state = State(self.state)
 
     def node(self, name: str) -> Node:
         return self._by_name()[name]

@@ -24,7 +24,8 @@ from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.functionalize import functionalize
 from spyrec.frontend.inline import inline_higher_order_ops
 from spyrec.frontend.program import (
-    InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta, check_program,
+    InputSpec, Node, OutputSpec, Program, Ref, StoredTensor, Subgraph, TensorMeta,
+    check_program,
 )
 from spyrec.pt2archive import CONSTANTS_CONFIG, WEIGHTS_CONFIG, Archive, open_archive
 
@@ -93,6 +94,18 @@ def _read(archive: Archive) -> Program:
             _read_payloads(archive, zf, config, folder, byteorder, state, dtypes, aliases)
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast")
     return functionalize(inline_higher_order_ops(program))
+
+
+def stored_tensors(archive: Archive) -> dict[str, tuple[StoredTensor, str]]:
+    """FQN -> (its `StoredTensor`, host dtype) for every weight and constant in the archive,
+    read from the configs alone (the torch front end swaps its in-memory copies for these)."""
+    state, dtypes = {}, {}
+    with zipfile.ZipFile(archive.path) as zf:
+        byteorder = _byteorder(archive, zf)
+        for config, folder in ((WEIGHTS_CONFIG, "data/weights/"),
+                               (CONSTANTS_CONFIG, "data/constants/")):
+            _read_payloads(archive, zf, config, folder, byteorder, state, dtypes, {})
+    return {fqn: (state[fqn], dtypes[fqn]) for fqn in state}
 
 
 def _check_schema(archive: Archive, model: dict) -> None:
@@ -327,8 +340,9 @@ def _byteorder(archive: Archive, zf: zipfile.ZipFile) -> str:
 
 def _read_payloads(archive: Archive, zf: zipfile.ZipFile, config_name: str, folder: str,
                    byteorder: str, state: dict, dtypes: dict, aliases: dict) -> None:
+    """A `StoredTensor` per FQN: shape, dtype and where its bytes are; nothing is read here
+    (weights can be gigabytes: each is read when something needs it, program.py)."""
     config = json.loads(zf.read(archive.root + config_name))["config"]
-    storages: dict[str, bytes] = {}
     views: dict[str, str] = {}
     for fqn, meta in config.items():
         view = json.dumps([folder, meta.get("path_name"), meta.get("tensor_meta")],
@@ -340,13 +354,12 @@ def _read_payloads(archive: Archive, zf: zipfile.ZipFile, config_name: str, fold
         if tmeta is None:
             raise NeedsTorch(f"{fqn} has no tensor_meta")
         member = archive.root + folder + meta["path_name"]
-        if member not in storages:
-            storages[member] = zf.read(member)
-        state[fqn], dtypes[fqn] = _tensor(archive, fqn, tmeta, storages[member], byteorder)
+        state[fqn], dtypes[fqn] = _tensor(archive, fqn, tmeta, member,
+                                          zf.getinfo(member).file_size, byteorder)
 
 
-def _tensor(archive: Archive, fqn: str, tmeta: dict, storage: bytes,
-            byteorder: str) -> tuple[np.ndarray, str]:
+def _tensor(archive: Archive, fqn: str, tmeta: dict, member: str, member_bytes: int,
+            byteorder: str) -> tuple[StoredTensor, str]:
     dtype, code = SCALAR_TYPES.get(tmeta["dtype"], (None, None))
     if code is None:
         raise UnsupportedProgram(f"{archive.path}: weight {fqn!r} has dtype {dtype or tmeta['dtype']}, "
@@ -355,16 +368,13 @@ def _tensor(archive: Archive, fqn: str, tmeta: dict, storage: bytes,
     strides = [_static_int(s, fqn) for s in tmeta["strides"]]
     offset = _static_int(tmeta.get("storage_offset", {"as_int": 0}), fqn)
     np_dtype = np.dtype(code).newbyteorder(byteorder) if code != "?" else np.dtype("?")
-    flat = np.frombuffer(storage, dtype=np_dtype)
-    if math.prod(sizes) == 0:
-        return np.zeros(sizes, dtype=np_dtype.newbyteorder("=")), dtype
-    last = offset + sum((n - 1) * s for n, s in zip(sizes, strides))
-    if offset < 0 or min(strides, default=0) < 0 or last >= flat.size:
-        raise InputFileError(f"{archive.path}: weight {fqn!r} ({sizes}, strides {strides}, "
-                             f"offset {offset}) does not fit its {flat.size}-element payload; "
-                             f"the archive is damaged. Export and save it again.")
-    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=sizes,
-                                           strides=[s * np_dtype.itemsize for s in strides],
-                                           writeable=False)
-    # .copy(order="C") keeps a 0-d tensor 0-d (np.ascontiguousarray would make it 1-d)
-    return view.copy(order="C").astype(np_dtype.newbyteorder("="), copy=False), dtype
+    elems = member_bytes // np_dtype.itemsize
+    if math.prod(sizes) != 0:
+        last = offset + sum((n - 1) * s for n, s in zip(sizes, strides))
+        if offset < 0 or min(strides, default=0) < 0 or last >= elems \
+                or len(strides) != len(sizes):
+            raise InputFileError(f"{archive.path}: weight {fqn!r} ({sizes}, strides {strides}, "
+                                 f"offset {offset}) does not fit its {elems}-element payload; "
+                                 f"the archive is damaged. Export and save it again.")
+    return StoredTensor(Path(archive.path), member, np_dtype, tuple(sizes), tuple(strides),
+                        offset), dtype

@@ -1,6 +1,9 @@
 """`--check`: run the source program in PyTorch eager and compare every output.
 
-The output directory carries `program.pt2`, so the reference needs nothing else. It is called
+The reference is the source `.pt2` (`reference_program`): `--model PATH` when given, else
+`OUT/program.pt2` when the directory was compiled `--self-contained`, else the absolute path
+`manifest.json` records; a given or recorded file must still have the SHA-256 the manifest
+records (one exit-2 line naming both paths otherwise, checked before simulating). It is called
 the way its signature says: the manifest's inputs are the program's flat user inputs, and
 `tree_unflatten(flat, ep.call_spec.in_spec)` turns them back into the `(args, kwargs)` the
 module takes, so keyword-only inputs (transformers' ExecuTorch recipe exports
@@ -27,6 +30,7 @@ the same infinity on both sides, agree and are left out of the max columns.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from dataclasses import dataclass, replace
@@ -73,15 +77,76 @@ def _c_order(array: np.ndarray) -> np.ndarray:
 
 
 RERUN = "re-run spyrec compile to restore it, or run without --check"
+PROGRAM_COPY = "program.pt2"     # OUT's copy of the source, with compile --self-contained
 
 
-def check_reference_program(out_dir: Path, input_names: list[str] | None = None) -> Path:
-    """OUT/program.pt2, after the checks that need no torch: it exists and is an exported
-    program archive (a zip with models/*.json), not text or a TorchScript file; with
-    `input_names` (the manifest's inputs), also that its in_spec can be rebuilt from them
-    (`_check_call`). Called before simulating, so a --check that cannot be done fails at once
-    rather than after the whole run."""
-    path = Path(out_dir) / "program.pt2"
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as e:
+        raise InputFileError(f"{path}: cannot read it ({e.strerror}); --check runs it in "
+                             f"PyTorch eager") from None
+    return h.hexdigest()
+
+
+def _recorded_source(out_dir: Path) -> dict:
+    """manifest.json's `source` (file, path, sha256); {} when the manifest does not say."""
+    try:
+        source = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return source if isinstance(source, dict) else {}
+
+
+def reference_program(out_dir: Path, model: Path | None = None) -> Path:
+    """The `.pt2` that --check runs in eager: `model` (--model), else OUT/program.pt2 (a
+    self-contained directory), else the source path manifest.json records. A given or recorded
+    file must have the recorded SHA-256. Every problem is one InputFileError (exit 2) that
+    names the files and what to do; torch is not imported."""
+    out_dir = Path(out_dir)
+    manifest = out_dir / "manifest.json"
+    source = _recorded_source(out_dir)
+    sha = source.get("sha256")
+    recorded = source.get("path")
+    if model is not None:
+        model = Path(model)
+        if not model.is_file():
+            raise InputFileError(f"--model {model}: no such file; give the .pt2 that {out_dir} "
+                                 f"was compiled from" + (f" ({recorded})" if recorded else ""))
+        if sha and _sha256(model) != sha:
+            raise InputFileError(
+                f"--model {model}: not the program {out_dir} was compiled from ({manifest} "
+                f"records {recorded or source.get('file', '?')} with sha256 {sha[:16]}…); give "
+                f"that .pt2, or re-run spyrec compile on {model}")
+        return model
+    copy = out_dir / PROGRAM_COPY
+    if copy.exists() or not recorded:
+        return copy     # a self-contained directory (or one from before manifest format 2)
+    path = Path(recorded)
+    if not path.exists():
+        raise InputFileError(
+            f"{path}: the source program {manifest} records is gone; --check runs it in "
+            f"PyTorch eager: pass --model PATH to a copy of it (sha256 {sha[:16]}…), or "
+            f"compile again with --self-contained to keep a copy in {out_dir}")
+    if sha and _sha256(path) != sha:
+        raise InputFileError(
+            f"{path}: changed since {out_dir} was compiled from it ({manifest} records sha256 "
+            f"{sha[:16]}…); pass --model PATH to the .pt2 it was compiled from, or re-run "
+            f"spyrec compile {path} -o {out_dir}")
+    return path
+
+
+def check_reference_program(out_dir: Path, input_names: list[str] | None = None,
+                            model: Path | None = None) -> Path:
+    """The reference `.pt2` (`reference_program`), after the checks that need no torch: it
+    exists and is an exported program archive (a zip with models/*.json), not text or a
+    TorchScript file; with `input_names` (the manifest's inputs), also that its in_spec can be
+    rebuilt from them (`_check_call`). Called before simulating, so a --check that cannot be
+    done fails at once rather than after the whole run."""
+    path = reference_program(out_dir, model)
     if not path.exists():
         raise InputFileError(f"{path}: missing; --check runs it in PyTorch eager: {RERUN}")
     if not path.is_file() or not zipfile.is_zipfile(path):
@@ -225,18 +290,19 @@ def _check_call(path: Path, model: dict, input_names: list[str]) -> None:
 
 
 def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, str],
-                  inputs: dict[str, np.ndarray],
-                  mutated: tuple[str, ...] = ()) -> list[np.ndarray]:
+                  inputs: dict[str, np.ndarray], mutated: tuple[str, ...] = (),
+                  reference: Path | None = None) -> list[np.ndarray]:
     """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays, then the
     values of the `mutated` buffers (FQNs) after the run: the module updates them in place.
     The inputs (in manifest order: the program's flat user inputs) are passed as the
-    program's in_spec says, positionally or by keyword."""
+    program's in_spec says, positionally or by keyword. `reference`: the `.pt2`
+    `check_reference_program` already checked (else it is found and checked now)."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_unflatten
 
     from spyrec.pt2archive import load_exported
 
-    path = check_reference_program(out_dir, input_names)
+    path = reference or check_reference_program(out_dir, input_names)
     try:
         program = load_exported(path)
         in_spec = program.call_spec.in_spec
@@ -327,13 +393,14 @@ def nonfinite_mismatches(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
-                  sim_outputs: list[np.ndarray]) -> list[OutputCheck]:
+                  sim_outputs: list[np.ndarray],
+                  reference: Path | None = None) -> list[OutputCheck]:
     """Compare every simulated output (and mutated buffer, after the user outputs, as
     `simulate` returns them) with eager PyTorch on the same inputs."""
     host = {n: t.host_dtype for n, t in manifest.tensors.items()}
     mutated = manifest.mutated_buffers
     eager = eager_outputs(out_dir, list(manifest.inputs), host, inputs,
-                          tuple(fqn for fqn, _ in mutated))
+                          tuple(fqn for fqn, _ in mutated), reference)
     n_user = len(eager) - len(mutated)
     expected = eager[:n_user] + [None] * (len(manifest.outputs) - n_user) + eager[n_user:]
     names = list(manifest.outputs) + [name for _, name in mutated]

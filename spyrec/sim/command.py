@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from spyrec.errors import CheckMismatch
+from spyrec.errors import CheckMismatch, InputFileError
 from spyrec.progress import Progress
 
 
@@ -29,7 +29,11 @@ from spyrec.progress import Progress
               help="Where to write the outputs (.npz, or .safetensors by suffix; keys "
                    "output_0, …; written under exactly this name); default OUT/outputs.npz.")
 @click.option("--check", is_flag=True,
-              help="Also run program.pt2 in PyTorch eager and compare; exit 1 on a mismatch.")
+              help="Also run the source .pt2 in PyTorch eager and compare; exit 1 on a "
+                   "mismatch. The .pt2 is --model, else OUT/program.pt2 (--self-contained), "
+                   "else the path manifest.json records (its SHA-256 must match).")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The .pt2 OUT was compiled from, for --check (when it has moved).")
 @click.option("--report", is_flag=True, help="Print the estimated cost per op.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON document (outputs, --check results, --report cost).")
@@ -37,7 +41,8 @@ from spyrec.progress import Progress
               help="Log every op as it runs (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: bool,
-                report: bool, as_json: bool, verbose: bool, quiet: bool) -> None:
+                model_path: Path | None, report: bool, as_json: bool, verbose: bool,
+                quiet: bool) -> None:
     """Simulate the compiled program in OUT on the inputs in an .npz file."""
     # Imported here, not at the top: `spyrec compile` and `--help` must not pay for them.
     from spyrec.sim import foreign
@@ -59,15 +64,17 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         ticker.step(msg)
 
     # Everything that can be checked without simulating is checked first, so a typo in -o or a
-    # missing program.pt2 fails in a second rather than after the whole run.
+    # missing or changed source .pt2 fails in a second rather than after the whole run.
     if output_path is not None:
         check_output_path(output_path, "-o")
+    if model_path is not None and not check:
+        raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
     program = load_program(out)
-    expected = None
+    expected = reference = None
     if check and foreign.is_foreign(out):   # no eager model: the manifest names expectations
         expected = foreign.expected_outputs(out, program.manifest)
-    elif check:     # program.pt2 can be loaded and called with the manifest's inputs
-        check_reference_program(out, list(program.manifest.inputs))
+    elif check:     # the source .pt2 is there, unchanged, callable with the manifest's inputs
+        reference = check_reference_program(out, list(program.manifest.inputs), model_path)
     inputs = read_inputs(program.manifest, inputs_path)
     result = simulate(out, inputs, log=detail, program=program)
     ticker.done()
@@ -83,8 +90,8 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         if not as_json:
             click.echo(format_checks(checks))
     elif check:
-        progress("running program.pt2 in PyTorch eager for --check")
-        checks = check_outputs(out, program.manifest, inputs, result.outputs)
+        progress(f"running {reference} in PyTorch eager for --check")
+        checks = check_outputs(out, program.manifest, inputs, result.outputs, reference)
         if not as_json:
             click.echo(format_checks(checks))
     if as_json:

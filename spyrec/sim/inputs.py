@@ -1,4 +1,5 @@
-"""Program inputs and constants as numpy arrays: read `.npz` files and check them.
+"""Program inputs and constants as numpy arrays: read `.npz` files and check them; map the
+constants from `weights.bin` (docs/formats.md).
 
 Keys are the user-input names of the exported program (manifest `inputs`). numpy has no
 bfloat16, so a bf16 array travels as its uint16 bit patterns plus a tag key
@@ -17,6 +18,7 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from numpy.lib import format as npformat
@@ -228,13 +230,33 @@ def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
     return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
 
 
-def read_constants(manifest: Manifest, out_dir: Path) -> dict[str, np.ndarray]:
-    """Values of the `constant` tensors from OUT/constants.npz (none needed: no file needed)."""
-    tensors = [t for t in manifest.tensors.values() if t.role == "constant"]
-    if not tensors:
-        return {}
-    path = out_dir / "constants.npz"
-    return check_arrays(read_npz(path), tensors, str(path), signature(tensors))
+def iter_constants(out_dir: Path, weights) -> Iterator[tuple[str, np.ndarray]]:
+    """(name, host array) of every constant, memory-mapped from OUT/weights.bin one tensor at
+    a time (read-only; a mapping is dropped once its caller moves on, so a run never holds
+    the weights in its resident memory beyond the one being transferred). `weights` is the
+    loader's checked `Weights` table (manifest `weights`); the file's size was checked too."""
+    if weights is None or not weights.entries:
+        return
+    path = Path(out_dir) / weights.file
+    for entry in weights.entries:
+        dtype = np.dtype(HOST_NUMPY[entry.dtype]).newbyteorder("<") \
+            if HOST_NUMPY[entry.dtype].itemsize > 1 else HOST_NUMPY[entry.dtype]
+        if entry.nbytes == 0:
+            yield entry.name, np.zeros(entry.shape, dtype=HOST_NUMPY[entry.dtype])
+            continue
+        try:
+            array = np.memmap(path, dtype=dtype, mode="r", offset=entry.offset,
+                              shape=entry.shape)
+        except (OSError, ValueError) as e:   # changed since the loader's size check
+            raise InputFileError(f"{path}: cannot map '{entry.name}' (bytes {entry.offset}.."
+                                 f"{entry.offset + entry.nbytes}: {e}); the file is truncated "
+                                 f"or damaged: re-run spyrec compile") from None
+        yield entry.name, array
+
+
+def read_constants(out_dir: Path, weights) -> dict[str, np.ndarray]:
+    """Every constant by name (memory maps of OUT/weights.bin; `iter_constants`)."""
+    return dict(iter_constants(out_dir, weights))
 
 
 def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str],

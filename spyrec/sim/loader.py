@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +34,26 @@ _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
 
 
 @dataclass(frozen=True)
+class WeightEntry:
+    """Where one constant's host form lies in `weights.bin` (manifest `weights.tensors[]`)."""
+
+    name: str
+    dtype: str                  # host dtype (bf16: its 16-bit patterns)
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The manifest's `weights` section, checked against the tensors it describes."""
+
+    file: str
+    nbytes: int
+    entries: tuple[WeightEntry, ...]    # manifest order
+
+
+@dataclass(frozen=True)
 class Program:
     """Everything the simulator needs from an output directory, loaded and checked."""
 
@@ -40,6 +61,7 @@ class Program:
     manifest: Manifest
     ops: dict[str, OpSpec]                  # by file name
     trace: tuple[tuple[str, Execute], ...]  # (kernel name, execute) in execution order
+    weights: Weights | None = None          # None: a foreign bundle (no constants file)
 
 
 @lru_cache(maxsize=None)
@@ -202,8 +224,19 @@ def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
                       t["hbm_address"], t["device_bytes"], t["source"], lx, lx_bytes)
 
 
+MANIFEST_FORMAT = "spyrec-manifest/2"
+WEIGHT_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8, "int8": 1,
+                   "bool": 1}
+
+
 def load_manifest(files: _Files) -> Manifest:
+    return _load_manifest(files)[0]
+
+
+def _load_manifest(files: _Files) -> tuple[Manifest, Weights]:
     path = files.out_dir / "manifest.json"
+    if not files.trusted:
+        _check_format(path, files.text("manifest.json"))
     data = files.json("manifest.json", "manifest")
     tensors: dict[str, TensorSpec] = {}
     for i, t in enumerate(data["tensors"]):
@@ -237,8 +270,75 @@ def load_manifest(files: _Files) -> Manifest:
                                  f"'{name}' in $.tensors")
     lx_args = _arg_names(path, data, tensors, "lx_args", "LX", lambda t: t.lx_address)
     hbm_args = _arg_names(path, data, tensors, "hbm_args", "HBM", lambda t: t.hbm_address)
-    return Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
-                    data["hbm_bytes"], mutated, lx_args, hbm_args)
+    return (Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
+                     data["hbm_bytes"], mutated, lx_args, hbm_args),
+            _weights(path, data["weights"], tensors))
+
+
+def _check_format(path: Path, text: str) -> None:
+    """A directory an older spyrec wrote (manifest format 1: constants.npz, program.pt2) is
+    named as such rather than failing the schema on its first difference."""
+    match = re.search(r'"format"\s*:\s*"(spyrec-manifest/[^"]*)"', text[:4096])
+    if match and match.group(1) != MANIFEST_FORMAT:
+        raise InputFileError(f"{path}: format {match.group(1)}, written by another spyrec "
+                             f"version; this one reads {MANIFEST_FORMAT} (weights.bin): re-run "
+                             f"spyrec compile")
+
+
+def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weights:
+    """`weights`: every constant listed once, with its tensor's dtype and shape, aligned, and
+    inside the file's `bytes`, without overlaps."""
+    entries, end = [], 0
+    for i, w in enumerate(section["tensors"]):
+        label = f"{path}: at $.weights.tensors[{i}] ('{w['name']}')"
+        t = tensors.get(w["name"])
+        if t is None or t.role != "constant":
+            raise InputFileError(f"{label}: not a constant tensor of $.tensors; re-run spyrec "
+                                 f"compile")
+        if w["dtype"] != t.host_dtype or tuple(w["shape"]) != tuple(t.host_shape):
+            raise InputFileError(f"{label}: {w['dtype']} {w['shape']}, the tensor is "
+                                 f"{t.host_dtype} {list(t.host_shape)}; re-run spyrec compile")
+        nbytes = math.prod(t.host_shape) * WEIGHT_ITEMSIZE[t.host_dtype]
+        if w["bytes"] != nbytes:
+            raise InputFileError(f"{label}: bytes {w['bytes']}, its shape and dtype need "
+                                 f"{nbytes}; re-run spyrec compile")
+        if w["offset"] % section["alignment"] or w["offset"] < end:
+            raise InputFileError(f"{label}: offset {w['offset']} is not a multiple of "
+                                 f"{section['alignment']} past the previous tensor's end "
+                                 f"({end}); re-run spyrec compile")
+        end = w["offset"] + nbytes
+        if end > section["bytes"]:
+            raise InputFileError(f"{label}: ends at byte {end}, past the end of "
+                                 f"{section['file']} ($.weights.bytes {section['bytes']}); "
+                                 f"re-run spyrec compile")
+        entries.append(WeightEntry(w["name"], w["dtype"], tuple(w["shape"]), w["offset"],
+                                   nbytes))
+    listed = {e.name for e in entries}
+    if len(listed) != len(entries):
+        raise InputFileError(f"{path}: at $.weights.tensors: a tensor is listed twice; re-run "
+                             f"spyrec compile")
+    missing = [n for n, t in tensors.items() if t.role == "constant" and n not in listed]
+    if missing:
+        raise InputFileError(f"{path}: at $.weights.tensors: no values for the constant(s) "
+                             f"{', '.join(missing)}; re-run spyrec compile")
+    return Weights(section["file"], section["bytes"], tuple(entries))
+
+
+def check_weights_file(out_dir: Path, weights: Weights | None) -> None:
+    """weights.bin is there and as long as the manifest says (a truncated copy is caught here,
+    before anything runs, not as a short read in the middle)."""
+    if weights is None or not weights.entries:
+        return
+    path = out_dir / weights.file
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise InputFileError(f"{path}: missing; it holds the program's weights "
+                             f"(manifest.json $.weights): re-run spyrec compile") from None
+    if not path.is_file() or size != weights.nbytes:
+        raise InputFileError(f"{path}: {size} bytes, manifest.json says {weights.nbytes} "
+                             f"($.weights.bytes); the file is truncated or damaged: re-run "
+                             f"spyrec compile")
 
 
 def _arg_names(path: Path, data: dict, tensors: dict, key: str, memory: str,
@@ -445,7 +545,9 @@ def load_files(texts: Mapping[str, str | bytes], out_dir: str | Path) -> Program
 
 
 def _load(files: _Files) -> Program:
-    manifest = load_manifest(files)
+    manifest, weights = _load_manifest(files)
+    if not files.trusted:
+        check_weights_file(files.out_dir, weights)
     lookup = manifest_index(manifest)
     ops: dict[str, OpSpec] = {}
     trace: list[tuple[str, Execute]] = []
@@ -464,7 +566,7 @@ def _load(files: _Files) -> Program:
                 ops[filename] = load_op(files, filename, manifest, first.get(filename), lookup)
         for ex in executes:
             check_symbols(ops[ex.file], ex)
-    return Program(files.out_dir, manifest, ops, tuple(trace))
+    return Program(files.out_dir, manifest, ops, tuple(trace), weights)
 
 
 def check_symbols(spec: OpSpec, ex: Execute) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
 from spyrec.sim.executor import run_op
-from spyrec.sim.inputs import check_inputs, read_constants
+from spyrec.sim.inputs import check_inputs, iter_constants
 from spyrec.sim.loader import Program, load_directory, load_files
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.sim.memory import ALWAYS_LIVE, Allocation, Hbm, Lx
@@ -176,13 +176,15 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     program = program or load_program(out_dir)
     manifest = program.manifest
     host_inputs = check_inputs(manifest, inputs)
-    constants = read_constants(manifest, program.out_dir)
     hbm = place_tensors(program)
     lx = place_lx(program)
     births = _births(lx.allocations)
     hbm_births = _births([a for a in hbm.allocations if a.live[0] > 0])
-    for name, array in {**host_inputs, **constants}.items():
+    for name, array in host_inputs.items():
         write_tensor(hbm, manifest.tensors[name], array)
+    for name, array in iter_constants(program.out_dir, program.weights):   # one at a time
+        write_tensor(hbm, manifest.tensors[name], array)
+        del array
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
         f"{manifest.hbm_bytes} bytes of HBM")
     for i, (kernel, ex) in enumerate(program.trace):

@@ -66,7 +66,7 @@ def fx(tmp_path_factory) -> Fixtures:
     tmp = tmp_path_factory.mktemp("bad_inputs")
     pt2, npz = export_sample("mlp_fp16", tmp)
     out = tmp / "mlp_out"
-    compile_program(pt2, out, CompileOptions(verbose=-1))
+    compile_program(pt2, out, CompileOptions(verbose=-1, self_contained=True))
     torchscript = tmp / "scripted.pt"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)   # torch.jit is deprecated: fine
@@ -237,9 +237,27 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
      ("bundle.mlir", "step 0")),
     ("loop-10**12-iterations", lambda fx, d: run_args(with_loop(fx, d, 10**12, 1), fx.npz), 2,
      ("bundle.mlir", "1000000000000 iterations")),
-    ("check-program-missing", lambda fx, d: run_args(_without_program(fx, d), fx.npz,
-                                                     "--check"), 2,
-     ("program.pt2", "re-run spyrec compile")),
+    ("check-program-missing", lambda fx, d: run_args(_without_program(fx, d, "gone.pt2"),
+                                                     fx.npz, "--check"), 2,
+     ("gone.pt2", "is gone", "--model PATH", "--self-contained")),
+    ("check-source-changed", lambda fx, d: run_args(
+        _without_program(fx, d, "changed.pt2", b"other bytes"), fx.npz, "--check"), 2,
+     ("changed.pt2", "changed since", "sha256", "--model PATH")),
+    ("check-model-other-program", lambda fx, d: run_args(
+        fx.out, fx.npz, "--check", "--model", _file(d, "m.pt2", _other_program())), 2,
+     ("--model", "m.pt2", "not the program", "mlp_fp16.pt2")),
+    ("check-model-missing", lambda fx, d: run_args(fx.out, fx.npz, "--check", "--model",
+                                                   d / "none.pt2"), 2,
+     ("--model", "none.pt2", "no such file")),
+    ("model-without-check", lambda fx, d: run_args(fx.out, fx.npz, "--model", fx.pt2), 2,
+     ("--model", "--check")),
+    ("weights-truncated", lambda fx, d: run_args(_broken(fx, d, "weights.bin", 100), fx.npz), 2,
+     ("weights.bin", "100 bytes", "truncated")),
+    ("weights-missing", lambda fx, d: run_args(_broken(fx, d, "weights.bin", None), fx.npz), 2,
+     ("weights.bin", "missing")),
+    ("weights-offset-past-end", lambda fx, d: run_args(
+        tampered_manifest(fx, d, _weights_offset(10**9)), fx.npz), 2,
+     ("manifest.json", "weights.tensors[0]", "past the end of weights.bin")),
     ("check-program-text", lambda fx, d: run_args(_program(fx, d, b"text"), fx.npz, "--check"),
      2, ("program.pt2", "re-run spyrec compile")),
     ("check-program-torchscript", lambda fx, d: run_args(
@@ -308,10 +326,29 @@ class Lambda2(torch.nn.Module):
         return a + b
 
 
-def _without_program(fx: Fixtures, d: Path) -> Path:
+def _without_program(fx: Fixtures, d: Path, source: str, content: bytes | None = None) -> Path:
+    """A copy without program.pt2 whose manifest records `d/source` (with `content`, or
+    missing) as the source .pt2."""
     out = out_copy(fx, d)
     (out / "program.pt2").unlink()
+    if content is not None:
+        (d / source).write_bytes(content)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["source"].update(path=str(d / source), copy=None)
+    (out / "manifest.json").write_text(json.dumps(manifest))
     return out
+
+
+def _file(d: Path, name: str, content: bytes) -> Path:
+    (d / name).write_bytes(content)
+    return d / name
+
+
+def _weights_offset(offset: int):
+    def change(m: dict) -> dict:
+        m["weights"]["tensors"][0]["offset"] = offset
+        return m
+    return change
 
 
 def spyrec(args: list, cwd: Path) -> subprocess.CompletedProcess:
@@ -374,9 +411,9 @@ def test_no_row_touched_the_shared_output_directory(fx, outcomes):
     assert sorted(p.name for p in fx.out.iterdir()) == sorted(EXPECTED_OUT_FILES)
 
 
-EXPECTED_OUT_FILES = ["bundle.mlir", "constants.npz", "manifest.json", "opspecs.json",
-                      "program.pt2", "report.json", "report.txt", "sdsc_0.json", "sdsc_1.json",
-                      "sdsc_2.json", "sdsc_3.json", "sdsc_4.json"]
+EXPECTED_OUT_FILES = ["bundle.mlir", "manifest.json", "opspecs.json", "program.pt2",
+                      "report.json", "report.txt", "sdsc_0.json", "sdsc_1.json", "sdsc_2.json",
+                      "sdsc_3.json", "sdsc_4.json", "weights.bin"]
 
 
 def test_run_output_is_written_under_exactly_the_name_given(fx, tmp_path):

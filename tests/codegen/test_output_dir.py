@@ -27,8 +27,11 @@ def program(tmp_path_factory):
 def test_every_file_is_written(program, tmp_path):
     out = compile_pt2(program, tmp_path / "out")
     names = {p.name for p in out.iterdir()}
-    assert {"manifest.json", "opspecs.json", "bundle.mlir", "constants.npz", "program.pt2",
-            "report.json", "report.txt", "sdsc_0.json"} <= names
+    assert {"manifest.json", "opspecs.json", "bundle.mlir", "report.json", "report.txt",
+            "sdsc_0.json"} <= names
+    assert "program.pt2" not in names and "constants.npz" not in names  # weights stored once
+    assert "program.pt2" in {p.name for p in compile_pt2(program, tmp_path / "sc",
+                                                         self_contained=True).iterdir()}
     manifest = load_json(out / "manifest.json")
     n_ops = len(manifest["kernels"][0]["ops"])
     assert {f"sdsc_{i}.json" for i in range(n_ops)} <= names
@@ -135,3 +138,39 @@ def test_dump_after_prints_the_ir(program, tmp_path, capsys):
     with pytest.raises(ConfigError, match="choose one of: all, lower, gather_coordinates, "
                                             "split_outputs, stick_layout"):
         compile_pt2(program, tmp_path / "out2", dump_after="nope")
+
+
+def test_weights_bin_holds_each_constant_once_aligned_and_memory_mappable(tmp_path):
+    """weights.bin: each constant's host form (bf16 as its bits) at a 64-byte multiple, as the
+    manifest's `weights` section says; the manifest records the source's absolute path."""
+    import numpy as np
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Parameter(torch.randn(3, 70), requires_grad=False)
+            self.b = torch.nn.Parameter(torch.randn(70, 5).bfloat16(), requires_grad=False)
+
+        def forward(self, x):
+            return (x @ self.a).bfloat16() @ self.b
+
+    module = Two()
+    pt2 = export(tmp_path, module, (torch.randn(2, 3),), "two")
+    out = compile_pt2(pt2, tmp_path / "out")
+    manifest = load_json(out / "manifest.json")
+    assert manifest["format"] == "spyrec-manifest/2"
+    assert manifest["source"]["path"] == str(pt2.resolve()) and manifest["source"]["copy"] is None
+    weights = manifest["weights"]
+    assert weights["file"] == "weights.bin" and weights["alignment"] == 64
+    assert (out / "weights.bin").stat().st_size == weights["bytes"]
+    blob = np.memmap(out / "weights.bin", dtype=np.uint8, mode="r")
+    by_source = {t["name"]: t["source"] for t in manifest["tensors"]}
+    expected = {"a": module.a.numpy(), "b": module.b.view(torch.int16).numpy().view(np.uint16)}
+    assert len(weights["tensors"]) == 2
+    for entry in weights["tensors"]:
+        assert entry["offset"] % 64 == 0
+        value = expected[by_source[entry["name"]]]
+        assert entry["shape"] == list(value.shape) and entry["bytes"] == value.nbytes
+        assert entry["dtype"] == {"a": "float32", "b": "bfloat16"}[by_source[entry["name"]]]
+        got = blob[entry["offset"]:entry["offset"] + entry["bytes"]].view(value.dtype)
+        assert np.array_equal(got.reshape(value.shape), value)

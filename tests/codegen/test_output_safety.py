@@ -227,7 +227,7 @@ def _fail_renaming_the_new_directory_in(monkeypatch):
     monkeypatch.setattr(outdir.os, "rename", failing)
 
 
-FILES_WRITTEN = 8  # sdsc_0, sdsc_1, opspecs, bundle, manifest, constants; report.json, .txt
+FILES_WRITTEN = 7  # sdsc_0, sdsc_1, opspecs, bundle, manifest; report.json, .txt (no weights)
 
 
 FAILURES = {"first file": _fail_at_file(1), "third file": _fail_at_file(3),
@@ -238,7 +238,7 @@ FAILURES = {"first file": _fail_at_file(1), "third file": _fail_at_file(3),
 
 def test_the_failure_cases_cover_every_file(pt2, tmp_path, monkeypatch):
     calls = _fail_at_file(0)(monkeypatch)
-    compile_pt2(pt2, tmp_path / "out")
+    compile_pt2(pt2, tmp_path / "out", self_contained=True)
     assert len(calls) == FILES_WRITTEN and calls[-1].startswith("report"), calls
 
 
@@ -249,10 +249,10 @@ def test_a_failure_inside_the_write_leaves_the_file_system_as_it_was(pt2, tmp_pa
                                                                      earlier):
     out = tmp_path / "out"
     if earlier:
-        compile_pt2(pt2, out)
+        compile_pt2(pt2, out, self_contained=True)
     before = _tree(tmp_path)
     FAILURES[where](monkeypatch)
     with pytest.raises(OutputDirError, match="nothing was changed"):
-        compile_pt2(pt2, out)
+        compile_pt2(pt2, out, self_contained=True)   # the source copy is a step too
     assert _tree(tmp_path) == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -98,15 +98,31 @@ class OutDir:
     # --- files --------------------------------------------------------------------------------
     def manifest(self) -> dict:
         return {
-            "format": "spyrec-manifest/1", "spyrec_version": "0.1.0",
-            "source": {"file": "model.pt2", "sha256": "0" * 64},
+            "format": "spyrec-manifest/2", "spyrec_version": "0.1.0",
+            "source": {"file": "model.pt2", "path": str(self.path / "program.pt2"),
+                       "sha256": "0" * 64, "copy": None},
             "pipeline": [{"pass": "stick_layout", "options": {}}],
             "configs": {"pipeline": "configs/pipeline.yaml", "tiling": None, "layouts": None},
             "inputs": self.inputs, "outputs": self.outputs,
             "tensors": list(self.tensors.values()),
             "kernels": [{"name": "main", "bundle": "bundle.mlir",
                          "ops": [f"sdsc_{i}.json" for i in range(len(self.ops))]}],
-            "hbm_bytes": self.hbm_bytes if self.hbm_bytes is not None else self.next_address}
+            "hbm_bytes": self.hbm_bytes if self.hbm_bytes is not None else self.next_address,
+            "weights": self.weights()[0]}
+
+    def weights(self) -> tuple[dict, bytes]:
+        """The manifest's `weights` section and the bytes of weights.bin (docs/formats.md):
+        each constant's host form, little-endian, at a multiple of 64 bytes."""
+        entries, blob = [], b""
+        for name, value in self.constants.items():
+            t = self.tensors[name]
+            blob += bytes(-len(blob) % 64)
+            data = np.ascontiguousarray(value).tobytes()
+            entries.append({"name": name, "dtype": t["host_dtype"], "shape": t["host_shape"],
+                            "offset": len(blob), "bytes": len(data)})
+            blob += data
+        return ({"file": "weights.bin", "bytes": len(blob), "alignment": 64,
+                 "tensors": entries}, blob)
 
     def write(self, bundle: str | None = None) -> Path:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -115,7 +131,7 @@ class OutDir:
             dump(self.path / f"sdsc_{spec['index']}.json", own_form(spec))
         (self.path / "bundle.mlir").write_text(bundle or flat_bundle(len(self.ops)))
         if self.constants:
-            np.savez(self.path / "constants.npz", **self.constants)
+            (self.path / "weights.bin").write_bytes(self.weights()[1])
         return self.path
 
 

@@ -91,7 +91,8 @@ def test_keyword_inputs_check_passes(programs, name, tmp_path, capsys):
 def test_keyword_inputs_wrong_result_still_fails(programs, tmp_path, capsys):
     out, npz = programs["kwonly"]
     wrong = Path(shutil.copytree(out, tmp_path / "out"))
-    shutil.copy(programs["other"][0] / "program.pt2", wrong / "program.pt2")
+    # the directory's own copy (as --self-contained writes it) is preferred to the source
+    shutil.copy(programs["other"][1].with_suffix(".pt2"), wrong / "program.pt2")
     code, stdout, err = cli(capsys, "run", wrong, "--inputs", npz, "-o", tmp_path / "y.npz",
                             "--check", "-q")
     assert code == 1, err

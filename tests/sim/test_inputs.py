@@ -1,5 +1,7 @@
 """Input files: one error listing every problem and the expected signature."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -82,7 +84,9 @@ def test_unreadable_files(tmp_path):
         read_npz(tmp_path / "bad.npz")
 
 
-def test_constants_come_from_constants_npz(out, rng):
+def test_constants_come_from_weights_bin(out, rng):
+    """Constants are memory-mapped from weights.bin at the manifest's offsets; a truncated
+    file or an offset past its end is one exit-2 error naming the file, before anything runs."""
     w = rng.standard_normal((4, 100)).astype(np.float32)
     out.input("x", [4, 100], "float32")
     out.constant("w", w, "float32")
@@ -92,7 +96,33 @@ def test_constants_come_from_constants_npz(out, rng):
     path = out.write()
     x = rng.standard_normal((4, 100)).astype(np.float32)
     assert np.array_equal(simulate(path, {"x": x}).outputs[0], x * w)
-    np.savez(path / "constants.npz", v=w)
-    with pytest.raises(InputFileError, match=r"constants.npz does not match the program:\n"
-                                             r"  - missing 'w'\n  - unexpected key 'v'"):
+    blob = (path / "weights.bin").read_bytes()
+    (path / "weights.bin").write_bytes(blob[:-8])
+    with pytest.raises(InputFileError, match=r"weights.bin: 1592 bytes, manifest.json says "
+                                             r"1600 .*truncated"):
         simulate(path, {"x": x})
+    (path / "weights.bin").unlink()
+    with pytest.raises(InputFileError, match=r"weights.bin: missing"):
+        simulate(path, {"x": x})
+    (path / "weights.bin").write_bytes(blob)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["weights"]["tensors"][0]["offset"] = 64
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputFileError, match=r"ends at byte 1664, past the end of weights.bin"):
+        simulate(path, {"x": x})
+    manifest["weights"]["tensors"] = []
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputFileError, match=r"no values for the constant\(s\) w"):
+        simulate(path, {"x": x})
+
+
+def test_an_older_manifest_format_is_named(out):
+    out.input("x", [4, 100], "float32")
+    out.output("y", [4, 100], "float32")
+    out.op("identity", {"c0": 4, "c1": 100}, [("x", rowmajor2d(32)), ("y", rowmajor2d(32))])
+    path = out.write()
+    text = (path / "manifest.json").read_text().replace("spyrec-manifest/2", "spyrec-manifest/1")
+    (path / "manifest.json").write_text(text)
+    with pytest.raises(InputFileError, match=r"format spyrec-manifest/1, written by another "
+                                             r"spyrec version; .* re-run spyrec compile"):
+        simulate(path, {"x": np.zeros((4, 100), np.float32)})
