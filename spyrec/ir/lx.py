@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from spyrec.indexing import Indirect, Ranges, Var, value_range
+from spyrec.indexing import Indirect, Ranges, Var, evaluate, value_range
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir.graph import Access, Buffer, Graph, Operation
 
@@ -186,16 +186,67 @@ def fits_slices(buf: Buffer, op_boxes: list[Box] | None, slices: list[Box] | Non
     return True
 
 
+def tile_problem(buf: Buffer, op: Operation, access: Access,
+                 slices: list[Box] | None) -> str | None:
+    """Why `op`'s tile of `access` cannot address an LX buffer whose cores hold `slices`
+    (core order), even where its boxes are those slices; None when it can. A SuperDSC op
+    lays out each core's LX part from its *own* iteration space (codegen's `_lx_offset`,
+    the simulator's per-core layout), so two ways to differ from the writer's:
+
+    - the access starts inside a stick (its lane coordinate runs over a var and is not 0 at
+      some core's first point: `x[..., 40:]`, a roll's shifted half): the tile holds
+      ceil(N/E) sticks per row but its lanes straddle one more (fp16 [3, 5, 100] from lane
+      40: 60 lanes over 2 sticks, numbered as 1), so a core meets the stick another core's
+      slice put there;
+    - along a device dim, the op's per-core extent is its own part P plus what its whole
+      iteration leaves of the dim (size - N): a reader of the last rows of a roll over rows
+      (2 of 6 rows on 2 cores, or one constant row) lays out 5 or 6 rows per core where the
+      row-split writer put 1, and its window runs past the LX tensor. It must equal each
+      core's slice.
+    Gathers have no fixed tile (slices None there): no problem here."""
+    splits = tuple(sorted((op.core_splits or {}).items()))
+    if _lane_shifted(tuple(buf.host_size), tuple(buf.host_strides), buf.layout, op.ranges,
+                     splits, access.index):
+        return "it starts inside a stick"
+    boxes = core_boxes(buf, op, access)
+    if not boxes or not slices or len(boxes) > len(slices):
+        return None
+    sizes = buf.layout.device_size
+    whole = [(min(lo for lo, _ in dim), max(hi for _, hi in dim)) for dim in zip(*boxes)]
+    for box, mine in zip(boxes, slices):
+        for j, ((lo, hi), (w_lo, w_hi), (s_lo, s_hi)) in enumerate(zip(box, whole, mine)):
+            extent = hi - lo + 1 + sizes[j] - (w_hi - w_lo + 1)
+            if extent != s_hi - s_lo + 1:
+                return (f"its tile lays out {extent} of device dim {j} per core, the "
+                        f"slices {s_hi - s_lo + 1}")
+    return None
+
+
+@lru_cache(maxsize=1 << 12)
+def _lane_shifted(host_size, host_strides, layout, var_ranges, splits, index) -> bool:
+    """Does some core's part of the access start inside a stick (`tile_problem`)?"""
+    whole = Ranges({Var(v): (0, n - 1) for v, n in var_ranges})
+    lane = access_coordinates(host_size, host_strides, layout, whole, index)[-1]
+    if not lane.free_atoms() or any(isinstance(leaf, Indirect) for leaf in lane.free_atoms()):
+        return False
+    return any(evaluate(lane, {Var(v): lo for v, (lo, _) in ranges.items()}) != 0
+               for ranges in _slices(var_ranges, dict(splits)))
+
+
 def keeps_lx_slices(buf: Buffer, op: Operation, op_boxes: list[Box] | None, writes: bool,
                     slices: list[Box] | None,
-                    writers: list[tuple[Operation, list[Box] | None]]) -> bool:
+                    writers: list[tuple[Operation, list[Box] | None]],
+                    access: Access) -> bool:
     """The rule for an LX buffer (scratchpad_planning's condition (b), re-checked by the
     verifier). A writer writes each core's whole slice, or a part of it (`fits_slices`: at
     one offset on every core) when all writers but one are zero `fill`s of padding
     (matmul_padding: the copy of the data and the fill of the padding rows). A reader takes
     exactly the slices (the first cores' when it uses fewer: a replicated writer's first
     copy); where writers write parts, exactly what one of them wrote (the same tile layout:
-    the simulator's LX tags number sticks by the op's tile)."""
+    the simulator's LX tags number sticks by the op's tile). And the op's own tile of
+    `access` must be laid out as the slices are (`tile_problem`)."""
+    if tile_problem(buf, op, access, slices):
+        return False
     if writes:
         return keeps_slices(op_boxes, slices) or fits_slices(buf, op_boxes, slices) and \
             sum(1 for w, _ in writers if w.op != "fill") <= 1

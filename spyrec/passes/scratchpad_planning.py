@@ -14,7 +14,10 @@ Guarantees: a buffer placed in LX is such an intermediate, has no HBM address, a
     buffer (unless its writer is replicated over it), would read another core's LX, so such a
     buffer stays in HBM and the report says why. Each core's slice is the union of its
     writers' boxes: a zero fill of padding may write a part of it beside the one writer of
-    the data, whose readers read exactly what it wrote (`ir/lx.py keeps_lx_slices`);
+    the data, whose readers read exactly what it wrote (`ir/lx.py keeps_lx_slices`); and
+    each op's own per-core tile of it is laid out as those slices (`ir/lx.py tile_problem`):
+    no access starts inside a stick (a roll's shifted half), none reads fewer rows than the
+    slices divide on fewer cores (a roll's wrapped last rows);
 (c) buffers live at the same time (by op order, widened over every loop instance a buffer is
     live across) never share bytes, except an in-place update; offsets are 128-byte aligned;
     space is reused after a buffer's last use and across groups;
@@ -44,9 +47,10 @@ from spyrec.indexing import Var
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
+from spyrec.ir.printer import format_access
 from spyrec.ir.lx import (
-    REPLICA_VAR, box_bytes, core_boxes, core_slices, keeps_lx_slices, moves_with_loops,
-    replicas, set_replicas, slice_boxes,
+    REPLICA_VAR, box_bytes, core_boxes, core_slices, keeps_lx_slices, keeps_slices,
+    moves_with_loops, replicas, set_replicas, slice_boxes, tile_problem,
 )
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
@@ -236,8 +240,12 @@ def _same_slices(buf: Buffer, op: Operation, role: str, access, boxes: list,
     is `ir/lx.py keeps_lx_slices`)."""
     theirs = core_boxes(buf, op, access)
     if keeps_lx_slices(buf, op, theirs, role == "output", boxes,
-                       [(w, core_boxes(buf, w, w.output)) for w in writers]):
+                       [(w, core_boxes(buf, w, w.output)) for w in writers], access):
         return ""
+    problem = tile_problem(buf, op, access, boxes)
+    if problem and keeps_slices(theirs, boxes):       # the slices agree, the tiles do not
+        return (f"op {op.name!r} cannot lay out its tile of it ({format_access(access)}) "
+                f"as its writer's cores hold it: {problem}")
     writer = writers[0]
     used = {leaf.name for leaf in access.index.free_atoms() if isinstance(leaf, Var)}
     stray = [v for v, k in (op.core_splits or {}).items() if k > 1 and v not in used

@@ -20,7 +20,8 @@ staged tensor (`reads`: accesses, not trips).
 Guarantees: values unchanged (the copy is exact, every read keeps its index); only inputs and
 constants that are not mutated, read in place (no gather, no loop moving over them); the
 group of accesses with one per-core slicing read most often (>= 2 fetches, a loop's trips
-counted); a core-0 slice at most `max_fraction` of the LX budget; and only when a trial of
+counted; a read whose own tile LX cannot address, `ir/lx.py tile_problem`, keeps reading the
+original); a core-0 slice at most `max_fraction` of the LX budget; and only when a trial of
 scratchpad_planning places the copy in LX beside everything else it holds (the copy lives
 from the first reader to the last; one left in HBM would cost a read and a write more than
 it saves). The objective is HBM traffic: in a compute-bound loop the copy can add its own
@@ -37,7 +38,8 @@ from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.indexing import Indirect, const, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.ir.graph import outer_loop_spans
-from spyrec.ir.lx import box_bytes, core_boxes, keeps_slices, moves_with_loops
+from spyrec.ir.lx import (box_bytes, core_boxes, keeps_slices, moves_with_loops,
+                          tile_problem)
 from spyrec.layout import contiguous_strides
 from spyrec.passes.coarse_tiling.tiles import (host_advance, host_box, retile_index,
                                                tile_buffer_layout)
@@ -253,17 +255,22 @@ def _tile_copy(buf: Buffer, tile: Buffer, lo: tuple[int, ...], moves: tuple,
 
 
 def _groups_by_slices(buf: Buffer, reads: list) -> dict[tuple, list]:
-    """Reads grouped by the per-core slices they take (core order), gathers left out. A read
-    on fewer cores whose slices are the first cores' slices of a longer group's (an op
-    beside a replicated one, ir/lx.py) joins that group: one copy serves both."""
+    """Reads grouped by the per-core slices they take (core order), gathers left out, and
+    reads whose own tile LX cannot address with those slices (`tile_problem`: a read from
+    inside a stick, a constant row of a row-split copy) kept out of a group: they go on
+    reading the original. A read on fewer cores whose slices are the first cores' slices of
+    a longer group's (an op beside a replicated one, ir/lx.py) joins that group: one copy
+    serves both."""
     groups: dict[tuple, list] = {}
     for op, a in reads:
         boxes = tuple(core_boxes(buf, op, a) or ())
-        if boxes:
+        if boxes and not tile_problem(buf, op, a, list(boxes)):
             groups.setdefault(boxes, []).append((op, a))
     for short in sorted(groups, key=len):
         longer = next((g for g in sorted(groups, key=len, reverse=True)
-                       if len(g) > len(short) and keeps_slices(list(short), list(g))), None)
+                       if len(g) > len(short) and keeps_slices(list(short), list(g))
+                       and not any(tile_problem(buf, op, a, list(g))
+                                   for op, a in groups[short])), None)
         if longer is not None:
             groups[longer] += groups.pop(short)
     return groups

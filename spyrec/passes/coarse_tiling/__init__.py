@@ -5,7 +5,9 @@ layouts (tiles must be whole sticks and constant device-address shifts). Writes:
 `ranges` and `loops` on the ops of each group, `per_tile` buffers (intermediates of one loop
 body, the tile's shape), accumulators for reductions over a tiled dim, and the group's ops made
 contiguous in `graph.ops`. Guarantees the tiling contract (DESIGN §4–5): every access to a full
-buffer inside a loop moves by one constant device-address step per iteration; ops of one loop
+buffer inside a loop moves by one constant device-address step per iteration, and each trip's
+tile is exactly the untiled access there (proven, `ir/verify.py tiled_access_problem`: a view
+that wraps inside a later tile is refused); ops of one loop
 are consecutive; no op is repeated by a loop it does not carry. Without a config it does nothing.
 
 `unroll: true` replaces each loop nest by its iterations (one op per iteration, indices moved to

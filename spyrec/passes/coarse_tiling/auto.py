@@ -14,7 +14,8 @@ The algorithm (reference/G-tiling-and-lx.md §4.4, simplified):
    each, no gathers); each run is offered whole and, because today's work division re-reads
    a matmul's weight on every trip, also as its runs between matmuls.
 3. **Counts**: divisors (> 1) of the dim's size, smallest first (whole sticks and other rules are
-   `resolve`'s to check: a refused count is skipped); the search along a run stops at the
+   `resolve`'s and `tile_graph`'s to check: a refused count is skipped, so is one whose tiles
+   are not exactly the untiled access on every trip, a wrapped view's); the search along a run stops at the
    first count whose per-tile buffers all fit LX (a larger count can only re-read
    loop-invariant operands more often).
 4. **Price**: the candidate is tiled on a copy of the run (a sub-graph holding only its ops,

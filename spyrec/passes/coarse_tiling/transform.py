@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from spyrec.errors import ConfigError
 from spyrec.indexing import Indirect, Ranges, Var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
+from spyrec.ir.verify import tiled_access_problem
 from spyrec.passes.coarse_tiling.tiles import (
     device_advance, host_advance, host_box, retile_index, shift_index, tile_buffer_layout,
 )
@@ -351,6 +352,22 @@ class _GroupTiler:
                                   f"shift in its device layout {list(buf.layout.device_size)} "
                                   f"(a tile that splits a stick or wraps a dim); choose a "
                                   f"count whose tiles are whole sticks and whole rows")
+                self._check_exact(op, buf, a)
+
+    def _check_exact(self, op: Operation, buf: Buffer, a: Access) -> None:
+        """Every trip's tile is exactly the untiled access there (`tiled_access_problem`):
+        a constant step between the first tiles does not rule out a view's floor/mod
+        wrapping inside a later one (a wrapped reshape's `Mod(c1 + 71, 300)` read past the
+        tensor's end on the last of 3 tiles). --tiling auto skips such a candidate."""
+        problem = tiled_access_problem(buf, op, a)
+        if problem is None:
+            return
+        dims = ", ".join(dict.fromkeys(self.group.levels[lv].dim for lv, loop in
+                                       enumerate(op.loops) if loop.tiled))
+        self.fail(f"tiling {dims} makes the tiles of '{buf.name}' in {self.describe(op)} "
+                  f"differ from the untiled access: its index {a.index} wraps inside a tile "
+                  f"({problem.split(' (')[0]}); choose a count whose tile boundaries fall on "
+                  f"the wrap points, or leave the op out of the group")
 
 
 def _depends_on(op: Operation, before: list[Operation]) -> bool:
