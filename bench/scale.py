@@ -1,0 +1,221 @@
+"""Scale: real model widths (Granite-8B, Llama-3.2-1B) at a chosen depth, whole processes.
+
+Each model is built from its `transformers` config with random fp16 weights (no download) and
+`--depth` layers (default 1), exported twice: a prefill of 128 tokens and a static-cache decode
+step (cache 256 slots; transformers' export recipe, as `tests/models/hf.py` `decode`). For each
+program the table has:
+
+- compile: wall s and peak RSS of `spyrec compile` (a fresh process; the peak is the child's
+  `ru_maxrss` from `os.wait4`, the figure `/usr/bin/time -v` prints);
+- out MB: the output directory's size (manifest, sdsc files, weights);
+- run: wall s and peak RSS of `spyrec run OUT --inputs in.npz`;
+- eager: wall s and peak RSS of a fresh process that loads the `.pt2` and runs its forward;
+- ops and estimated us: `report.json` `ops` and `cost.totals.time_us`.
+
+Usage: `python bench/scale.py [--depth 1] [--models granite,llama1b] [--phases prefill,decode]
+[--work DIR] [--keep]`. Exported files and output directories live in a temporary directory
+that is deleted at the end (gigabytes at full width) unless `--keep`. `--max-rss-gb` (default
+8) kills any process whose resident set passes it (the machine is shared); its cell shows
+`inf`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+MODELS = {
+    # Granite-8B width (ibm-granite/granite-3.x-8b): hidden 4096, 32 heads / 8 KV heads
+    "granite": dict(cls="Granite", hidden_size=4096, num_attention_heads=32,
+                    num_key_value_heads=8, intermediate_size=12800, vocab_size=49155,
+                    tie_word_embeddings=False),
+    # Llama-3.2-1B shape: hidden 2048, 32 / 8 heads, MLP 8192, vocab 128256, tied embeddings
+    "llama1b": dict(cls="Llama", hidden_size=2048, num_attention_heads=32,
+                    num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
+                    tie_word_embeddings=True, rope_theta=500000.0),
+}
+PREFILL_TOKENS = 128
+CACHE_SLOTS = 256
+DECODE_POSITION = 100
+
+EXPORT = r"""
+import sys, numpy as np, torch, transformers as tf
+spec = {spec!r}
+cls = spec.pop("cls")
+config = getattr(tf, cls + "Config")(num_hidden_layers={depth}, max_position_embeddings=4096,
+                                      bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                      use_cache={decode}, **spec)
+torch.manual_seed(0)
+torch.set_default_dtype(torch.float16)      # random fp16 weights, built in fp16 (no fp32 copy)
+model = getattr(tf, cls + "ForCausalLM")(config).eval()
+torch.set_default_dtype(torch.float32)
+g = torch.Generator().manual_seed(1)
+if {decode}:
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+    model.generation_config.use_cache = True
+    model.generation_config.cache_implementation = "static"
+
+    class DecodeStep(TorchExportableModuleWithStaticCache):
+        def forward(self, input_ids, cache_position):
+            return super().forward(input_ids=input_ids, cache_position=cache_position)
+
+    module = DecodeStep(model, batch_size=1, max_cache_len={cache},
+                        device=torch.device("cpu")).eval()
+    ids = torch.randint(0, config.vocab_size, (1, 1), generator=g, dtype=torch.long)
+    inputs = (ids, torch.tensor([{position}], dtype=torch.long))
+    names = ("input_ids", "cache_position")
+    kwargs = dict(strict=True)
+else:
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return self.model(input_ids=input_ids, use_cache=False).logits
+
+    module = LogitsOnly(model).eval()
+    inputs = (torch.randint(0, config.vocab_size, (1, {tokens}), generator=g, dtype=torch.long),)
+    names = ("input_ids",)
+    kwargs = {{}}
+with torch.no_grad():
+    ep = torch.export.export(module, inputs, **kwargs)
+torch.export.save(ep, {pt2!r})
+np.savez({npz!r}, **{{n: t.numpy() for n, t in zip(names, inputs)}})
+"""
+
+EAGER = r"""
+import numpy as np, torch
+ep = torch.export.load({pt2!r})
+data = np.load({npz!r})
+names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+args = [torch.from_numpy(data[n]) for n in names]
+with torch.no_grad():
+    ep.module()(*args)
+"""
+
+def measured(cmd: list[str], what: str, cap_gb: float) -> tuple[float, float]:
+    """(wall s, peak RSS GB) of `cmd`, one fresh process (the peak from wait4's rusage, what
+    /usr/bin/time -v reports). The machine is shared: the process is killed as soon as its
+    resident set passes `cap_gb` (polled from /proc), and the result is (wall, inf)."""
+    t0 = time.perf_counter()
+    err = tempfile.TemporaryFile(mode="w+")     # a pipe could fill up and stall the child
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    status_file = Path(f"/proc/{proc.pid}/status")
+    killed = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        try:
+            rss_kb = int(re.search(r"VmRSS:\s+(\d+)", status_file.read_text()).group(1))
+        except (OSError, AttributeError):
+            rss_kb = 0
+        if rss_kb > cap_gb * (1 << 20) and not killed:
+            proc.kill()
+            killed = True
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    err.seek(0)
+    stderr = err.read()
+    err.close()
+    if killed:
+        print(f"scale: {what}: stopped at {cap_gb} GB resident (--max-rss-gb)", file=sys.stderr)
+        return wall, float("inf")
+    if proc.returncode != 0:
+        raise SystemExit(f"scale: {what} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+    return wall, usage.ru_maxrss / (1 << 20)
+
+
+def dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 1e6
+
+
+def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float) -> dict:
+    name = f"{model}_{phase}_d{depth}"
+    pt2, npz, out = work / f"{name}.pt2", work / f"{name}.npz", work / f"{name}_out"
+    script = EXPORT.format(spec=dict(MODELS[model]), depth=depth, decode=phase == "decode",
+                           cache=CACHE_SLOTS, position=DECODE_POSITION, tokens=PREFILL_TOKENS,
+                           pt2=str(pt2), npz=str(npz))
+    export_s, export_gb = measured([PY, "-c", script], f"export of {name}", max_rss)
+    spyrec = [PY, "-m", "spyrec"]
+    try:
+        compile_s, compile_gb = measured([*spyrec, "compile", str(pt2), "-o", str(out), "-q"],
+                                         f"spyrec compile of {name}", max_rss)
+        if compile_gb == float("inf"):
+            raise SystemExit(f"scale: spyrec compile of {name} passed --max-rss-gb")
+        run_s, run_gb = measured([*spyrec, "run", str(out), "--inputs", str(npz), "-q"],
+                                 f"spyrec run of {name}", max_rss)
+        eager_s, eager_gb = measured([PY, "-c", EAGER.format(pt2=str(pt2), npz=str(npz))],
+                                     f"eager run of {name}", max_rss)
+        report = json.loads((out / "report.json").read_text())
+        row = {"program": name, "pt2_mb": pt2.stat().st_size / 1e6,
+               "compile_s": compile_s, "compile_gb": compile_gb, "out_mb": dir_mb(out),
+               "run_s": run_s, "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
+               "export_gb": export_gb, "ops": report["ops"],
+               "est_us": report["cost"]["totals"]["time_us"]}
+    finally:
+        for p in (pt2, npz):
+            p.unlink(missing_ok=True)
+        shutil.rmtree(out, ignore_errors=True)
+    return row
+
+
+COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f}"),
+           ("compile_gb", "{:>10.2f}"), ("out_mb", "{:>8.0f}"), ("run_s", "{:>7.1f}"),
+           ("run_gb", "{:>7.2f}"), ("eager_s", "{:>7.1f}"), ("eager_gb", "{:>8.2f}"),
+           ("ops", "{:>5}"), ("est_us", "{:>10.1f}")]
+
+
+def table(rows: list[dict]) -> str:
+    head = " ".join(f"{name:>{len(fmt.format(rows[0][name])) if rows else 8}}"
+                    if name != "program" else f"{name:<22}" for name, fmt in COLUMNS)
+    lines = [head]
+    lines += [" ".join(fmt.format(r[name]) for name, fmt in COLUMNS) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--depth", type=int, default=1)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--phases", default="prefill,decode")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where the .pt2 files and output directories go (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--max-rss-gb", type=float, default=8.0)
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="spyrec-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        for model in args.models.split(","):
+            for phase in args.phases.split(","):
+                rows.append(bench_one(work, model, phase, args.depth, args.max_rss_gb))
+                print(table(rows[-1:]).splitlines()[1], file=sys.stderr, flush=True)
+    finally:
+        if not args.keep and args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"depth {args.depth}; RSS in GB (peak resident set of the whole process); out_mb is "
+          f"the output directory; est_us is report.json cost.totals.time_us")
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONPATH", str(ROOT))
+    main()
