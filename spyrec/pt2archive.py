@@ -39,6 +39,9 @@ PICKLED_CONSTANT_PREFIXES = {"custom_obj_": "a torchbind object (pickled)",
 FOREIGN_OP_PREFIXES = ("torch.ops.aten.", "_operator.", "torch.ops.prims.")
 # Higher-order ops spyrec inlines: regions that only switch grad mode or autocast around
 # ordinary ops (the rotary embedding's @torch.no_grad() in every Llama-style model).
+# Custom ops spyrec lowers by their semantics (spyrec/frontend/aten_moe.py): transformers'
+# default MoE experts call this grouped matmul, which no decomposition can remove.
+LOWERED_CUSTOM_OPS = ("torch.ops.transformers.grouped_mm_fallback.default",)
 INLINED_HIGHER_ORDER_OPS = ("torch.ops.higher_order.wrap_with_set_grad_enabled",
                             "torch.ops.higher_order.wrap_with_autocast")
 MAX_JSON_MEMBER_BYTES = 1 << 30  # a graph or config larger than this is a crafted file
@@ -176,7 +179,7 @@ def _graph_nodes(graph: dict) -> list[dict]:
 def _check_op_namespaces(path: Path, nodes: list[dict]) -> None:
     targets = sorted({n.get("target", "") for n in nodes if isinstance(n.get("target"), str)})
     custom = [t for t in targets if t and not t.startswith(FOREIGN_OP_PREFIXES)
-              and t not in INLINED_HIGHER_ORDER_OPS]
+              and t not in INLINED_HIGHER_ORDER_OPS and t not in LOWERED_CUSTOM_OPS]
     if custom:
         raise InputFileError(f"{path}: uses custom ops spyrec cannot read: {', '.join(custom)}. "
                              f"Export the model with these ops decomposed into aten ops.")
