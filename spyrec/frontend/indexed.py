@@ -137,11 +137,34 @@ def emit_gather(ctx: LoweringContext, x: TensorValue, shape: Sequence[int],
     cvars = iteration_vars(shape)
     coords, uses = coords_of(cvars)
     uses = _unique(uses)
+    if _splits_an_index(ctx, x, coords, uses):
+        x = ctx.pointwise("identity", [x], out_dtype=x.dtype, shape=x.shape)
     ctx.emit("identity", out, list(zip(names_of(cvars), shape)),
              [Access(x.buffer, x.at(coords))], out.at(cvars),
              index_inputs=[Access(u.tensor.buffer, u.at) for u in uses],
              index_bounds=[u.bound for u in uses])
     return out
+
+
+def _splits_an_index(ctx, x: TensorValue, coords, uses) -> bool:
+    """Whether an index tensor's value, read through view `x`, spans several dims of the
+    buffer (`w.reshape(-1)[perm]` of a [16, 2] buffer reads element (perm // 2, perm % 2)),
+    which no device coordinate can address; the gather then reads a copy shaped as the view."""
+    from spyrec.indexing.expr import FloorDiv, Mod
+
+    buf = ctx.graph.buffers[x.buffer]
+    strides = buf.host_strides
+    flat = as_lin(x.at(coords))
+    if any(isinstance(a, (FloorDiv, Mod)) and any(isinstance(leaf, Indirect)
+                                                  for leaf in a.num.free_atoms())
+           for a in flat.atoms()):
+        return True
+    for u in uses:
+        step = flat.coeff(Indirect(u.tensor.buffer))
+        dims = [d for d, st in enumerate(strides) if st == step and buf.host_size[d] > 1]
+        if step and not any(u.size <= buf.host_size[d] for d in dims):
+            return True
+    return False
 
 
 def emit_scatter(ctx: LoweringContext, dst: TensorValue, shape: Sequence[int], coords_of,
