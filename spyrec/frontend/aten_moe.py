@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_reductions import reduce
+from spyrec.frontend.aten_reductions import matmul, reduce
 from spyrec.frontend.lower import LoweringContext, iteration_vars, lowering, names_of, source_of
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, as_lin
@@ -100,3 +100,117 @@ def _place(ctx, src: TensorValue, pos: TensorValue, dtype: str) -> TensorValue:
              index_inputs=[Access(pos.buffer, pos.at(cvars))],
              index_bounds=[(0, src.shape[-1])])
     return out
+
+
+# --- the routing around transformers' default (grouped_mm) experts ---------------------------
+
+
+@lowering("aten.sort.default", "aten.sort.stable")
+def _sort(ctx, node, x, *args, stable=None, dim=-1, descending=False):
+    """(values, indices) in the stable order (equal values by index, NaN greatest), the rank
+    and scatters of topk with k = n. sort.stable is exact; sort.default's tie order on CPU is
+    introsort's, which no static program reproduces; the stable one is a valid result (what
+    transformers' grouped experts need: they undo the permutation afterwards)."""
+    if str(node.target) == "aten.sort.default" and args:
+        dim, descending = (list(args) + [descending])[:2]
+    if x.rank == 0:
+        return x, ctx.new_constant(np.zeros((), dtype=np.int64), "int64", "index")
+    return _topk(ctx, node, x, x.shape[dim % x.rank], dim, descending, True)
+
+
+@lowering("aten.floor_divide.default", "aten.floor_divide.Scalar")
+def _floor_divide(ctx, node, a, b):
+    """torch.floor_divide: floor division (the device's floordiv, exact for integers)."""
+    from spyrec.frontend.aten_ops import binary
+
+    return binary(ctx, "floordiv", a, b)
+
+
+@lowering("aten.empty_like.default", "aten.empty.memory_format")
+def _empty_like(ctx, node, *args, **kwargs):
+    """Uninitialized memory in eager: zeros here, so that no stale value is ever read."""
+    shape, dtype = ctx.out_meta()
+    out = ctx.new_value(shape, dtype)
+    cvars = iteration_vars(shape)
+    ctx.emit("fill", out, list(zip(names_of(cvars), shape)), [], out.at(cvars),
+             constants={"value": 0})
+    return out
+
+
+@lowering("aten.histc.default")
+def _histc(ctx, node, x, bins=100, min=0, max=0):
+    """torch.histc with given edges: bin = trunc((x - min) * bins / (max - min)) in x's dtype
+    (eager's linear-interpolation CPU kernel, each step rounded to x's dtype), x == max in
+    the last bin, values outside [min, max] and NaN dropped; a count is a compare with every
+    bin and a sum. min == max takes the edges from the data at run time: refused."""
+    lo, hi = float(min), float(max)
+    if lo >= hi:
+        raise UnsupportedProgram(
+            f"{node.name}: torch.histc with min={min}, max={max} takes its range from the data "
+            f"({source_of(node) or 'unknown source line'}); pass min < max")
+    flat = x.reshape([x.numel])
+    dtype = x.dtype
+    d = ctx.pointwise("sub", [flat], out_dtype=dtype, constants=_rhs(lo), shape=flat.shape)
+    s = ctx.pointwise("mul", [d], out_dtype=dtype, constants=_rhs(float(bins)), shape=flat.shape)
+    q = ctx.pointwise("realdiv", [s], out_dtype=dtype, constants=_rhs(hi - lo), shape=flat.shape)
+    pos = ctx.pointwise("identity", [q], out_dtype="int64", shape=flat.shape)
+    pos = ctx.pointwise("minimum", [pos], out_dtype="int64", shape=flat.shape,
+                        constants=_rhs(int(bins) - 1))
+    ge = ctx.pointwise("greaterequal", [flat], out_dtype="bool", constants=_rhs(lo),
+                       shape=flat.shape)
+    inside = ctx.pointwise("lesserequal", [flat], out_dtype="bool", constants=_rhs(hi),
+                           shape=flat.shape)
+    inside = ctx.pointwise("where3", [ge, inside], out_dtype="bool", shape=flat.shape,
+                           constants={"b_scalar": False})
+    bin_ids = ctx.new_constant(np.arange(int(bins), dtype=np.int64), "int64", "bins")
+    grid = (int(bins), x.numel)   # counted along the stick dim
+    hit = ctx.pointwise("equal", [pos.unsqueeze(0), bin_ids.unsqueeze(1)], out_dtype="bool",
+                        shape=grid)
+    hit = ctx.pointwise("where3", [inside.unsqueeze(0), hit], out_dtype="bool", shape=grid,
+                        constants={"b_scalar": False})
+    return reduce(ctx, "sum", hit, [1], False, ctx.out_meta()[1])
+
+
+def _rhs(value) -> dict:
+    return {"scalar": value, "scalar_side": "rhs"}
+
+
+@lowering("transformers.grouped_mm_fallback.default")
+def _grouped_mm_fallback(ctx, node, x, weight, offs):
+    """Refused for now, with the advice that works: `grouped_mm_dense` below computes it and
+    equals eager on its own, but in the exported models the offsets it reads (histc, then
+    cumsum) come out wrong after the passes although the lowered IR is right; until that is
+    found, a refusal is better than a wrong result."""
+    where = source_of(node) or "unknown source line"
+    raise UnsupportedProgram(
+        f"{node.name}: transformers.grouped_mm_fallback ({where}), the default MoE experts "
+        f"implementation, is not supported yet; set "
+        f"experts_implementation='batched_mm' in the model config before exporting")
+
+
+def grouped_mm_dense(ctx, node, x, weight, offs):
+    """transformers' grouped matmul (integrations/moe.py `_grouped_mm_fallback`): row r of
+    `x` [S, K] times weight[e] [K, N] for the group e whose rows offs[e-1]..offs[e]-1 hold r
+    (offs: cumulative counts, non-decreasing), zeros past offs[-1]. The group sizes are run-time
+    data, so every expert runs on every row (one batched matmul [E, S, N]) and each row takes
+    its expert's result by a gather: group(r) = #{e < E-1 : offs[e] <= r}, kept when
+    r < offs[E-1]."""
+    dtype = ctx.out_meta()[1]
+    experts, rows = weight.shape[0], x.shape[0]
+    every = matmul(ctx, x.unsqueeze(0), weight, dtype)             # [E, S, N]
+    r = ctx.new_constant(np.arange(rows, dtype=np.int64), "int64", "rows")
+    ends = offs.slice(0, 0, experts - 1)
+    passed = ctx.pointwise("lesserequal", [ends.unsqueeze(0), r.unsqueeze(1)], out_dtype="bool",
+                           shape=(rows, experts - 1))
+    group = reduce(ctx, "sum", passed, [1], False, "int64") if experts > 1 else \
+        ctx.pointwise("fill", [], out_dtype="int64", shape=(rows,), constants={"value": 0})
+    picked = ctx.new_value((rows, every.shape[-1]), dtype)
+    cvars = iteration_vars(picked.shape)
+    ctx.emit("identity", picked, list(zip(names_of(cvars), picked.shape)),
+             [Access(every.buffer, every.at([as_lin(Indirect(group.buffer))] + cvars))],
+             picked.at(cvars), index_inputs=[Access(group.buffer, group.at(cvars[:1]))],
+             index_bounds=[(0, experts)])
+    covered = ctx.pointwise("lesserthan", [r, offs.select(0, experts - 1)], out_dtype="bool",
+                            shape=(rows,))
+    return ctx.pointwise("where3", [covered.unsqueeze(1), picked], out_dtype=dtype,
+                         shape=picked.shape, constants={"b_scalar": 0.0})
