@@ -118,14 +118,6 @@ def _sort(ctx, node, x, *args, stable=None, dim=-1, descending=False):
     return _topk(ctx, node, x, x.shape[dim % x.rank], dim, descending, True)
 
 
-@lowering("aten.floor_divide.default", "aten.floor_divide.Scalar")
-def _floor_divide(ctx, node, a, b):
-    """torch.floor_divide: floor division (the device's floordiv, exact for integers)."""
-    from spyrec.frontend.aten_ops import binary
-
-    return binary(ctx, "floordiv", a, b)
-
-
 @lowering("aten.empty_like.default", "aten.empty.memory_format")
 def _empty_like(ctx, node, *args, **kwargs):
     """Uninitialized memory in eager: zeros here, so that no stale value is ever read."""

@@ -154,6 +154,12 @@ def _div_mode(ctx, node, a, b, rounding_mode=None):
     return binary(ctx, op, a, b, constants=extra)
 
 
+@lowering("aten.floor_divide.default", "aten.floor_divide.Scalar")
+def _floor_divide(ctx, node, a, b):
+    """torch.floor_divide is div with rounding_mode='floor', eager's rounding steps included."""
+    return _div_mode(ctx, node, a, b, "floor")
+
+
 @lowering("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor",
           "aten.fmod.Tensor", "aten.fmod.Scalar")
 def _remainder(ctx, node, a, b):
