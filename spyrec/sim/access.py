@@ -212,8 +212,11 @@ class ChunkAccess:
         """Element offsets from the arg's base at every point (broadcastable), bounds-checked.
         An LX arg's points live in the LX of the core that runs them (`cores`)."""
         arg = b.arg
+        # an LX arg's offsets also depend on the split vars it is replicated along (thinned
+        # in `_arg_cores`): two args alike but for that (a replicated mask and a partitioned
+        # tensor read at the same coordinates) must not share offsets
         key = (arg.coordinates, arg.layout.device_size, b.tile_coords, b.lx is not None,
-               arg.is_input)
+               arg.is_input, arg.tile_coordinates if b.lx is not None else ())
         if key not in self._relative:
             parts = []
             for j, (coord, size, stride) in enumerate(zip(
