@@ -245,4 +245,28 @@ def load_exported(path: str | Path):
     from an output directory a user may have been handed)."""
     import torch
 
-    return torch.export.load(sanitized_copy(open_archive(path)))
+    archive = open_archive(path)
+    _register_op_libraries(path)
+    return torch.export.load(sanitized_copy(archive))
+
+
+# Custom-op namespaces that installed packages define, and the module whose import registers
+# them with torch (the archive only names the op: torch.export.load needs it registered). A
+# fixed table of known modules, never a name taken from the file.
+OP_LIBRARIES = {"torch.ops.transformers.": "transformers.integrations.moe"}
+
+
+def _register_op_libraries(path: str | Path) -> None:
+    """Import the module that registers each known custom-op namespace the graph names."""
+    import importlib
+
+    with zipfile.ZipFile(path) as zf:
+        graphs = [n for n in zf.namelist()
+                  if n.split("/")[-2:-1] == ["models"] and n.endswith(".json")]
+        text = b"".join(zf.read(n) for n in graphs)
+    for prefix, module in OP_LIBRARIES.items():
+        if b'"' + prefix.encode() in text:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass    # torch.export.load then names the op it cannot find

@@ -168,18 +168,6 @@ def _rhs(value) -> dict:
 
 
 @lowering("transformers.grouped_mm_fallback.default")
-def _grouped_mm_fallback(ctx, node, x, weight, offs):
-    """Refused for now, with the advice that works: `grouped_mm_dense` below computes it and
-    equals eager on its own, but in the exported models the offsets it reads (histc, then
-    cumsum) come out wrong after the passes although the lowered IR is right; until that is
-    found, a refusal is better than a wrong result."""
-    where = source_of(node) or "unknown source line"
-    raise UnsupportedProgram(
-        f"{node.name}: transformers.grouped_mm_fallback ({where}), the default MoE experts "
-        f"implementation, is not supported yet; set "
-        f"experts_implementation='batched_mm' in the model config before exporting")
-
-
 def grouped_mm_dense(ctx, node, x, weight, offs):
     """transformers' grouped matmul (integrations/moe.py `_grouped_mm_fallback`): row r of
     `x` [S, K] times weight[e] [K, N] for the group e whose rows offs[e-1]..offs[e]-1 hold r
