@@ -52,3 +52,16 @@ class Lambda(torch.nn.Module):
 
     def forward(self, *args):
         return self.fn(self, *args)
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `spyrec ARGS` run in-process."""
+    from spyrec.cli import main
+
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -297,22 +297,6 @@ def _any_all(ctx, node, x, dim=None, keepdim=False):
     return out if out.shape == shape else out.reshape(shape)
 
 
-@lowering("aten.baddbmm.default")
-def _baddbmm(ctx, node, bias, a, b, beta=1, alpha=1):
-    """beta * bias + alpha * (a @ b) (BLOOM's alibi scores): the product and the scaling in
-    fp32, one rounding at the end, as `addmm`'s lowering; beta == 0 ignores `bias`."""
-    from spyrec.frontend.aten_reductions import FP32, matmul
-
-    dtype = ctx.out_meta()[1]
-    y = matmul(ctx, a, b, dtype if (beta == 0 and alpha == 1) else FP32)
-    if alpha != 1:
-        y = ctx.pointwise("mul", [y, Scalar(alpha)], out_dtype=dtype if beta == 0 else FP32,
-                          constants={"scalar": float(alpha), "scalar_side": "rhs"})
-    if beta == 0:
-        return y
-    return binary(ctx, "add", y, bias, alpha=beta, out_dtype=dtype)
-
-
 # --- casts and copies ------------------------------------------------------------------------
 
 

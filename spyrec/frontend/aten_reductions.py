@@ -142,9 +142,9 @@ def _mm(ctx, node, a, b):
     return matmul(ctx, a, b, ctx.out_meta()[1])
 
 
-@lowering("aten.addmm.default", "aten.addmv.default")
+@lowering("aten.addmm.default", "aten.addmv.default", "aten.baddbmm.default")
 def _addmm(ctx, node, bias, a, b, beta=1, alpha=1):
-    """beta * bias + alpha * (a @ b), the product in fp32 and one rounding at the end, as
+    """beta * bias + alpha * (a @ b) (baddbmm: BLOOM's alibi scores), the product in fp32 and one rounding at the end, as
     eager's CPU GEMM. beta == 0 ignores `bias` (NaN and inf in it included), as eager does for
     every dtype; alpha == 0 ignores the product only in fp32 (BLAS skips it), while eager's
     fp16/bf16 GEMM multiplies it by 0, so NaN or inf in it still give NaN there."""

@@ -9,22 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from spyrec.cli import main
 from spyrec.sim.loader import validator
 from spyrec.sim.numerics import bf16_bits_to_float32
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.stick_svg import CELL, MARGIN
-from tests.programs import Lambda, compile_pt2, export
-
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.programs import Lambda, cli, compile_pt2, export
 
 
 @pytest.fixture(scope="module")

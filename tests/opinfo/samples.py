@@ -81,7 +81,7 @@ OPS = [
     ("gather", ""), ("take_along_dim", ""), ("scatter", ""), ("scatter_add", ""),
     ("index_add", ""), ("index_copy", ""), ("index_put", ""),
     ("nn.functional.dropout", ""), ("nn.functional.alpha_dropout", ""),
-    ("nn.functional.scaled_dot_product_attention", ""),
+    ("nn.functional.scaled_dot_product_attention", ""), ("baddbmm", ""),
     ("cumsum", ""), ("repeat", ""), ("repeat_interleave", ""), ("masked_fill", ""),
     ("isinf", ""), ("isnan", ""), ("isfinite", ""), ("any", ""), ("all", ""), ("baddbmm", ""),
 ]

@@ -18,18 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from spyrec.cli import main
-from tests.programs import compile_pt2
-
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.programs import cli, compile_pt2
 
 
 class KeywordOnly(torch.nn.Module):
