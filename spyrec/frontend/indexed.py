@@ -219,8 +219,10 @@ def static_selection(ctx: LoweringContext, x: TensorValue, indices: Sequence,
             v = constant_values(ctx, t)
             if v is None:
                 return None
-            values[d] = np.broadcast_to(_checked(ctx, t, v.astype(np.int64), int(x.shape[d]),
-                                                 wrap), b)
+            v, size = v.astype(np.int64), int(x.shape[d])
+            if ((v < (-size if wrap else 0)) | (v >= size)).any():
+                return None    # gather_coordinates refuses it, naming the value and position
+            values[d] = np.broadcast_to(np.where(v < 0, v + size, v), b)
     rank = len(x.shape) - len(values) + len(b)
     shape = advanced_shape(x.shape, indices)
     steps = {d: _affine_steps(v) for d, v in values.items()}
@@ -230,21 +232,6 @@ def static_selection(ctx: LoweringContext, x: TensorValue, indices: Sequence,
     if len(b) == 1:
         return _static_runs(ctx, x, indices, start, shape, values)
     return None
-
-
-def _checked(ctx, t: TensorValue, values: np.ndarray, size: int, wrap: bool) -> np.ndarray:
-    """Values in 0..size-1, negatives wrapped where eager wraps them; an index eager would
-    reject is refused at compile time, naming it (as gather_coordinates does for the
-    constant index tensors of runtime gathers)."""
-    low = -size if wrap else 0
-    bad = np.argwhere((values < low) | (values >= size))
-    if bad.size:
-        pos = tuple(int(i) for i in bad[0])
-        raise UnsupportedProgram(
-            f"{ctx.node.name}: the constant index tensor {t.buffer} holds {int(values[pos])} "
-            f"at position {list(pos)}, outside {low}..{size - 1} for a dim of size {size} "
-            f"({source_of(ctx.node) or 'unknown source line'})")
-    return np.where(values < 0, values + size, values)
 
 
 def _affine_steps(values: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
