@@ -147,12 +147,16 @@ def writer_of(graph: Graph, name: str) -> Operation | None:
     return next((op for op in graph.ops if op.output.buffer == name), None)
 
 
-def slice_boxes(graph: Graph, buf: Buffer) -> list[Box] | None:
+def slice_boxes(graph: Graph, buf: Buffer,
+                writers: list[Operation] | None = None) -> list[Box] | None:
     """Each core's slice of `buf` in LX: the box its writers give that core, their union
     when several write parts of it (matmul_padding's zero fill of the padding rows beside
-    the copy of the data); None if no op writes it or one writes through a gather."""
-    per_writer = [core_boxes(buf, op, op.output) for op in graph.ops
-                  if op.output.buffer == buf.name]
+    the copy of the data); None if no op writes it or one writes through a gather.
+    `writers`: every op that writes `buf`, in program order, when the caller has them (a
+    caller asking for every buffer would otherwise scan the whole program per buffer)."""
+    if writers is None:
+        writers = [op for op in graph.ops if op.output.buffer == buf.name]
+    per_writer = [core_boxes(buf, op, op.output) for op in writers]
     if not per_writer or any(b is None for b in per_writer):
         return None
     out = []

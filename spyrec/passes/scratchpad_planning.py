@@ -214,7 +214,7 @@ def _slice_bytes(graph: Graph, buf: Buffer,
             return (f"its writer {op.name!r} splits reduced {', '.join(k_split)} across "
                     f"cores (cores {_split_text(op)}): the partial sums meet in HBM"), \
                 buf.layout.device_bytes, None
-    boxes = slice_boxes(graph, buf)
+    boxes = slice_boxes(graph, buf, writers)   # `uses` holds every op that writes it
     if boxes is None:
         gatherer = next(op for op in writers if core_boxes(buf, op, op.output) is None)
         return f"op {gatherer.name!r} writes it through a gather", buf.layout.device_bytes, \
@@ -354,13 +354,19 @@ def _ids(op: Operation, depth: int) -> tuple:
 def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]],
            rows: dict[str, dict], budget: int) -> int:
     """First fit in order of first use, after trying an in-place update; returns the peak
-    LX bytes per core."""
-    placed: list[tuple[int, int, str]] = []       # (offset, end, name)
+    LX bytes per core.
+
+    Buffers come in order of first use, so a placed buffer overlaps the current one's
+    lifetime exactly when it is still live at its first use; those whose lifetime has ended
+    leave `active` for good, which keeps the pass linear in the number of buffers."""
+    active: list[tuple[int, int, str]] = []       # (offset, end, name), placed, maybe live
+    offsets: dict[str, int] = {}                  # every placed buffer's offset
     peak = 0
     for name in sorted(sizes, key=lambda n: live[n]):
         lo, hi = live[name]
-        host = _in_place_of(graph, name, live, sizes, {n: o for o, _, n in placed})
-        busy = sorted((o, e) for o, e, other in placed if other != host
+        active = [p for p in active if live[p[2]][1] >= lo]
+        host = _in_place_of(graph, name, live, sizes, offsets)
+        busy = sorted((o, e) for o, e, other in active if other != host
                       and live[other][0] <= hi and lo <= live[other][1])
         offset = 0
         if host is not None:
@@ -377,7 +383,8 @@ def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]]
                                     f"per core at offset {offset}, past the budget of {budget}")
             continue
         graph.buffers[name].lx_address = offset
-        placed.append((offset, offset + sizes[name], name))
+        active.append((offset, offset + sizes[name], name))
+        offsets[name] = offset
         rows[name].update(placed=True, lx_address=offset)
         if host is not None:
             rows[name]["in_place_of"] = host

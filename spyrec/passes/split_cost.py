@@ -156,6 +156,7 @@ class Producers:
         self.writers: dict[str, Operation] = {name: data_writer(ops)
                                               for name, ops in all_writers.items()}
         self._boxes: dict[str, object] = {}
+        self._same: dict[tuple, bool | None] = {}     # `same_slices`, memoized
         # the buffers scratchpad_planning may put in LX: per-tile ones, and with
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
         # ops may read one in place)
@@ -193,9 +194,24 @@ class Producers:
 
     def same_slices(self, op: Operation, access: Access, splits: dict[str, int]) -> bool | None:
         """Does `splits` give each core of `op` the slice of `access`'s buffer its writer gave
-        that core (scratchpad_planning's condition (b))? None: no writer split or a gather."""
-        if self.writer(access.buffer, op) is None:
+        that core (scratchpad_planning's condition (b))? None: no writer split or a gather.
+
+        Memoized on everything the answer depends on (the buffer, whose shape and layout this
+        pass does not change; op's ranges and access; the split; the writer's ranges, reduced
+        vars, split and output access): split_chains asks again for every candidate of every
+        op a move reaches, and moves reach the same ops again and again."""
+        writer = self.writer(access.buffer, op)
+        if writer is None:
             return None
+        key = (access.buffer, op.ranges, access.index, tuple(sorted(splits.items())),
+               writer.ranges, writer.reduced, tuple(sorted(writer.core_splits.items())),
+               writer.output.index)
+        if key not in self._same:
+            self._same[key] = self._same_slices(op, access, splits)
+        return self._same[key]
+
+    def _same_slices(self, op: Operation, access: Access, splits: dict[str, int]) -> bool | None:
+        """`same_slices` computed (its writer known to have a split)."""
         if self.partial(access.buffer, op):
             return False                  # partial sums: every core holds a different part
         writer = self.writers[access.buffer]

@@ -9,11 +9,25 @@ copy (cost: the source's device slots), else through a copy of just the accessed
 with the same layouts and copies for every buffer still to be read are merged; the cheapest
 `beam_width` survive, ties broken by first-found (candidate order), so the result is
 deterministic.
+
+Cost per op is independent of the program's length (issue 26: 800-3,000-op programs), so the
+search is linear in the op count:
+- a state keeps in `layouts` only the buffers some later op still touches; a buffer's layout
+  moves, after its last access, into `retired`, a chain of dicts shared by every state that
+  descends from the one that retired it; decisions are such a chain too. Branching a state
+  therefore copies what is live (a few buffers per layer), not every layout so far;
+- merging compares states on the live buffers some state has a layout for (every state has
+  none for the others, so leaving them out merges exactly the same states), and on the
+  copies of buffers still to be read, kept per state as they are made and retired;
+- candidate layouts, host coordinates and view copies are memoized on shapes, index and
+  iteration space, not names: every state of the beam asks the same, and so does every layer
+  of a stack (`tests/passes/test_compile_scaling.py` counts the work at two depths).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import Var
@@ -28,10 +42,19 @@ COPY_OPS = ("identity", "ReStickifyOpHBM")
 
 def layout_with_stick(buf: Buffer, stick_dim: int | None) -> DeviceLayout:
     """Dense layout sticked on host dim `stick_dim`, or stick-sparse when it is None."""
-    rank = len(buf.host_size)
+    return _layout_with_stick(tuple(buf.host_size), tuple(buf.host_strides), buf.host_dtype,
+                              stick_dim)
+
+
+@lru_cache(maxsize=1 << 12)
+def _layout_with_stick(host_size: tuple, host_strides: tuple, host_dtype: str,
+                       stick_dim: int | None) -> DeviceLayout:
+    """`layout_with_stick` on hashable facts (memoized: every state of the beam and every
+    layer of a stack asks for the same few layouts; a DeviceLayout is immutable)."""
+    rank = len(host_size)
     order = list(range(rank)) + [SPARSE] if stick_dim is None else \
         [d for d in range(rank) if d != stick_dim] + [stick_dim]
-    return stick_layout(buf.host_size, buf.host_strides, buf.host_dtype, order)
+    return stick_layout(host_size, host_strides, host_dtype, order)
 
 
 @dataclass(frozen=True)
@@ -47,13 +70,37 @@ class Decision:
 class State:
     cost: int = 0                 # device element slots moved by restickifies
     inserted: int = 0             # copies the pass adds (ties: fewer ops win)
+    # layouts of the buffers a later op still touches; the others are in `retired`
     layouts: dict[str, DeviceLayout] = field(default_factory=dict)
     copies: frozenset = frozenset()
-    decisions: dict[int, dict[int, Decision]] = field(default_factory=dict)
+    # the copies whose source a later op still reads (what merging compares)
+    live_copies: frozenset = frozenset()
+    # (parent, {buffer: layout}) chains, shared with the states this one branched from
+    retired: tuple | None = None
+    decisions: tuple | None = None    # (parent, op index, {operand: Decision})
 
     def branch(self) -> "State":
         return State(self.cost, self.inserted, dict(self.layouts), self.copies,
-                     {k: dict(v) for k, v in self.decisions.items()})
+                     self.live_copies, self.retired, self.decisions)
+
+    def all_layouts(self) -> dict[str, DeviceLayout]:
+        """Every layout chosen: the retired ones and the live ones."""
+        out: dict[str, DeviceLayout] = {}
+        node = self.retired
+        while node is not None:
+            node, part = node
+            out.update(part)
+        out.update(self.layouts)
+        return out
+
+    def all_decisions(self) -> dict[int, dict[int, Decision]]:
+        """op index -> {operand index: Decision}, for the ops that read through a copy."""
+        out: dict[int, dict[int, Decision]] = {}
+        node = self.decisions
+        while node is not None:
+            node, i, part = node
+            out[i] = part
+        return out
 
 
 class LayoutSearch:
@@ -72,27 +119,75 @@ class LayoutSearch:
             else:
                 buf = graph.buffers[name]
                 start.layouts[name] = default_layout(buf.host_size, buf.host_dtype)
-        self.start = start
         self.last_read = _last_reads(graph)
+        last_access = _last_accesses(graph)
+        # buffers whose last access / last read is op i: retired from every state after it
+        self.dies: dict[int, list[str]] = {}
+        self.last_read_at: dict[int, list[str]] = {}
+        for name, last in last_access.items():
+            self.dies.setdefault(last, []).append(name)
+        for name, last in self.last_read.items():
+            self.last_read_at.setdefault(last, []).append(name)
+        never = {n: layout for n, layout in start.layouts.items() if n not in last_access}
+        start.layouts = {n: layout for n, layout in start.layouts.items() if n in last_access}
+        start.retired = (None, never) if never else None
+        self.start = start
+        # buffers some state may have a layout for and a later op reads (merge keys)
+        self.touched: dict[str, None] = dict.fromkeys(start.layouts)
+        self._memo: dict[tuple, object] = {}
+        # layouts copied into branches and compared when merging: the search's work, which
+        # tests/passes/test_compile_scaling.py checks grows linearly with a stack's depth
+        self.work = 0
 
     # --- the search --------------------------------------------------------------------------
     def run(self) -> State:
         beam = [self.start]
         for i, op in enumerate(self.graph.ops):
+            self.touched.update(dict.fromkeys(a.buffer for _, a in op.accesses()))
             expanded: list[State] = []
             for state in beam:
                 expanded.extend(self._expand(i, op, state))
             if not expanded:
                 raise self._infeasible(op, beam[0])
+            if i in self.last_read_at:
+                for state in expanded:
+                    self._forget_copies(i, state)
             beam = self._prune(i, expanded) if len(expanded) > 1 else expanded
-        return beam[0]
+            for state in beam:
+                self._retire(i, state)
+            for name in self.dies.get(i, ()):
+                self.touched.pop(name, None)
+        best = beam[0]
+        # callers read every layout and decision as plain dicts
+        return State(best.cost, best.inserted, best.all_layouts(), best.copies,
+                     best.live_copies, None, best.all_decisions())
+
+    def _retire(self, i: int, s: State) -> None:
+        """Move the layouts of the buffers op i touched last into `s.retired` (no later op
+        asks for them; the commit does)."""
+        dead = {}
+        for name in self.dies.get(i, ()):
+            if name in s.layouts:
+                dead[name] = s.layouts.pop(name)
+        if dead:
+            s.retired = (s.retired, dead)
+
+    def _forget_copies(self, i: int, s: State) -> None:
+        """Drop from `s.live_copies` the copies of buffers op i read last: merging after op i
+        no longer tells states apart by them."""
+        if s.live_copies:
+            gone = set(self.last_read_at[i])
+            if any(c[0] in gone for c in s.live_copies):
+                s.live_copies = frozenset(c for c in s.live_copies if c[0] not in gone)
 
     def _prune(self, i: int, states: list[State]) -> list[State]:
-        live = [n for n, last in self.last_read.items() if last > i]
+        # the buffers still to be read that any state has a layout for, in a fixed order;
+        # every state has none for the rest (no op has touched them yet)
+        live = [n for n in self.touched if self.last_read.get(n, -1) > i]
+        self.work += len(live) * len(states)
         best: dict[tuple, State] = {}
         for s in sorted(states, key=lambda s: (s.cost, s.inserted)):  # stable: first found wins
-            key = (tuple(s.layouts.get(n) for n in live),
-                   frozenset(c for c in s.copies if self.last_read.get(c[0], -1) > i))
+            key = (tuple(s.layouts.get(n) for n in live), s.live_copies)
             if key not in best:
                 best[key] = s
         return list(best.values())[: self.beam_width]
@@ -103,6 +198,7 @@ class LayoutSearch:
         out = []
         for candidate in self._output_candidates(op, state):
             s = state.branch()
+            self.work += len(s.layouts)
             s.layouts.setdefault(op.output.buffer, candidate)
             if self._place_inputs(i, op, s):
                 out.append(s)
@@ -115,10 +211,18 @@ class LayoutSearch:
             return [s.layouts[op.output.buffer]]
         if op.op == "batchmatmul":
             return [default_layout(out.host_size, out.host_dtype)]
+        sticks = tuple(self._stick_var(op, a, s) for a in op.inputs)
+        key = ("out", out.host_size, out.host_strides, out.host_dtype, op.output.index,
+               op.ranges, op.var_ranges, op.reduced, sticks)
+        if key not in self._memo:
+            self._memo[key] = self._output_layouts(op, out, sticks)
+        return self._memo[key]
+
+    def _output_layouts(self, op: Operation, out: Buffer, sticks: tuple) -> list[DeviceLayout]:
+        """The candidates for an output not laid out yet, given its inputs' stick vars."""
         e = default_layout(out.host_size, out.host_dtype).elems_per_stick
         host = _host_coords(out, op.output.index, op)
         dims: list[int | None] = []
-        sticks = [self._stick_var(op, a, s) for a in op.inputs]
         if op.is_reduction and any(v in op.reduced for v in sticks if v):
             dims.append(None)  # reduction along the stick: a stick-sparse output
         for v in sorted({v for v in sticks if v and v not in op.reduced}, key=_var_order):
@@ -153,13 +257,16 @@ class LayoutSearch:
             # A copy the program makes anyway can change the stick for free (A §4.3 AnyIn).
             self._decide_free(op.inputs[0], s, out_info.stick_var, op)
             return True
+        decisions: dict[int, Decision] = {}
         for k, access in enumerate(op.inputs):
             target = op.reduced[0] if op.op == "batchmatmul" and k == 0 else out_info.stick_var
-            decision = self._place_operand(op, access, target, s)
+            decision = self._place_operand(i, op, access, target, s)
             if decision is False:
                 return False
             if decision is not None:
-                s.decisions.setdefault(i, {})[k] = decision
+                decisions[k] = decision
+        if decisions:
+            s.decisions = (s.decisions, i, decisions)
         return True
 
     def _fits(self, op: Operation, access: Access, layout: DeviceLayout, target) -> bool:
@@ -180,7 +287,7 @@ class LayoutSearch:
                     return
         s.layouts[access.buffer] = default_layout(buf.host_size, buf.host_dtype)
 
-    def _place_operand(self, op: Operation, access: Access, target, s: State):
+    def _place_operand(self, i: int, op: Operation, access: Access, target, s: State):
         """None: read directly; a Decision: read through a copy; False: impossible."""
         self._decide_free(access, s, target, op)
         if self._fits(op, access, s.layouts[access.buffer], target):
@@ -199,6 +306,8 @@ class LayoutSearch:
                     if view is not None and view[1] < source.device_elems:
                         break     # the view is smaller than the tensor (k of a fused qkv)
                     s.copies = s.copies | {(access.buffer, layout)}
+                    if self.last_read.get(access.buffer, -1) > i:
+                        s.live_copies = s.live_copies | {(access.buffer, layout)}
                     s.cost += source.device_elems
                     s.inserted += 1
                     return Decision("copy", layout)
@@ -209,6 +318,13 @@ class LayoutSearch:
         return False
 
     def _candidates(self, buf: Buffer, access: Access, target, op: Operation):
+        key = ("candidates", buf.host_size, buf.host_strides, buf.host_dtype, access.index,
+               target, op.var_ranges, op.reduced)
+        if key not in self._memo:
+            self._memo[key] = self._candidate_layouts(buf, access, target, op)
+        return self._memo[key]
+
+    def _candidate_layouts(self, buf: Buffer, access: Access, target, op: Operation):
         """Layouts to try for `buf`: stick on the dim carrying `target`, sparse, the rest.
         With no target (the op's output has no stick var: a reduction along the stick, or
         to a scalar) the dims carrying a reduced var come first, innermost first: lanes full
@@ -231,6 +347,14 @@ class LayoutSearch:
         return layouts
 
     def _view_copy(self, op: Operation, access: Access, target):
+        src = self.graph.buffers[access.buffer]
+        key = ("view", src.host_dtype, access.index, target, op.ranges, op.var_ranges,
+               op.reduced)
+        if key not in self._memo:
+            self._memo[key] = self._view_copy_of(op, access, target)
+        return self._memo[key]
+
+    def _view_copy_of(self, op: Operation, access: Access, target):
         """A fresh buffer over the vars the access uses, target last: (var order, elements).
         None for a gathered access: the copy would lose the op's index tensors (and the vars
         only they read), so a restickify of the whole tensor is used instead."""
@@ -284,6 +408,15 @@ def _host_coords(buf: Buffer, index, op: Operation):
 
 def _var_order(name: str) -> tuple:
     return (name[0] != "c", int(name[1:]) if name[1:].isdigit() else 0, name)
+
+
+def _last_accesses(graph: Graph) -> dict[str, int]:
+    """Buffer -> index of the last op that reads or writes it."""
+    last: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        for _, a in op.accesses():
+            last[a.buffer] = i
+    return last
 
 
 def _last_reads(graph: Graph) -> dict[str, int]:
