@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +30,16 @@ from spyrec.codegen.superdsc import superdsc_document
 from spyrec.codegen.symbols import SymbolTable
 from spyrec.ir import Graph
 from spyrec.ir.lx import lx_bytes_per_core
+from spyrec.layout.storage import STORAGE, PlacementError, write_device
 from spyrec.outdir import check_output_dir, replace_directory
 
-MANIFEST_FORMAT = "spyrec-manifest/2"
+MANIFEST_FORMAT = "spyrec-manifest/3"
 WEIGHTS_FILE = "weights.bin"
-WEIGHTS_ALIGNMENT = 64          # bytes; every tensor starts at a multiple
+WEIGHTS_ALIGNMENT = 128         # bytes (a stick); every tensor starts at a multiple
 PROGRAM_COPY = "program.pt2"    # the source's copy, with --self-contained
-# host dtype -> the little-endian numpy dtype of its bytes in weights.bin (bf16 as its bits)
-WEIGHTS_DTYPES = {"float16": "<f2", "bfloat16": "<u2", "float32": "<f4", "int32": "<i4",
-                  "int64": "<i8", "int8": "|i1", "bool": "|b1"}
+# host dtype -> the numpy dtype of its host array (bf16 as its 16-bit patterns)
+HOST_NUMPY_DTYPES = {"float16": "f2", "bfloat16": "u2", "float32": "f4", "int32": "i4",
+                     "int64": "i8", "int8": "i1", "bool": "b1"}
 OPSPECS_FORMAT = "spyrec-opspecs/1"
 
 
@@ -77,14 +79,40 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-class WeightsBlob:
-    """`weights.bin`: every constant's host form (row-major, little-endian, bf16 as its 16-bit
-    pattern) in manifest order, each at a multiple of WEIGHTS_ALIGNMENT, zero bytes between.
-    Planned from shapes and dtypes; the values are read only by `write`, one tensor at a time.
-    """
+class Sha256Job:
+    """The source's SHA-256, computed on a daemon thread while compile works: hashing a 16 GB
+    `.pt2` takes ~15 s of one core, and hashlib releases the GIL on large blocks. A daemon,
+    so a compile that fails early exits at once instead of waiting for the hash."""
 
-    def __init__(self, entries: list[tuple[str, str, tuple, int, int, object]], total: int):
-        self.entries = entries   # (name, host dtype, shape, offset, bytes, value)
+    def __init__(self, path: Path):
+        self._digest: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path,), daemon=True,
+                                        name="spyrec-sha256")
+        self._thread.start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            self._digest = sha256_of(path)
+        except BaseException as e:     # re-raised where the digest is needed
+            self._error = e
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._digest
+
+
+class WeightsBlob:
+    """`weights.bin`: every constant in its **device form** (its layout's bytes, padding
+    filled, little-endian storage dtype), in manifest order, each at a multiple of
+    WEIGHTS_ALIGNMENT, zero bytes between. A run maps the file instead of converting the
+    weights (docs/formats.md). Planned from layouts alone; the values are read only by
+    `write`, one tensor at a time, through one reused buffer (the largest tensor's size)."""
+
+    def __init__(self, entries: list[tuple], total: int):
+        self.entries = entries   # (buffer, offset, bytes, value)
         self.total = total
 
     @classmethod
@@ -93,10 +121,8 @@ class WeightsBlob:
         for buf in graph.buffers.values():
             if buf.role != "constant" or buf.name not in graph.constants:
                 continue
-            dtype = np.dtype(WEIGHTS_DTYPES[buf.host_dtype])
-            nbytes = int(np.prod(buf.host_size, dtype=np.int64)) * dtype.itemsize
-            entries.append((buf.name, buf.host_dtype, tuple(buf.host_size), offset, nbytes,
-                            graph.constants[buf.name]))
+            nbytes = buf.layout.device_bytes
+            entries.append((buf, offset, nbytes, graph.constants[buf.name]))
             end = offset + nbytes
             offset += -(-nbytes // WEIGHTS_ALIGNMENT) * WEIGHTS_ALIGNMENT
         return cls(entries, end)
@@ -104,44 +130,41 @@ class WeightsBlob:
     def section(self) -> dict:
         """The manifest's `weights` object."""
         return {"file": WEIGHTS_FILE, "bytes": self.total, "alignment": WEIGHTS_ALIGNMENT,
-                "tensors": [{"name": n, "dtype": d, "shape": list(s), "offset": o, "bytes": b}
-                            for n, d, s, o, b, _ in self.entries]}
+                "tensors": [{"name": buf.name, "device_dtype": buf.layout.device_dtype,
+                             "device_size": list(buf.layout.device_size), "offset": o,
+                             "bytes": b} for buf, o, b, _ in self.entries]}
 
     def write(self, f) -> None:
-        """Stream every tensor into the binary file `f` (positioned at 0)."""
-        from spyrec.errors import InternalError
+        """Stream every tensor's device form into the binary file `f` (positioned at 0)."""
+        from spyrec.errors import InternalError, UnsupportedProgram
 
+        scratch = np.empty(max((b for _, _, b, _ in self.entries), default=0), dtype=np.uint8)
         pos = 0
-        for name, host_dtype, shape, offset, nbytes, value in self.entries:
+        for buf, offset, nbytes, value in self.entries:
             if offset > pos:
                 f.write(bytes(offset - pos))
-            expected = np.dtype(WEIGHTS_DTYPES[host_dtype])
-            if hasattr(value, "write_to"):      # a StoredTensor: copied from the archive
-                if value.host_dtype != expected.newbyteorder("=") or \
-                        tuple(value.shape) != shape:
-                    raise InternalError(f"weights: constant {name!r} is stored as "
-                                        f"{value.host_dtype} {list(value.shape)}, its tensor is "
-                                        f"{host_dtype} {list(shape)}; please report this")
-                written = value.write_to(f)
-            else:
-                array = np.asarray(value)
-                if array.dtype.newbyteorder("=") != expected.newbyteorder("=") or \
-                        tuple(array.shape) != shape:
-                    raise InternalError(f"weights: constant {name!r} holds {array.dtype} "
-                                        f"{list(array.shape)}, its tensor is {host_dtype} "
-                                        f"{list(shape)}; please report this")
-                array = np.ascontiguousarray(array.astype(expected, copy=False)).reshape(-1)
-                f.write(memoryview(array).cast("B"))
-                written = array.nbytes
-            if written != nbytes:
-                raise InternalError(f"weights: constant {name!r} wrote {written} bytes, "
-                                    f"planned {nbytes}; please report this")
+            host = value.load() if hasattr(value, "load") else np.asarray(value)
+            expected = np.dtype(HOST_NUMPY_DTYPES[buf.host_dtype])
+            if host.dtype.newbyteorder("=") != expected or \
+                    tuple(host.shape) != tuple(buf.host_size):
+                raise InternalError(f"weights: constant {buf.name!r} holds {host.dtype} "
+                                    f"{list(host.shape)}, its tensor is {buf.host_dtype} "
+                                    f"{list(buf.host_size)}; please report this")
+            device = scratch[:nbytes].view(STORAGE[buf.layout.device_dtype])
+            try:
+                write_device(device, 0, host.astype(expected, copy=False), buf.host_dtype,
+                             buf.layout, fill=True)
+            except PlacementError as e:
+                raise UnsupportedProgram(f"constant '{buf.name}' ({buf.source or 'no source'})"
+                                         f": {e}") from None
+            del host
+            f.write(memoryview(scratch[:nbytes]))
             pos = offset + nbytes
 
 
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
-                  report: dict, check: bool = True,
-                  self_contained: bool = False) -> dict[str, bytes | str | WeightsBlob]:
+                  report: dict, check: bool = True, self_contained: bool = False,
+                  source_sha256: Sha256Job | None = None) -> dict[str, bytes | str | WeightsBlob]:
     """Every file of the output directory, by name (pure: no disk writes; `weights.bin` is a
     `WeightsBlob` the writer streams). `check`: the emitter re-derives each core's start
     address from our coordinates (codegen/superdsc.py)."""
@@ -165,7 +188,7 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     blob = WeightsBlob.plan(graph)
     files["manifest.json"] = dump_json(manifest(graph, source, pipeline, configs, sdsc_names,
                                                 report.get("hbm_bytes", 0), blob,
-                                                self_contained))
+                                                self_contained, source_sha256))
     if blob.entries:
         files[WEIGHTS_FILE] = blob
     auto = (report.get("tiling") or {}).get("auto_config")
@@ -176,7 +199,7 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
 
 def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
              sdsc_names: list[str], hbm_bytes: int, blob: WeightsBlob | None = None,
-             self_contained: bool = False) -> dict:
+             self_contained: bool = False, source_sha256: Sha256Job | None = None) -> dict:
     tensors = []
     for buf in graph.buffers.values():
         tensors.append({
@@ -187,7 +210,8 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
     return {
         "format": MANIFEST_FORMAT, "spyrec_version": __version__,
         "source": {"file": source.name, "path": str(Path(source).resolve()),
-                   "sha256": sha256_of(source),
+                   "sha256": (source_sha256.result() if source_sha256 is not None
+                              else sha256_of(source)),
                    "copy": PROGRAM_COPY if self_contained else None},
         "pipeline": pipeline, "configs": configs,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),

@@ -27,6 +27,7 @@ from spyrec.layout import STICK_BYTES
 from spyrec.sim.addresses import check_window, symbolic_base
 from spyrec.sim.memory import Allocation, Hbm, Lx
 from spyrec.sim.specs import ArgSpec, Execute, OpSpec
+from spyrec.sim.strided import Strided
 
 MAX_CHUNK_POINTS = 1 << 22   # bounds the int64 offset arrays to ~32 MiB each
 
@@ -63,20 +64,27 @@ def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
     """The iteration space in boxes whose arg accesses hold at most ~max_points each, split
     along one output var.
 
-    The split var is the outermost non-reduced var the output is indexed by, so chunks write
-    disjoint output elements and a reduction never straddles two chunks. The budget counts
-    what is materialized: each arg's offsets and values span only the vars its coordinates use,
-    so a matmul (x over M,K; y over K,N) runs in a few large chunks, not one per row of M (a
-    kernel never builds the M*N*K box; pointwise ops and reductions have an arg over it all).
-    """
+    The split var is a non-reduced var the output is indexed by, so chunks write disjoint
+    output elements and a reduction never straddles two chunks; of those, the one the largest
+    arg varies along (a matmul's weight: split over its N, each chunk reads its slice of the
+    weight once, instead of the whole weight once per slice of M), else the outermost. The
+    budget counts what is materialized: each arg's values span only the vars its coordinates
+    use, so a matmul runs in a few large chunks (a kernel never builds the M*N*K box)."""
     vars_, extents = spec.vars, spec.extents
     out_vars = _arg_vars(spec, spec.output)
-    split = next((i for i, v in enumerate(vars_)
-                  if v not in spec.reduced and v in out_vars and extents[i] > 1), None)
-    per_unit = [math.prod(n for v, n in zip(vars_, extents) if v in used and v != vars_[split])
-                for used in (_arg_vars(spec, a) for a in spec.args)
-                if split is not None and vars_[split] in used]
-    if split is None or max(per_unit) * extents[split] <= max_points:
+    used = [_arg_vars(spec, a) for a in spec.args]
+    candidates = [i for i, v in enumerate(vars_)
+                  if v not in spec.reduced and v in out_vars and extents[i] > 1]
+    if not candidates:
+        yield Chunk(vars_, (0,) * len(vars_), extents)
+        return
+    points = [math.prod(n for v, n in zip(vars_, extents) if v in u) for u in used]
+    largest = used[max(range(len(used)), key=points.__getitem__)]
+    split = next((i for i in candidates if vars_[i] in largest), candidates[0])
+    per_unit = [math.prod(n for v, n in zip(vars_, extents) if v in u and v != vars_[split])
+                for u in used]
+    per_unit = [p for p, u in zip(per_unit, used) if vars_[split] in u]
+    if max(per_unit) * extents[split] <= max_points:
         yield Chunk(vars_, (0,) * len(vars_), extents)
         return
     step = max(1, max_points // max(per_unit))
@@ -192,42 +200,75 @@ class ChunkAccess:
         self.spec, self.chunk, self.hbm, self.lx, self.where = spec, chunk, hbm, lx, where
         self.env = chunk.env()
         self._relative: dict[tuple, np.ndarray] = {}
+        self._strided: dict[tuple, Strided | None] = {}
         self._cores: np.ndarray | None = None
         for b in bindings:
             if b.arg.is_index:
-                self.env[Indirect(b.arg.name)] = self.read(b).astype(np.int64)
+                self.env[Indirect(b.arg.name)] = self.read(b, np.dtype(np.int64))
 
     def base_view(self, b: Binding) -> np.ndarray:
-        """The arena as the arg's dtype, starting at the arg's device element 0."""
-        arena = self.lx if b.lx is not None else self.hbm
-        return arena.view(b.arg.device_dtype)[b.base_elems:]
+        """The arg's memory as its dtype from its device element 0 (to its segment's end)."""
+        if b.lx is not None:
+            return self.lx.view(b.arg.device_dtype)[b.base_elems:]
+        return self.hbm.region(b.base_elems * b.arg.itemsize, b.arg.device_dtype)
 
-    def read(self, b: Binding) -> np.ndarray:
+    def read(self, b: Binding, dtype: np.dtype | None = None) -> np.ndarray:
+        """The arg's values at every point of the chunk (broadcastable to its shape), as
+        `dtype` (default: the storage dtype); always a new array."""
+        form = self.strided(b)
+        if form is not None:
+            return form.read(self.base_view(b), dtype or self.base_view(b).dtype)
         rel = self.relative(b)          # bounds-checked before the LX tags are indexed
         if b.lx is not None:
             self._check_lx_read(b)
-        return np.take(self.base_view(b), rel)
+        values = np.take(self.base_view(b), rel)
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    def _key(self, b: Binding) -> tuple:
+        # an LX arg's offsets also depend on the split vars it is replicated along (thinned
+        # in `_arg_cores`): two args alike but for that (a replicated mask and a partitioned
+        # tensor read at the same coordinates) must not share offsets
+        arg = b.arg
+        return (arg.coordinates, arg.layout.device_size, b.tile_coords, b.lx is not None,
+                arg.is_input, arg.tile_coordinates if b.lx is not None else ())
+
+    def _terms(self, b: Binding) -> list[np.ndarray]:
+        """Per device dim, coordinate x stride over the chunk (each varies only along the
+        vars its coordinate uses), bounds-checked per dim."""
+        arg = b.arg
+        terms = []
+        for j, (coord, size, stride) in enumerate(zip(
+                arg.coordinates, arg.layout.device_size, arg.layout.device_strides_elems)):
+            value = np.asarray(evaluate(coord, self.env), dtype=np.int64) + b.tile_coords[j]
+            if value.size and (value.min() < 0 or value.max() >= size):
+                _out_of_range(self.spec, b, self.chunk, self.env, j, value)
+            terms.append(value * stride)
+        return terms
+
+    def strided(self, b: Binding) -> Strided | None:
+        """The arg's access as one strided view (`spyrec.sim.strided`), bounds-checked; None
+        for LX args and accesses with no such form (they use `relative`)."""
+        if b.lx is not None:
+            return None
+        key = self._key(b)
+        if key not in self._strided:
+            form = None
+            if not any(isinstance(leaf, Indirect) for c in b.arg.coordinates
+                       for leaf in c.free_atoms()):
+                form = Strided.from_terms(self._terms(b), self.chunk.shape,
+                                          len(self.base_view(b)))
+            self._strided[key] = form
+        return self._strided[key]
 
     def relative(self, b: Binding) -> np.ndarray:
         """Element offsets from the arg's base at every point (broadcastable), bounds-checked.
         An LX arg's points live in the LX of the core that runs them (`cores`)."""
-        arg = b.arg
-        # an LX arg's offsets also depend on the split vars it is replicated along (thinned
-        # in `_arg_cores`): two args alike but for that (a replicated mask and a partitioned
-        # tensor read at the same coordinates) must not share offsets
-        key = (arg.coordinates, arg.layout.device_size, b.tile_coords, b.lx is not None,
-               arg.is_input, arg.tile_coordinates if b.lx is not None else ())
+        key = self._key(b)
         if key not in self._relative:
-            parts = []
-            for j, (coord, size, stride) in enumerate(zip(
-                    arg.coordinates, arg.layout.device_size, arg.layout.device_strides_elems)):
-                value = np.asarray(evaluate(coord, self.env), dtype=np.int64) + b.tile_coords[j]
-                if value.size and (value.min() < 0 or value.max() >= size):
-                    _out_of_range(self.spec, b, self.chunk, self.env, j, value)
-                parts.append(value * stride)
+            parts = self._terms(b)
             if b.lx is not None:
-                cores = self._arg_cores(b, per_slice=not arg.is_input)
-                parts.append(cores * (self.lx.core_bytes // arg.itemsize))
+                cores = self._arg_cores(b, per_slice=not b.arg.is_input)
+                parts.append(cores * (self.lx.core_bytes // b.arg.itemsize))
             self._relative[key] = _broadcast_sum(parts)
         return self._relative[key]
 

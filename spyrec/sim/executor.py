@@ -45,7 +45,7 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
     with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
         for chunk in chunks(spec):
             access = ChunkAccess(spec, bindings, chunk, hbm, lx, ex.where())
-            inputs = [_masked(spec, chunk, _at_rank(access.read(b).astype(compute),
+            inputs = [_masked(spec, chunk, _at_rank(access.read(b, compute),
                                                     len(chunk.shape)))
                       for b in values_in]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
@@ -86,7 +86,6 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
            reduced_axes: tuple[int, ...]) -> None:
     chunk = access.chunk
     shape = tuple(1 if a in reduced_axes else n for a, n in enumerate(chunk.shape))
-    where = np.broadcast_to(access.relative(b), shape)
     result = np.asarray(result)
     assert np.broadcast_shapes(result.shape, shape) == shape, (spec.op, result.shape, shape)
     if scatter.is_scatter(spec, b.arg):
@@ -95,9 +94,16 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
                                  f"not simulated; keep scatter outputs in HBM")
         scatter.write(spec, b, access, result, shape)
         return
-    if not one_to_one(spec, b, chunk):
-        _check_unique(spec, b, chunk, where)
     what = f"output '{b.arg.name}' of {spec.describe()}"
+    unique = one_to_one(spec, b, chunk)
+    form = access.strided(b) if unique else None
+    if form is not None and form.lengths == shape:
+        form.write(access.base_view(b), to_storage(np.broadcast_to(result, shape),
+                                                   b.arg.device_dtype, what))
+        return
+    where = np.broadcast_to(access.relative(b), shape)
+    if not unique:
+        _check_unique(spec, b, chunk, where)
     stored = to_storage(np.broadcast_to(result, shape), b.arg.device_dtype, what)
     access.base_view(b)[where] = stored
     if b.lx is not None:

@@ -230,33 +230,23 @@ def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
     return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
 
 
-def iter_constants(out_dir: Path, weights) -> Iterator[tuple[str, np.ndarray]]:
-    """(name, host array) of every constant, memory-mapped from OUT/weights.bin one tensor at
-    a time (read-only; a mapping is dropped once its caller moves on, so a run never holds
-    the weights in its resident memory beyond the one being transferred). `weights` is the
-    loader's checked `Weights` table (manifest `weights`); the file's size was checked too."""
+def constant_bytes(out_dir: Path, weights) -> dict[str, np.ndarray]:
+    """Each constant's device bytes (uint8), mapped copy-on-write from OUT/weights.bin: the
+    file holds them in device form, so they become the constants' HBM as they are, and the
+    pages are read only when an op reads them (and dropped by the OS under pressure, being
+    clean). `weights` is the loader's checked `Weights` table (manifest `weights`); the file's
+    size was checked too."""
     if weights is None or not weights.entries:
-        return
+        return {}
+    if weights.nbytes == 0:         # only empty constants: an empty file cannot be mapped
+        return {e.name: np.zeros(0, dtype=np.uint8) for e in weights.entries}
     path = Path(out_dir) / weights.file
-    for entry in weights.entries:
-        dtype = np.dtype(HOST_NUMPY[entry.dtype]).newbyteorder("<") \
-            if HOST_NUMPY[entry.dtype].itemsize > 1 else HOST_NUMPY[entry.dtype]
-        if entry.nbytes == 0:
-            yield entry.name, np.zeros(entry.shape, dtype=HOST_NUMPY[entry.dtype])
-            continue
-        try:
-            array = np.memmap(path, dtype=dtype, mode="r", offset=entry.offset,
-                              shape=entry.shape)
-        except (OSError, ValueError) as e:   # changed since the loader's size check
-            raise InputFileError(f"{path}: cannot map '{entry.name}' (bytes {entry.offset}.."
-                                 f"{entry.offset + entry.nbytes}: {e}); the file is truncated "
-                                 f"or damaged: re-run spyrec compile") from None
-        yield entry.name, array
-
-
-def read_constants(out_dir: Path, weights) -> dict[str, np.ndarray]:
-    """Every constant by name (memory maps of OUT/weights.bin; `iter_constants`)."""
-    return dict(iter_constants(out_dir, weights))
+    try:
+        mapped = np.memmap(path, dtype=np.uint8, mode="c", shape=(weights.nbytes,))
+    except (OSError, ValueError) as e:   # changed since the loader's size check
+        raise InputFileError(f"{path}: cannot map it ({e}); the file is truncated or "
+                             f"damaged: re-run spyrec compile") from None
+    return {e.name: mapped[e.offset:e.offset + e.nbytes] for e in weights.entries}
 
 
 def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str],

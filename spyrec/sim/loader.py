@@ -35,11 +35,10 @@ _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
 
 @dataclass(frozen=True)
 class WeightEntry:
-    """Where one constant's host form lies in `weights.bin` (manifest `weights.tensors[]`)."""
+    """Where one constant's device form lies in `weights.bin` (manifest `weights.tensors[]`):
+    exactly its tensor's `device_bytes`, in its layout."""
 
     name: str
-    dtype: str                  # host dtype (bf16: its 16-bit patterns)
-    shape: tuple[int, ...]
     offset: int
     nbytes: int
 
@@ -224,9 +223,7 @@ def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
                       t["hbm_address"], t["device_bytes"], t["source"], lx, lx_bytes)
 
 
-MANIFEST_FORMAT = "spyrec-manifest/2"
-WEIGHT_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8, "int8": 1,
-                   "bool": 1}
+MANIFEST_FORMAT = "spyrec-manifest/3"
 
 
 def load_manifest(files: _Files) -> Manifest:
@@ -281,7 +278,7 @@ def _check_format(path: Path, text: str) -> None:
     match = re.search(r'"format"\s*:\s*"(spyrec-manifest/[^"]*)"', text[:4096])
     if match and match.group(1) != MANIFEST_FORMAT:
         raise InputFileError(f"{path}: format {match.group(1)}, written by another spyrec "
-                             f"version; this one reads {MANIFEST_FORMAT} (weights.bin): re-run "
+                             f"version; this one reads {MANIFEST_FORMAT} (weights.bin in device form): re-run "
                              f"spyrec compile")
 
 
@@ -295,12 +292,14 @@ def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weigh
         if t is None or t.role != "constant":
             raise InputFileError(f"{label}: not a constant tensor of $.tensors; re-run spyrec "
                                  f"compile")
-        if w["dtype"] != t.host_dtype or tuple(w["shape"]) != tuple(t.host_shape):
-            raise InputFileError(f"{label}: {w['dtype']} {w['shape']}, the tensor is "
-                                 f"{t.host_dtype} {list(t.host_shape)}; re-run spyrec compile")
-        nbytes = math.prod(t.host_shape) * WEIGHT_ITEMSIZE[t.host_dtype]
+        if w["device_dtype"] != t.layout.device_dtype or \
+                tuple(w["device_size"]) != tuple(t.layout.device_size):
+            raise InputFileError(f"{label}: {w['device_dtype']} {w['device_size']}, the tensor's "
+                                 f"layout is {t.layout.device_dtype} "
+                                 f"{list(t.layout.device_size)}; re-run spyrec compile")
+        nbytes = t.device_bytes
         if w["bytes"] != nbytes:
-            raise InputFileError(f"{label}: bytes {w['bytes']}, its shape and dtype need "
+            raise InputFileError(f"{label}: bytes {w['bytes']}, the tensor's device_bytes are "
                                  f"{nbytes}; re-run spyrec compile")
         if w["offset"] % section["alignment"] or w["offset"] < end:
             raise InputFileError(f"{label}: offset {w['offset']} is not a multiple of "
@@ -311,8 +310,7 @@ def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weigh
             raise InputFileError(f"{label}: ends at byte {end}, past the end of "
                                  f"{section['file']} ($.weights.bytes {section['bytes']}); "
                                  f"re-run spyrec compile")
-        entries.append(WeightEntry(w["name"], w["dtype"], tuple(w["shape"]), w["offset"],
-                                   nbytes))
+        entries.append(WeightEntry(w["name"], w["offset"], nbytes))
     listed = {e.name for e in entries}
     if len(listed) != len(entries):
         raise InputFileError(f"{path}: at $.weights.tensors: a tensor is listed twice; re-run "

@@ -1,10 +1,14 @@
-"""Device memory ("HBM" in the formats): one byte arena with typed views.
+"""Device memory ("HBM" in the formats): byte addresses over sparse segments, typed views.
 
-One arena rather than one array per tensor because the formats speak in byte addresses: an op
-reads `base + itemsize * offset`, tiles start at addresses computed in `bundle.mlir`, and a wrong
-address must land in the wrong place (or outside every tensor) exactly as it would on the device.
-Typed views (`view("fp16")`) are numpy views of the same bytes, so ops gather with `np.take` on
-element offsets = byte address / itemsize.
+The formats speak in byte addresses: an op reads `base + itemsize * offset`, tiles start at
+addresses computed in `bundle.mlir`, and a wrong address must land in the wrong place (or
+outside every tensor) exactly as it would on the device. Only allocated bytes exist, though:
+each run of overlapping allocations (tensors that reuse each other's memory) is one segment
+with its own buffer, and a constant's segment is its slice of `weights.bin`, memory-mapped
+copy-on-write (the file holds it in device form already), so a run neither copies the weights
+nor holds the device's empty gigabytes. `region(address, dtype)` is a segment from an address
+on, as elements of a dtype: every access is bounds-checked against its tensor first, so a
+segment is all an access can reach.
 
 Allocations come from the manifest. Every base is 128-byte aligned and inside `hbm_bytes`; two
 tensors may share bytes only if their live ranges (first to last use in execution order) do not
@@ -15,6 +19,7 @@ of never-written memory shows up in the results instead of passing as zeros.
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 
@@ -47,25 +52,31 @@ class Allocation:
         return self.address <= address and address + nbytes <= self.end
 
 
+@dataclass
+class Segment:
+    start: int              # bytes
+    buffer: np.ndarray      # uint8: the segment's bytes
+    backed: bool = False    # a mapped file, not host memory of its own
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.buffer)
+
+
 class Hbm:
-    """The byte arena plus the table of allocations that may be addressed."""
+    """The table of allocations that may be addressed, and the segments that hold them."""
 
     def __init__(self, size_bytes: int):
         self.size_bytes = size_bytes
-        padded = -(-max(size_bytes, 1) // STICK_BYTES) * STICK_BYTES  # every typed view fits
-        self.arena = _arena(padded)
         self.allocations: list[Allocation] = []
-        self._views: dict[str, np.ndarray] = {}
-
-    def view(self, device_dtype: str) -> np.ndarray:
-        """The whole arena as elements of `device_dtype` (element i = bytes [i*size, ...))."""
-        if device_dtype not in self._views:
-            self._views[device_dtype] = self.arena.view(storage_dtype(device_dtype))
-        return self._views[device_dtype]
+        self.segments: list[Segment] = []     # sorted by start, disjoint
 
     def allocate(self, name: str, address: int, nbytes: int, device_dtype: str,
-                 live: tuple[int, int] = ALWAYS_LIVE) -> Allocation:
-        """Register a tensor's bytes and fill them with its dtype's NaN/sentinel."""
+                 live: tuple[int, int] = ALWAYS_LIVE, fill: bool = True,
+                 backing: np.ndarray | None = None) -> Allocation:
+        """Register a tensor's bytes and fill them with its dtype's NaN/sentinel (`fill`
+        False: the caller writes or refills every byte before anything reads them).
+        `backing`: the tensor's bytes already exist (a uint8 map of `weights.bin`)."""
         if address % STICK_BYTES:
             raise SimulatorFault(f"tensor '{name}': HBM address {address} is not "
                                  f"{STICK_BYTES}-byte aligned")
@@ -81,16 +92,68 @@ class Hbm:
                     f"[{address}, {alloc.end}) overlap in HBM while both are live "
                     f"(executions {_span(other.live)} and {_span(live)})")
         self.allocations.append(alloc)
-        itemsize = storage_dtype(device_dtype).itemsize
-        self.view(device_dtype)[address // itemsize:alloc.end // itemsize] = \
-            FILL_VALUE[device_dtype]
+        if nbytes == 0:
+            return alloc
+        if backing is not None:
+            assert len(backing) == nbytes, (name, len(backing), nbytes)
+            self._add(Segment(address, backing, backed=True), name)
+        else:
+            self._cover(name, address, nbytes)
+            if fill:
+                itemsize = storage_dtype(device_dtype).itemsize
+                self.region(address, device_dtype)[:nbytes // itemsize] = \
+                    FILL_VALUE[device_dtype]
         return alloc
+
+    def region(self, address: int, device_dtype: str) -> np.ndarray:
+        """The bytes from `address` to the end of its segment, as `device_dtype` elements."""
+        i = bisect.bisect_right(self._starts(), address) - 1
+        if i < 0 or address >= self.segments[i].end:
+            raise SimulatorFault(f"HBM address {address} is in no allocated tensor")
+        seg = self.segments[i]
+        itemsize = storage_dtype(device_dtype).itemsize
+        raw = seg.buffer[address - seg.start:]
+        return raw[:len(raw) // itemsize * itemsize].view(storage_dtype(device_dtype))
 
     def find(self, address: int, nbytes: int, name: str | None = None) -> Allocation | None:
         """The allocation holding bytes [address, address+nbytes); `name` breaks ties."""
         hits = [a for a in self.allocations if a.contains(address, nbytes)]
         named = [a for a in hits if a.name == name]
         return (named or hits or [None])[0]
+
+    @property
+    def host_bytes(self) -> int:
+        """Host memory the segments of their own take (mapped files excluded)."""
+        return sum(len(s.buffer) for s in self.segments if not s.backed)
+
+    def _starts(self) -> list[int]:
+        return [s.start for s in self.segments]
+
+    def _cover(self, name: str, address: int, nbytes: int) -> None:
+        """Make [address, address + nbytes) exist: a new zeroed segment, merged with the
+        segments it overlaps (their bytes kept)."""
+        end = -(-(address + nbytes) // STICK_BYTES) * STICK_BYTES
+        touching = [s for s in self.segments if s.start < end and address < s.end]
+        if len(touching) == 1 and touching[0].start <= address and end <= touching[0].end:
+            return
+        if any(s.backed for s in touching):
+            raise SimulatorFault(f"tensor '{name}' [{address}, {end}) shares bytes with a "
+                                 f"constant (weights.bin); re-run spyrec compile")
+        lo = min([address] + [s.start for s in touching])
+        hi = max([end] + [s.end for s in touching])
+        _check_host_memory(self.host_bytes + (hi - lo) - sum(len(s.buffer) for s in touching))
+        buffer = _zeros(hi - lo)
+        for s in touching:
+            buffer[s.start - lo:s.end - lo] = s.buffer
+            self.segments.remove(s)
+        self._add(Segment(lo, buffer), name)
+
+    def _add(self, seg: Segment, name: str) -> None:
+        if any(s.start < seg.end and seg.start < s.end for s in self.segments):
+            raise SimulatorFault(f"tensor '{name}' [{seg.start}, {seg.end}) shares bytes with a "
+                                 f"constant (weights.bin); re-run spyrec compile")
+        i = bisect.bisect_right(self._starts(), seg.start)
+        self.segments.insert(i, seg)
 
 
 def host_memory_bytes() -> int | None:
@@ -101,20 +164,23 @@ def host_memory_bytes() -> int | None:
         return None
 
 
-def _arena(nbytes: int) -> np.ndarray:
-    """The zeroed arena, refused up front when it cannot fit in this machine's RAM: numpy would
-    otherwise either fail late or push the host into swap."""
+def _check_host_memory(nbytes: int) -> None:
+    """Refuse up front a program whose device memory cannot fit in this machine's RAM: numpy
+    would otherwise either fail late or push the host into swap."""
     ram = host_memory_bytes()
     if ram is not None and nbytes > ram:
-        raise SimulatorFault(f"the program's device memory (manifest hbm_bytes, "
-                             f"{format_bytes(nbytes)}) does not fit in this machine's RAM "
+        raise SimulatorFault(f"the program's device memory ({format_bytes(nbytes)} of "
+                             f"tensors other than weights) does not fit in this machine's RAM "
                              f"({format_bytes(ram)}); simulate it on a larger host")
+
+
+def _zeros(nbytes: int) -> np.ndarray:
     try:
-        return np.zeros(nbytes, dtype=np.uint8)
+        return np.zeros(nbytes, dtype=np.uint8)   # pages cost nothing until written
     except MemoryError:
-        raise SimulatorFault(f"cannot allocate {format_bytes(nbytes)} of host memory for the "
-                             f"device arena (manifest hbm_bytes); free memory or simulate it "
-                             f"on a larger host") from None
+        raise SimulatorFault(f"cannot allocate {format_bytes(nbytes)} of host memory for "
+                             f"device tensors; free memory or simulate it on a larger "
+                             f"host") from None
 
 
 def _overlap(a: Allocation, b: Allocation) -> bool:

@@ -19,25 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import SimulatorFault
+from spyrec.layout.storage import FILL_VALUE, STORAGE, bf16_bits_to_float32  # noqa: F401
 
-# Device dtypes the simulator can store. fp8 formats are in the contract but not simulated yet.
-STORAGE: dict[str, np.dtype] = {
-    "fp16": np.dtype(np.float16),
-    "fp32": np.dtype(np.float32),
-    "int32": np.dtype(np.int32),
-    "int8": np.dtype(np.int8),
-}
-
-# What unwritten device memory holds: NaN for floats (any read of padding or of a never-written
-# element shows up in the result), the most negative value for ints (an index read from it is
-# out of range, so gathers fault).
-FILL_VALUE: dict[str, object] = {
-    "fp16": np.float16(np.nan),
-    "fp32": np.float32(np.nan),
-    "int32": np.int32(np.iinfo(np.int32).min),
-    "int8": np.int8(np.iinfo(np.int8).min),
-}
-
+# Device dtypes the simulator can store (fp8 formats are in the contract but not simulated
+# yet) and what unwritten device memory holds: one definition, shared with the compiler's
+# weight writer.
 
 def storage_dtype(device_dtype: str) -> np.dtype:
     """The numpy dtype that holds `device_dtype` elements; a fault for formats not simulated."""
@@ -100,11 +86,6 @@ def _check_int_range(values: np.ndarray, target: np.dtype, device_dtype: str,
         raise SimulatorFault(f"{what}: value {int(bad)} does not fit {device_dtype} "
                              f"[{info.min}, {info.max}] (the device stores int64 as int32; "
                              f"values are never wrapped)")
-
-
-def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) -> the float32 values they denote (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:

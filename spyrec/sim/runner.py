@@ -20,7 +20,7 @@ import numpy as np
 
 from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
 from spyrec.sim.executor import run_op
-from spyrec.sim.inputs import check_inputs, iter_constants
+from spyrec.sim.inputs import check_inputs, constant_bytes
 from spyrec.sim.loader import Program, load_directory, load_files
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.sim.memory import ALWAYS_LIVE, Allocation, Hbm, Lx
@@ -107,13 +107,19 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
 
 
 def place_tensors(program: Program) -> Hbm:
-    """An arena with every manifest HBM tensor allocated (and NaN-filled)."""
+    """Every manifest HBM tensor allocated, each byte filled once: constants are their
+    mapped bytes of weights.bin (device form: nothing to convert or copy), inputs are filled
+    by their transfer (`write_tensor`), intermediates born after the first execution when
+    their life starts (`_refill`), the rest here."""
     hbm = Hbm(program.manifest.hbm_bytes)
     live = live_ranges(program)
+    weights = constant_bytes(program.out_dir, program.weights)
     for t in program.manifest.tensors.values():
-        if t.hbm_address is not None:
-            hbm.allocate(t.name, t.hbm_address, t.device_bytes, t.layout.device_dtype,
-                         live.get(t.name, (1 << 62, -1)))
+        if t.hbm_address is None:
+            continue
+        span = live.get(t.name, (1 << 62, -1))
+        hbm.allocate(t.name, t.hbm_address, t.device_bytes, t.layout.device_dtype, span,
+                     fill=not (t.role == "input" or span[0] > 0), backing=weights.get(t.name))
     return hbm
 
 
@@ -165,7 +171,7 @@ def _refill(hbm: Hbm, alloc: Allocation) -> None:
     the bytes of dead intermediates, and padding must still read as NaN, never as the data
     of the tensor that lived there before (DESIGN §8)."""
     itemsize = storage_dtype(alloc.device_dtype).itemsize
-    hbm.view(alloc.device_dtype)[alloc.address // itemsize:alloc.end // itemsize] = \
+    hbm.region(alloc.address, alloc.device_dtype)[:alloc.nbytes // itemsize] = \
         FILL_VALUE[alloc.device_dtype]
 
 
@@ -182,9 +188,6 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     hbm_births = _births([a for a in hbm.allocations if a.live[0] > 0])
     for name, array in host_inputs.items():
         write_tensor(hbm, manifest.tensors[name], array)
-    for name, array in iter_constants(program.out_dir, program.weights):   # one at a time
-        write_tensor(hbm, manifest.tensors[name], array)
-        del array
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
         f"{manifest.hbm_bytes} bytes of HBM")
     for i, (kernel, ex) in enumerate(program.trace):

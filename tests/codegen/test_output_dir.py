@@ -2,10 +2,14 @@
 
 import filecmp
 
+import numpy as np
 import pytest
 import torch
 
 from spyrec.errors import ConfigError
+from spyrec.layout import DeviceLayout
+from spyrec.sim.specs import TensorSpec
+from spyrec.sim.transfer import element_offsets
 from tests.programs import compile_pt2, export, load_json
 
 
@@ -158,19 +162,28 @@ def test_weights_bin_holds_each_constant_once_aligned_and_memory_mappable(tmp_pa
     pt2 = export(tmp_path, module, (torch.randn(2, 3),), "two")
     out = compile_pt2(pt2, tmp_path / "out")
     manifest = load_json(out / "manifest.json")
-    assert manifest["format"] == "spyrec-manifest/2"
+    assert manifest["format"] == "spyrec-manifest/3"
     assert manifest["source"]["path"] == str(pt2.resolve()) and manifest["source"]["copy"] is None
     weights = manifest["weights"]
-    assert weights["file"] == "weights.bin" and weights["alignment"] == 64
+    assert weights["file"] == "weights.bin" and weights["alignment"] == 128
     assert (out / "weights.bin").stat().st_size == weights["bytes"]
     blob = np.memmap(out / "weights.bin", dtype=np.uint8, mode="r")
-    by_source = {t["name"]: t["source"] for t in manifest["tensors"]}
-    expected = {"a": module.a.numpy(), "b": module.b.view(torch.int16).numpy().view(np.uint16)}
+    tensors = {t["name"]: t for t in manifest["tensors"]}
+    # the device stores bf16 as fp16: b's values, rounded once
+    expected = {"a": module.a.numpy(), "b": module.b.float().half().numpy()}
     assert len(weights["tensors"]) == 2
     for entry in weights["tensors"]:
-        assert entry["offset"] % 64 == 0
-        value = expected[by_source[entry["name"]]]
-        assert entry["shape"] == list(value.shape) and entry["bytes"] == value.nbytes
-        assert entry["dtype"] == {"a": "float32", "b": "bfloat16"}[by_source[entry["name"]]]
-        got = blob[entry["offset"]:entry["offset"] + entry["bytes"]].view(value.dtype)
-        assert np.array_equal(got.reshape(value.shape), value)
+        t = tensors[entry["name"]]
+        assert entry["offset"] % 128 == 0 and entry["bytes"] == t["device_bytes"]
+        assert (entry["device_dtype"], entry["device_size"]) == (t["device_dtype"],
+                                                                 t["device_size"])
+        value = expected[t["source"]]
+        layout = DeviceLayout(tuple(t["device_size"]), tuple(t["stride_map"]), t["device_dtype"])
+        spec = TensorSpec(t["name"], "constant", tuple(t["host_shape"]), t["host_dtype"], layout,
+                          0, t["device_bytes"], None)
+        device = blob[entry["offset"]:entry["offset"] + entry["bytes"]].view(value.dtype)
+        offsets = element_offsets(spec)      # the layout's definition, element by element
+        assert np.array_equal(device[offsets], value)
+        padding = np.ones(len(device), dtype=bool)
+        padding[offsets.ravel()] = False
+        assert padding.any() and np.isnan(device[padding]).all()

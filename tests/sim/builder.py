@@ -98,7 +98,7 @@ class OutDir:
     # --- files --------------------------------------------------------------------------------
     def manifest(self) -> dict:
         return {
-            "format": "spyrec-manifest/2", "spyrec_version": "0.1.0",
+            "format": "spyrec-manifest/3", "spyrec_version": "0.1.0",
             "source": {"file": "model.pt2", "path": str(self.path / "program.pt2"),
                        "sha256": "0" * 64, "copy": None},
             "pipeline": [{"pass": "stick_layout", "options": {}}],
@@ -112,16 +112,24 @@ class OutDir:
 
     def weights(self) -> tuple[dict, bytes]:
         """The manifest's `weights` section and the bytes of weights.bin (docs/formats.md):
-        each constant's host form, little-endian, at a multiple of 64 bytes."""
+        each constant's device form (its layout's bytes, padding filled) at a multiple of 128
+        bytes."""
+        from spyrec.layout import DeviceLayout
+        from spyrec.layout.storage import device_bytes_of
+
         entries, blob = [], b""
         for name, value in self.constants.items():
             t = self.tensors[name]
-            blob += bytes(-len(blob) % 64)
-            data = np.ascontiguousarray(value).tobytes()
-            entries.append({"name": name, "dtype": t["host_dtype"], "shape": t["host_shape"],
-                            "offset": len(blob), "bytes": len(data)})
+            blob += bytes(-len(blob) % 128)
+            layout = DeviceLayout(tuple(t["device_size"]), tuple(t["stride_map"]),
+                                  t["device_dtype"])
+            data = device_bytes_of(np.asarray(value), t["host_dtype"], layout).tobytes()
+            data += bytes(t["device_bytes"] - len(data))
+            entries.append({"name": name, "device_dtype": t["device_dtype"],
+                            "device_size": t["device_size"], "offset": len(blob),
+                            "bytes": len(data)})
             blob += data
-        return ({"file": "weights.bin", "bytes": len(blob), "alignment": 64,
+        return ({"file": "weights.bin", "bytes": len(blob), "alignment": 128,
                  "tensors": entries}, blob)
 
     def write(self, bundle: str | None = None) -> Path:

@@ -85,8 +85,9 @@ def test_unreadable_files(tmp_path):
 
 
 def test_constants_come_from_weights_bin(out, rng):
-    """Constants are memory-mapped from weights.bin at the manifest's offsets; a truncated
-    file or an offset past its end is one exit-2 error naming the file, before anything runs."""
+    """Constants are memory-mapped from weights.bin (device form: 4 x 100 fp32 in sticks of 32
+    is 4 x 128 slots, 2048 bytes) at the manifest's offsets; a truncated file or an offset
+    past its end is one exit-2 error naming the file, before anything runs."""
     w = rng.standard_normal((4, 100)).astype(np.float32)
     out.input("x", [4, 100], "float32")
     out.constant("w", w, "float32")
@@ -98,17 +99,17 @@ def test_constants_come_from_weights_bin(out, rng):
     assert np.array_equal(simulate(path, {"x": x}).outputs[0], x * w)
     blob = (path / "weights.bin").read_bytes()
     (path / "weights.bin").write_bytes(blob[:-8])
-    with pytest.raises(InputFileError, match=r"weights.bin: 1592 bytes, manifest.json says "
-                                             r"1600 .*truncated"):
+    with pytest.raises(InputFileError, match=r"weights.bin: 2040 bytes, manifest.json says "
+                                             r"2048 .*truncated"):
         simulate(path, {"x": x})
     (path / "weights.bin").unlink()
     with pytest.raises(InputFileError, match=r"weights.bin: missing"):
         simulate(path, {"x": x})
     (path / "weights.bin").write_bytes(blob)
     manifest = json.loads((path / "manifest.json").read_text())
-    manifest["weights"]["tensors"][0]["offset"] = 64
+    manifest["weights"]["tensors"][0]["offset"] = 128
     (path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(InputFileError, match=r"ends at byte 1664, past the end of weights.bin"):
+    with pytest.raises(InputFileError, match=r"ends at byte 2176, past the end of weights.bin"):
         simulate(path, {"x": x})
     manifest["weights"]["tensors"] = []
     (path / "manifest.json").write_text(json.dumps(manifest))
@@ -121,7 +122,7 @@ def test_an_older_manifest_format_is_named(out):
     out.output("y", [4, 100], "float32")
     out.op("identity", {"c0": 4, "c1": 100}, [("x", rowmajor2d(32)), ("y", rowmajor2d(32))])
     path = out.write()
-    text = (path / "manifest.json").read_text().replace("spyrec-manifest/2", "spyrec-manifest/1")
+    text = (path / "manifest.json").read_text().replace("spyrec-manifest/3", "spyrec-manifest/1")
     (path / "manifest.json").write_text(text)
     with pytest.raises(InputFileError, match=r"format spyrec-manifest/1, written by another "
                                              r"spyrec version; .* re-run spyrec compile"):

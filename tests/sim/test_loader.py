@@ -51,11 +51,11 @@ def test_written_fixtures_satisfy_the_schemas(out):
 @pytest.mark.parametrize("file, change, message", [
     ("manifest.json", lambda d: d["tensors"][0].pop("stride_map"),
      r"manifest.json: at \$.tensors\[0\]: 'stride_map' is a required property"),
-    ("manifest.json", lambda d: d.update(format="spyrec-manifest/3"),
-     r"manifest.json: format spyrec-manifest/3, written by another spyrec version; this one "
-     r"reads spyrec-manifest/2"),
+    ("manifest.json", lambda d: d.update(format="spyrec-manifest/2"),
+     r"manifest.json: format spyrec-manifest/2, written by another spyrec version; this one "
+     r"reads spyrec-manifest/3"),
     ("manifest.json", lambda d: d.update(format="spyrec-manifesto"),
-     r"manifest.json: at \$.format: 'spyrec-manifest/2' was expected"),
+     r"manifest.json: at \$.format: 'spyrec-manifest/3' was expected"),
     ("sdsc_0.json", lambda d: d["args"][1].update(device_size=[2, 4, "64"]),
      r"sdsc_0.json: at \$\['0_add'\].spyrecAccess_.args\[1\].device_size\[2\]: '64' is not "
      r"of type 'integer'"),

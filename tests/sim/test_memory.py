@@ -12,16 +12,36 @@ def test_allocations_are_filled_with_nan_or_sentinel():
     hbm.allocate("a", 0, 256, "fp16")
     hbm.allocate("b", 256, 256, "fp32")
     hbm.allocate("c", 512, 256, "int32")
-    assert np.isnan(hbm.view("fp16")[:128]).all()
-    assert np.isnan(hbm.view("fp32")[64:128]).all()
-    assert (hbm.view("int32")[128:192] == np.iinfo(np.int32).min).all()
-    assert (hbm.arena[768:] == 0).all()          # never allocated: untouched
+    assert np.isnan(hbm.region(0, "fp16")[:128]).all()
+    assert np.isnan(hbm.region(256, "fp32")[:64]).all()
+    assert (hbm.region(512, "int32")[:64] == np.iinfo(np.int32).min).all()
+    assert hbm.host_bytes == 768                 # never allocated: no memory at all
+    with pytest.raises(SimulatorFault, match="HBM address 768 is in no allocated tensor"):
+        hbm.region(768, "fp16")
 
 
 def test_typed_views_share_the_bytes():
     hbm = Hbm(256)
-    hbm.view("fp32")[1] = 1.0
-    assert hbm.arena[4:8].tobytes() == np.float32(1.0).tobytes()
+    hbm.allocate("t", 0, 256, "fp32")
+    hbm.region(0, "fp32")[1] = 1.0
+    assert hbm.region(0, "fp16")[2:4].tobytes() == np.float32(1.0).tobytes()
+
+
+def test_segments_hold_only_allocated_bytes_and_merge_where_tensors_share_them():
+    """Sparse HBM: a 1 GiB device holds two small tensors in two segments; an intermediate
+    reusing part of one merges with it (its bytes kept), and a constant is its backing."""
+    hbm = Hbm(1 << 30)
+    hbm.allocate("a", 0, 256, "fp16", live=(0, 1))
+    hbm.allocate("b", 1 << 29, 128, "fp32")
+    hbm.region(0, "fp16")[0] = 3.0
+    hbm.allocate("c", 128, 256, "fp16", live=(2, 3), fill=False)
+    assert [(s.start, s.end) for s in hbm.segments] == [(0, 384), (1 << 29, (1 << 29) + 128)]
+    assert hbm.region(0, "fp16")[0] == 3.0 and hbm.host_bytes == 512
+    w = np.arange(128, dtype=np.uint8)
+    hbm.allocate("w", 1024, 128, "int8", backing=w)
+    assert hbm.region(1024, "int8")[5] == 5 and hbm.host_bytes == 512
+    with pytest.raises(SimulatorFault, match="overlap in HBM while both are live"):
+        hbm.allocate("d", 1024, 128, "fp16")
 
 
 @pytest.mark.parametrize("address, nbytes, message", [

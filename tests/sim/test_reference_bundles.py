@@ -239,8 +239,9 @@ def test_the_layout_in_the_manifest_matters(tmp_path, rng):
 
 def test_matmul_chunks_by_what_each_arg_holds(tmp_path, rng, monkeypatch):
     """The chunk budget counts each arg's access (x: rows*K, y: K*N invariant, out: rows*N),
-    not the M*N*K box: that took the published size from 516 s to ~11 s. Forced into 4 chunks
-    of 16 rows, the result is the same."""
+    not the M*N*K box: that took the published size from 516 s to ~11 s. Chunks split the
+    largest arg's var (the weight's N), so each reads its slice of the weight once: forced
+    into 16 chunks of 40 columns (weight 256 x 40 per chunk), the result is the same."""
     from spyrec.sim import access, executor
 
     d = write_bundle(tmp_path / "mm", "sdsc_0_batchmatmul.json", matmul(64, 256, 640),
@@ -249,7 +250,7 @@ def test_matmul_chunks_by_what_each_arg_holds(tmp_path, rng, monkeypatch):
     assert [c.shape for c in access.chunks(spec)] == [(64, 640, 256)]
     budget = 16 * 640
     assert [(c.lo, c.hi) for c in access.chunks(spec, budget)] == [
-        ((r, 0, 0), (r + 16, 640, 256)) for r in range(0, 64, 16)]
+        ((0, n, 0), (64, n + 40, 256)) for n in range(0, 640, 40)]
     monkeypatch.setattr(executor, "chunks", lambda s: access.chunks(s, budget))
     x, w = _fp16(rng, 64, 256), _fp16(rng, 256, 640)
     (got,) = simulate(d, {"x": x, "w": w}).outputs

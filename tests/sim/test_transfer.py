@@ -27,7 +27,7 @@ def test_fp16_4x100_lands_at_the_documented_coordinates(rng):
     hbm.allocate("t", 128, t.device_bytes, "fp16")
     x = rng.standard_normal((4, 100)).astype(np.float16)
     write_tensor(hbm, t, x)
-    dev = hbm.view("fp16")[64:].reshape(2, 4, 64)   # element (r, c) at [c // 64, r, c % 64]
+    dev = hbm.region(128, "fp16")[:512].reshape(2, 4, 64)   # element (r, c) at [c // 64, r, c % 64]
     assert np.array_equal(dev[0, 3, :], x[3, :64])
     assert np.array_equal(dev[1, 2, :36], x[2, 64:])
     assert np.isnan(dev[1, :, 36:]).all()            # the partial stick's padding
@@ -41,7 +41,7 @@ def test_stick_on_dim0_layout_transposes(rng):
     hbm.allocate("t", 0, t.device_bytes, "fp32")
     x = rng.standard_normal((128, 256)).astype(np.float32)
     write_tensor(hbm, t, x)
-    dev = hbm.view("fp32").reshape(4, 256, 32)
+    dev = hbm.region(0, "fp32").reshape(4, 256, 32)
     assert np.array_equal(dev[1, 7, :], x[32:64, 7])
     assert np.array_equal(read_tensor(hbm, t), x)
 
@@ -52,7 +52,7 @@ def test_sparse_layout_uses_lane_zero_only(rng):
     hbm.allocate("t", 0, t.device_bytes, "fp16")
     x = rng.standard_normal(64).astype(np.float16)
     write_tensor(hbm, t, x)
-    dev = hbm.view("fp16").reshape(64, 64)
+    dev = hbm.region(0, "fp16").reshape(64, 64)
     assert np.array_equal(dev[:, 0], x) and np.isnan(dev[:, 1:]).all()
     assert np.array_equal(element_offsets(t), np.arange(64) * 64)
 
@@ -62,7 +62,7 @@ def test_broadcast_dim_writes_every_replica():
     hbm = Hbm(t.device_bytes)
     hbm.allocate("t", 0, t.device_bytes, "fp32")
     write_tensor(hbm, t, np.arange(4, dtype=np.float32))
-    dev = hbm.view("fp32").reshape(3, 32)
+    dev = hbm.region(0, "fp32").reshape(3, 32)
     assert np.array_equal(dev[:, :4], np.tile(np.arange(4), (3, 1)))
 
 
@@ -77,8 +77,8 @@ def test_bf16_bool_int64_conversions():
     write_tensor(hbm, bf, bits)
     write_tensor(hbm, b, np.array([True, False, True]))
     write_tensor(hbm, i, np.array([-5, 0, 2**31 - 1], dtype=np.int64))
-    assert np.array_equal(hbm.view("fp16")[:3], np.array([1.5, -2.25, 30720.0], dtype=np.float16))
-    assert np.array_equal(hbm.view("fp16")[64:67], [1, 0, 1])
+    assert np.array_equal(hbm.region(0, "fp16")[:3], np.array([1.5, -2.25, 30720.0], dtype=np.float16))
+    assert np.array_equal(hbm.region(128, "fp16")[:3], [1, 0, 1])
     assert np.array_equal(read_tensor(hbm, bf), bits)
     assert read_tensor(hbm, b).dtype == np.bool_
     assert np.array_equal(read_tensor(hbm, b), [True, False, True])
@@ -153,7 +153,7 @@ def test_round_trip_through_any_stick_layout(case, seed):
          "bfloat16": lambda: float32_to_bf16_bits(fp16_normal(rng.standard_normal(shape)))}[dtype]()
     write_tensor(hbm, t, x)
     assert np.array_equal(read_tensor(hbm, t), x)
-    dev = hbm.view(layout.device_dtype)[128 // layout.dtype.itemsize:][:layout.device_elems]
+    dev = hbm.region(128, layout.device_dtype)[:layout.device_elems]
     unwritten = np.isnan(dev) if dev.dtype.kind == "f" else dev == np.iinfo(dev.dtype).min
     assert int((~unwritten).sum()) == int(np.prod(shape))
 
@@ -237,3 +237,29 @@ def test_transfer_shares_no_code_with_the_compilers_coordinate_algebra():
 
     assert not [m for m in imported_modules(Path(transfer.__file__))
                 if m.startswith("spyrec.indexing")]
+
+
+@settings(max_examples=80, deadline=None)
+@given(documented_layouts(), st.integers(0, 3), st.booleans())
+def test_strided_transfer_places_every_element_at_its_defined_offset(case, lead, filled):
+    """`write_tensor` assigns through strided views (`Placement`), never per-element offsets;
+    the arena it leaves must equal a scatter by the defining offsets (`element_offsets`), the
+    rest of the tensor's bytes the fill (also when the arena held data before: sparse lanes
+    and partial sticks must not keep it), and `read_tensor` must give the host array back."""
+    shape, dtype, order = case
+    layout = stick_layout(shape, contiguous_strides(shape), dtype, order)
+    address = lead * 128
+    t = TensorSpec("t", "input", shape, dtype, layout, address, layout.device_bytes, None)
+    hbm = Hbm(address + t.device_bytes)
+    hbm.allocate("t", address, t.device_bytes, layout.device_dtype, fill=filled)
+    view = hbm.region(address, layout.device_dtype)
+    if not filled:
+        view[:] = 7
+    x = (np.arange(math.prod(shape)) % 97 + 1).astype(dtype).reshape(shape)
+    write_tensor(hbm, t, x)
+    expected = np.full(t.device_bytes // view.itemsize, np.nan, dtype=view.dtype) \
+        if view.dtype.kind == "f" else np.full(t.device_bytes // view.itemsize,
+                                              np.iinfo(view.dtype).min, dtype=view.dtype)
+    expected[element_offsets(t) - address // view.itemsize] = x
+    assert np.array_equal(view, expected, equal_nan=True)
+    assert np.array_equal(read_tensor(hbm, t), x)

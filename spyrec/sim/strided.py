@@ -1,0 +1,151 @@
+"""An arg's accesses over a chunk as one strided view of the arena, when they are one.
+
+DESIGN §8 asks the simulator to read and write through strided views, not per-element offset
+arrays: at real width a weight's int64 offsets are four times its own bytes. Most accesses
+allow it. When every device coordinate of an arg depends on at most one iteration var, the
+element offset is a sum of per-var terms, `f_v(i)`, each a 1-D array over the var's range
+(cheap: the chunk's range, not its points). A term that is affine is one axis of a strided
+view; a stick layout's term is affine by pieces (`(i // 64) * S + i % 64`), a mixed-radix
+number whose digits are the view's axes: `digits` finds them from the values of `f_v`
+themselves, not from the expression, and checks every value against them, so the view reads
+exactly the elements the offsets name.
+
+A var whose range is not a whole number of the outer digit's blocks (a vocab of 49,155 in
+sticks of 64) is padded up to one: a read takes the padded box (whose extra points are
+memory-safe, checked, and dropped), a write assigns only the valid sub-boxes. Anything else
+(a gather, a coordinate over two vars, an LX arg with its per-core arenas) keeps the offset
+path in `access`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+Digits = tuple[tuple[int, int], ...]     # (extent, stride in elements), outermost first
+
+
+def digits(f: np.ndarray) -> Digits | None:
+    """Mixed-radix digits of a 1-D offset term (f[0] == 0): f(i) = sum(digit_k(i) * stride_k)
+    with i = sum(digit_k * prod(inner extents)); None when f has no such form."""
+    n = len(f)
+    if n == 1:
+        return ((1, 0),)
+    step = np.diff(f)
+    inner = int(step[0])
+    breaks = np.flatnonzero(step != inner)
+    if not len(breaks):
+        return ((n, inner),)
+    period = int(breaks[0]) + 1                       # f is affine on [0, period)
+    starts = f[::period]
+    i = np.arange(n, dtype=np.int64)
+    if not np.array_equal(f, starts[i // period] + (i % period) * inner):
+        return None
+    outer = digits(starts - starts[0])
+    return None if outer is None else outer + ((period, inner),)
+
+
+def padded_length(ds: Digits) -> int:
+    return math.prod(e for e, _ in ds)
+
+
+@dataclass(frozen=True)
+class Strided:
+    """An arg's access over one chunk: per chunk axis its digits and valid length (1 and
+    ((1, 0),) on axes the arg does not vary along), from element `offset` of the arg's view."""
+
+    offset: int
+    axes: tuple[Digits, ...]
+    lengths: tuple[int, ...]
+
+    @classmethod
+    def from_terms(cls, terms: list[np.ndarray], shape: tuple[int, ...],
+                   limit: int) -> "Strided | None":
+        """From per-coordinate offset terms (each broadcastable over the chunk `shape`), or
+        None if one varies along two axes, a term has no digit form, or the padded box
+        leaves [0, limit) elements of the view."""
+        rank = len(shape)
+        offset, per_axis = 0, [None] * rank
+        for term in terms:
+            axes = [a for a, n in enumerate(term.shape) if n > 1]
+            if len(axes) > 1:
+                return None
+            if not axes:
+                offset += int(term.reshape(-1)[0]) if term.size else 0
+                continue
+            a = axes[0]
+            flat = term.reshape(-1)
+            per_axis[a] = flat if per_axis[a] is None else per_axis[a] + flat
+        axes_digits, lengths = [], []
+        for a, f in enumerate(per_axis):
+            if f is None:
+                axes_digits.append(((1, 0),))
+                lengths.append(1)
+                continue
+            offset += int(f[0])
+            ds = digits(f - f[0])
+            if ds is None:
+                return None
+            axes_digits.append(ds)
+            lengths.append(len(f))
+        lo = offset + sum(min(0, (e - 1) * s) for ds in axes_digits for e, s in ds)
+        hi = offset + sum(max(0, (e - 1) * s) for ds in axes_digits for e, s in ds)
+        if lo < 0 or hi >= limit:
+            return None
+        return cls(offset, tuple(axes_digits), tuple(lengths))
+
+    @property
+    def padded(self) -> bool:
+        return any(padded_length(ds) != n for ds, n in zip(self.axes, self.lengths))
+
+    def view(self, base: np.ndarray, writeable: bool = False) -> np.ndarray:
+        shape = tuple(e for ds in self.axes for e, _ in ds)
+        strides = tuple(s * base.itemsize for ds in self.axes for _, s in ds)
+        return np.lib.stride_tricks.as_strided(base[self.offset:], shape, strides,
+                                               writeable=writeable)
+
+    def read(self, base: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """The values at every point as `dtype`, shaped like the chunk (1 on unused axes):
+        one pass over the arena, converting as it copies."""
+        padded = [padded_length(ds) for ds in self.axes]
+        out = np.empty(padded, dtype=dtype)
+        np.copyto(out.reshape([e for ds in self.axes for e, _ in ds]), self.view(base),
+                  casting="unsafe")
+        if not self.padded:
+            return out
+        return out[tuple(slice(0, n) for n in self.lengths)]
+
+    def write(self, base: np.ndarray, values: np.ndarray) -> None:
+        """Assign `values` (the chunk's shape, 1 on unused axes) to exactly the valid points."""
+        box = self.view(base, writeable=True)
+        pieces = [_valid_boxes(ds, n) for ds, n in zip(self.axes, self.lengths)]
+        for combo in itertools.product(*pieces):
+            index = tuple(i for _, ix, _ in combo for i in ix)
+            source = tuple(r for r, _, _ in combo)
+            shape = tuple(n for _, _, sh in combo for n in sh)
+            box[index] = values[source].reshape(shape)
+
+
+def _valid_boxes(ds: Digits, n: int) -> list[tuple[slice, tuple, tuple]]:
+    """[0, n) of a var as boxes of its digit axes: (range of the var, index into the digit
+    axes, the box's shape); one box when n fills the digits, a few more when it does not."""
+    extents = [e for e, _ in ds]
+    if n == padded_length(ds):
+        return [(slice(0, n), tuple(slice(None) for _ in extents), tuple(extents))]
+    boxes, pos, prefix = [], 0, []
+    for m, e in enumerate(extents):
+        block = math.prod(extents[m + 1:])
+        full = (n - pos) // block
+        if full:
+            boxes.append((slice(pos, pos + full * block),
+                          tuple(prefix) + (slice(0, full),) +
+                          tuple(slice(None) for _ in extents[m + 1:]),
+                          (full,) + tuple(extents[m + 1:])))
+            pos += full * block
+        if pos == n:
+            break
+        prefix.append(full)
+    return boxes

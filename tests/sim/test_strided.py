@@ -1,0 +1,80 @@
+"""Strided accesses (`spyrec.sim.strided`) read and write exactly the elements their offset
+terms name: randomized against `np.take` / fancy assignment on the same offsets."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from spyrec.sim.strided import Strided, digits
+
+
+@st.composite
+def stick_terms(draw):
+    """Per axis an offset term: a mixed-radix number (up to 3 digits, random strides, some
+    negative or 0) over a length that may stop inside the outer block (a partial stick)."""
+    rank = draw(st.integers(1, 3))
+    terms, shape = [], []
+    for axis in range(rank):
+        depth = draw(st.integers(0, 3))
+        extents = [draw(st.integers(1, 5)) for _ in range(depth)]
+        strides = [draw(st.integers(-40, 40)) for _ in range(depth)]
+        total = int(np.prod(extents)) if depth else 1
+        n = draw(st.integers(max(1, total - (int(np.prod(extents[1:])) if depth else 1) + 1),
+                             total)) if depth else 1
+        i = np.arange(n, dtype=np.int64)
+        f = np.zeros(n, dtype=np.int64)
+        inner = 1
+        for e, s in zip(reversed(extents), reversed(strides)):
+            f += ((i // inner) % e) * s
+            inner *= e
+        shape.append(n)
+        term = f.reshape([n if a == axis else 1 for a in range(rank)])
+        terms.append(term)
+    return terms, tuple(shape)
+
+
+def offsets(terms, shape):
+    total = np.zeros(shape, dtype=np.int64)
+    for t in terms:
+        total = total + t
+    return total
+
+
+@settings(max_examples=300, deadline=None)
+@given(stick_terms(), st.integers(0, 200))
+def test_reads_and_writes_equal_the_offset_path(case, base):
+    terms, shape = case
+    rel = offsets(terms, shape)
+    shift = base - min(0, int(rel.min()))          # keep every offset inside the arena
+    terms = terms + [np.full([1] * len(shape), shift, dtype=np.int64)]
+    rel = rel + shift
+    arena = np.arange(int(rel.max()) + 50, dtype=np.float32)
+    form = Strided.from_terms(terms, shape, len(arena))
+    if form is None:       # a term whose digits repeat an element: no one-to-one form needed
+        return
+    assert np.array_equal(np.broadcast_to(form.read(arena, arena.dtype), shape),
+                          np.take(arena, rel))
+    if len(np.unique(rel)) != rel.size:
+        return
+    values = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    by_offsets, by_view = arena.copy(), arena.copy()
+    by_offsets[rel] = values
+    form.write(by_view, values)
+    assert np.array_equal(by_view, by_offsets)
+
+
+def test_a_stick_layout_term_has_two_digits_and_a_partial_stick_is_padded():
+    i = np.arange(49155, dtype=np.int64)              # Granite's vocab in sticks of 64
+    f = (i // 64) * 8192 + i % 64
+    assert digits(f) == ((769, 8192), (64, 1))
+    form = Strided.from_terms([f.reshape(-1, 1)], (49155, 1), 769 * 8192)
+    assert form.padded and form.lengths == (49155, 1)
+
+
+def test_no_digit_form_or_a_box_past_the_arena_keeps_the_offset_path():
+    assert digits(np.array([0, 1, 3, 4, 9])) == ((2, 9), (2, 3), (2, 1))  # 5 of 8
+    assert digits(np.array([0, 1, 2, 4, 5, 7])) is None
+    f = np.arange(100, dtype=np.int64)
+    assert Strided.from_terms([f], (100,), 100) is not None
+    assert Strided.from_terms([f + 1], (100,), 100) is None
+    two_axes = np.arange(6, dtype=np.int64).reshape(2, 3)
+    assert Strided.from_terms([two_axes], (2, 3), 10) is None
