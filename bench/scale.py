@@ -10,10 +10,12 @@ program the table has:
 - out MB: the output directory's size (manifest, sdsc files, weights);
 - run: wall s and peak RSS of `spyrec run OUT --inputs in.npz`;
 - eager: wall s and peak RSS of a fresh process that loads the `.pt2` and runs its forward;
+- run_vs_eager: the two whole processes' ratio (issue 26's target: <= 1.0);
+- check (with `--check`): `spyrec run --check`, simulation plus eager in one process;
 - ops and estimated us: `report.json` `ops` and `cost.totals.time_us`.
 
 Usage: `python bench/scale.py [--depth 1] [--models granite,llama1b] [--phases prefill,decode]
-[--work DIR] [--keep]`. Exported files and output directories live in a temporary directory
+[--check] [--work DIR] [--keep]`. Exported files and output directories live in a temporary directory
 that is deleted at the end (gigabytes at full width) unless `--keep`. `--max-rss-gb` (default
 8) kills any process whose resident set passes it (the machine is shared); its cell shows
 `inf`.
@@ -143,7 +145,8 @@ def dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 1e6
 
 
-def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float) -> dict:
+def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
+              keep: bool = False, check: bool = False) -> dict:
     name = f"{model}_{phase}_d{depth}"
     pt2, npz, out = work / f"{name}.pt2", work / f"{name}.npz", work / f"{name}_out"
     script = EXPORT.format(spec=dict(MODELS[model]), depth=depth, decode=phase == "decode",
@@ -160,22 +163,30 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float) ->
                                  f"spyrec run of {name}", max_rss)
         eager_s, eager_gb = measured([PY, "-c", EAGER.format(pt2=str(pt2), npz=str(npz))],
                                      f"eager run of {name}", max_rss)
+        check_s = check_gb = float("nan")
+        if check:
+            check_s, check_gb = measured([*spyrec, "run", str(out), "--inputs", str(npz), "-q",
+                                          "--check"], f"spyrec run --check of {name}",
+                                         max_rss)
         report = json.loads((out / "report.json").read_text())
         row = {"program": name, "pt2_mb": pt2.stat().st_size / 1e6,
                "compile_s": compile_s, "compile_gb": compile_gb, "out_mb": dir_mb(out),
                "run_s": run_s, "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
                "export_gb": export_gb, "ops": report["ops"],
+               "run_vs_eager": run_s / eager_s, "check_s": check_s, "check_gb": check_gb,
                "est_us": report["cost"]["totals"]["time_us"]}
     finally:
-        for p in (pt2, npz):
-            p.unlink(missing_ok=True)
-        shutil.rmtree(out, ignore_errors=True)
+        if not keep:
+            for p in (pt2, npz):
+                p.unlink(missing_ok=True)
+            shutil.rmtree(out, ignore_errors=True)
     return row
 
 
 COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f}"),
            ("compile_gb", "{:>10.2f}"), ("out_mb", "{:>8.0f}"), ("run_s", "{:>7.1f}"),
            ("run_gb", "{:>7.2f}"), ("eager_s", "{:>7.1f}"), ("eager_gb", "{:>8.2f}"),
+           ("run_vs_eager", "{:>12.2f}"), ("check_s", "{:>7.1f}"), ("check_gb", "{:>8.2f}"),
            ("ops", "{:>5}"), ("est_us", "{:>10.1f}")]
 
 
@@ -197,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--max-rss-gb", type=float, default=8.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    ap.add_argument("--check", action="store_true",
+                    help="also time `spyrec run --check` (simulation + eager in one process)")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="spyrec-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -204,13 +217,16 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for model in args.models.split(","):
             for phase in args.phases.split(","):
-                rows.append(bench_one(work, model, phase, args.depth, args.max_rss_gb))
+                rows.append(bench_one(work, model, phase, args.depth, args.max_rss_gb,
+                                      args.keep, args.check))
                 print(table(rows[-1:]).splitlines()[1], file=sys.stderr, flush=True)
     finally:
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"depth {args.depth}; RSS in GB (peak resident set of the whole process); out_mb is "
-          f"the output directory; est_us is report.json cost.totals.time_us")
+          f"the output directory; run_vs_eager is run_s / eager_s (both whole processes: load "
+          f"+ forward); check_* is `spyrec run --check` (nan: not asked); est_us is "
+          f"report.json cost.totals.time_us")
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

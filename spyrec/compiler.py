@@ -155,8 +155,11 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
     # The heavy imports (torch, sympy, xDSL) only once every option is known to be good.
     from spyrec.codegen import build_outputs, write_atomically
+    from spyrec.codegen.writer import Sha256Job
     from spyrec.frontend import load_program, lower_program
     from spyrec.frontend.limits import check_limits
+
+    source_sha256 = Sha256Job(source)           # on a second thread, for the manifest
 
     timings: list[dict] = []
     t0 = _phase(opts, "load")
@@ -182,7 +185,8 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     configs = {"pipeline": pipeline_path, "tiling": str(opts.tiling) if opts.tiling else None,
                "layouts": str(opts.layouts) if opts.layouts else None}
     files = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
-                          check=opts.verify_each, self_contained=opts.self_contained)
+                          check=opts.verify_each, self_contained=opts.self_contained,
+                          source_sha256=source_sha256)
     timings.append({"name": "codegen", "wall_ms": _ms(t0)})
     report["sdsc"] = sdsc_summary(files)
 

@@ -1,0 +1,31 @@
+"""Host memory settings for spyrec's own processes (the CLI), measured on the target hosts.
+
+numpy asks the kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`) on every large
+array. Where the kernel's THP `defrag` setting is `madvise` (the common default), each such
+first touch may compact memory synchronously: on the 2-core 24 GiB test host, zero-filling a
+fresh 800 MB array took 6.4 s with the advice and 0.72 s without. spyrec's compile and
+simulator allocate arrays of that size per weight and per op, so the CLI turns the advice off
+for its own process, the same switch as numpy's documented `NUMPY_MADVISE_HUGEPAGE=0`; a user
+who set that variable keeps their choice. Library callers (`spyrec.api`) are left alone: the
+setting belongs to their process.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def no_numpy_hugepage_advice() -> bool:
+    """Turn numpy's huge-page advice off unless NUMPY_MADVISE_HUGEPAGE says otherwise;
+    whether it is off now."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0"
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:          # numpy 1.x
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage
+        except ImportError:
+            return False
+    _set_madvise_hugepage(False)
+    return True
