@@ -15,7 +15,7 @@ program the table has:
 - ops and estimated us: `report.json` `ops` and `cost.totals.time_us`.
 
 Usage: `python bench/scale.py [--depth 1] [--models granite,llama1b] [--phases prefill,decode]
-[--check] [--work DIR] [--keep]`. Exported files and output directories live in a temporary directory
+[--check] [--work DIR] [--keep] [--reuse]`. Exported files and output directories live in a temporary directory
 that is deleted at the end (gigabytes at full width) unless `--keep`. `--max-rss-gb` (default
 8) kills any process whose resident set passes it (the machine is shared); its cell shows
 `inf`.
@@ -107,7 +107,8 @@ with torch.no_grad():
     ep.module()(*args)
 """
 
-def measured(cmd: list[str], what: str, cap_gb: float) -> tuple[float, float]:
+def measured(cmd: list[str], what: str, cap_gb: float,
+             ok_codes: tuple[int, ...] = (0,)) -> tuple[float, float]:
     """(wall s, peak RSS GB) of `cmd`, one fresh process (the peak from wait4's rusage, what
     /usr/bin/time -v reports). The machine is shared: the process is killed as soon as its
     resident set passes `cap_gb` (polled from /proc), and the result is (wall, inf)."""
@@ -136,8 +137,11 @@ def measured(cmd: list[str], what: str, cap_gb: float) -> tuple[float, float]:
     if killed:
         print(f"scale: {what}: stopped at {cap_gb} GB resident (--max-rss-gb)", file=sys.stderr)
         return wall, float("inf")
-    if proc.returncode != 0:
+    if proc.returncode not in ok_codes:
         raise SystemExit(f"scale: {what} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+    if proc.returncode:
+        print(f"scale: {what}: exit {proc.returncode}: {stderr.strip().splitlines()[-1]}",
+              file=sys.stderr)
     return wall, usage.ru_maxrss / (1 << 20)
 
 
@@ -146,13 +150,14 @@ def dir_mb(path: Path) -> float:
 
 
 def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
-              keep: bool = False, check: bool = False) -> dict:
+              keep: bool = False, check: bool = False, reuse: bool = False) -> dict:
     name = f"{model}_{phase}_d{depth}"
     pt2, npz, out = work / f"{name}.pt2", work / f"{name}.npz", work / f"{name}_out"
     script = EXPORT.format(spec=dict(MODELS[model]), depth=depth, decode=phase == "decode",
                            cache=CACHE_SLOTS, position=DECODE_POSITION, tokens=PREFILL_TOKENS,
                            pt2=str(pt2), npz=str(npz))
-    export_s, export_gb = measured([PY, "-c", script], f"export of {name}", max_rss)
+    if not (reuse and pt2.exists() and npz.exists()):
+        measured([PY, "-c", script], f"export of {name}", max_rss)
     spyrec = [PY, "-m", "spyrec"]
     try:
         compile_s, compile_gb = measured([*spyrec, "compile", str(pt2), "-o", str(out), "-q"],
@@ -165,14 +170,16 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
                                      f"eager run of {name}", max_rss)
         check_s = check_gb = float("nan")
         if check:
+            # exit 1: outputs beyond --check's tolerance (fp16 drift grows with depth; the
+            # tolerance rule is issue 28's), still a complete run to time
             check_s, check_gb = measured([*spyrec, "run", str(out), "--inputs", str(npz), "-q",
                                           "--check"], f"spyrec run --check of {name}",
-                                         max_rss)
+                                         max_rss, ok_codes=(0, 1))
         report = json.loads((out / "report.json").read_text())
         row = {"program": name, "pt2_mb": pt2.stat().st_size / 1e6,
                "compile_s": compile_s, "compile_gb": compile_gb, "out_mb": dir_mb(out),
                "run_s": run_s, "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
-               "export_gb": export_gb, "ops": report["ops"],
+               "ops": report["ops"],
                "run_vs_eager": run_s / eager_s, "check_s": check_s, "check_gb": check_gb,
                "est_us": report["cost"]["totals"]["time_us"]}
     finally:
@@ -208,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--max-rss-gb", type=float, default=8.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    ap.add_argument("--reuse", action="store_true",
+                    help="reuse the .pt2/.npz a --keep run left in --work (no new export)")
     ap.add_argument("--check", action="store_true",
                     help="also time `spyrec run --check` (simulation + eager in one process)")
     args = ap.parse_args(argv)
@@ -218,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         for model in args.models.split(","):
             for phase in args.phases.split(","):
                 rows.append(bench_one(work, model, phase, args.depth, args.max_rss_gb,
-                                      args.keep, args.check))
+                                      args.keep, args.check, args.reuse))
                 print(table(rows[-1:]).splitlines()[1], file=sys.stderr, flush=True)
     finally:
         if not args.keep and args.work is None:

@@ -13,13 +13,18 @@ setting belongs to their process.
 from __future__ import annotations
 
 import os
+import sys
 
 
 def no_numpy_hugepage_advice() -> bool:
     """Turn numpy's huge-page advice off unless NUMPY_MADVISE_HUGEPAGE says otherwise;
-    whether it is off now."""
+    whether it is off now. Before numpy is imported this only sets that variable (numpy reads
+    it at import), so `spyrec --help` still imports nothing heavy."""
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         return os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0"
+    if "numpy" not in sys.modules:
+        os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+        return True
     try:
         from numpy._core.multiarray import _set_madvise_hugepage
     except ImportError:          # numpy 1.x

@@ -6,17 +6,19 @@ directory and never destroys an earlier good one. JSON is
 written with fixed formatting and the weights as one raw blob in a fixed order, so the same
 input gives byte-identical files.
 
-Weights are streamed: `build_outputs` lays `weights.bin` out from shapes and dtypes alone (the
-manifest's `weights` section), and the writer copies each tensor into it from the `.pt2`
-archive one at a time (`spyrec.frontend.program.StoredTensor.write_to`), so compile never holds
-the weights in memory. The source `.pt2` is not copied (the manifest names its absolute path
-and SHA-256 for `run --check`) unless `self_contained` asks for `program.pt2`.
+Weights are streamed: `build_outputs` lays `weights.bin` out from layouts alone (the
+manifest's `weights` section), and the writer converts each tensor into its device form from
+the `.pt2` archive one at a time (`StoredTensor.load` maps it; `WeightsBlob.write`), so compile
+never holds the weights in memory. The source `.pt2` is not copied (the manifest names its
+absolute path and SHA-256 for `run --check`) unless `self_contained` asks for `program.pt2`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -35,7 +37,7 @@ from spyrec.outdir import check_output_dir, replace_directory
 
 MANIFEST_FORMAT = "spyrec-manifest/3"
 WEIGHTS_FILE = "weights.bin"
-WEIGHTS_ALIGNMENT = 128         # bytes (a stick); every tensor starts at a multiple
+WEIGHTS_ALIGNMENT = 4096        # bytes (a page); every tensor starts at a multiple
 PROGRAM_COPY = "program.pt2"    # the source's copy, with --self-contained
 # host dtype -> the numpy dtype of its host array (bf16 as its 16-bit patterns)
 HOST_NUMPY_DTYPES = {"float16": "f2", "bfloat16": "u2", "float32": "f4", "int32": "i4",
@@ -134,32 +136,91 @@ class WeightsBlob:
                              "device_size": list(buf.layout.device_size), "offset": o,
                              "bytes": b} for buf, o, b, _ in self.entries]}
 
-    def write(self, f) -> None:
-        """Stream every tensor's device form into the binary file `f` (positioned at 0)."""
+    def write(self, path: Path) -> None:
+        """Create `path` and stream every tensor's device form into it, each converted into
+        one reused page-aligned buffer and written whole with the gap after it (zeros) to
+        the next tensor's offset, bypassing the page cache where the file system allows
+        (`_DirectFile`): filling the page cache is the cost of writing gigabytes (measured
+        on the 24 GiB test host: 240 MB/s buffered against 1.6 GB/s direct)."""
         from spyrec.errors import InternalError, UnsupportedProgram
 
-        scratch = np.empty(max((b for _, _, b, _ in self.entries), default=0), dtype=np.uint8)
-        pos = 0
-        for buf, offset, nbytes, value in self.entries:
-            if offset > pos:
-                f.write(bytes(offset - pos))
-            host = value.load() if hasattr(value, "load") else np.asarray(value)
-            expected = np.dtype(HOST_NUMPY_DTYPES[buf.host_dtype])
-            if host.dtype.newbyteorder("=") != expected or \
-                    tuple(host.shape) != tuple(buf.host_size):
-                raise InternalError(f"weights: constant {buf.name!r} holds {host.dtype} "
-                                    f"{list(host.shape)}, its tensor is {buf.host_dtype} "
-                                    f"{list(buf.host_size)}; please report this")
-            device = scratch[:nbytes].view(STORAGE[buf.layout.device_dtype])
+        span = max((_round_up(b, WEIGHTS_ALIGNMENT) for _, _, b, _ in self.entries), default=0)
+        scratch = _page_aligned(span)
+        with _DirectFile(path) as f:
+            for buf, offset, nbytes, value in self.entries:
+                host = value.load() if hasattr(value, "load") else np.asarray(value)
+                expected = np.dtype(HOST_NUMPY_DTYPES[buf.host_dtype])
+                if host.dtype.newbyteorder("=") != expected or \
+                        tuple(host.shape) != tuple(buf.host_size):
+                    raise InternalError(f"weights: constant {buf.name!r} holds {host.dtype} "
+                                        f"{list(host.shape)}, its tensor is {buf.host_dtype} "
+                                        f"{list(buf.host_size)}; please report this")
+                device = scratch[:nbytes].view(STORAGE[buf.layout.device_dtype])
+                try:
+                    write_device(device, 0, host.astype(expected, copy=False), buf.host_dtype,
+                                 buf.layout, fill=True)
+                except PlacementError as e:
+                    raise UnsupportedProgram(f"constant '{buf.name}' "
+                                             f"({buf.source or 'no source'}): {e}") from None
+                del host
+                whole = _round_up(nbytes, WEIGHTS_ALIGNMENT)
+                scratch[nbytes:whole] = 0
+                f.write_at(offset, scratch[:whole])
+            f.finish(self.total)
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+def _page_aligned(nbytes: int) -> np.ndarray:
+    """A zeroed uint8 buffer whose address is a multiple of the page size (direct I/O)."""
+    if nbytes == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)
+
+
+class _DirectFile:
+    """A new file written in page-aligned blocks, with O_DIRECT where the OS and the file
+    system have it (Linux ext4/xfs; not tmpfs or macOS: then plain buffered writes). `finish`
+    truncates to the exact size: the last block was written whole."""
+
+    def __init__(self, path: Path):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        direct = getattr(os, "O_DIRECT", 0)
+        self.fd = None
+        if direct:
             try:
-                write_device(device, 0, host.astype(expected, copy=False), buf.host_dtype,
-                             buf.layout, fill=True)
-            except PlacementError as e:
-                raise UnsupportedProgram(f"constant '{buf.name}' ({buf.source or 'no source'})"
-                                         f": {e}") from None
-            del host
-            f.write(memoryview(scratch[:nbytes]))
-            pos = offset + nbytes
+                self.fd = os.open(path, flags | direct, 0o644)
+            except OSError:         # EINVAL: this file system has no direct I/O
+                self.fd = None
+        if self.fd is None:     # the refused open may have created it (our own temp dir)
+            self.fd = os.open(path, flags & ~os.O_EXCL if path.exists() else flags, 0o644)
+
+    def __enter__(self) -> "_DirectFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)
+
+    def write_at(self, offset: int, block: np.ndarray) -> None:
+        view = memoryview(block)
+        done = 0
+        while done < len(view):
+            try:
+                done += os.pwrite(self.fd, view[done:], offset + done)
+            except OSError:           # EINVAL mid-file: continue without direct I/O
+                self._buffered()
+                done += os.pwrite(self.fd, view[done:], offset + done)
+
+    def _buffered(self) -> None:
+        import fcntl
+
+        fl = fcntl.fcntl(self.fd, fcntl.F_GETFL)
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, fl & ~getattr(os, "O_DIRECT", 0))
+
+    def finish(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
 
 
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
@@ -295,8 +356,8 @@ def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob],
 def _write_file(path: Path, content: bytes | str | WeightsBlob) -> None:
     if isinstance(content, str):
         content = content.encode("utf-8")
+    if isinstance(content, WeightsBlob):
+        content.write(path)
+        return
     with open(path, "xb") as f:  # a fresh directory: never follow or reuse an existing entry
-        if isinstance(content, WeightsBlob):
-            content.write(f)
-        else:
-            f.write(content)
+        f.write(content)

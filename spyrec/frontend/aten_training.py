@@ -137,7 +137,7 @@ def _repeat_heads(ctx, node, x, heads: int):
 
 
 def _constant(ctx, base: str, values: np.ndarray):
-    """A compile-time fp32 constant buffer (its values travel in constants.npz, where -inf is
+    """A compile-time fp32 constant buffer (its values travel in weights.bin, where -inf is
     fine; the JSON files only name it)."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     return ctx.new_constant(values, FP32, role=base)

@@ -66,7 +66,7 @@ class LoweringContext:
         return contiguous_value(buf)
 
     def new_constant(self, values: np.ndarray, dtype: str, role: str) -> TensorValue:
-        """A compile-time constant buffer of the current node (values go to constants.npz)."""
+        """A compile-time constant buffer of the current node (values go to weights.bin)."""
         buf = self.graph.add_buffer(Buffer(self._name(role, None), tuple(values.shape), dtype,
                                            "constant", source=source_of(self.node)))
         self.graph.constants[buf.name] = values

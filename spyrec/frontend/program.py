@@ -18,7 +18,7 @@ cannot tell them apart:
   reader stores a `StoredTensor` (shape and dtype, the bytes left in the archive) for each;
   `Program.state[fqn]` gives the numpy value (memory-mapped where the archive member is stored
   uncompressed), `Program.state.stored(fqn)` the reference itself, so compile never holds every
-  weight at once (the writer streams each one from the archive into `weights.bin`).
+  weight at once (the writer converts each one from the archive into `weights.bin`).
 """
 
 from __future__ import annotations
@@ -111,8 +111,7 @@ class StoredTensor:
     and `offset` count elements of the member, as torch's weights config does. Anything that
     needs the values calls `np.asarray(t)` (or `t.load()`): a read-only array memory-mapped
     from the archive when the member is stored uncompressed and in native byte order, else
-    read. `write_to(f)` copies the tensor's host form (row-major, little-endian) to a file in
-    chunks, without holding it in memory."""
+    read (the writer converts one such tensor at a time into `weights.bin`)."""
 
     path: Path
     member: str
@@ -199,30 +198,6 @@ class StoredTensor:
         if dtype is not None and np.dtype(dtype) != array.dtype:
             return array.astype(dtype)
         return np.array(array) if copy else array
-
-    def write_to(self, f, chunk_bytes: int = 8 << 20) -> int:
-        """Write the host form (C order, little-endian) to the binary file `f`; its bytes."""
-        if self.size == 0:
-            return 0
-        if self.is_contiguous() and (self.dtype.byteorder in "<|=" and
-                                     (self.dtype.byteorder != "=" or np.little_endian)):
-            with zipfile.ZipFile(self.path) as zf:
-                self._check(zf.getinfo(self.member).file_size)
-                with zf.open(self.member) as r:
-                    r.seek(self.offset * self.itemsize)
-                    left = self.nbytes
-                    while left:
-                        block = r.read(min(chunk_bytes, left))
-                        if not block:
-                            raise OSError(f"{self.path}: member {self.member} ended early")
-                        f.write(block)
-                        left -= len(block)
-            return self.nbytes
-        array = np.ascontiguousarray(self.load()).astype(self.host_dtype.newbyteorder("<"),
-                                                           copy=False)
-        f.write(memoryview(array.reshape(-1)).cast("B"))
-        return array.nbytes
-
 
 class State(dict):
     """FQN -> value. Reading an entry (`state[fqn]`, `.get`) gives a numpy array, loading a

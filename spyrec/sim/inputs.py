@@ -18,7 +18,6 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from numpy.lib import format as npformat

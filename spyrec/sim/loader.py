@@ -278,8 +278,8 @@ def _check_format(path: Path, text: str) -> None:
     match = re.search(r'"format"\s*:\s*"(spyrec-manifest/[^"]*)"', text[:4096])
     if match and match.group(1) != MANIFEST_FORMAT:
         raise InputFileError(f"{path}: format {match.group(1)}, written by another spyrec "
-                             f"version; this one reads {MANIFEST_FORMAT} (weights.bin in device form): re-run "
-                             f"spyrec compile")
+                             f"version; this one reads {MANIFEST_FORMAT} (weights.bin in device "
+                             f"form): re-run spyrec compile")
 
 
 def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weights:

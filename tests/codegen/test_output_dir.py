@@ -165,7 +165,7 @@ def test_weights_bin_holds_each_constant_once_aligned_and_memory_mappable(tmp_pa
     assert manifest["format"] == "spyrec-manifest/3"
     assert manifest["source"]["path"] == str(pt2.resolve()) and manifest["source"]["copy"] is None
     weights = manifest["weights"]
-    assert weights["file"] == "weights.bin" and weights["alignment"] == 128
+    assert weights["file"] == "weights.bin" and weights["alignment"] == 4096
     assert (out / "weights.bin").stat().st_size == weights["bytes"]
     blob = np.memmap(out / "weights.bin", dtype=np.uint8, mode="r")
     tensors = {t["name"]: t for t in manifest["tensors"]}
@@ -174,7 +174,7 @@ def test_weights_bin_holds_each_constant_once_aligned_and_memory_mappable(tmp_pa
     assert len(weights["tensors"]) == 2
     for entry in weights["tensors"]:
         t = tensors[entry["name"]]
-        assert entry["offset"] % 128 == 0 and entry["bytes"] == t["device_bytes"]
+        assert entry["offset"] % 4096 == 0 and entry["bytes"] == t["device_bytes"]
         assert (entry["device_dtype"], entry["device_size"]) == (t["device_dtype"],
                                                                  t["device_size"])
         value = expected[t["source"]]

@@ -112,7 +112,7 @@ class OutDir:
 
     def weights(self) -> tuple[dict, bytes]:
         """The manifest's `weights` section and the bytes of weights.bin (docs/formats.md):
-        each constant's device form (its layout's bytes, padding filled) at a multiple of 128
+        each constant's device form (its layout's bytes, padding filled) at a multiple of 4096
         bytes."""
         from spyrec.layout import DeviceLayout
         from spyrec.layout.storage import device_bytes_of
@@ -120,7 +120,7 @@ class OutDir:
         entries, blob = [], b""
         for name, value in self.constants.items():
             t = self.tensors[name]
-            blob += bytes(-len(blob) % 128)
+            blob += bytes(-len(blob) % 4096)
             layout = DeviceLayout(tuple(t["device_size"]), tuple(t["stride_map"]),
                                   t["device_dtype"])
             data = device_bytes_of(np.asarray(value), t["host_dtype"], layout).tobytes()
@@ -129,7 +129,7 @@ class OutDir:
                             "device_size": t["device_size"], "offset": len(blob),
                             "bytes": len(data)})
             blob += data
-        return ({"file": "weights.bin", "bytes": len(blob), "alignment": 128,
+        return ({"file": "weights.bin", "bytes": len(blob), "alignment": 4096,
                  "tensors": entries}, blob)
 
     def write(self, bundle: str | None = None) -> Path:
