@@ -1,0 +1,38 @@
+"""weights.bin is written in page-aligned blocks with direct I/O where the file system has it,
+and with plain writes where it does not: the bytes are the same either way, the file is cut
+to its exact size, and every tensor's gap is zeros."""
+
+import os
+
+import numpy as np
+import pytest
+
+from spyrec.codegen import writer
+
+
+def _blocks(path, direct: bool, monkeypatch):
+    if not direct:
+        monkeypatch.delattr(os, "O_DIRECT", raising=False)
+    sizes = [(0, 5000), (8192, 4096), (12288, 130)]
+    with writer._DirectFile(path) as f:
+        for offset, n in sizes:
+            block = writer._page_aligned(writer._round_up(n, 4096))
+            block[:n] = np.arange(n, dtype=np.uint8) + offset // 4096
+            f.write_at(offset, block)
+        f.finish(12288 + 130)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_direct_and_plain_writes_give_the_same_exact_file(tmp_path, monkeypatch, direct):
+    data = _blocks(tmp_path / f"w{direct}.bin", direct, monkeypatch)
+    assert len(data) == 12288 + 130
+    assert data[:5000] == bytes((np.arange(5000) % 256).astype(np.uint8))
+    assert data[5000:8192] == bytes(8192 - 5000)              # the gap: zeros
+    assert data[8192:12288] == bytes(((np.arange(4096) + 2) % 256).astype(np.uint8))
+    assert data[12288:] == bytes(((np.arange(130) + 3) % 256).astype(np.uint8))
+
+
+def test_page_aligned_buffers_start_on_a_page():
+    buf = writer._page_aligned(3 * 4096)
+    assert buf.ctypes.data % 4096 == 0 and not buf.any()
