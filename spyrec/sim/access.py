@@ -215,12 +215,12 @@ class ChunkAccess:
     def read(self, b: Binding, dtype: np.dtype | None = None) -> np.ndarray:
         """The arg's values at every point of the chunk (broadcastable to its shape), as
         `dtype` (default: the storage dtype); always a new array."""
-        form = self.strided(b)
-        if form is not None:
-            return form.read(self.base_view(b), dtype or self.base_view(b).dtype)
-        rel = self.relative(b)          # bounds-checked before the LX tags are indexed
+        form = self.strided(b)          # bounds-checked before the LX tags are indexed
+        rel = self.relative(b) if form is None else None
         if b.lx is not None:
             self._check_lx_read(b)
+        if form is not None:
+            return form.read(self.base_view(b), dtype or self.base_view(b).dtype)
         values = np.take(self.base_view(b), rel)
         return values if dtype is None else values.astype(dtype, copy=False)
 
@@ -247,16 +247,22 @@ class ChunkAccess:
 
     def strided(self, b: Binding) -> Strided | None:
         """The arg's access as one strided view (`spyrec.sim.strided`), bounds-checked; None
-        for LX args and accesses with no such form (they use `relative`)."""
-        if b.lx is not None:
-            return None
+        for gathers and accesses with no such form (they use `relative`). An LX arg's core
+        term joins its coordinate terms when the cores split the chunk var by var (each
+        core's LX is a slice of one arena, `core * core_bytes` in)."""
         key = self._key(b)
         if key not in self._strided:
             form = None
             if not any(isinstance(leaf, Indirect) for c in b.arg.coordinates
                        for leaf in c.free_atoms()):
-                form = Strided.from_terms(self._terms(b), self.chunk.shape,
-                                          len(self.base_view(b)))
+                terms = self._terms(b)
+                if b.lx is not None:
+                    cores = self._arg_cores(b, per_slice=not b.arg.is_input)
+                    split = _separable(cores)
+                    terms = None if split is None else terms + [
+                        t * (self.lx.core_bytes // b.arg.itemsize) for t in split]
+                if terms is not None:
+                    form = Strided.from_terms(terms, self.chunk.shape, len(self.base_view(b)))
             self._strided[key] = form
         return self._strided[key]
 
@@ -426,6 +432,23 @@ def core_ids(spec: OpSpec, chunk: Chunk) -> np.ndarray:
         else:
             index.append(np.zeros(shape, dtype=np.int64))
     return grid[tuple(index)]
+
+
+def _separable(cores: np.ndarray) -> list[np.ndarray] | None:
+    """`cores` as a constant plus one term per axis (each varying along that axis alone), or
+    None when the core grid is not such a sum (then the offset path handles it)."""
+    cores = np.asarray(cores)
+    if cores.size <= 1 or cores.ndim == 0:
+        return [cores.reshape((1,) * cores.ndim)]
+    origin = cores[(0,) * cores.ndim]
+    terms, total = [np.full((1,) * cores.ndim, origin, dtype=np.int64)], origin
+    for axis, n in enumerate(cores.shape):
+        if n > 1:
+            index = tuple(slice(None) if a == axis else slice(0, 1) for a in range(cores.ndim))
+            term = cores[index] - origin
+            terms.append(term)
+            total = total + term
+    return terms if np.array_equal(np.broadcast_to(total, cores.shape), cores) else None
 
 
 def _broadcast_sum(parts: list[np.ndarray]) -> np.ndarray:

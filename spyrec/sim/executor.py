@@ -97,15 +97,14 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
     what = f"output '{b.arg.name}' of {spec.describe()}"
     unique = one_to_one(spec, b, chunk)
     form = access.strided(b) if unique else None
-    if form is not None and form.lengths == shape:
-        form.write(access.base_view(b), to_storage(np.broadcast_to(result, shape),
-                                                   b.arg.device_dtype, what))
-        return
-    where = np.broadcast_to(access.relative(b), shape)
-    if not unique:
-        _check_unique(spec, b, chunk, where)
     stored = to_storage(np.broadcast_to(result, shape), b.arg.device_dtype, what)
-    access.base_view(b)[where] = stored
+    if form is not None and form.lengths == shape:
+        form.write(access.base_view(b), stored)
+    else:
+        where = np.broadcast_to(access.relative(b), shape)
+        if not unique:
+            _check_unique(spec, b, chunk, where)
+        access.base_view(b)[where] = stored
     if b.lx is not None:
         access.mark_written(b, shape)
 

@@ -78,3 +78,17 @@ def test_no_digit_form_or_a_box_past_the_arena_keeps_the_offset_path():
     assert Strided.from_terms([f + 1], (100,), 100) is None
     two_axes = np.arange(6, dtype=np.int64).reshape(2, 3)
     assert Strided.from_terms([two_axes], (2, 3), 10) is None
+
+
+def test_an_lx_core_grid_splits_into_per_axis_terms_only_when_it_is_a_sum():
+    """Cores numbered row-major over two split vars are i * 4 + j: a constant plus a term per
+    axis, so the LX arg's core offset is part of its strided view; a grid that is not such a
+    sum keeps the offset path."""
+    from spyrec.sim.access import _separable
+
+    cores = (np.arange(3)[:, None, None] * 4 + np.arange(4)[None, None, :]).astype(np.int64)
+    terms = _separable(cores)
+    total = sum(np.broadcast_to(t, cores.shape) for t in terms)
+    assert np.array_equal(total, cores) and all(sum(n > 1 for n in t.shape) <= 1 for t in terms)
+    assert _separable(np.array([[0, 1], [2, 5]])) is None
+    assert [t.tolist() for t in _separable(np.array(7))] == [7]
