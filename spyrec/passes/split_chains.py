@@ -57,6 +57,14 @@ class ChainMoves:
         # disagreements whose move was not kept, without names: the layers of a stack repeat
         # them, and a move that did not pay in one layer does not in the next
         self._rejected: set[tuple] = set()
+        # `_reader_follows` / `_writer_follows` results, keyed without names
+        self._follows: dict[tuple, object] = {}
+        # `_items` of each split dict seen (by id, the dict kept alive: splits are replaced,
+        # never changed in place)
+        self._items_of: dict[int, tuple[dict, tuple]] = {}
+        self._links: dict[str, tuple[list, list]] = {}      # `_cost`
+        self._static: dict[str, tuple] = {}                # `_key`
+        self._interned: dict[tuple, int] = {}
 
     def run(self, rounds: int = 2) -> set[str]:
         """Try a move at every disagreeing intermediate, `rounds` times over; the names of
@@ -75,12 +83,13 @@ class ChainMoves:
                 starts = [lambda: self._reader_follows(writer, reader, access),
                           lambda: self._writer_follows(writer, reader, access, False),
                           lambda: self._writer_follows(writer, reader, access, True)]
-                gains = [self._try(start, keep=False)[0] for start in starts]
+                probes = [self._try(start, keep=False) for start in starts]
+                gains = [probe[0] for probe in probes]
                 best = max(range(len(starts)), key=lambda i: gains[i] or 0.0)
                 if gains[best] is None:
                     self._rejected.add(key)
                 else:             # the move that pays most, of the three
-                    changed |= self._try(starts[best])[1]
+                    changed |= self._replay(probes[best][2])
             changed |= self._lead_moves()
             if len(changed) == before:
                 break
@@ -111,9 +120,9 @@ class ChainMoves:
         for op in list(self.graph.ops):
             if op.core_splits is None or op.op != "batchmatmul":
                 continue            # a matmul gains most from more cores; vector ops follow
-            key = ("lead", op.op, op.ranges, _items(op.core_splits), op.output.index,
+            key = ("lead", op.op, op.ranges, self._items(op.core_splits), op.output.index,
                    tuple(a.index for a in op.inputs), tuple(
-                       _items(w.core_splits) for a in op.inputs
+                       self._items(w.core_splits) for a in op.inputs
                        if (w := self.producers.writer(a.buffer, op)) is not None))
             if key in self._rejected:
                 continue
@@ -135,10 +144,10 @@ class ChainMoves:
 
     # --- one move ---------------------------------------------------------------------------
 
-    def _try(self, start: Callable[[], list[Operation]],
-             keep: bool = True) -> tuple[float | None, set[str]]:
+    def _try(self, start: Callable[[], list[Operation]], keep: bool = True) -> tuple:
         """Run a move: (its gain in estimated time, or None if it does not pay; the ops it
-        changed). Kept if it pays and `keep`, else every split is restored."""
+        changed; when not kept but it pays, the splits and ranges it gave them, for
+        `_replay`). Kept if it pays and `keep`, else every split is restored."""
         self.old: dict[str, tuple[Operation, dict]] = {}
         region_before: dict[str, tuple[float, float]] = {}
         self._before = region_before
@@ -146,7 +155,7 @@ class ChainMoves:
         while queue and len(self.old) <= MAX_OPS_PER_MOVE:
             queue.extend(self._follow(queue.popleft()))
         if not self.old:
-            return None, set()
+            return None, set(), None
         region = self._region()              # every op a change can re-price
         after = [sum(c) for c in zip(*(self._cost(op) for op in region))]
         before = [sum(c) for c in zip(*(region_before[op.name] for op in region))]
@@ -157,13 +166,37 @@ class ChainMoves:
             (self.overlap_moves or after[1] <= before[1] + 1e-9)
         if pays and keep:
             self.kept += 1
-            return before[0] - after[0], set(self.old)
+            return before[0] - after[0], set(self.old), None
+        moved = [(op, op.core_splits, op.ranges) for op, *_ in self.old.values()] \
+            if pays else None
         self._restore()
-        return (before[0] - after[0] if pays else None), set()
+        return (before[0] - after[0] if pays else None), set(), moved
+
+    def _replay(self, moved: list[tuple[Operation, dict, tuple]]) -> set[str]:
+        """Keep a move `_try` ran and restored: give its ops the splits it gave them. Running
+        it again from the same splits would end there too (every step is a function of the
+        splits; the memos only remember such functions)."""
+        for op, split, ranges in moved:
+            self._reshape(op, ranges, split)
+        self.kept += 1
+        return {op.name for op, *_ in moved}
 
     def _reader_follows(self, writer, reader, access) -> list[Operation]:
-        split = self._cheapest(reader, lambda c: self.producers.same_slices(
-            reader, access, c) is not False)
+        # memoized without names (the layers of a stack repeat each step of a move): the
+        # result is a function of the reader's estimate key (its structure, its writers' and
+        # readers' splits: what `_estimate` and `same_slices` read), its split and which of
+        # its accesses follows
+        same = self._key(reader) if access.buffer in self.producers.lx_candidates else None
+        key = None if same is None else (      # (the key holds the writer of an LX candidate)
+            "reader", same, self._items(reader.core_splits),
+            next(i for i, (_, a) in enumerate(reader.accesses()) if a is access))
+        if key is not None and key in self._follows:
+            split = self._follows[key]
+        else:
+            split = self._cheapest(reader, lambda c: self.producers.same_slices(
+                reader, access, c) is not False)
+            if key is not None:
+                self._follows[key] = split
         return [reader] if split is not None and self._set(reader, split) else []
 
     def _writer_follows(self, writer, reader, access,
@@ -183,6 +216,24 @@ class ChainMoves:
 
         if writer.name in self.old:
             return []
+        # memoized without names, as `_reader_follows`: besides the writer's estimate key (its
+        # structure, output buffer, inputs' writers' and readers' splits) and split, what the
+        # steps below read is the reader's ranges, access and split, and its split before
+        # this move (`_agreed_before`)
+        same = self._key(writer)
+        key = None
+        if same is not None:
+            was = self.old.get(reader.name)
+            key = ("writer", replicate, same, self._items(writer.core_splits),
+                   reader.ranges,
+                   access.index, self._items(reader.core_splits),
+                   None if was is None else (self._items(was[1]), was[2]))
+            if key in self._follows:
+                found = self._follows[key]
+                if found is None:
+                    return []
+                self._set(writer, *found)
+                return [writer]
         original, ranges = writer.core_splits, writer.ranges
         split = self._cheapest(writer, reader_keeps) if replicate is not True else None
         self._reshape(writer, ranges, original)
@@ -197,6 +248,8 @@ class ChainMoves:
             self._reshape(writer, ranges, original)
         new_ranges = writer.ranges
         self._reshape(writer, ranges, original)
+        if key is not None:
+            self._follows[key] = None if split is None else (split, new_ranges)
         if split is None:
             return []
         self._set(writer, split, new_ranges)
@@ -277,14 +330,50 @@ class ChainMoves:
                   penalties: bool = True) -> SplitCost:
         """split_cost's estimate, memoized on `estimate_key` (the layers of a stack share
         their ops' estimates: a move through one layer re-prices what the last one did)."""
-        same = estimate_key(self.graph, op, self.producers)   # per call: `keeps` tests
-        if same is None:                                       # reshape the op's ranges
+        same = self._key(op)             # per call: `keeps` tests reshape the op's ranges
+        if same is None:
             return estimate(self.graph, op, split, self.producers, penalties=penalties)
-        key = (same, _items(split), penalties)
+        key = (same, self._items(split), penalties)
         if key not in self._estimates:
             self._estimates[key] = estimate(self.graph, op, split, self.producers,
                                             penalties=penalties)
         return self._estimates[key]
+
+    def _key(self, op: Operation) -> tuple | None:
+        """split_cost's `estimate_key` of `op` in another form, equal exactly when it is
+        equal: what it says of op's own structure (its op, reduced vars, loops, accesses'
+        buffers and indices) and of a writer's or reader's fixed facts is worked out once
+        per op and interned, leaving the ranges and splits to read per call (moves ask for
+        the same ops again and again)."""
+        got = self._static.get(op.name)
+        if got is None:
+            same = estimate_key(self.graph, op, self.producers)
+            if same is None:
+                got = self._static[op.name] = ()
+            else:
+                p, intern = self.producers, self._interned
+                structure = (same[0],) + same[2:6]
+                lx = []
+                for _, a in op.accesses():
+                    w = p.writers.get(a.buffer)
+                    lx.append(None if a.buffer not in p.lx_candidates else
+                              (False, None) if w is None or w is op else
+                              (w, intern.setdefault(("writer", w.reduced, w.output.index),
+                                                    len(intern))))
+                readers = None if same[7] is None else [
+                    (r, intern.setdefault(("reader", a.index), len(intern)))
+                    for r, a in p.readers.get(op.output.buffer, ())]
+                got = self._static[op.name] = (
+                    intern.setdefault(("op", structure), len(intern)), lx, readers)
+        if not got:
+            return None
+        sid, lx, readers = got
+        items = self._items
+        return (sid, op.ranges,
+                tuple(None if w is None else () if w[0] is False or w[0].core_splits is None
+                      else (w[0].ranges, w[1], items(w[0].core_splits)) for w in lx),
+                None if readers is None else
+                tuple((r.ranges, i, items(r.core_splits)) for r, i in readers))
 
     # --- bookkeeping ------------------------------------------------------------------------
 
@@ -295,7 +384,8 @@ class ChainMoves:
             if op.name in self.old:
                 return False                      # each op changes once per move
             for o in self._neighbours(op):        # their cost before anything moved
-                self._before.setdefault(o.name, self._cost(o))
+                if o.name not in self._before:
+                    self._before[o.name] = self._cost(o)
             self.old[op.name] = (op, op.core_splits, op.ranges)
         self._reshape(op, ranges or op.ranges, split)
         return True
@@ -329,21 +419,36 @@ class ChainMoves:
     def _cost(self, op: Operation) -> tuple[float, float]:
         """op's estimated (time, serial time: compute plus memory) under the current splits
         (memoized on what it depends on: its split, its writers' and its readers' splits)."""
-        p = self.producers
-        key = (op.name, _items(op.core_splits),
-               tuple(_items(w.core_splits) for a in op.inputs
-                     if (w := p.writer(a.buffer, op)) is not None),
-               tuple(_items(r.core_splits) for r, _ in p.readers.get(op.output.buffer, ())))
+        links = self._links.get(op.name)
+        if links is None:       # the ops that may write its inputs, and its readers
+            p = self.producers
+            links = self._links[op.name] = (
+                [w for a in op.inputs if (w := p.writers.get(a.buffer)) is not None
+                 and w is not op],
+                [r for r, _ in p.readers.get(op.output.buffer, ())])
+        items = self._items
+        key = (op.name, items(op.core_splits),
+               tuple(items(w.core_splits) for w in links[0] if w.core_splits is not None),
+               tuple(items(r.core_splits) for r in links[1]))
         if key not in self._times:
             cost = self._estimate(op, op.core_splits, penalties=False)
             self._times[key] = cost.time_us, cost.time_us + min(cost.compute_us,
                                                                  cost.memory_us)
         return self._times[key]
 
-    @staticmethod
-    def _pattern(writer: Operation, reader: Operation, access) -> tuple:
-        return (writer.op, writer.ranges, _items(writer.core_splits), writer.output.index,
-                reader.op, reader.ranges, _items(reader.core_splits), access.index)
+    def _items(self, splits: dict[str, int] | None) -> tuple:
+        """`_items`, remembered per dict (moves ask for the same ops' splits again and
+        again)."""
+        if splits is None:
+            return ()
+        got = self._items_of.get(id(splits))
+        if got is None or got[0] is not splits:
+            got = self._items_of[id(splits)] = (splits, tuple(sorted(splits.items())))
+        return got[1]
+
+    def _pattern(self, writer: Operation, reader: Operation, access) -> tuple:
+        return (writer.op, writer.ranges, self._items(writer.core_splits), writer.output.index,
+                reader.op, reader.ranges, self._items(reader.core_splits), access.index)
 
 
 def _copies(split: dict[str, int], access) -> int:
