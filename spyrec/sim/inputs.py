@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import os
 import zipfile
 import zlib
@@ -231,21 +232,27 @@ def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
 
 def constant_bytes(out_dir: Path, weights) -> dict[str, np.ndarray]:
     """Each constant's device bytes (uint8), mapped copy-on-write from OUT/weights.bin: the
-    file holds them in device form, so they become the constants' HBM as they are, and the
-    pages are read only when an op reads them (and dropped by the OS under pressure, being
-    clean). `weights` is the loader's checked `Weights` table (manifest `weights`); the file's
-    size was checked too."""
+    file holds them in device form, so they become the constants' HBM as they are. The
+    kernel is asked to read the whole file ahead (`MADV_WILLNEED`, asynchronous), so the
+    pages arrive while the first ops run instead of one fault at a time when an op first
+    reads them (a file compile has just written with direct I/O is not in the page cache).
+    `weights` is the loader's checked `Weights` table (manifest `weights`); the file's size
+    was checked too."""
     if weights is None or not weights.entries:
         return {}
     if weights.nbytes == 0:         # only empty constants: an empty file cannot be mapped
         return {e.name: np.zeros(0, dtype=np.uint8) for e in weights.entries}
     path = Path(out_dir) / weights.file
     try:
-        mapped = np.memmap(path, dtype=np.uint8, mode="c", shape=(weights.nbytes,))
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), weights.nbytes, access=mmap.ACCESS_COPY)
     except (OSError, ValueError) as e:   # changed since the loader's size check
         raise InputFileError(f"{path}: cannot map it ({e}); the file is truncated or "
                              f"damaged: re-run spyrec compile") from None
-    return {e.name: mapped[e.offset:e.offset + e.nbytes] for e in weights.entries}
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
+        mapped.madvise(mmap.MADV_WILLNEED)
+    data = np.frombuffer(mapped, dtype=np.uint8)
+    return {e.name: data[e.offset:e.offset + e.nbytes] for e in weights.entries}
 
 
 def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str],

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spyrec.sim.cast import cast_copy
+
 Digits = tuple[tuple[int, int], ...]     # (extent, stride in elements), outermost first
 
 
@@ -112,8 +114,8 @@ class Strided:
         one pass over the arena, converting as it copies."""
         padded = [padded_length(ds) for ds in self.axes]
         out = np.empty(padded, dtype=dtype)
-        np.copyto(out.reshape([e for ds in self.axes for e, _ in ds]), self.view(base),
-                  casting="unsafe")
+        cast_copy(out.reshape([e for ds in self.axes for e, _ in ds]),
+                  self.view(base, writeable=base.flags.writeable))
         if not self.padded:
             return out
         return out[tuple(slice(0, n) for n in self.lengths)]
