@@ -145,7 +145,7 @@ class Placement:
     def scatter(self, device: np.ndarray, base: int, values: np.ndarray) -> None:
         """Write host-shaped `values` (already the storage dtype) into every replica; slots
         past the host extents are not touched (fill them first when they must be)."""
-        pieces = [_valid_boxes([e for e, _ in ds], n)
+        pieces = [valid_boxes([e for e, _ in ds], n)
                   for ds, n in zip(self.digits, self.host_shape)]
         for replica in self.replicas:
             box = self.device_view(device, base + replica, writeable=True)
@@ -164,9 +164,10 @@ class Placement:
         return whole[tuple(slice(0, n) for n in self.host_shape)].copy()
 
 
-def _valid_boxes(extents: list[int], n: int) -> list[tuple[slice, tuple, tuple]]:
-    """[0, n) of a host dim as boxes of its digit axes: (range of the dim, index into the
-    digit axes, the box's shape); one box when n fills the digits."""
+def valid_boxes(extents: list[int], n: int) -> list[tuple[slice, tuple, tuple]]:
+    """[0, n) of a mixed-radix index (digit `extents`, outermost first) as boxes of its digit
+    axes: (range of the index, index into the digit axes, the box's shape); one box when n
+    fills the digits, one more per digit it stops inside."""
     if n == math.prod(extents):
         return [(slice(0, n), tuple(slice(None) for _ in extents), tuple(extents))]
     boxes, pos, prefix = [], 0, []

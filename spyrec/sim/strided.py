@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spyrec.layout.storage import valid_boxes
 from spyrec.sim.cast import cast_copy
 
 Digits = tuple[tuple[int, int], ...]     # (extent, stride in elements), outermost first
@@ -123,31 +124,9 @@ class Strided:
     def write(self, base: np.ndarray, values: np.ndarray) -> None:
         """Assign `values` (the chunk's shape, 1 on unused axes) to exactly the valid points."""
         box = self.view(base, writeable=True)
-        pieces = [_valid_boxes(ds, n) for ds, n in zip(self.axes, self.lengths)]
+        pieces = [valid_boxes([e for e, _ in ds], n) for ds, n in zip(self.axes, self.lengths)]
         for combo in itertools.product(*pieces):
             index = tuple(i for _, ix, _ in combo for i in ix)
             source = tuple(r for r, _, _ in combo)
             shape = tuple(n for _, _, sh in combo for n in sh)
             box[index] = values[source].reshape(shape)
-
-
-def _valid_boxes(ds: Digits, n: int) -> list[tuple[slice, tuple, tuple]]:
-    """[0, n) of a var as boxes of its digit axes: (range of the var, index into the digit
-    axes, the box's shape); one box when n fills the digits, a few more when it does not."""
-    extents = [e for e, _ in ds]
-    if n == padded_length(ds):
-        return [(slice(0, n), tuple(slice(None) for _ in extents), tuple(extents))]
-    boxes, pos, prefix = [], 0, []
-    for m, e in enumerate(extents):
-        block = math.prod(extents[m + 1:])
-        full = (n - pos) // block
-        if full:
-            boxes.append((slice(pos, pos + full * block),
-                          tuple(prefix) + (slice(0, full),) +
-                          tuple(slice(None) for _ in extents[m + 1:]),
-                          (full,) + tuple(extents[m + 1:])))
-            pos += full * block
-        if pos == n:
-            break
-        prefix.append(full)
-    return boxes
