@@ -7,8 +7,9 @@ element here), torch with vector instructions on all cores (0.8 ns): for a Grani
 decode step, 3.6 G elements, that is 7 s against under 3 s. The conversion is exact either
 way (every fp16 value is a float32 value; a NaN stays NaN, torch only quiets a signaling
 NaN's payload, which no op observes), so the choice changes no number, only time.
-Importing torch costs ~1.5 s, so the runner turns it on only for programs with at least
-`TORCH_CASTS_FROM_BYTES` of weights (`use_torch_casts`), and small runs stay torch-free.
+Importing torch costs ~1.5 s, which the faster copy repays from about 1.25 G elements (2.5 GB
+of fp16 weights), so the runner turns it on only for programs with at least
+`TORCH_CASTS_FROM_BYTES` of weights (`use_torch_casts`), and smaller runs stay torch-free.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import warnings
 
 import numpy as np
 
-TORCH_CASTS_FROM_BYTES = 1 << 30     # weights in weights.bin
+TORCH_CASTS_FROM_BYTES = 3 << 30     # weights in weights.bin: the import pays off from ~2.5 GB
 _MIN_ELEMENTS = 1 << 18              # below this numpy's fixed cost is lower
 
 _torch = None

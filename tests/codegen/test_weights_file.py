@@ -1,20 +1,14 @@
-"""weights.bin is written in page-aligned blocks with direct I/O where the file system has it,
-and with plain writes where it does not: the bytes are the same either way, the file is cut
-to its exact size, and every tensor's gap is zeros."""
-
-import os
+"""weights.bin is written in whole page-aligned blocks at the tensors' offsets: the file is
+cut to its exact size and every tensor's gap is zeros."""
 
 import numpy as np
-import pytest
 
 from spyrec.codegen import writer
 
 
-def _blocks(path, direct: bool, monkeypatch):
-    if not direct:
-        monkeypatch.delattr(os, "O_DIRECT", raising=False)
+def _blocks(path):
     sizes = [(0, 5000), (8192, 4096), (12288, 130)]
-    with writer._DirectFile(path) as f:
+    with writer._BlockFile(path) as f:
         for offset, n in sizes:
             block = writer._page_aligned(writer._round_up(n, 4096))
             block[:n] = np.arange(n, dtype=np.uint8) + offset // 4096
@@ -23,9 +17,8 @@ def _blocks(path, direct: bool, monkeypatch):
     return path.read_bytes()
 
 
-@pytest.mark.parametrize("direct", [True, False])
-def test_direct_and_plain_writes_give_the_same_exact_file(tmp_path, monkeypatch, direct):
-    data = _blocks(tmp_path / f"w{direct}.bin", direct, monkeypatch)
+def test_blocks_land_at_their_offsets_with_zero_gaps_and_an_exact_size(tmp_path):
+    data = _blocks(tmp_path / "w.bin")
     assert len(data) == 12288 + 130
     assert data[:5000] == bytes((np.arange(5000) % 256).astype(np.uint8))
     assert data[5000:8192] == bytes(8192 - 5000)              # the gap: zeros

@@ -1,5 +1,5 @@
 """The simulator's converting copies give the same bits through numpy and through torch's
-vectorized copy (used for programs with >= 1 GiB of weights): fp16 -> fp32 is exact,
+vectorized copy (used for programs with >= 3 GiB of weights): fp16 -> fp32 is exact,
 infinities, signed zeros and subnormals included, from strided and read-only views; a NaN
 stays a NaN (torch quiets a signaling NaN's payload, which no op can observe)."""
 
