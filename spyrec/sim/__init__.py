@@ -1,8 +1,10 @@
 """The functional simulator: executes a `spyrec compile` output directory.
 
 It only reads files (docs/formats.md): manifest.json, sdsc_<n>.json, bundle.mlir,
-constants.npz and, for `--check`, program.pt2; it never imports the compiler (spyrec.ir,
-spyrec.passes, spyrec.codegen, spyrec.frontend), and a test enforces that.
+weights.bin (mapped as the constants' device memory) and, for `--check`, the source `.pt2`;
+it never imports the compiler (spyrec.ir, spyrec.passes, spyrec.codegen, spyrec.frontend),
+and a test enforces that. Device memory is sparse (only allocated bytes) and ops read and
+write it through strided views where an access is one (`strided.py`).
 
     simulate(out_dir, {"x": array}) -> SimResult(outputs, output_dtypes, program, wall_s; .cost)
     cost_for_directory(out_dir)     -> the data-independent cost section of report.json
