@@ -119,9 +119,17 @@ class Chain(torch.nn.Module):
         return x
 
 
+def _conditioned(ops: list[str]) -> bool:
+    """No exp of an exp: exp(exp(v)) multiplies v's rounding error by exp(v) (~80 for the
+    row sums here), so a float32 sum in another order than eager's moves the result by
+    1.6e-4 relative (seed 0, add-sum-exp-exp: the simulator equals the old one bit for bit)
+    and no fixed tolerance tells that from a wrong program."""
+    return not any(a == b == "exp" for a, b in zip(ops, ops[1:]))
+
+
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=st.lists(st.sampled_from(["add", "mul", "exp", "tanh", "sum", "max"]),
-                    min_size=1, max_size=4),
+                    min_size=1, max_size=4).filter(_conditioned),
        rows=st.sampled_from([8, 48, 256]), cols=st.sampled_from([64, 128, 320]),
        dtype=st.sampled_from([torch.float16, torch.float32]), seed=st.integers(0, 99))
 def test_random_chains_auto_equal_eager(tmp_path_factory, ops, rows, cols, dtype, seed):
