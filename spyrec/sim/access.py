@@ -71,8 +71,8 @@ def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
     budget counts what is materialized: each arg's values span only the vars its coordinates
     use, so a matmul runs in a few large chunks (a kernel never builds the M*N*K box)."""
     vars_, extents = spec.vars, spec.extents
-    out_vars = _arg_vars(spec, spec.output)
-    used = [_arg_vars(spec, a) for a in spec.args]
+    out_vars = arg_vars(spec, spec.output)
+    used = [arg_vars(spec, a) for a in spec.args]
     candidates = [i for i, v in enumerate(vars_)
                   if v not in spec.reduced and v in out_vars and extents[i] > 1]
     if not candidates:
@@ -95,7 +95,7 @@ def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
         yield Chunk(vars_, tuple(lo), tuple(hi))
 
 
-def _arg_vars(spec: OpSpec, arg: ArgSpec) -> set[str]:
+def arg_vars(spec: OpSpec, arg: ArgSpec) -> set[str]:
     """The iteration vars an arg's access varies along (a gathered coordinate: its index
     arg's vars too)."""
     used: set[str] = set()
@@ -106,7 +106,7 @@ def _arg_vars(spec: OpSpec, arg: ArgSpec) -> set[str]:
             elif isinstance(leaf, Indirect):
                 index = next((a for a in spec.args if a.name == leaf.tensor and a is not arg),
                              None)
-                used |= _arg_vars(spec, index) if index is not None else set(spec.vars)
+                used |= arg_vars(spec, index) if index is not None else set(spec.vars)
     return used
 
 

@@ -3,6 +3,13 @@
 The whole iteration space runs at once (in a few large chunks), not core by core: cores run
 disjoint slices of the same computation, so the numbers are the same (reference/C-simulator.md
 §5.4), and the per-core split is checked statically (`verify`) and costed (`cost`) instead.
+
+A big op's chunks run on the host's cores (`spyrec.sim.threads`): each chunk converts its slice
+of the operands and multiplies it with a one-thread BLAS, so a weight-bound matmul converts and
+multiplies on every core at once, in slices that stay in cache. Chunk boundaries depend only on
+the op, never on the thread count or the load (one thread runs the same chunks in order), and
+chunks write disjoint outputs, so the numbers are the same on any machine (`parallel_safe`
+says when an op qualifies).
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import SimulatorFault
-from spyrec.sim.access import Binding, Chunk, ChunkAccess, bind, chunks, one_to_one
+from spyrec.sim import threads
+from spyrec.sim.access import Binding, Chunk, ChunkAccess, arg_vars, bind, chunks, one_to_one
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm, Lx
 from spyrec.sim.numerics import is_integer, to_storage
@@ -42,16 +50,73 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
     reduced_axes = tuple(spec.vars.index(v) for v in spec.reduced)
     values_in = [b for b in bindings[:-1] if not b.arg.is_index]
     padding = _padding(spec)
-    with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager
-        for chunk in chunks(spec):
+
+    shared: dict[int, np.ndarray] = {}
+
+    def run_chunk(chunk: Chunk) -> None:
+        with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager (per thread)
             access = ChunkAccess(spec, bindings, chunk, hbm, lx, ex.where())
-            inputs = [_masked(spec, chunk, _at_rank(access.read(b, compute),
-                                                    len(chunk.shape)))
-                      for b in values_in]
+            inputs = [_masked(spec, chunk, _at_rank(
+                          shared[i] if i in shared else access.read(b, compute),
+                          len(chunk.shape)))
+                      for i, b in enumerate(values_in)]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
                                 chunk.lo, padding)
             result = kern.fn(ctx, inputs)
             _write(spec, bindings[-1], access, result, reduced_axes)
+
+    if parallel_safe(spec, bindings):       # the same chunks whatever the thread count
+        work = list(chunks(spec, threads.CHUNK_POINTS))
+        shared.update(_invariant_reads(spec, bindings, values_in, work, hbm, lx, ex, compute))
+        threads.run_all(run_chunk, work)
+        return
+    for chunk in chunks(spec):
+        run_chunk(chunk)
+
+
+def _invariant_reads(spec: OpSpec, bindings: list[Binding], values_in: list[Binding],
+                     work: list[Chunk], hbm: Hbm, lx: Lx | None, ex: Execute,
+                     compute: np.dtype) -> dict[int, np.ndarray]:
+    """The inputs no chunk boundary cuts (a matmul's activations when its weight is split over
+    N), read once for every chunk instead of once per chunk; chunks only read them. HBM args
+    only: an LX arg's values also depend on the core a point runs on, which the split var can
+    change even where the arg's coordinates do not use it."""
+    if len(work) < 2:
+        return {}
+    split = next(v for v, a, b in zip(spec.vars, work[0].lo, work[1].lo) if a != b)
+    first = ChunkAccess(spec, bindings, work[0], hbm, lx, ex.where())
+    shared = {i: first.read(b, compute) for i, b in enumerate(values_in)
+              if b.lx is None and split not in arg_vars(spec, b.arg)}
+    for values in shared.values():
+        values.flags.writeable = False      # a kernel that wrote its input would fail here
+    return shared
+
+
+def parallel_safe(spec: OpSpec, bindings: list[Binding]) -> bool:
+    """Whether the op's chunks may run concurrently with the same result as one after another:
+    the output written one point per element over the whole space (no scatter, no two chunks
+    on one element) and no input sharing a byte with the output in the same arena (an in-place
+    op would read what another chunk writes). An LX output's stick tags are per stick; two
+    chunks sharing a partial stick write it the same tag. Small ops are not worth a thread:
+    some arg must span more than `CHUNK_POINTS`."""
+    out = bindings[-1]
+    if scatter.is_scatter(spec, out.arg):
+        return False
+    if max(a.extent_bytes // a.itemsize for a in spec.args) <= threads.CHUNK_POINTS:
+        return False
+    whole = Chunk(spec.vars, (0,) * len(spec.vars), tuple(spec.extents))
+    if not one_to_one(spec, out, whole):
+        return False
+    arena, lo, hi = _byte_range(out)
+    return all(b_arena != arena or hi <= b_lo or b_hi <= lo
+               for b_arena, b_lo, b_hi in map(_byte_range, bindings[:-1]))
+
+
+def _byte_range(b: Binding) -> tuple[str, int, int]:
+    """The arena and bytes an arg may touch (in LX: every core's window, at the same offset
+    of each core's LX)."""
+    start = b.base_elems * b.arg.itemsize
+    return ("lx" if b.lx is not None else "hbm"), start, start + b.arg.extent_bytes
 
 
 def _padding(spec: OpSpec) -> tuple[int, ...]:
