@@ -21,6 +21,7 @@ import mmap
 import os
 import shutil
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -137,34 +138,52 @@ class WeightsBlob:
                              "bytes": b} for buf, o, b, _ in self.entries]}
 
     def write(self, path: Path) -> None:
-        """Create `path` and stream every tensor's device form into it, each converted into
-        one reused buffer and written whole with the gap after it (zeros) up to the next
-        tensor's offset (`_BlockFile`)."""
-        from spyrec.errors import InternalError, UnsupportedProgram
-
+        """Create `path` and stream every tensor's device form into it: each is converted into
+        one of two reused buffers while the other's bytes are written on a second thread (the
+        conversion is numpy, the write the kernel's copy into the page cache; both release
+        the GIL, so the two overlap on two cores), whole, with the gap after it (zeros) up to
+        the next tensor's offset (`_BlockFile`)."""
         span = max((_round_up(b, WEIGHTS_ALIGNMENT) for _, _, b, _ in self.entries), default=0)
-        scratch = _page_aligned(span)
-        with _BlockFile(path) as f:
-            for buf, offset, nbytes, value in self.entries:
-                host = value.load() if hasattr(value, "load") else np.asarray(value)
-                expected = np.dtype(HOST_NUMPY_DTYPES[buf.host_dtype])
-                if host.dtype.newbyteorder("=") != expected or \
-                        tuple(host.shape) != tuple(buf.host_size):
-                    raise InternalError(f"weights: constant {buf.name!r} holds {host.dtype} "
-                                        f"{list(host.shape)}, its tensor is {buf.host_dtype} "
-                                        f"{list(buf.host_size)}; please report this")
-                device = scratch[:nbytes].view(STORAGE[buf.layout.device_dtype])
-                try:
-                    write_device(device, 0, host.astype(expected, copy=False), buf.host_dtype,
-                                 buf.layout, fill=True)
-                except PlacementError as e:
-                    raise UnsupportedProgram(f"constant '{buf.name}' "
-                                             f"({buf.source or 'no source'}): {e}") from None
-                del host
-                whole = _round_up(nbytes, WEIGHTS_ALIGNMENT)
-                scratch[nbytes:whole] = 0
-                f.write_at(offset, scratch[:whole])
+        scratch = [_page_aligned(span), _page_aligned(span)]
+        pending: list[Future | None] = [None, None]
+        with _BlockFile(path) as f, ThreadPoolExecutor(1, "spyrec-weights") as writer:
+            try:
+                for i, (buf, offset, nbytes, value) in enumerate(self.entries):
+                    block = scratch[i % 2]
+                    if pending[i % 2] is not None:
+                        pending[i % 2].result()        # its last write is done
+                    whole = _round_up(nbytes, WEIGHTS_ALIGNMENT)
+                    _device_form(buf, value, block[:nbytes])
+                    block[nbytes:whole] = 0
+                    pending[i % 2] = writer.submit(f.write_at, offset, block[:whole])
+                for job in pending:
+                    if job is not None:
+                        job.result()
+            finally:
+                for job in pending:
+                    if job is not None:
+                        job.cancel()
             f.finish(self.total)
+
+
+def _device_form(buf, value, out: np.ndarray) -> None:
+    """Write constant `buf`'s device form into the bytes `out`, from its host `value` (read
+    from the archive now, dropped after)."""
+    from spyrec.errors import InternalError, UnsupportedProgram
+
+    host = value.load() if hasattr(value, "load") else np.asarray(value)
+    expected = np.dtype(HOST_NUMPY_DTYPES[buf.host_dtype])
+    if host.dtype.newbyteorder("=") != expected or tuple(host.shape) != tuple(buf.host_size):
+        raise InternalError(f"weights: constant {buf.name!r} holds {host.dtype} "
+                            f"{list(host.shape)}, its tensor is {buf.host_dtype} "
+                            f"{list(buf.host_size)}; please report this")
+    device = out.view(STORAGE[buf.layout.device_dtype])
+    try:
+        write_device(device, 0, host.astype(expected, copy=False), buf.host_dtype, buf.layout,
+                     fill=True)
+    except PlacementError as e:
+        raise UnsupportedProgram(f"constant '{buf.name}' ({buf.source or 'no source'}): "
+                                 f"{e}") from None
 
 
 def _round_up(n: int, k: int) -> int:
