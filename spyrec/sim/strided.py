@@ -112,14 +112,37 @@ class Strided:
 
     def read(self, base: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """The values at every point as `dtype`, shaped like the chunk (1 on unused axes):
-        one pass over the arena, converting as it copies."""
+        one pass over the arena, converting as it copies.
+
+        The copy runs in the arena's own order: the new array's axes are laid out by their
+        innermost digit's stride, largest first, and returned transposed to the chunk's
+        order. A weight whose stick runs along N (an lm_head: sticks of vocab) is then copied
+        along its sticks, not across them (5 -> 1.7 ns per element here), and comes back as
+        the (K, N) operand BLAS reads without another copy."""
         padded = [padded_length(ds) for ds in self.axes]
-        out = np.empty(padded, dtype=dtype)
-        cast_copy(out.reshape([e for ds in self.axes for e, _ in ds]),
-                  self.view(base, writeable=base.flags.writeable))
+        order = sorted(range(len(self.axes)), key=self._inner_stride, reverse=True)
+        grouped = [e for a in order for e, _ in self.axes[a]]
+        out = np.empty(grouped, dtype=dtype)
+        source = self.view(base, writeable=base.flags.writeable)
+        cast_copy(out, source.transpose(self._digit_order(order)))
+        values = out.reshape([padded[a] for a in order]).transpose(np.argsort(order))
         if not self.padded:
-            return out
-        return out[tuple(slice(0, n) for n in self.lengths)]
+            return values
+        return values[tuple(slice(0, n) for n in self.lengths)]
+
+    def _inner_stride(self, axis: int) -> float:
+        """How far apart (elements) an axis's consecutive points are; axes of one point first."""
+        if padded_length(self.axes[axis]) == 1:
+            return math.inf
+        return abs(self.axes[axis][-1][1])
+
+    def _digit_order(self, order: list[int]) -> list[int]:
+        """The permutation of `view`'s digit axes that lists the digits of `order`'s axes."""
+        first, start = [], 0
+        for ds in self.axes:
+            first.append(start)
+            start += len(ds)
+        return [first[a] + i for a in order for i in range(len(self.axes[a]))]
 
     def write(self, base: np.ndarray, values: np.ndarray) -> None:
         """Assign `values` (the chunk's shape, 1 on unused axes) to exactly the valid points."""

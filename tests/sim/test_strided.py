@@ -92,3 +92,19 @@ def test_an_lx_core_grid_splits_into_per_axis_terms_only_when_it_is_a_sum():
     assert np.array_equal(total, cores) and all(sum(n > 1 for n in t.shape) <= 1 for t in terms)
     assert _separable(np.array([[0, 1], [2, 5]])) is None
     assert [t.tolist() for t in _separable(np.array(7))] == [7]
+
+
+def test_read_follows_the_arena_order():
+    """An lm_head-like weight, sticks along N (device (N/64, K, 64)), read over (N, K): the
+    values are the offset path's, and the copy lies in the arena's order (N innermost), so
+    the (K, N) operand a matmul wants is a plain C-contiguous transpose."""
+    n, k = 192, 8
+    device = np.arange(n // 64 * k * 64, dtype=np.float16)
+    i_n = np.arange(n).reshape(n, 1)
+    i_k = np.arange(k).reshape(1, k)
+    terms = [(i_n // 64) * (k * 64) + i_n % 64, i_k * 64]
+    form = Strided.from_terms(terms, (n, k), len(device))
+    got = form.read(device, np.dtype(np.float32))
+    assert np.array_equal(got, np.take(device, terms[0] + terms[1]).astype(np.float32))
+    assert got.strides == (4, n * 4)          # N innermost, like the sticks
+    assert got.T.flags.c_contiguous
