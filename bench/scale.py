@@ -14,7 +14,9 @@ program the table has:
 - check (with `--check`): `spyrec run --check`, simulation plus eager in one process;
 - ops and estimated us: `report.json` `ops` and `cost.totals.time_us`.
 
-Usage: `python bench/scale.py [--depth 1] [--models granite,llama1b] [--phases prefill,decode]
+`--models bert` is BERT-base fp16 (an encoder: prefill only; `--depth 12` is the real one).
+
+Usage: `python bench/scale.py [--depth 1] [--models granite,llama1b,bert] [--phases prefill,decode]
 [--check] [--work DIR] [--keep] [--reuse]`. Exported files and output directories live in a temporary directory
 that is deleted at the end (gigabytes at full width) unless `--keep`. `--max-rss-gb` (default
 8) kills any process whose resident set passes it (the machine is shared); its cell shows
@@ -46,7 +48,12 @@ MODELS = {
     "llama1b": dict(cls="Llama", hidden_size=2048, num_attention_heads=32,
                     num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
                     tie_word_embeddings=True, rope_theta=500000.0),
+    # BERT-base (google-bert/bert-base-uncased): an encoder, prefill only (--depth 12 is the
+    # real one); the program returns last_hidden_state
+    "bert": dict(cls="Bert", head="Model", hidden_size=768, num_attention_heads=12,
+                 intermediate_size=3072, vocab_size=30522, max_position_embeddings=512),
 }
+ENCODERS = {"bert"}           # no decode step
 PREFILL_TOKENS = 128
 CACHE_SLOTS = 256
 DECODE_POSITION = 100
@@ -55,12 +62,13 @@ EXPORT = r"""
 import sys, numpy as np, torch, transformers as tf
 spec = {spec!r}
 cls = spec.pop("cls")
-config = getattr(tf, cls + "Config")(num_hidden_layers={depth}, max_position_embeddings=4096,
-                                      bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                                      use_cache={decode}, **spec)
+head = spec.pop("head", "ForCausalLM")
+spec.setdefault("max_position_embeddings", 4096)
+config = getattr(tf, cls + "Config")(num_hidden_layers={depth}, bos_token_id=1, eos_token_id=2,
+                                      pad_token_id=0, use_cache={decode}, **spec)
 torch.manual_seed(0)
 torch.set_default_dtype(torch.float16)      # random fp16 weights, built in fp16 (no fp32 copy)
-model = getattr(tf, cls + "ForCausalLM")(config).eval()
+model = getattr(tf, cls + head)(config).eval()
 torch.set_default_dtype(torch.float32)
 g = torch.Generator().manual_seed(1)
 if {decode}:
@@ -85,7 +93,8 @@ else:
             self.model = model
 
         def forward(self, input_ids):
-            return self.model(input_ids=input_ids, use_cache=False).logits
+            out = self.model(input_ids=input_ids, use_cache=False)
+            return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
     module = LogitsOnly(model).eval()
     inputs = (torch.randint(0, config.vocab_size, (1, {tokens}), generator=g, dtype=torch.long),)
@@ -208,7 +217,8 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--depth", type=int, default=1)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default="granite,llama1b",
+                    help=f"comma-separated, of {', '.join(MODELS)} (default granite,llama1b)")
     ap.add_argument("--phases", default="prefill,decode")
     ap.add_argument("--work", type=Path, default=None,
                     help="where the .pt2 files and output directories go (default: a temp dir)")
@@ -226,6 +236,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for model in args.models.split(","):
             for phase in args.phases.split(","):
+                if phase == "decode" and model in ENCODERS:
+                    continue
                 rows.append(bench_one(work, model, phase, args.depth, args.max_rss_gb,
                                       args.keep, args.check, args.reuse))
                 print(table(rows[-1:]).splitlines()[1], file=sys.stderr, flush=True)

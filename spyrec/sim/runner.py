@@ -20,6 +20,7 @@ import numpy as np
 
 from spyrec.sim.cast import TORCH_CASTS_FROM_BYTES, use_torch_casts
 from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
+from spyrec.sim import threads
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, constant_bytes
 from spyrec.sim.loader import Program, load_directory, load_files
@@ -180,6 +181,7 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
              program: Program | None = None) -> SimResult:
     """Run the compiled program in `out_dir` on `inputs` (name -> host array)."""
     start = time.perf_counter()
+    threads.count()             # a bad SPYREC_SIM_THREADS fails now, not at the first big op
     program = program or load_program(out_dir)
     manifest = program.manifest
     if program.weights is not None and program.weights.nbytes >= TORCH_CASTS_FROM_BYTES:

@@ -18,18 +18,24 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Callable, Iterable, TypeVar
 
+from spyrec.errors import ConfigError
 from spyrec.sim.access import MAX_CHUNK_POINTS
 
 T = TypeVar("T")
 
 CHUNK_POINTS = MAX_CHUNK_POINTS     # per arg per chunk: the chunks a single thread runs
+MAX_THREADS = 256
 
 
 @lru_cache(maxsize=1)
 def count() -> int:
-    """Worker threads: SPYREC_SIM_THREADS, else the cores this process may run on."""
-    raw = os.environ.get("SPYREC_SIM_THREADS", "")
-    if raw.strip().isdigit() and int(raw) >= 1:
+    """Worker threads: SPYREC_SIM_THREADS (1 to 256), else the cores this process may run on."""
+    raw = os.environ.get("SPYREC_SIM_THREADS", "").strip()
+    if raw:
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_THREADS:
+            raise ConfigError(f"SPYREC_SIM_THREADS={raw!r}: give a whole number of worker "
+                              f"threads from 1 to {MAX_THREADS}, or unset it to use every "
+                              f"core this process may run on")
         return int(raw)
     try:
         return max(1, len(os.sched_getaffinity(0)))

@@ -7,12 +7,14 @@ path on almost every op, and requires their outputs to be bit-identical to a one
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from spyrec.errors import ConfigError
 from spyrec.sim import executor, threads
 from spyrec.sim.runner import simulate
 from tests.programs import compile_samples, load_json
@@ -84,16 +86,26 @@ def test_run_all_raises_first_failure_after_all_finished():
     assert sorted(done) == [0, 1, 2, 4, 6, 7]
 
 
+@pytest.mark.parametrize("value", ["zero", "0", "-2", "1.5", "257"])
+def test_thread_count_refuses_bad_values(monkeypatch, value):
+    monkeypatch.setenv("SPYREC_SIM_THREADS", value)
+    threads.count.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="SPYREC_SIM_THREADS"):
+            threads.count()
+    finally:
+        threads.count.cache_clear()
+
+
 def test_thread_count_from_environment(monkeypatch):
     threads.count.cache_clear()
     try:
-        monkeypatch.setenv("SPYREC_SIM_THREADS", "3")
+        monkeypatch.setenv("SPYREC_SIM_THREADS", " 3 ")
         assert threads.count() == 3
         threads.count.cache_clear()
-        monkeypatch.setenv("SPYREC_SIM_THREADS", "zero")
-        assert threads.count() >= 1
-    finally:
         monkeypatch.delenv("SPYREC_SIM_THREADS")
+        assert threads.count() == len(os.sched_getaffinity(0))
+    finally:
         threads.count.cache_clear()
 
 
