@@ -8,6 +8,8 @@ program the table has:
 - compile: wall s and peak RSS of `spyrec compile` (a fresh process; the peak is the child's
   `ru_maxrss` from `os.wait4`, the figure `/usr/bin/time -v` prints);
 - out MB: the output directory's size (manifest, sdsc files, weights);
+- write floor: wall s of a plain process writing as many bytes as weights.bin into a new file
+  beside it (the machine's page-cache fill rate, the floor under compile's weights part);
 - run: wall s and peak RSS of `spyrec run OUT --inputs in.npz`;
 - eager: wall s and peak RSS of a fresh process that loads the `.pt2` and runs its forward;
 - run_vs_eager: the two whole processes' ratio (issue 26's target: <= 1.0);
@@ -154,6 +156,22 @@ def measured(cmd: list[str], what: str, cap_gb: float,
     return wall, usage.ru_maxrss / (1 << 20)
 
 
+def write_floor(work: Path, nbytes: int) -> float:
+    """Wall s of a fresh process writing `nbytes` of zeros into a new file beside the output
+    (16 MiB writes, no fsync, as compile writes weights.bin), then deleting it: the
+    machine's own floor under the weights part of a compile. On the test host a new file's
+    page cache fills at 0.25-3 GB/s depending on how recently the memory was used."""
+    path = work / "write_floor.tmp"
+    script = (f"import os\nb = bytes(16 << 20)\nfd = os.open({str(path)!r}, "
+              f"os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\nleft = {nbytes}\n"
+              f"while left > 0:\n    left -= os.write(fd, b[:min(left, len(b))])\n"
+              f"os.close(fd)\n")
+    try:
+        return measured([PY, "-c", script], "write floor", 64.0)[0]
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 1e6
 
@@ -173,6 +191,7 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
                                          f"spyrec compile of {name}", max_rss)
         if compile_gb == float("inf"):
             raise SystemExit(f"scale: spyrec compile of {name} passed --max-rss-gb")
+        floor_s = write_floor(work, (out / "weights.bin").stat().st_size)
         run_s, run_gb = measured([*spyrec, "run", str(out), "--inputs", str(npz), "-q"],
                                  f"spyrec run of {name}", max_rss)
         eager_s, eager_gb = measured([PY, "-c", EAGER.format(pt2=str(pt2), npz=str(npz))],
@@ -187,7 +206,7 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
         report = json.loads((out / "report.json").read_text())
         row = {"program": name, "pt2_mb": pt2.stat().st_size / 1e6,
                "compile_s": compile_s, "compile_gb": compile_gb, "out_mb": dir_mb(out),
-               "run_s": run_s, "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
+               "write_floor_s": floor_s, "run_s": run_s, "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
                "ops": report["ops"],
                "run_vs_eager": run_s / eager_s, "check_s": check_s, "check_gb": check_gb,
                "est_us": report["cost"]["totals"]["time_us"]}
@@ -200,7 +219,8 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
 
 
 COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f}"),
-           ("compile_gb", "{:>10.2f}"), ("out_mb", "{:>8.0f}"), ("run_s", "{:>7.1f}"),
+           ("compile_gb", "{:>10.2f}"), ("out_mb", "{:>8.0f}"), ("write_floor_s", "{:>13.1f}"),
+           ("run_s", "{:>7.1f}"),
            ("run_gb", "{:>7.2f}"), ("eager_s", "{:>7.1f}"), ("eager_gb", "{:>8.2f}"),
            ("run_vs_eager", "{:>12.2f}"), ("check_s", "{:>7.1f}"), ("check_gb", "{:>8.2f}"),
            ("ops", "{:>5}"), ("est_us", "{:>10.1f}")]
@@ -245,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"depth {args.depth}; RSS in GB (peak resident set of the whole process); out_mb is "
-          f"the output directory; run_vs_eager is run_s / eager_s (both whole processes: load "
+          f"the output directory; write_floor_s is a plain write of weights.bin's bytes; run_vs_eager is run_s / eager_s (both whole processes: load "
           f"+ forward); check_* is `spyrec run --check` (nan: not asked); est_us is "
           f"report.json cost.totals.time_us")
     print(table(rows))
