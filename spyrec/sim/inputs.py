@@ -25,6 +25,7 @@ from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
 from spyrec.sim.numerics import float32_to_bf16_bits
+from spyrec.sim.prefetch import SMALL_BYTES
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
 from spyrec.sim.transfer import HOST_NUMPY
@@ -235,7 +236,9 @@ def constant_bytes(out_dir: Path, weights) -> dict[str, np.ndarray]:
     file holds them in device form, so they become the constants' HBM as they are. The
     kernel is asked to read the whole file ahead (`MADV_WILLNEED`, asynchronous), so the
     pages arrive while the first ops run instead of one fault at a time when an op first
-    reads them (a file compile has just written with direct I/O is not in the page cache).
+    reads them. Above `SMALL_BYTES` the runner's `Prefetcher` reads them in execution order
+    instead, a window ahead of the ops (the whole file at once could evict the first layers'
+    weights to make room for the last).
     `weights` is the loader's checked `Weights` table (manifest `weights`); the file's size
     was checked too."""
     if weights is None or not weights.entries:
@@ -249,8 +252,9 @@ def constant_bytes(out_dir: Path, weights) -> dict[str, np.ndarray]:
     except (OSError, ValueError) as e:   # changed since the loader's size check
         raise InputFileError(f"{path}: cannot map it ({e}); the file is truncated or "
                              f"damaged: re-run spyrec compile") from None
-    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
-        mapped.madvise(mmap.MADV_WILLNEED)
+    if weights.nbytes < SMALL_BYTES and hasattr(mapped, "madvise") and \
+            hasattr(mmap, "MADV_WILLNEED"):
+        mapped.madvise(mmap.MADV_WILLNEED)     # bigger files: read in order (sim/prefetch.py)
     data = np.frombuffer(mapped, dtype=np.uint8)
     return {e.name: data[e.offset:e.offset + e.nbytes] for e in weights.entries}
 

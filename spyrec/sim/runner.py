@@ -21,6 +21,7 @@ import numpy as np
 from spyrec.sim.cast import TORCH_CASTS_FROM_BYTES, use_torch_casts
 from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
 from spyrec.sim import threads
+from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, constant_bytes
 from spyrec.sim.loader import Program, load_directory, load_files
@@ -108,14 +109,16 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
     return live
 
 
-def place_tensors(program: Program) -> Hbm:
+def place_tensors(program: Program, constants: dict[str, np.ndarray] | None = None) -> Hbm:
     """Every manifest HBM tensor allocated, each byte filled once: constants are their
     mapped bytes of weights.bin (device form: nothing to convert or copy), inputs are filled
     by their transfer (`write_tensor`), intermediates born after the first execution when
-    their life starts (`_refill`), the rest here."""
+    their life starts (`_refill`), the rest here. `constants`: the mapped weights
+    (`constant_bytes`), mapped here when not given."""
     hbm = Hbm(program.manifest.hbm_bytes)
     live = live_ranges(program)
-    weights = constant_bytes(program.out_dir, program.weights)
+    weights = constants if constants is not None else constant_bytes(program.out_dir,
+                                                                     program.weights)
     for t in program.manifest.tensors.values():
         if t.hbm_address is None:
             continue
@@ -177,6 +180,16 @@ def _refill(hbm: Hbm, alloc: Allocation) -> None:
         FILL_VALUE[alloc.device_dtype]
 
 
+def _prefetcher(program: Program, constants: dict[str, np.ndarray]) -> Prefetcher | None:
+    """A reader of the weights ahead of the ops (`sim/prefetch.py`) when there are enough
+    of them to wait for."""
+    if sum(v.size for v in constants.values()) < SMALL_BYTES:
+        return None
+    steps = [[constants[a.name] for a in program.ops[ex.file].args if a.name in constants]
+             for _, ex in program.trace]
+    return Prefetcher(steps)
+
+
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
              program: Program | None = None) -> SimResult:
     """Run the compiled program in `out_dir` on `inputs` (name -> host array)."""
@@ -187,7 +200,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     if program.weights is not None and program.weights.nbytes >= TORCH_CASTS_FROM_BYTES:
         use_torch_casts()       # exact either way; 2.5x faster weight reads (sim/cast.py)
     host_inputs = check_inputs(manifest, inputs)
-    hbm = place_tensors(program)
+    constants = constant_bytes(program.out_dir, program.weights)
+    hbm = place_tensors(program, constants)
     lx = place_lx(program)
     births = _births(lx.allocations)
     hbm_births = _births([a for a in hbm.allocations if a.live[0] > 0])
@@ -195,17 +209,24 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         write_tensor(hbm, manifest.tensors[name], array)
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
         f"{manifest.hbm_bytes} bytes of HBM")
-    for i, (kernel, ex) in enumerate(program.trace):
-        spec = program.ops[ex.file]
-        t0 = time.perf_counter()
-        for alloc in births.get(i, ()):
-            if not lx.handed_over(alloc):
-                lx.begin(alloc)
-        for alloc in hbm_births.get(i, ()):
-            _refill(hbm, alloc)
-        run_op(spec, ex, hbm, lx)
-        log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
-            f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+    prefetch = _prefetcher(program, constants)
+    try:
+        for i, (kernel, ex) in enumerate(program.trace):
+            spec = program.ops[ex.file]
+            t0 = time.perf_counter()
+            if prefetch is not None:
+                prefetch.at(i)
+            for alloc in births.get(i, ()):
+                if not lx.handed_over(alloc):
+                    lx.begin(alloc)
+            for alloc in hbm_births.get(i, ()):
+                _refill(hbm, alloc)
+            run_op(spec, ex, hbm, lx)
+            log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
+                f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+    finally:
+        if prefetch is not None:
+            prefetch.close()
     tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
     outputs = [read_tensor(hbm, manifest.tensors[name]) for name in tensors]
     dtypes = [manifest.tensors[name].host_dtype for name in tensors]

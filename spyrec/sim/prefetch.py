@@ -1,0 +1,122 @@
+"""Read the weights from disk ahead of the ops that use them, a bounded window at a time.
+
+Constants are a map of weights.bin (`sim/inputs.constant_bytes`). When the page cache holds
+the file (a run right after its compile, weights well under the machine's memory) every read
+is a memory read. When it does not (Granite-8B width at 40 layers: 16.75 GB of weights on a
+24 GiB machine that also caches the `.pt2`), each op would stop at its weight's first touch
+and wait for the disk, one fault at a time, while the cores idle; and asking the kernel to
+read the whole file ahead at once evicts the first layers' weights to make room for the last.
+
+`Prefetcher` walks the trace's constants in execution order on a daemon thread and faults
+their pages in (`MADV_POPULATE_READ` through libc, which blocks that thread only: ctypes
+releases the GIL) while the ops compute, staying at most `window` bytes ahead of the op
+that runs. Where the kernel has no `MADV_POPULATE_READ` (Linux < 5.14) it asks for
+asynchronous read-ahead (`MADV_WILLNEED`) of the same ranges instead. Reading ahead changes
+no value: the pages are the file's either way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import threading
+from functools import lru_cache
+
+import numpy as np
+
+MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
+MADV_POPULATE_READ = 22            # Linux 5.14+: fault the range in, readable
+WINDOW_BYTES = 2 << 30             # how far ahead of the running op the pages may be read
+PIECE_BYTES = 64 << 20             # one madvise call: the thread re-checks the window between
+SMALL_BYTES = 512 << 20            # below this the whole file is read ahead at once
+
+
+@lru_cache(maxsize=1)
+def _madvise():
+    """libc's madvise (None where it cannot be loaded)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def advise(view: np.ndarray, advice: int) -> bool:
+    """madvise the pages under `view` (a 1-D uint8 view of a mapping); False if refused."""
+    fn = _madvise()
+    if fn is None or view.size == 0:
+        return False
+    page = mmap.PAGESIZE
+    start = view.ctypes.data // page * page
+    end = view.ctypes.data + view.size
+    return fn(start, end - start, advice) == 0
+
+
+class Prefetcher:
+    """Faults in each step's constants ahead of the step (module docstring).
+
+    `steps[i]` lists the constant byte views execution i reads (each view read once, at its
+    first step); `at(i)` says execution i is about to run; `close()` stops the thread."""
+
+    def __init__(self, steps: list[list[np.ndarray]], window: int = WINDOW_BYTES):
+        self._order = _first_uses(steps)        # [(step, view)] in execution order
+        self._window = window
+        self._current = 0
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="spyrec-prefetch")
+        self._thread.start()
+
+    def at(self, step: int) -> None:
+        with self._changed:
+            self._current = step
+            self._changed.notify()
+
+    def close(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        populate = True
+        ahead: list[tuple[int, int]] = []       # (step, bytes) read, not yet run
+        for step, view in self._order:
+            for lo in range(0, view.size, PIECE_BYTES):
+                piece = view[lo:lo + PIECE_BYTES]
+                if not self._wait_for_room(ahead, piece.size):
+                    return
+                if populate and not advise(piece, MADV_POPULATE_READ):
+                    populate = False            # an older kernel: read-ahead hints instead
+                if not populate:
+                    advise(piece, MADV_WILLNEED)
+                ahead.append((step, piece.size))
+
+    def _wait_for_room(self, ahead: list[tuple[int, int]], nbytes: int) -> bool:
+        """Block until `nbytes` more fit in the window past the running step; False when
+        closed."""
+        with self._changed:
+            while True:
+                if self._stopped:
+                    return False
+                ahead[:] = [(s, n) for s, n in ahead if s >= self._current]
+                if not ahead or sum(n for _, n in ahead) + nbytes <= self._window:
+                    return True
+                self._changed.wait()
+
+
+def _first_uses(steps: list[list[np.ndarray]]) -> list[tuple[int, np.ndarray]]:
+    seen: set[int] = set()
+    order = []
+    for i, views in enumerate(steps):
+        for view in views:
+            key = view.ctypes.data
+            if key not in seen and view.size:
+                seen.add(key)
+                order.append((i, view))
+    return order

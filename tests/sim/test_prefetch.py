@@ -1,0 +1,103 @@
+"""The weights prefetcher (spyrec.sim.prefetch): execution order, a bounded window, a fallback
+for kernels without MADV_POPULATE_READ, and a real mapping faulted in."""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from spyrec.sim import prefetch
+from spyrec.sim.prefetch import MADV_POPULATE_READ, MADV_WILLNEED, Prefetcher
+
+
+class Recorder:
+    """Stands in for madvise: records (start offset, bytes, advice) and the step running."""
+
+    def __init__(self, base: np.ndarray, populate_ok: bool = True):
+        self.base, self.populate_ok = base, populate_ok
+        self.calls: list[tuple[int, int, int, int]] = []
+        self.current = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, view: np.ndarray, advice: int) -> bool:
+        with self.lock:
+            start = view.ctypes.data - self.base.ctypes.data
+            self.calls.append((start, view.size, advice, self.current))
+        return advice != MADV_POPULATE_READ or self.populate_ok
+
+
+def _wait_idle(rec: Recorder, expect: int) -> None:
+    """Until the thread has made `expect` calls (10 s at most), and then no more for 0.2 s:
+    the window holds it."""
+    deadline = time.monotonic() + 10
+    while len(rec.calls) < expect and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert len(rec.calls) == expect, rec.calls
+
+
+def test_reads_in_execution_order_within_the_window(monkeypatch):
+    monkeypatch.setattr(prefetch, "PIECE_BYTES", 100)
+    arena = np.zeros(1000, dtype=np.uint8)
+    a, b, c = arena[0:300], arena[300:600], arena[600:1000]
+    rec = Recorder(arena)
+    monkeypatch.setattr(prefetch, "advise", rec)
+    steps = [[c], [], [a, c], [b]]                  # c first, a at step 2, b at step 3
+    pf = Prefetcher(steps, window=500)
+    _wait_idle(rec, 5)
+    # step 0 running: c (400 bytes, step 0) then 100 of a's (step 2) fill the window
+    assert [(s, n) for s, n, _, _ in rec.calls] == [(600, 100), (700, 100), (800, 100),
+                                                    (900, 100), (0, 100)]
+    rec.current = 2
+    pf.at(2)                    # c is behind: a (300, step 2) and 200 of b's (step 3)
+    _wait_idle(rec, 9)
+    assert [s for s, _, _, _ in rec.calls][5:] == [100, 200, 300, 400]
+    rec.current = 3
+    pf.at(3)
+    _wait_idle(rec, 10)
+    pf.close()
+    assert [s for s, _, _, _ in rec.calls][9:] == [500]
+    assert all(adv == MADV_POPULATE_READ for _, _, adv, _ in rec.calls)
+
+
+def test_falls_back_to_read_ahead_hints(monkeypatch):
+    arena = np.zeros(256, dtype=np.uint8)
+    rec = Recorder(arena, populate_ok=False)
+    monkeypatch.setattr(prefetch, "advise", rec)
+    pf = Prefetcher([[arena[:128]], [arena[128:]]], window=1 << 20)
+    _wait_idle(rec, 3)
+    pf.close()
+    advices = [adv for _, _, adv, _ in rec.calls]
+    # the first populate is refused: that piece and every later one get MADV_WILLNEED
+    assert advices == [MADV_POPULATE_READ, MADV_WILLNEED, MADV_WILLNEED]
+
+
+def test_close_stops_a_waiting_thread(monkeypatch):
+    monkeypatch.setattr(prefetch, "PIECE_BYTES", 10)
+    arena = np.zeros(1000, dtype=np.uint8)
+    rec = Recorder(arena)
+    monkeypatch.setattr(prefetch, "advise", rec)
+    pf = Prefetcher([[arena[:500]], [arena[500:]]], window=50)
+    _wait_idle(rec, 5)                              # the window is full at step 0
+    pf.close()
+    assert not pf._thread.is_alive()
+
+
+def test_real_mapping_is_faulted_in(tmp_path):
+    """On this kernel the real madvise path runs and the bytes read are the file's."""
+    path = tmp_path / "w.bin"
+    data = np.arange(3 << 20, dtype=np.uint8)
+    data.tofile(path)
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), data.size, access=mmap.ACCESS_COPY)
+    view = np.frombuffer(mapped, dtype=np.uint8)
+    pf = Prefetcher([[view[: 1 << 20]], [view[1 << 20:]]], window=1 << 30)
+    pf.at(1)
+    pf.close()
+    assert np.array_equal(view, data)
+    if not prefetch.advise(view, MADV_POPULATE_READ):
+        pytest.skip("this kernel has no MADV_POPULATE_READ (the WILLNEED path ran)")
