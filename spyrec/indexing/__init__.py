@@ -20,7 +20,7 @@ from spyrec.indexing.expr import (
     Atom, FloorDiv, Indirect, Lin, Max, Min, Mod, Prod, Var, as_lin, const, evaluate,
     floordiv, indirect, maximum, minimum, mod, substitute, var,
 )
-from spyrec.indexing.ranges import Ranges, bounds
+from spyrec.indexing.ranges import Ranges, bounds, intern
 from spyrec.indexing.parser import ExprSyntaxError, parse_expr
 
 _SYMPY_BRIDGE = ("IndirectAccess", "from_sympy", "to_sympy")
@@ -38,6 +38,6 @@ def __getattr__(name: str):
 __all__ = [
     "Atom", "Domain", "ExprSyntaxError", "FloorDiv", "Indirect", "IndirectAccess", "Lin", "Max", "Min", "Mod",
     "Prod", "Ranges", "Var", "as_lin", "bounds", "clear_caches", "const", "device_coordinates", "evaluate",
-    "floordiv", "from_sympy", "indirect", "make_ranges", "maximum", "minimum", "mod",
+    "floordiv", "from_sympy", "indirect", "intern", "make_ranges", "maximum", "minimum", "mod",
     "parse_expr", "simplify", "simplify_domain", "substitute", "to_sympy", "value_range", "var",
 ]

@@ -66,6 +66,22 @@ class Ranges:
         return Ranges(merged, self._facts)
 
 
+_INTERNED: dict = {}
+
+
+def intern(value):
+    """One object per distinct value of an immutable index value (`Ranges`, `Lin`): memo
+    keys holding the same object compare by identity, where equal copies (each layer of a
+    stack builds its own) compare field by field in Python on every lookup. Equal values are
+    interchangeable (every memo already treats them so); the table is emptied when large."""
+    got = _INTERNED.get(value)
+    if got is None:
+        if len(_INTERNED) >= 1 << 16:
+            _INTERNED.clear()
+        got = _INTERNED[value] = value
+    return got
+
+
 # --- interval arithmetic on possibly-infinite ends ------------------------------------------
 
 

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
-from spyrec.indexing import Indirect, Lin, Ranges, Var
+from spyrec.indexing import Indirect, Lin, Ranges, Var, intern
 from spyrec.layout import DeviceLayout, contiguous_strides
 
 ROLES = ("input", "constant", "intermediate", "output")
@@ -64,6 +64,11 @@ class Access:
 
     buffer: str
     index: Lin
+
+    def __post_init__(self) -> None:
+        # one object per distinct index: the passes' memo keys hold it (ranges.intern)
+        if type(self.index) is Lin:
+            object.__setattr__(self, "index", intern(self.index))
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,7 @@ class Operation:
         for access, (low, size) in zip(self.index_inputs, self.index_bounds):
             if low >= 0:
                 ranges[Indirect(access.buffer)] = (low, size - 1)
-        return Ranges(ranges)
+        return intern(Ranges(ranges))   # one object per value: memo keys hold it
 
     def accesses(self) -> Iterator[tuple[str, Access]]:
         """(role, access) in argument order: index tensors, inputs, then the output."""

@@ -135,6 +135,7 @@ class LayoutSearch:
         # buffers some state may have a layout for and a later op reads (merge keys)
         self.touched: dict[str, None] = dict.fromkeys(start.layouts)
         self._memo: dict[tuple, object] = {}
+        self._fit_memo: dict[tuple, tuple] = {}     # `_fits`
         # layouts copied into branches and compared when merging: the search's work, which
         # tests/passes/test_compile_scaling.py checks grows linearly with a stack's depth
         self.work = 0
@@ -270,9 +271,19 @@ class LayoutSearch:
         return True
 
     def _fits(self, op: Operation, access: Access, layout: DeviceLayout, target) -> bool:
-        buf = self.graph.buffers[access.buffer]
-        info = stick_info(buf.host_size, buf.host_strides, layout, op.var_ranges, access.index)
-        return compatible(info, target, op.reduced, layout.elems_per_stick)
+        """Can op read `access` laid out as `layout` with stick var `target`? Memoized by
+        object identity (the search asks ~100 times per op; hashing the layout and the
+        stick_info key each time cost more than the answer); the entry holds the objects,
+        so an id is never reused while its entry lives."""
+        key = (id(op), id(access), id(layout), target)
+        got = self._fit_memo.get(key)
+        if got is None:
+            buf = self.graph.buffers[access.buffer]
+            info = stick_info(buf.host_size, buf.host_strides, layout, op.var_ranges,
+                              access.index)
+            got = self._fit_memo[key] = (op, access, layout, compatible(
+                info, target, op.reduced, layout.elems_per_stick))
+        return got[3]
 
     def _decide_free(self, access: Access, s: State, target, op: Operation,
                      any_layout: bool = False) -> None:
