@@ -159,6 +159,8 @@ def slice_boxes(graph: Graph, buf: Buffer,
     per_writer = [core_boxes(buf, op, op.output) for op in writers]
     if not per_writer or any(b is None for b in per_writer):
         return None
+    if len(per_writer) == 1:    # one writer: its boxes (the union below would copy them)
+        return per_writer[0]
     out = []
     for c in range(max(len(b) for b in per_writer)):
         boxes = [b[c] for b in per_writer if c < len(b)]
@@ -209,13 +211,22 @@ def tile_problem(buf: Buffer, op: Operation, access: Access,
       core's slice.
     Gathers have no fixed tile (slices None there): no problem here."""
     splits = tuple(sorted((op.core_splits or {}).items()))
-    if _lane_shifted(tuple(buf.host_size), tuple(buf.host_strides), buf.layout, op.ranges,
-                     splits, access.index):
+    return _tile_problem(tuple(buf.host_size), tuple(buf.host_strides), buf.layout,
+                         op.ranges, splits, access.index,
+                         None if slices is None else tuple(slices))
+
+
+@lru_cache(maxsize=1 << 14)
+def _tile_problem(host_size, host_strides, layout, var_ranges, splits, index,
+                  slices: tuple | None) -> str | None:
+    """`tile_problem` on hashable facts (memoized: scratchpad_planning runs once per
+    stage_inputs trial and asks again for every access of every LX candidate)."""
+    if _lane_shifted(host_size, host_strides, layout, var_ranges, splits, index):
         return "it starts inside a stick"
-    boxes = core_boxes(buf, op, access)
+    boxes = _core_boxes(host_size, host_strides, layout, var_ranges, splits, index)
     if not boxes or not slices or len(boxes) > len(slices):
         return None
-    sizes = buf.layout.device_size
+    sizes = layout.device_size
     whole = [(min(lo for lo, _ in dim), max(hi for _, hi in dim)) for dim in zip(*boxes)]
     for box, mine in zip(boxes, slices):
         for j, ((lo, hi), (w_lo, w_hi), (s_lo, s_hi)) in enumerate(zip(box, whole, mine)):

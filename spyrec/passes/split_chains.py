@@ -62,7 +62,7 @@ class ChainMoves:
         # `_items` of each split dict seen (by id, the dict kept alive: splits are replaced,
         # never changed in place)
         self._items_of: dict[int, tuple[dict, tuple]] = {}
-        self._links: dict[str, tuple[list, list]] = {}      # `_cost`
+        self._links: dict[str, tuple] = {}                 # `_cost`
         self._static: dict[str, tuple] = {}                # `_key`
         self._interned: dict[tuple, int] = {}
 
@@ -369,11 +369,16 @@ class ChainMoves:
             return None
         sid, lx, readers = got
         items = self._items
-        return (sid, op.ranges,
-                tuple(None if w is None else () if w[0] is False or w[0].core_splits is None
-                      else (w[0].ranges, w[1], items(w[0].core_splits)) for w in lx),
-                None if readers is None else
-                tuple((r.ranges, i, items(r.core_splits)) for r, i in readers))
+        writers = []
+        for w in lx:
+            if w is None:
+                writers.append(None)
+            elif w[0] is False or w[0].core_splits is None:
+                writers.append(())
+            else:
+                writers.append((w[0].ranges, w[1], items(w[0].core_splits)))
+        return (sid, op.ranges, tuple(writers), None if readers is None else
+                tuple([(r.ranges, i, items(r.core_splits)) for r, i in readers]))
 
     # --- bookkeeping ------------------------------------------------------------------------
 
@@ -420,21 +425,32 @@ class ChainMoves:
         """op's estimated (time, serial time: compute plus memory) under the current splits
         (memoized on what it depends on: its split, its writers' and its readers' splits)."""
         links = self._links.get(op.name)
-        if links is None:       # the ops that may write its inputs, and its readers
+        if links is None:       # op, the ops that may write its inputs, and its readers
             p = self.producers
-            links = self._links[op.name] = (
-                [w for a in op.inputs if (w := p.writers.get(a.buffer)) is not None
-                 and w is not op],
-                [r for r, _ in p.readers.get(op.output.buffer, ())])
-        items = self._items
-        key = (op.name, items(op.core_splits),
-               tuple(items(w.core_splits) for w in links[0] if w.core_splits is not None),
-               tuple(items(r.core_splits) for r in links[1]))
+            links = self._links[op.name] = (op,) + tuple(
+                w for a in op.inputs if (w := p.writers.get(a.buffer)) is not None
+                and w is not op) + tuple(r for r, _ in p.readers.get(op.output.buffer, ()))
+        key = self._splits_key(op.name, links)
         if key not in self._times:
             cost = self._estimate(op, op.core_splits, penalties=False)
             self._times[key] = cost.time_us, cost.time_us + min(cost.compute_us,
                                                                  cost.memory_us)
         return self._times[key]
+
+    def _splits_key(self, name: str, ops: tuple) -> tuple:
+        """(name, each op's `_items` or None when it has no split yet): `_items` inlined,
+        since moves build these keys hundreds of thousands of times."""
+        items_of, key = self._items_of, [name]
+        for o in ops:
+            s = o.core_splits
+            if s is None:
+                key.append(None)
+                continue
+            got = items_of.get(id(s))
+            if got is None or got[0] is not s:
+                got = items_of[id(s)] = (s, tuple(sorted(s.items())))
+            key.append(got[1])
+        return tuple(key)
 
     def _items(self, splits: dict[str, int] | None) -> tuple:
         """`_items`, remembered per dict (moves ask for the same ops' splits again and

@@ -157,6 +157,7 @@ class Producers:
                                               for name, ops in all_writers.items()}
         self._boxes: dict[str, object] = {}
         self._same: dict[tuple, bool | None] = {}     # `same_slices`, memoized
+        self._items_of: dict[int, tuple[dict, tuple]] = {}     # `_items`
         # the buffers scratchpad_planning may put in LX: per-tile ones, and with
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
         # ops may read one in place)
@@ -203,12 +204,20 @@ class Producers:
         writer = self.writer(access.buffer, op)
         if writer is None:
             return None
-        key = (access.buffer, op.ranges, access.index, tuple(sorted(splits.items())),
-               writer.ranges, writer.reduced, tuple(sorted(writer.core_splits.items())),
+        key = (access.buffer, op.ranges, access.index, self._items(splits),
+               writer.ranges, writer.reduced, self._items(writer.core_splits),
                writer.output.index)
         if key not in self._same:
             self._same[key] = self._same_slices(op, access, splits)
         return self._same[key]
+
+    def _items(self, splits: dict[str, int]) -> tuple:
+        """`splits` sorted, remembered per dict (the dict kept alive, so its id is not
+        reused): moves ask `same_slices` about the same few split dicts again and again."""
+        got = self._items_of.get(id(splits))
+        if got is None or got[0] is not splits:
+            got = self._items_of[id(splits)] = (splits, tuple(sorted(splits.items())))
+        return got[1]
 
     def _same_slices(self, op: Operation, access: Access, splits: dict[str, int]) -> bool | None:
         """`same_slices` computed (its writer known to have a split)."""
