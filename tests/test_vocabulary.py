@@ -66,7 +66,8 @@ def test_every_vocabulary_entry_is_named_by_the_compiler():
     """No vocabulary entry (and so no kernel) that the front end and passes never produce:
     each is written in their source, or is the op part of an aten op they lower and pass
     through by name (`aten.fmod.Tensor` -> fmod, `aten.argmax.default` -> argmax)."""
-    from spyrec.frontend.registry import LOWERINGS, register_lowerings
+    from spyrec.frontend.lowerings import register_lowerings
+    from spyrec.frontend.registry import LOWERINGS
 
     register_lowerings()
     passed_through = {target.split(".")[1] for target in LOWERINGS if target.startswith("aten.")}

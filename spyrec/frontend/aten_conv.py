@@ -44,9 +44,9 @@ from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary
 from spyrec.frontend.aten_reductions import FP32, matmul, reduce
 from spyrec.frontend.indexed import constant_values
-from spyrec.frontend.lower import (
-    LoweringContext, Scalar, Unlowered, iteration_vars, lowering, names_of, source_of,
-)
+from spyrec.frontend.context import LoweringContext, Scalar, Unlowered, iteration_vars, names_of
+from spyrec.frontend.registry import lowering
+from spyrec.frontend.sources import source_of
 from spyrec.frontend.program import Ref
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import const, floordiv, mod, var

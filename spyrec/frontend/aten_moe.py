@@ -23,7 +23,9 @@ import numpy as np
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_reductions import matmul, reduce
-from spyrec.frontend.lower import LoweringContext, iteration_vars, lowering, names_of, source_of
+from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
+from spyrec.frontend.registry import lowering
+from spyrec.frontend.sources import source_of
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, as_lin
 from spyrec.ir import Access

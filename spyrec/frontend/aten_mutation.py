@@ -24,7 +24,8 @@ from spyrec.frontend.aten_ops import binary
 from spyrec.frontend.indexed import (
     IndexUse, advanced_coordinates, advanced_shape, check_index, distinct_indices, emit_scatter,
 )
-from spyrec.frontend.lower import Scalar, lowering
+from spyrec.frontend.context import Scalar
+from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, as_lin
 

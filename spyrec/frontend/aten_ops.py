@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.lower import (
-    LOWERINGS, LoweringContext, Scalar, host_dtype, iteration_vars, lowering, names_of,
-)
+from spyrec.frontend.context import LoweringContext, Scalar, host_dtype, iteration_vars, names_of
+from spyrec.frontend.registry import LOWERINGS, lowering
 from spyrec.frontend.indexed import (
     advanced_coordinates, advanced_shape, constant_values, distinct_indices, emit_gather,
     static_selection,
@@ -279,22 +278,6 @@ def _filled(ctx, shape, dtype: str, value) -> TensorValue:
     ctx.emit("fill", out, list(zip(names_of(cvars), shape)), [], out.at(cvars),
              constants={"value": _number(value)})
     return out
-
-
-@lowering("aten.any.default", "aten.any.dim", "aten.any.dims",
-          "aten.all.default", "aten.all.dim", "aten.all.dims")
-def _any_all(ctx, node, x, dim=None, keepdim=False):
-    """any = max and all = min of `x != 0` (a bool; NaN counts as true, as eager). Over an
-    empty dim: eager's identity (any False, all True), a fill."""
-    from spyrec.frontend.aten_reductions import reduce
-
-    shape, dtype = ctx.out_meta()
-    is_any = str(node.target).startswith("aten.any.")
-    if x.numel == 0:
-        return _filled(ctx, shape, dtype, not is_any)
-    truth = x if x.dtype == "bool" else binary(ctx, "notequal", x, 0, out_dtype="bool")
-    out = reduce(ctx, "max" if is_any else "min", truth, dim, keepdim, dtype)
-    return out if out.shape == shape else out.reshape(shape)
 
 
 # --- casts and copies ------------------------------------------------------------------------

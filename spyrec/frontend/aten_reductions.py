@@ -11,10 +11,9 @@ import math
 from typing import Sequence
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_ops import binary
-from spyrec.frontend.lower import (
-    LoweringContext, Scalar, Unlowered, iteration_vars, lowering, names_of,
-)
+from spyrec.frontend.aten_ops import _filled, binary
+from spyrec.frontend.context import LoweringContext, Scalar, Unlowered, iteration_vars, names_of
+from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue, broadcast_shapes
 from spyrec.indexing import const
 from spyrec.ir import Access
@@ -103,6 +102,20 @@ def _argmax(ctx, node, x, dim=None, keepdim=False):
 @lowering("aten.max.default", "aten.min.default")
 def _max_all(ctx, node, x):
     return reduce(ctx, str(node.target).split(".")[1], x, None, False, ctx.out_meta()[1])
+
+
+@lowering("aten.any.default", "aten.any.dim", "aten.any.dims",
+          "aten.all.default", "aten.all.dim", "aten.all.dims")
+def _any_all(ctx, node, x, dim=None, keepdim=False):
+    """any = max and all = min of `x != 0` (a bool; NaN counts as true, as eager). Over an
+    empty dim: eager's identity (any False, all True), a fill."""
+    shape, dtype = ctx.out_meta()
+    is_any = str(node.target).startswith("aten.any.")
+    if x.numel == 0:
+        return _filled(ctx, shape, dtype, not is_any)
+    truth = x if x.dtype == "bool" else binary(ctx, "notequal", x, 0, out_dtype="bool")
+    out = reduce(ctx, "max" if is_any else "min", truth, dim, keepdim, dtype)
+    return out if out.shape == shape else out.reshape(shape)
 
 
 # --- matmul ----------------------------------------------------------------------------------

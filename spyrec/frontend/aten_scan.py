@@ -20,7 +20,8 @@ triangular matrix:
 
 from __future__ import annotations
 
-from spyrec.frontend.lower import LoweringContext, iteration_vars, lowering, names_of
+from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
+from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
 from spyrec.ir import Access
 

@@ -18,7 +18,9 @@ from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary, gather
 from spyrec.frontend.indexed import IndexUse, check_index, constant_values, emit_gather
 from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul, reduce
-from spyrec.frontend.lower import Scalar, lowering, source_of
+from spyrec.frontend.context import Scalar
+from spyrec.frontend.registry import lowering
+from spyrec.frontend.sources import source_of
 from spyrec.indexing import Indirect, as_lin
 
 

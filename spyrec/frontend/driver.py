@@ -20,7 +20,8 @@ from spyrec.frontend.context import (
 )
 from spyrec.frontend.names import rename_graph
 from spyrec.frontend.program import Program, Ref, StoredTensor, tensor_values
-from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH, lowerable, register_lowerings
+from spyrec.frontend.lowerings import lowerable, register_lowerings
+from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
 from spyrec.frontend.sources import source_of
 from spyrec.frontend.views import TensorValue
 from spyrec.ir import Buffer, Graph

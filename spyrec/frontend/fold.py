@@ -626,7 +626,7 @@ def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[P
 
 
 def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
-    from spyrec.frontend.registry import lowerable
+    from spyrec.frontend.lowerings import lowerable
 
     mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
     roots = {s.name: s.target for s in program.inputs

@@ -19,7 +19,7 @@ write to a parameter, a constant or a user input.
 
 from __future__ import annotations
 
-from spyrec.frontend.program import Node, OutputSpec, Program, Ref
+from spyrec.frontend.program import NeedsTorch, Node, OutputSpec, Program, Ref
 
 # Ops whose result is the input itself (same storage, same shape) when the dtype is unchanged.
 FULL_ALIASES = {"aten.alias.default", "aten.detach.default", "aten.lift_fresh.default"}
@@ -51,8 +51,6 @@ def inplace_target(target: str) -> str | None:
 
 def functionalize(program: Program) -> Program:
     """`program` with its in-place ops made functional (in place; returned for chaining)."""
-    from spyrec.frontend.pt2json import NeedsTorch
-
     if not any(n.op == "call_function" and inplace_target(n.target) for n in program.nodes):
         return program
     kinds = {s.name: s for s in program.inputs}

@@ -24,7 +24,8 @@ from typing import Sequence
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.lower import LoweringContext, iteration_vars, names_of, source_of
+from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
+from spyrec.frontend.sources import source_of
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
 from spyrec.indexing import Indirect, Lin, as_lin, const, var
 from spyrec.indexing.expr import evaluate

@@ -14,9 +14,9 @@ from pathlib import Path
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.fold import fold_constants
 from spyrec.frontend.from_torch import target_name, program_of
-from spyrec.frontend.registry import lowerable
-from spyrec.frontend.program import Program
-from spyrec.frontend.pt2json import REEXPORT_STATIC, NeedsTorch, read_program, stored_tensors
+from spyrec.frontend.lowerings import lowerable
+from spyrec.frontend.program import NeedsTorch, Program
+from spyrec.frontend.pt2json import REEXPORT_STATIC, read_program, stored_tensors
 from spyrec.pt2archive import Archive, open_archive, sanitized_copy
 
 FRONTENDS = ("auto", "fast", "torch")

@@ -32,6 +32,10 @@ from pathlib import Path
 import numpy as np
 
 
+class NeedsTorch(Exception):
+    """The fast reader cannot express this program; the torch front end can try."""
+
+
 @dataclass(frozen=True)
 class Ref:
     """The value of node `name`, used as an argument."""

@@ -24,7 +24,7 @@ from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.functionalize import functionalize
 from spyrec.frontend.inline import inline_higher_order_ops
 from spyrec.frontend.program import (
-    InputSpec, Node, OutputSpec, Program, Ref, StoredTensor, Subgraph, TensorMeta,
+    InputSpec, NeedsTorch, Node, OutputSpec, Program, Ref, StoredTensor, Subgraph, TensorMeta,
     check_program,
 )
 from spyrec.pt2archive import CONSTANTS_CONFIG, WEIGHTS_CONFIG, Archive, open_archive
@@ -57,10 +57,6 @@ OUTPUT_KINDS = {"user_output": None, "buffer_mutation": "buffer_name",
 REEXPORT_STATIC = (
     "re-export with static shapes: call torch.export.export(model, example_inputs) without "
     "dynamic_shapes (and without torch.export.Dim), then save it again")
-
-
-class NeedsTorch(Exception):
-    """The fast reader cannot express this program; the torch front end can try."""
 
 
 def read_program(path: str | Path, archive: Archive | None = None) -> Program:

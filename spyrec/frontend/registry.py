@@ -1,9 +1,9 @@
 """The lowering registry: aten op name -> the function that lowers it.
 
-Lowering modules (`aten_*.py`) register with `@lowering(...)` when imported; `lowerable` and the
-driver import them all on first use (they import this module, so not at the top). This module
-holds only the table, so the front end's loader can ask "is this op known?" without pulling in
-the lowering context or driver.
+Lowering modules (`aten_*.py`) register with `@lowering(...)` when imported. This module holds
+only the table and the decorator and imports nothing of spyrec, so every lowering module can
+import it; `lowerings.py` imports the lowering modules (filling the table) and answers "is this
+op known?".
 """
 
 from __future__ import annotations
@@ -24,16 +24,3 @@ def lowering(*names: str):
             LOWERINGS[name] = fn
         return fn
     return register
-
-
-def lowerable(target: str) -> bool:
-    """Whether the lowering knows `target` (an aten op name as `Program` spells it)."""
-    register_lowerings()
-    return target in LOWERINGS or target in PASSTHROUGH
-
-
-def register_lowerings() -> None:
-    """Import every module that registers lowerings."""
-    from spyrec.frontend import aten_mutation, aten_ops, aten_reductions  # noqa: F401
-    from spyrec.frontend import aten_training  # noqa: F401
-    from spyrec.frontend import aten_conv, aten_moe, aten_scan  # noqa: F401

@@ -295,7 +295,7 @@ def test_view_copies_lower_to_index_expressions_not_copies(tmp_path):
     and each copy variant reads x through the same index as its view."""
     from spyrec.frontend import load_program, lower_program
     from spyrec.frontend.aten_ops import VIEW_COPIES
-    from spyrec.frontend.lower import LOWERINGS
+    from spyrec.frontend.registry import LOWERINGS
     from tests.programs import export
 
     assert all(LOWERINGS[c] is LOWERINGS[v] for c, v in VIEW_COPIES.items())

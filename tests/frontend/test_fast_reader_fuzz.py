@@ -16,7 +16,7 @@ import torch
 
 from spyrec.errors import SpyrecError
 from spyrec.frontend.load import load_program
-from spyrec.frontend.lower import lower_program
+from spyrec.frontend.driver import lower_program
 from tests.jsonpaths import json_paths
 from tests.programs import Lambda, export
 

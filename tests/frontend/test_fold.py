@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from spyrec.frontend.fold import (FOLDERS, MAX_FOLD_BYTES, Call, NotFoldable,
                                   fold_constants, from_bf16_bits)
 from spyrec.frontend.load import load_program
-from spyrec.frontend.lower import lowerable
+from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta
 from spyrec.sim.loader import validate
 from tests.differential.harness import run_and_compare

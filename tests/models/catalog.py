@@ -18,7 +18,7 @@ then read the graph STORED in the archive (`<archive>/models/model.json`) and li
 Because spyrec stops at the first wall (a higher-order op refused before anything else is looked at),
 it also lists what spyrec's torch front end would see past it: the graph after
 `torch.export.load(...).run_decompositions(<spyrec's table>)`, its ops that have no lowering in
-`spyrec.frontend.lower.LOWERINGS`, and whether each of those is foldable. This imports spyrec
+`spyrec.frontend.registry.LOWERINGS`, and whether each of those is foldable. This imports spyrec
 read-only (the decomposition table and the lowering registry); nothing in spyrec is changed.
 """
 
@@ -163,7 +163,7 @@ def analyze_stored(model: dict) -> dict:
 # --- what spyrec's torch front end would see ---------------------------------------------------
 
 def spyrec_registry():
-    from spyrec.frontend.lower import LOWERINGS, PASSTHROUGH
+    from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
     import spyrec.frontend.aten_ops  # noqa: F401  (registers)
     import spyrec.frontend.aten_reductions  # noqa: F401
     return set(LOWERINGS), set(PASSTHROUGH)

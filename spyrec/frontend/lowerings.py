@@ -1,0 +1,25 @@
+"""The complete lowering table: every `aten_*.py` module imported, so `registry.LOWERINGS`
+holds them all.
+
+The lowering modules import `registry` (the table and its decorator), never this module, so
+the table is filled without an import circle. The imports happen on first use, not when this
+module is imported: the front end's loader (`load.py`) and constant folding (`fold.py`) ask
+`lowerable` without paying for the lowering modules until they do.
+"""
+
+from __future__ import annotations
+
+from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
+
+
+def register_lowerings() -> None:
+    """Import every module that registers lowerings."""
+    from spyrec.frontend import aten_mutation, aten_ops, aten_reductions  # noqa: F401
+    from spyrec.frontend import aten_training  # noqa: F401
+    from spyrec.frontend import aten_conv, aten_moe, aten_scan  # noqa: F401
+
+
+def lowerable(target: str) -> bool:
+    """Whether the lowering knows `target` (an aten op name as `Program` spells it)."""
+    register_lowerings()
+    return target in LOWERINGS or target in PASSTHROUGH
