@@ -43,11 +43,12 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary
 from spyrec.frontend.aten_reductions import FP32, matmul, reduce
-from spyrec.frontend.indexed import constant_values
 from spyrec.frontend.context import LoweringContext, Scalar, Unlowered, iteration_vars, names_of
+from spyrec.frontend.host_dtypes import cast
+from spyrec.frontend.indexed import constant_values
+from spyrec.frontend.program import Ref
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.sources import source_of
-from spyrec.frontend.program import Ref
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import const, floordiv, mod, var
 from spyrec.ir import Access
@@ -313,8 +314,6 @@ def _weights(ctx, node, weight: TensorValue, bias, groups: int, direct: bool, fo
 
 
 def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    from spyrec.frontend.fold import cast
-
     return np.ascontiguousarray(cast(np.asarray(values, dtype=np.float64), dtype))
 
 

@@ -21,10 +21,10 @@ and scatter (eager calls it undefined). Out-of-range indices fault in the simula
 from __future__ import annotations
 
 from spyrec.frontend.aten_ops import binary
+from spyrec.frontend.context import Scalar
 from spyrec.frontend.indexed import (
     IndexUse, advanced_coordinates, advanced_shape, check_index, distinct_indices, emit_scatter,
 )
-from spyrec.frontend.context import Scalar
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, as_lin

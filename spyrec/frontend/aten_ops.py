@@ -11,11 +11,12 @@ import numpy as np
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.context import LoweringContext, Scalar, host_dtype, iteration_vars, names_of
-from spyrec.frontend.registry import LOWERINGS, lowering
+from spyrec.frontend.host_dtypes import cast
 from spyrec.frontend.indexed import (
     advanced_coordinates, advanced_shape, constant_values, distinct_indices, emit_gather,
     static_selection,
 )
+from spyrec.frontend.registry import LOWERINGS, lowering
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Lin, const, floordiv, mod, var
 from spyrec.ir import Access
@@ -188,9 +189,7 @@ def _eager_scalars(ctx, *operands):
 
 def round_scalar(value: float, dtype: str) -> float:
     """A Python float rounded to fp16 or bf16 as `torch.tensor(value, dtype=...)` does
-    (through float32: eager's double rounding, so ours; `fold.cast` is that one rule)."""
-    from spyrec.frontend.fold import cast
-
+    (through float32: eager's double rounding, so ours; `host_dtypes.cast` is that one rule)."""
     return float(cast(np.float64(value), dtype))
 
 

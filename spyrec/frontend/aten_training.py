@@ -16,9 +16,9 @@ import numpy as np
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary, gather
-from spyrec.frontend.indexed import IndexUse, check_index, constant_values, emit_gather
 from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul, reduce
 from spyrec.frontend.context import Scalar
+from spyrec.frontend.indexed import IndexUse, check_index, constant_values, emit_gather
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.sources import source_of
 from spyrec.indexing import Indirect, as_lin

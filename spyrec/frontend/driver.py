@@ -18,9 +18,9 @@ from spyrec.errors import InputFileError, InternalError, SpyrecError, Unsupporte
 from spyrec.frontend.context import (
     LoweringContext, Scalar, Unlowered, contiguous_value, host_dtype,
 )
+from spyrec.frontend.lowerings import lowerable, register_lowerings
 from spyrec.frontend.names import rename_graph
 from spyrec.frontend.program import Program, Ref, StoredTensor, tensor_values
-from spyrec.frontend.lowerings import lowerable, register_lowerings
 from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
 from spyrec.frontend.sources import source_of
 from spyrec.frontend.views import TensorValue

@@ -1,5 +1,6 @@
-"""Constant folding (`spyrec/frontend/fold.py`): numpy folders against eager, the pass's rules
-(what is folded, what never is), and whole programs against eager through the simulator."""
+"""Constant folding (`spyrec/frontend/fold.py`, `folders.py`, `host_dtypes.py`): numpy folders
+against eager, the pass's rules (what is folded, what never is), and whole programs against
+eager through the simulator."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spyrec.frontend.fold import (FOLDERS, MAX_FOLD_BYTES, Call, NotFoldable,
-                                  fold_constants, from_bf16_bits)
+from spyrec.frontend.fold import MAX_FOLD_BYTES, fold_constants
+from spyrec.frontend.folders import FOLDERS, Call
+from spyrec.frontend.host_dtypes import NotFoldable, from_bf16_bits
 from spyrec.frontend.load import load_program
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta

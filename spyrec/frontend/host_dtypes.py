@@ -1,0 +1,96 @@
+"""Host dtype rules as eager applies them, in numpy: the numpy dtype of each torch dtype, casts,
+type promotion, and how eager's kernels take a Python scalar next to a tensor.
+
+Constant folding (`folders.py`) computes with these, and the lowering uses `cast` for the few
+values it converts at compile time (a Python float rounded to fp16/bf16, a folded conv
+weight), so a value is rounded the same way wherever spyrec rounds it on the host. bf16 values
+travel as float32 arrays holding exact bf16 values; `spyrec/bf16.py` converts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class NotFoldable(Exception):
+    """This call (an argument form the numpy folder does not handle) stays for the lowering."""
+
+
+NP_DTYPES = {"bool": np.bool_, "uint8": np.uint8, "int8": np.int8, "int16": np.int16,
+             "int32": np.int32, "int64": np.int64, "float16": np.float16,
+             "bfloat16": np.float32, "float32": np.float32, "float64": np.float64}
+ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+            "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> the nearest bf16 (ties to even), still as float32."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    rounded = np.where(np.isnan(x), np.uint32(0x7FC00000), rounded)
+    return rounded.view(np.float32)
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    return (round_bf16(x).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return np.asarray(np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def cast(x, dtype: str) -> np.ndarray:
+    """`x` converted to torch dtype `dtype` as eager converts (float -> int truncates, anything
+    -> bool is `!= 0`, double -> fp16/bf16 goes through float32). NaN, ±inf and out-of-range
+    floats go to ints through numpy's astype, the same machine conversion eager's kernels use
+    (x86: INT_MIN for int32/int64, its low bits for narrower ints; measured on torch 2.13)."""
+    if dtype not in NP_DTYPES:
+        raise NotFoldable(f"dtype {dtype}")
+    x = np.asarray(x)
+    if dtype == "bool":
+        return x if x.dtype == np.bool_ else x != 0
+    with np.errstate(invalid="ignore", over="ignore"):  # out of range -> inf, as eager
+        if dtype in ("float16", "bfloat16") and x.dtype not in (np.float16, np.float32):
+            x = x.astype(np.float32)
+        if dtype == "bfloat16":
+            return round_bf16(x.astype(np.float32, copy=False))
+        return x.astype(NP_DTYPES[dtype], copy=False)
+
+
+def category(dtype: str) -> int:
+    """0 bool, 1 integer, 2 float: eager's promotion categories."""
+    return 0 if dtype == "bool" else 2 if dtype in FLOATS else 1
+
+
+def _promote_pair(a: str, b: str) -> str:
+    if a == b:
+        return a
+    if category(a) != category(b):
+        return a if category(a) > category(b) else b
+    if category(a) == 2:
+        if {a, b} == {"float16", "bfloat16"}:
+            return "float32"
+        return max(a, b, key=FLOATS.index)
+    return str(np.promote_types(NP_DTYPES[a], NP_DTYPES[b]))
+
+
+def promote(dtypes: list[str]) -> str | None:
+    """Eager's result dtype of operands of these dtypes (None for none)."""
+    out = None
+    for d in dtypes:
+        out = d if out is None else _promote_pair(out, d)
+    return out
+
+
+def scalar_dtype(value) -> str:
+    """The dtype eager gives a Python number in type promotion."""
+    return "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
+
+
+def opmath(value, dtype: str):
+    """A Python scalar as eager's kernels use it next to a `dtype` tensor (fp16/bf16 kernels
+    compute in float32)."""
+    if category(dtype) == 2:
+        return np.float64(np.float32(value)) if dtype != "float64" else np.float64(value)
+    return np.asarray(value).astype(NP_DTYPES[dtype])
