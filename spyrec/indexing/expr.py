@@ -449,7 +449,17 @@ def _fold_minmax(values: list, is_min: bool) -> object:
 def substitute(e: Expr, mapping: Mapping[Atom, "Lin"]) -> Lin:
     """`e` with every leaf in `mapping` replaced by its expression (rebuilt through the smart
     constructors, so numbers fold on the way)."""
-    e = as_lin(e)
+    return _substitute(as_lin(e), tuple(mapping.items()))
+
+
+@lru_cache(maxsize=1 << 14)
+def _substitute(e: Lin, items: tuple) -> Lin:
+    """`substitute` memoized on the expression and the mapping's items: the layers of a
+    stack (and the files of their ops) substitute the same coordinates again and again."""
+    return _substitute_lin(e, dict(items))
+
+
+def _substitute_lin(e: Lin, mapping: Mapping[Atom, "Lin"]) -> Lin:
     total = const(e.const)
     for atom, coeff in e.terms:
         total = total + _substitute_atom(atom, mapping).scale(coeff)

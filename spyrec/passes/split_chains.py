@@ -326,6 +326,10 @@ class ChainMoves:
                 best, best_time = c, t
         return best
 
+    def estimate(self, op: Operation, split: dict[str, int]) -> SplitCost:
+        """split_cost's estimate (with its penalties), from the moves' memo."""
+        return self._estimate(op, split)
+
     def _estimate(self, op: Operation, split: dict[str, int],
                   penalties: bool = True) -> SplitCost:
         """split_cost's estimate, memoized on `estimate_key` (the layers of a stack share
@@ -396,8 +400,11 @@ class ChainMoves:
         return True
 
     def _reshape(self, op: Operation, ranges: tuple, split: dict[str, int] | None) -> None:
+        """Give op `ranges` and `split` itself, not a copy: split dicts are never changed
+        in place, and the memos that remember a dict's sorted items (`_items`) then find
+        the dict a move restores or a memoized step hands back."""
         set_ranges(op, ranges)
-        op.core_splits = dict(split) if split is not None else None
+        op.core_splits = split
         self.producers.forget(op)
 
     def _restore(self) -> None:

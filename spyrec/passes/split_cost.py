@@ -158,6 +158,8 @@ class Producers:
         self._boxes: dict[str, object] = {}
         self._same: dict[tuple, bool | None] = {}     # `same_slices`, memoized
         self._items_of: dict[int, tuple[dict, tuple]] = {}     # `_items`
+        self._shape_of: dict[str, int] = {}       # buffer -> its (shape, layout)'s number
+        self._shapes: dict[tuple, int] = {}
         # the buffers scratchpad_planning may put in LX: per-tile ones, and with
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
         # ops may read one in place)
@@ -197,14 +199,20 @@ class Producers:
         """Does `splits` give each core of `op` the slice of `access`'s buffer its writer gave
         that core (scratchpad_planning's condition (b))? None: no writer split or a gather.
 
-        Memoized on everything the answer depends on (the buffer, whose shape and layout this
-        pass does not change; op's ranges and access; the split; the writer's ranges, reduced
-        vars, split and output access): split_chains asks again for every candidate of every
-        op a move reaches, and moves reach the same ops again and again."""
+        Memoized on everything the answer depends on (the buffer's shape and layout, which
+        this pass does not change, not its name: the layers of a stack share answers; op's
+        ranges and access; the split; the writer's ranges, reduced vars, split and output
+        access): split_chains asks again for every candidate of every op a move reaches, and
+        moves reach the same ops again and again."""
         writer = self.writer(access.buffer, op)
         if writer is None:
             return None
-        key = (access.buffer, op.ranges, access.index, self._items(splits),
+        shape = self._shape_of.get(access.buffer)
+        if shape is None:       # what the answer reads of the buffer: not its name
+            buf = self.graph.buffers[access.buffer]
+            shape = self._shape_of[access.buffer] = self._shapes.setdefault(
+                (buf.host_size, buf.layout), len(self._shapes))
+        key = (shape, op.ranges, access.index, self._items(splits),
                writer.ranges, writer.reduced, self._items(writer.core_splits),
                writer.output.index)
         if key not in self._same:

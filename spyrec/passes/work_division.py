@@ -142,7 +142,6 @@ class WorkDivision(Pass):
         """Chains whose splits disagree change together when that is cheaper
         (split_chains.py); every row is then re-priced, since LX placement moved too."""
         from spyrec.passes.split_chains import ChainMoves
-        from spyrec.passes.split_cost import estimate
 
         cache: dict[tuple, list] = {}
 
@@ -152,11 +151,12 @@ class WorkDivision(Pass):
                 # no K-splits: a move keeps chains in LX, where partial sums cannot live
                 cache[key] = candidates(op, stick_vars(graph, op), self.cores)
             return cache[key]
-        if not ChainMoves(graph, producers, options, self.replicas,
-                          self.overlap_moves).run():
+        moves = ChainMoves(graph, producers, options, self.replicas, self.overlap_moves)
+        if not moves.run():
             return
         for i, op in enumerate(graph.ops):
-            cost = estimate(graph, op, op.core_splits, producers)
+            # the moves' memo of split_cost's estimate: the layers of a stack share it
+            cost = moves.estimate(op, op.core_splits)
             row = rows[i][1]        # empty when the strategy leaves no row
             rows[i] = (op.core_splits, row and {
                 **row, "split": _text(op.core_splits), "time_us": cost.time_us,
