@@ -1,6 +1,7 @@
 """Layers point one way: each low-level package imports only the packages below it.
 
     spyrec.device   (device facts)            imports nothing of spyrec
+    spyrec.bf16     (bf16 <-> float32)        imports nothing of spyrec
     spyrec.layout   (DeviceLayout, dtypes)    device
     spyrec.indexing (index algebra, sticks)   device, layout, errors
     spyrec.ir       (Buffer, Operation)       device, layout, indexing, errors
@@ -22,6 +23,7 @@ import spyrec
 ROOT = Path(spyrec.__file__).parent
 BELOW = {
     "spyrec.device": (),
+    "spyrec.bf16": (),
     "spyrec.layout": ("spyrec.device",),
     "spyrec.indexing": ("spyrec.device", "spyrec.layout", "spyrec.errors"),
     "spyrec.ir": ("spyrec.device", "spyrec.layout", "spyrec.indexing", "spyrec.errors"),

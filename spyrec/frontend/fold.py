@@ -39,9 +39,8 @@ import dataclasses
 import numpy as np
 
 from spyrec.frontend.folders import FOLDERS, VIEW_OPS, Call, computes
-from spyrec.frontend.host_dtypes import (
-    ITEMSIZE, NP_DTYPES, NotFoldable, bf16_bits, cast, from_bf16_bits,
-)
+from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
+from spyrec.frontend.host_dtypes import ITEMSIZE, NP_DTYPES, NotFoldable, cast
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, Program, Ref, TensorMeta, _refs
 
@@ -87,7 +86,7 @@ class _StateValues(dict):
         fqn = self.program.aliases.get(fqn, fqn)
         array = self.program.state[fqn]
         if self.program.state_dtypes.get(fqn) == "bfloat16":
-            array = from_bf16_bits(array)
+            array = bf16_bits_to_float32(array)
         self[name] = array
         return array
 
@@ -209,7 +208,7 @@ def _rewrite(program: Program, materialize: list[Node], removed: set[str], value
         while fqn in state:
             fqn += "_"
         value = np.array(values[node.name], order="C")  # keeps 0-dim values 0-dim
-        state[fqn] = bf16_bits(value) if meta.dtype == "bfloat16" else value
+        state[fqn] = float32_to_bf16_bits(value) if meta.dtype == "bfloat16" else value
         dtypes[fqn] = meta.dtype
         strides = tuple(int(s) // value.itemsize for s in value.strides)
         placeholder_meta = {k: v for k, v in node.meta.items() if k != "val"}

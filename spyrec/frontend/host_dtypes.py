@@ -4,12 +4,15 @@ type promotion, and how eager's kernels take a Python scalar next to a tensor.
 Constant folding (`folders.py`) computes with these, and the lowering uses `cast` for the few
 values it converts at compile time (a Python float rounded to fp16/bf16, a folded conv
 weight), so a value is rounded the same way wherever spyrec rounds it on the host. bf16 values
-travel as float32 arrays holding exact bf16 values; `spyrec/bf16.py` converts.
+travel as float32 arrays holding exact bf16 values, rounded by `spyrec/bf16.py` (torch's
+rule, the one the simulator uses too).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from spyrec.bf16 import round_to_bf16
 
 
 class NotFoldable(Exception):
@@ -22,22 +25,6 @@ NP_DTYPES = {"bool": np.bool_, "uint8": np.uint8, "int8": np.int8, "int16": np.i
 ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
             "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-
-
-def round_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> the nearest bf16 (ties to even), still as float32."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    rounded = np.where(np.isnan(x), np.uint32(0x7FC00000), rounded)
-    return rounded.view(np.float32)
-
-
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-    return (round_bf16(x).view(np.uint32) >> 16).astype(np.uint16)
-
-
-def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
-    return np.asarray(np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def cast(x, dtype: str) -> np.ndarray:
@@ -54,7 +41,7 @@ def cast(x, dtype: str) -> np.ndarray:
         if dtype in ("float16", "bfloat16") and x.dtype not in (np.float16, np.float32):
             x = x.astype(np.float32)
         if dtype == "bfloat16":
-            return round_bf16(x.astype(np.float32, copy=False))
+            return round_to_bf16(x.astype(np.float32, copy=False))
         return x.astype(NP_DTYPES[dtype], copy=False)
 
 

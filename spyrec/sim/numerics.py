@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spyrec.bf16 import float32_to_bf16_bits  # noqa: F401  (one bf16 rounding, torch's)
 from spyrec.errors import SimulatorFault
 from spyrec.layout.storage import FILL_VALUE, STORAGE, bf16_bits_to_float32  # noqa: F401
 
@@ -86,12 +87,3 @@ def _check_int_range(values: np.ndarray, target: np.dtype, device_dtype: str,
         raise SimulatorFault(f"{what}: value {int(bad)} does not fit {device_dtype} "
                              f"[{info.min}, {info.max}] (the device stores int64 as int32; "
                              f"values are never wrapped)")
-
-
-def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns, round to nearest even (torch's rounding); NaN stays NaN."""
-    u = np.require(np.asarray(values), np.float32, "C").view(np.uint32)  # 0-d stays 0-d
-    rounded = (u + (((u >> 16) & 1) + 0x7FFF)) >> 16
-    nan = np.isnan(values)
-    rounded = np.where(nan, (u >> 16) | 0x0040, rounded)
-    return rounded.astype(np.uint16)

@@ -13,9 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spyrec.bf16 import bf16_bits_to_float32
 from spyrec.frontend.fold import MAX_FOLD_BYTES, fold_constants
 from spyrec.frontend.folders import FOLDERS, Call
-from spyrec.frontend.host_dtypes import NotFoldable, from_bf16_bits
+from spyrec.frontend.host_dtypes import NotFoldable
 from spyrec.frontend.load import load_program
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta
@@ -33,7 +34,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def _np(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
-        return from_bf16_bits(t.view(torch.int16).numpy().view(np.uint16))
+        return bf16_bits_to_float32(t.view(torch.int16).numpy().view(np.uint16))
     return t.numpy()
 
 

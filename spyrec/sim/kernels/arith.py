@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spyrec.bf16 import round_to_bf16
 from spyrec.errors import SimulatorFault
 from spyrec.sim.kernels.pointwise import _binary_arity, _operands
 from spyrec.sim.kernels.registry import TRANSCENDENTAL, KernelContext, kernel
@@ -41,11 +42,9 @@ def _rounding(ctx: KernelContext):
 
 
 def _round_bf16(v) -> np.ndarray:
-    """float32 -> nearest bfloat16 (ties to even), back as float32; NaN and inf stay."""
-    bits = np.ascontiguousarray(v, np.float32).view(np.uint32).astype(np.uint64)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    out = bits.astype(np.uint32).view(np.float32)
-    return np.where(np.isnan(v), np.float32(np.nan), out)
+    """float32 -> nearest bfloat16 (ties to even), back as float32; NaN and inf stay
+    (`spyrec/bf16.py`: the front end's rounding too)."""
+    return round_to_bf16(np.ascontiguousarray(v, np.float32))
 
 
 @kernel("truncdiv", arity=_binary_arity)
