@@ -147,6 +147,7 @@ def restickify_report(graph: Graph, inserted: set[str]) -> dict:
     `.contiguous()` after a transpose) are listed with `"inserted": false`.
     """
     rows, total, count = [], 0, 0
+    consumers = _consumer_names(graph)
     for i, op in enumerate(graph.ops):
         if op.op not in ("identity", "ReStickifyOpHBM") or op.index_inputs or not op.inputs:
             continue
@@ -169,8 +170,18 @@ def restickify_report(graph: Graph, inserted: set[str]) -> dict:
                      "from_stick_dim": _stick_dim(src), "to_stick_dim": _stick_dim(dst),
                      "from_stick_var": a.stick_var, "to_stick_var": b.stick_var,
                      "elements": elements, "op": op.name,
-                     "consumers": [c.name for c in graph.consumers(dst.name)]})
+                     "consumers": consumers.get(dst.name, [])})
     return {"count": count, "elements": total, "list": rows}
+
+
+def _consumer_names(graph: Graph) -> dict[str, list[str]]:
+    """Buffer -> the names of the ops reading it, in program order (`Graph.consumers` for
+    every buffer in one pass: asking per row scanned the whole program per restickify)."""
+    out: dict[str, list[str]] = {}
+    for op in graph.ops:
+        for name in dict.fromkeys(a.buffer for a in op.reads()):
+            out.setdefault(name, []).append(op.name)
+    return out
 
 
 def _stick_dim(buf: Buffer) -> int | None:

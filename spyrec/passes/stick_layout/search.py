@@ -110,15 +110,18 @@ class LayoutSearch:
         self.beam_width = beam_width
         self.free = {n for n, b in graph.buffers.items() if b.role == "constant"}
         self.free |= {op.output.buffer for op in graph.ops if op.op == "fill"}
+        # one object per distinct layout in every state (`_canonical`)
+        self._canon: dict[DeviceLayout, DeviceLayout] = {}
         start = State()
         for name in graph.inputs:
             if name in pins:
-                start.layouts[name] = pins[name]
+                start.layouts[name] = self._canonical(pins[name])
             elif free_inputs:
                 self.free.add(name)
             else:
                 buf = graph.buffers[name]
-                start.layouts[name] = default_layout(buf.host_size, buf.host_dtype)
+                start.layouts[name] = self._canonical(default_layout(buf.host_size,
+                                                                     buf.host_dtype))
         self.last_read = _last_reads(graph)
         last_access = _last_accesses(graph)
         # buffers whose last access / last read is op i: retired from every state after it
@@ -136,6 +139,9 @@ class LayoutSearch:
         self.touched: dict[str, None] = dict.fromkeys(start.layouts)
         self._memo: dict[tuple, object] = {}
         self._fit_memo: dict[tuple, tuple] = {}     # `_fits`
+        self._plans: dict[tuple, list] = {}         # `_expand`, for the current op
+        self._names: dict[int, tuple] = {}           # `_expand_key`
+        self._made: list | None = None               # copies `_plan` records
         # layouts copied into branches and compared when merging: the search's work, which
         # tests/passes/test_compile_scaling.py checks grows linearly with a stack's depth
         self.work = 0
@@ -146,6 +152,7 @@ class LayoutSearch:
         for i, op in enumerate(self.graph.ops):
             self.touched.update(dict.fromkeys(a.buffer for _, a in op.accesses()))
             expanded: list[State] = []
+            self._plans.clear()
             for state in beam:
                 expanded.extend(self._expand(i, op, state))
             if not expanded:
@@ -188,22 +195,86 @@ class LayoutSearch:
         self.work += len(live) * len(states)
         best: dict[tuple, State] = {}
         for s in sorted(states, key=lambda s: (s.cost, s.inserted)):  # stable: first found wins
-            key = (tuple(s.layouts.get(n) for n in live), s.live_copies)
+            get = s.layouts.get       # layouts are canonical: equal exactly when identical
+            key = (tuple([id(get(n)) for n in live]), s.live_copies)
             if key not in best:
                 best[key] = s
         return list(best.values())[: self.beam_width]
 
     def _expand(self, i: int, op: Operation, state: State) -> list[State]:
+        """The states op i's candidates make of `state`. The states of a beam mostly agree
+        on what op i reads (they differ elsewhere), so what one candidate does to a state
+        is worked out once per distinct `_expand_key` and replayed (`_plan`, `_replay`)."""
         if op.op == "fill":
             return [state]
+        key = self._expand_key(op, state)
+        plans = self._plans.get(key)
+        if plans is None:
+            plans = self._plans[key] = self._plan(i, op, state)
         out = []
-        for candidate in self._output_candidates(op, state):
+        for plan in plans:
             s = state.branch()
             self.work += len(s.layouts)
-            s.layouts.setdefault(op.output.buffer, candidate)
-            if self._place_inputs(i, op, s):
+            if plan is not None:
+                self._replay(i, s, plan)
                 out.append(s)
         return out
+
+    def _expand_key(self, op: Operation, state: State) -> tuple:
+        """All `_expand` reads of a state: the layouts of op's buffers and their copies (in
+        the state's own order: the first fitting copy is used)."""
+        names = self._names.get(id(op))
+        if names is None or names[0] is not op:
+            names = self._names[id(op)] = (op, tuple(dict.fromkeys(
+                a.buffer for _, a in op.accesses())))
+        get = state.layouts.get      # canonical layouts: compared by identity
+        return (tuple([id(get(n)) for n in names[1]]),
+                tuple([c for c in state.copies if c[0] in names[1]]))
+
+    def _plan(self, i: int, op: Operation, state: State) -> list:
+        """Per candidate output layout, None (infeasible) or what it does to a state: the
+        layouts it adds (in order), the copies it makes (in order), the cost and inserted
+        ops it adds, and its decisions."""
+        plans = []
+        for candidate in self._output_candidates(op, state):
+            s = state.branch()
+            s.layouts.setdefault(op.output.buffer, candidate)
+            self._made = []
+            if not self._place_inputs(i, op, s):
+                plans.append(None)
+                continue
+            added = [(n, self._canonical(lay)) for n, lay in s.layouts.items()
+                     if n not in state.layouts]
+            decisions = s.decisions[2] if s.decisions is not state.decisions else None
+            plans.append((added, self._made, s.cost - state.cost,
+                          s.inserted - state.inserted, decisions))
+        self._made = None
+        return plans
+
+    def _replay(self, i: int, s: State, plan: tuple) -> None:
+        """Do to `s` what `_plan` recorded, in the same order (so dicts and sets iterate as
+        if the candidate had been placed on `s` itself)."""
+        added, made, cost, inserted, decisions = plan
+        for name, layout in added:
+            s.layouts[name] = layout
+        for copy in made:
+            self._add_copy(i, s, copy)
+        s.cost += cost
+        s.inserted += inserted
+        if decisions is not None:
+            s.decisions = (s.decisions, i, dict(decisions))
+
+    def _canonical(self, layout: DeviceLayout) -> DeviceLayout:
+        """The one object of `layout`'s value that states hold: merging and `_expand_key`
+        then compare layouts by identity, not by a dataclass hash per buffer per state."""
+        return self._canon.setdefault(layout, layout)
+
+    def _add_copy(self, i: int, s: State, copy: tuple) -> None:
+        s.copies = s.copies | {copy}
+        if self.last_read.get(copy[0], -1) > i:
+            s.live_copies = s.live_copies | {copy}
+        if self._made is not None:
+            self._made.append(copy)
 
     # --- candidates ----------------------------------------------------------------------------
     def _output_candidates(self, op: Operation, s: State) -> list[DeviceLayout]:
@@ -316,9 +387,7 @@ class LayoutSearch:
                 if layout != source and self._fits(op, access, layout, target):
                     if view is not None and view[1] < source.device_elems:
                         break     # the view is smaller than the tensor (k of a fused qkv)
-                    s.copies = s.copies | {(access.buffer, layout)}
-                    if self.last_read.get(access.buffer, -1) > i:
-                        s.live_copies = s.live_copies | {(access.buffer, layout)}
+                    self._add_copy(i, s, (access.buffer, layout))
                     s.cost += source.device_elems
                     s.inserted += 1
                     return Decision("copy", layout)
