@@ -71,7 +71,12 @@ def _pretty(obj, depth: int) -> str:
     if depth < 2 and isinstance(obj, list) and obj and isinstance(obj[0], (dict, list)):
         items = [pad + _pretty(v, depth + 1) for v in obj]
         return "[\n" + ",\n".join(items) + "\n" + " " * depth + "]"
-    return json.dumps(obj, separators=(", ", ": "))
+    return _COMPACT.encode(obj)
+
+
+# `json.dumps(obj, separators=(", ", ": "))` builds an encoder per call (only the default
+# one is cached); one encoder with the same options prints the same text
+_COMPACT = json.JSONEncoder(separators=(", ", ": "))
 
 
 def sha256_of(path: Path) -> str:
@@ -266,12 +271,15 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
              sdsc_names: list[str], hbm_bytes: int, blob: WeightsBlob | None = None,
              self_contained: bool = False, source_sha256: Sha256Job | None = None) -> dict:
     tensors = []
+    writers: dict[str, list] = {}       # buffer -> the ops writing it (`_lx_fields`)
+    for op in graph.ops:
+        writers.setdefault(op.output.buffer, []).append(op)
     for buf in graph.buffers.values():
         tensors.append({
             "name": buf.name, "role": buf.role, "host_shape": list(buf.host_size),
             "host_dtype": buf.host_dtype, **buf.layout.to_json(),
             "hbm_address": buf.hbm_address, "device_bytes": buf.layout.device_bytes,
-            "source": buf.source, **_lx_fields(graph, buf)})
+            "source": buf.source, **_lx_fields(graph, buf, writers.get(buf.name, []))})
     return {
         "format": MANIFEST_FORMAT, "spyrec_version": __version__,
         "source": {"file": source.name, "path": str(Path(source).resolve()),
@@ -330,11 +338,13 @@ def _hbm_args(graph: Graph, sdsc_names: list[str]) -> dict:
     return {"hbm_args": table} if table else {}
 
 
-def _lx_fields(graph: Graph, buf) -> dict:
-    """An LX tensor's per-core offset and bytes (issue 8 contract §2); nothing for HBM ones."""
+def _lx_fields(graph: Graph, buf, writers: list) -> dict:
+    """An LX tensor's per-core offset and bytes (issue 8 contract §2); nothing for HBM ones.
+    `writers`: the ops writing `buf` (found once for every buffer, not per buffer)."""
     if buf.lx_address is None:
         return {}
-    return {"lx_address": buf.lx_address, "lx_bytes_per_core": lx_bytes_per_core(graph, buf)}
+    return {"lx_address": buf.lx_address,
+            "lx_bytes_per_core": lx_bytes_per_core(graph, buf, writers)}
 
 
 def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob], source: Path,

@@ -271,9 +271,11 @@ def keeps_lx_slices(buf: Buffer, op: Operation, op_boxes: list[Box] | None, writ
                                                       for _, boxes in writers)
 
 
-def lx_bytes_per_core(graph: Graph, buf: Buffer) -> int:
-    """Each core's share of an LX buffer: core 0's slice (`slice_boxes`)."""
-    boxes = slice_boxes(graph, buf)
+def lx_bytes_per_core(graph: Graph, buf: Buffer,
+                      writers: list[Operation] | None = None) -> int:
+    """Each core's share of an LX buffer: core 0's slice (`slice_boxes`; `writers` as
+    there, from a caller asking for every buffer)."""
+    boxes = slice_boxes(graph, buf, writers)
     return box_bytes(buf, boxes[0]) if boxes else buf.layout.device_bytes
 
 

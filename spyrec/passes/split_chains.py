@@ -156,6 +156,9 @@ class ChainMoves:
             queue.extend(self._follow(queue.popleft()))
         if not self.old:
             return None, set(), None
+        if len(self.old) > MAX_OPS_PER_MOVE:  # never kept, whatever it gains: not priced
+            self._restore()
+            return None, set(), None
         region = self._region()              # every op a change can re-price
         after = [sum(c) for c in zip(*(self._cost(op) for op in region))]
         before = [sum(c) for c in zip(*(region_before[op.name] for op in region))]

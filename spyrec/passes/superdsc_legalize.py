@@ -39,6 +39,7 @@ plain buffer. The report row lists such copies among the op's pieces.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import FloorDiv, Lin, Mod, Var, substitute, var
@@ -103,14 +104,31 @@ def why_not_expressible(graph: Graph, op: Operation,
     """Why codegen could not write `op` as SuperDSC with core `splits` (default: the op's own;
     none: one core), or None when it can: `op_dims` on the op's device coordinates, then
     `check_core_split`: the emitter's own tests."""
-    # the emitter's own module; imported here because spyrec.codegen pulls in jinja2, which
-    # the pipeline check at startup must not (tests/cli/test_startup.py)
+    # (`_why_not` imports the emitter's own module there: spyrec.codegen pulls in jinja2,
+    # which the pipeline check at startup must not; tests/cli/test_startup.py)
+    splits = splits if splits is not None else op.core_splits or {}
+    args = []
+    for _, access in op.accesses():
+        buf = graph.buffers[access.buffer]
+        args.append((tuple(buf.host_size), buf.host_strides, buf.layout, access.index))
+    return _why_not(op.ranges, op.var_ranges, tuple(splits.get(v, 1) for v, _ in op.ranges),
+                    tuple(args))
+
+
+@lru_cache(maxsize=1 << 14)
+def _why_not(ranges: tuple, var_ranges, split: tuple, args: tuple) -> str | None:
+    """`why_not_expressible` on what it reads (per arg: host size and strides, layout,
+    index): scratchpad_planning asks it of every op once per stage_inputs trial, and the
+    layers of a stack ask the same."""
     from spyrec.codegen.sdsc_dims import NotExpressible, check_core_split, op_dims
 
-    splits = splits if splits is not None else op.core_splits or {}
+    coords = [access_coordinates(size, strides, layout, var_ranges, index)
+              for size, strides, layout, index in args]
     try:
-        dims = op_dims(list(op.ranges), *_arg_facts(graph, op))
-        check_core_split(dims, {v: (n, splits.get(v, 1)) for v, n in op.ranges})
+        dims = op_dims(list(ranges), coords, [a[2].device_size for a in args],
+                       [a[2].device_strides_elems for a in args],
+                       [a[2].elems_per_stick for a in args])
+        check_core_split(dims, {v: (n, k) for (v, n), k in zip(ranges, split)})
     except NotExpressible as e:
         return str(e)
     return None
