@@ -209,8 +209,6 @@ class ChainMoves:
         writer is replicated over them (ir/lx.py), the replica var where those vars sit.
         `replicate`: None — only if no plain split keeps them; False — never; True — only
         replicated (a move's start tries each)."""
-        want = first_box(self.graph, reader, access, reader.core_splits)
-
         def reader_keeps(c: dict[str, int]) -> bool:
             if first_box(self.graph, writer, writer.output, c) != want:
                 return False            # the cheap test first: core 0's slice
@@ -237,6 +235,7 @@ class ChainMoves:
                     return []
                 self._set(writer, *found)
                 return [writer]
+        want = first_box(self.graph, reader, access, reader.core_splits)  # (after the memo)
         original, ranges = writer.core_splits, writer.ranges
         split = self._cheapest(writer, reader_keeps) if replicate is not True else None
         self._reshape(writer, ranges, original)

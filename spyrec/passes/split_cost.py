@@ -159,6 +159,7 @@ class Producers:
         self._same: dict[tuple, bool | None] = {}     # `same_slices`, memoized
         self._items_of: dict[int, tuple[dict, tuple]] = {}     # `_items`
         self._shape_of: dict[str, int] = {}       # buffer -> its (shape, layout)'s number
+        self._same_by_id: dict[tuple, tuple] = {}     # `same_slices`, by identity
         self._shapes: dict[tuple, int] = {}
         # the buffers scratchpad_planning may put in LX: per-tile ones, and with
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
@@ -207,6 +208,23 @@ class Producers:
         writer = self.writer(access.buffer, op)
         if writer is None:
             return None
+        # first by identity (the objects held, so no id is reused while its entry lives):
+        # moves ask about the same op, access and split dicts again and again
+        quick = (id(op), id(access), id(splits), id(op.ranges), id(writer.core_splits),
+                 id(writer.ranges))
+        got = self._same_by_id.get(quick)
+        if got is not None and got[0] is op and got[1] is access and got[2] is splits and \
+                got[3] is op.ranges and got[4] is writer.core_splits and \
+                got[5] is writer.ranges:
+            return got[6]
+        answer = self._same_slices_keyed(op, access, splits, writer)
+        self._same_by_id[quick] = (op, access, splits, op.ranges, writer.core_splits,
+                                   writer.ranges, answer)
+        return answer
+
+    def _same_slices_keyed(self, op: Operation, access: Access, splits: dict[str, int],
+                           writer: Operation) -> bool | None:
+        """`same_slices` memoized on values (see there)."""
         shape = self._shape_of.get(access.buffer)
         if shape is None:       # what the answer reads of the buffer: not its name
             buf = self.graph.buffers[access.buffer]
