@@ -96,11 +96,3 @@ def test_shapes_and_dtypes():
     assert float(round_to_bf16(np.float32(3.4e38))) == np.inf
     assert float32_to_bf16_bits(np.ones((4, 6), np.float32)[:, ::2]).shape == (4, 3)
 
-
-def test_the_layout_decoder_agrees_until_it_imports_this_one():
-    """`spyrec/layout/storage.py` still has its own decoder (exact; the same one-liner)."""
-    from spyrec.layout.storage import bf16_bits_to_float32 as storage_decode
-
-    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    np.testing.assert_array_equal(storage_decode(bits).view(np.uint32),
-                                  bf16_bits_to_float32(bits).view(np.uint32))

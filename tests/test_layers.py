@@ -2,7 +2,7 @@
 
     spyrec.device   (device facts)            imports nothing of spyrec
     spyrec.bf16     (bf16 <-> float32)        imports nothing of spyrec
-    spyrec.layout   (DeviceLayout, dtypes)    device
+    spyrec.layout   (DeviceLayout, dtypes)    device, bf16
     spyrec.indexing (index algebra, sticks)   device, layout, errors
     spyrec.ir       (Buffer, Operation)       device, layout, indexing, errors
 
@@ -24,7 +24,7 @@ ROOT = Path(spyrec.__file__).parent
 BELOW = {
     "spyrec.device": (),
     "spyrec.bf16": (),
-    "spyrec.layout": ("spyrec.device",),
+    "spyrec.layout": ("spyrec.device", "spyrec.bf16"),
     "spyrec.indexing": ("spyrec.device", "spyrec.layout", "spyrec.errors"),
     "spyrec.ir": ("spyrec.device", "spyrec.layout", "spyrec.indexing", "spyrec.errors"),
 }
@@ -78,4 +78,4 @@ def test_importing_layout_loads_nothing_else_of_spyrec():
                             check=True, cwd=ROOT.parent).stdout.split()
     ours = {m for m in loaded if m.startswith("spyrec")}
     assert ours <= {"spyrec", "spyrec.device", "spyrec.layout", "spyrec.layout.device_layout",
-                    "spyrec.layout.dtypes"}, ours
+                    "spyrec.layout.dtypes", "spyrec.bf16"}, ours

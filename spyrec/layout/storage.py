@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from spyrec.bf16 import bf16_bits_to_float32
 from spyrec.layout.device_layout import DeviceLayout
 
 # The numpy dtype that stores each device dtype (fp8 formats are not stored yet).
@@ -52,11 +53,6 @@ FILL_VALUE: dict[str, object] = {
 class PlacementError(ValueError):
     """A layout that does not give every host element its own device slot, or a value the
     device dtype cannot hold; callers add which tensor and file."""
-
-
-def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) -> the float32 values they denote (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def storage_values(host: np.ndarray, host_dtype: str, device_dtype: str) -> np.ndarray:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyrec.bf16 import float32_to_bf16_bits  # noqa: F401  (one bf16 rounding, torch's)
+from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits  # noqa: F401  (one each)
 from spyrec.errors import SimulatorFault
-from spyrec.layout.storage import FILL_VALUE, STORAGE, bf16_bits_to_float32  # noqa: F401
+from spyrec.layout.storage import FILL_VALUE, STORAGE  # noqa: F401
 
 # Device dtypes the simulator can store (fp8 formats are in the contract but not simulated
 # yet) and what unwritten device memory holds: one definition, shared with the compiler's
