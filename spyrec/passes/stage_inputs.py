@@ -99,13 +99,12 @@ class StageInputs(Pass):
         copy = _copy_op(graph, buf, want)
         if copy is None:
             return None
-        position = {id(op): i for i, op in enumerate(graph.ops)}
-        first = min(position[id(op)] for op, _ in reads)
+        first = _first_position(graph.ops, reads)
         lead = graph.ops[first]          # the copy serves it: its node, scope and source line
         copy = replace(copy, node=lead.node, scope=lead.scope, source=lead.source)
         staged = graph.add_buffer(replace(buf, name=copy.output.buffer, role="intermediate",
                                           hbm_address=None, lx_address=None))
-        at = outer_loop_spans(graph.ops)[first][0]      # before the loop a reader runs in
+        at = _loop_span_start(graph.ops, first)        # before the loop a reader runs in
         if not self._commit(graph, copy, at, reads, lambda op, a: Access(staged.name, a.index)):
             del graph.buffers[staged.name]
             return None
@@ -117,14 +116,16 @@ class StageInputs(Pass):
         softmax's max pass and its subtract over one row tile) read a per-tile copy instead,
         which one `identity` op in the loop body writes each trip."""
         buf = graph.buffers[name]
+        looped = [(op, a) for op, a in reads
+                  if moves_with_loops(op, name) and op.output.buffer != name and
+                  a not in op.index_inputs and not any(isinstance(leaf, Indirect)
+                                                       for leaf in a.index.free_atoms())]
+        if not looped:      # (before the whole-program tables below: asked per input)
+            return None
         spans = outer_loop_spans(graph.ops)
         position = {id(op): i for i, op in enumerate(graph.ops)}
         groups: dict[tuple, list] = {}
-        for op, a in reads:
-            if not moves_with_loops(op, name) or op.output.buffer == name or \
-                    a in op.index_inputs or any(isinstance(leaf, Indirect)
-                                                for leaf in a.index.free_atoms()):
-                continue
+        for op, a in looped:
             key = _tile_key(buf, op, a, spans[position[id(op)]])
             boxes = core_boxes(buf, op, a)      # and by per-core slicing, as `_stage`
             if key is not None and boxes is not None:
@@ -190,6 +191,25 @@ class StageInputs(Pass):
         finally:
             for n, address in saved.items():
                 graph.buffers[n].lx_address = address
+
+
+def _first_position(ops: list[Operation], reads: list) -> int:
+    """Index of the first op in `ops` that makes one of `reads` (a scan that stops there,
+    not a table of the whole program per staged input)."""
+    ids = {id(op) for op, _ in reads}
+    return next(i for i, op in enumerate(ops) if id(op) in ids)
+
+
+def _loop_span_start(ops: list[Operation], i: int) -> int:
+    """`outer_loop_spans(ops)[i][0]` without the whole program's spans: the first op of the
+    run of ops sharing op i's outermost loop (i itself outside loops)."""
+    if not ops[i].loops:
+        return i
+    head = (ops[i].loops[0].key, ops[i].loops[0].count)
+    while i > 0 and ops[i - 1].loops and \
+            (ops[i - 1].loops[0].key, ops[i - 1].loops[0].count) == head:
+        i -= 1
+    return i
 
 
 def read_in_place(name: str, reads: list) -> bool:

@@ -106,15 +106,17 @@ class WorkDivision(Pass):
         from spyrec.passes.split_cost import estimate
 
         writers: dict[str, list[Operation]] = {}
-        for op in graph.ops:
+        uses_of: dict[str, list[int]] = {}    # buffer -> indices of the ops accessing it
+        for i, op in enumerate(graph.ops):
             writers.setdefault(op.output.buffer, []).append(op)
+            for name in dict.fromkeys(a.buffer for _, a in op.accesses()):
+                uses_of.setdefault(name, []).append(i)
         position = {id(op): i for i, op in enumerate(graph.ops)}
         for name, ops in writers.items():
             buf = graph.buffers[name]
             if len(ops) < 2 or name not in producers.lx_candidates or any(op.loops for op in ops):
                 continue
-            uses = [i for i, op in enumerate(graph.ops)
-                    if any(a.buffer == name for _, a in op.accesses())]
+            uses = uses_of[name]
             if lx_slices_problem(graph, buf, uses) is None:
                 continue
             main = data_writer(ops)
