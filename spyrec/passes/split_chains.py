@@ -63,6 +63,7 @@ class ChainMoves:
         # never changed in place)
         self._items_of: dict[int, tuple[dict, tuple]] = {}
         self._links: dict[str, tuple] = {}                 # `_cost`
+        self._linked: dict[str, tuple[list, list]] = {}    # `_neighbours`
         self._static: dict[str, tuple] = {}                # `_key`
         self._interned: dict[tuple, int] = {}
 
@@ -414,10 +415,18 @@ class ChainMoves:
             self._reshape(op, ranges, split)
 
     def _neighbours(self, op: Operation) -> list[Operation]:
-        p = self.producers
+        """op, the writers of its inputs and its readers, those with a split (`Producers.
+        writer`); who they may be is found once per op (moves ask ~50 times per op)."""
+        links = self._linked.get(op.name)
+        if links is None:
+            p = self.producers
+            links = self._linked[op.name] = (
+                [w for a in op.inputs if (w := p.writers.get(a.buffer)) is not None
+                 and w is not op],
+                [r for r, _ in p.readers.get(op.output.buffer, ())])
         out = [op]
-        out += [w for a in op.inputs if (w := p.writer(a.buffer, op)) is not None]
-        out += [r for r, _ in p.readers.get(op.output.buffer, ()) if r.core_splits is not None]
+        out += [w for w in links[0] if w.core_splits is not None]
+        out += [r for r in links[1] if r.core_splits is not None]
         return out
 
     def _region(self) -> list[Operation]:
