@@ -182,7 +182,7 @@ def _atom_key(term: tuple) -> tuple:
 class Lin:
     """const + sum(coeff * atom): the one expression type. Immutable; terms sorted by atom key."""
 
-    __slots__ = ("terms", "const", "_hash", "_key")
+    __slots__ = ("terms", "const", "_hash", "_key", "_leaves")
 
     def __init__(self, terms: Mapping[Atom, int] | Iterable[tuple[Atom, int]] = (), const: int = 0):
         # a dict is the common case: checked by type first (an ABC isinstance is slow, and
@@ -204,6 +204,7 @@ class Lin:
         self.const: int = int(const)
         self._hash = hash((self.terms, self.const))
         self._key = (tuple((a.key, c) for a, c in self.terms), self.const)
+        self._leaves: frozenset | None = None     # `free_atoms`
 
     # --- identity -------------------------------------------------------------------------
     @property
@@ -252,10 +253,15 @@ class Lin:
         return tuple(a for a, _ in self.terms)
 
     def free_atoms(self) -> set[Atom]:
-        """Every Var and Indirect anywhere inside the expression."""
-        out: set[Atom] = set()
-        _collect_leaves(self, out)
-        return out
+        """Every Var and Indirect anywhere inside the expression (a fresh set: callers may
+        change it; the leaves are found once per expression, which is immutable, since the
+        passes and the simulator ask for them ~100,000 times per compile)."""
+        leaves = self._leaves
+        if leaves is None:
+            out: set[Atom] = set()
+            _collect_leaves(self, out)
+            leaves = self._leaves = frozenset(out)
+        return set(leaves)
 
     # --- arithmetic -----------------------------------------------------------------------
     def __add__(self, other: "Lin | int") -> "Lin":
