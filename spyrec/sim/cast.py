@@ -39,11 +39,13 @@ def use_torch_casts() -> bool:
 def cast_copy(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src converted to dst's dtype (same shape; src may be any strided view)."""
     if (_torch is not None and dst.size >= _MIN_ELEMENTS and src.dtype == np.float16
-            and dst.dtype == np.float32 and dst.flags.c_contiguous
-            and all(s > 0 for s in src.strides)):
-        with warnings.catch_warnings():    # a read-only source: torch only reads it
-            warnings.simplefilter("ignore", UserWarning)
-            source = _torch.from_numpy(src)
-        _torch.from_numpy(dst).copy_(source)
-        return
+            and dst.dtype == np.float32 and dst.flags.c_contiguous):
+        # axes of one element (a strided read's unused vars: stride 0) are dropped first
+        squeezed = src[tuple(0 if n == 1 else slice(None) for n in src.shape)]
+        if all(s > 0 for s in squeezed.strides):
+            with warnings.catch_warnings():    # a read-only source: torch only reads it
+                warnings.simplefilter("ignore", UserWarning)
+                source = _torch.from_numpy(squeezed)
+            _torch.from_numpy(dst.reshape(squeezed.shape)).copy_(source)
+            return
     np.copyto(dst, src, casting="unsafe")
