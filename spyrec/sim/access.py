@@ -212,15 +212,17 @@ class ChunkAccess:
             return self.lx.view(b.arg.device_dtype)[b.base_elems:]
         return self.hbm.region(b.base_elems * b.arg.itemsize, b.arg.device_dtype)
 
-    def read(self, b: Binding, dtype: np.dtype | None = None) -> np.ndarray:
+    def read(self, b: Binding, dtype: np.dtype | None = None, arena_order: bool = False
+             ) -> np.ndarray:
         """The arg's values at every point of the chunk (broadcastable to its shape), as
-        `dtype` (default: the storage dtype); always a new array."""
+        `dtype` (default: the storage dtype); always a new array, in the chunk's axis order
+        in memory unless `arena_order` (`Strided.read`)."""
         form = self.strided(b)          # bounds-checked before the LX tags are indexed
         rel = self.relative(b) if form is None else None
         if b.lx is not None:
             self._check_lx_read(b)
         if form is not None:
-            return form.read(self.base_view(b), dtype or self.base_view(b).dtype)
+            return form.read(self.base_view(b), dtype or self.base_view(b).dtype, arena_order)
         values = np.take(self.base_view(b), rel)
         return values if dtype is None else values.astype(dtype, copy=False)
 

@@ -19,7 +19,7 @@ import numpy as np
 from spyrec.errors import SimulatorFault
 from spyrec.sim import threads
 from spyrec.sim.access import Binding, Chunk, ChunkAccess, arg_vars, bind, chunks, one_to_one
-from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
+from spyrec.sim.kernels import KERNELS, MATMUL, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm, Lx
 from spyrec.sim.numerics import is_integer, to_storage
 from spyrec.sim.specs import Execute, OpSpec
@@ -52,12 +52,13 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
     padding = _padding(spec)
 
     shared: dict[int, np.ndarray] = {}
+    arena_order = kern.cost_class == MATMUL     # BLAS takes either order (`Strided.read`)
 
     def run_chunk(chunk: Chunk) -> None:
         with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager (per thread)
             access = ChunkAccess(spec, bindings, chunk, hbm, lx, ex.where())
             inputs = [_masked(spec, chunk, _at_rank(
-                          shared[i] if i in shared else access.read(b, compute),
+                          shared[i] if i in shared else access.read(b, compute, arena_order),
                           len(chunk.shape)))
                       for i, b in enumerate(values_in)]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
@@ -67,7 +68,8 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
 
     if parallel_safe(spec, bindings):       # the same chunks whatever the thread count
         work = list(chunks(spec, threads.CHUNK_POINTS))
-        shared.update(_invariant_reads(spec, bindings, values_in, work, hbm, lx, ex, compute))
+        shared.update(_invariant_reads(spec, bindings, values_in, work, hbm, lx, ex, compute,
+                                       arena_order))
         threads.run_all(run_chunk, work)
         return
     for chunk in chunks(spec):
@@ -76,7 +78,7 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
 
 def _invariant_reads(spec: OpSpec, bindings: list[Binding], values_in: list[Binding],
                      work: list[Chunk], hbm: Hbm, lx: Lx | None, ex: Execute,
-                     compute: np.dtype) -> dict[int, np.ndarray]:
+                     compute: np.dtype, arena_order: bool) -> dict[int, np.ndarray]:
     """The inputs no chunk boundary cuts (a matmul's activations when its weight is split over
     N), read once for every chunk instead of once per chunk; chunks only read them. HBM args
     only: an LX arg's values also depend on the core a point runs on, which the split var can
@@ -85,7 +87,7 @@ def _invariant_reads(spec: OpSpec, bindings: list[Binding], values_in: list[Bind
         return {}
     split = next(v for v, a, b in zip(spec.vars, work[0].lo, work[1].lo) if a != b)
     first = ChunkAccess(spec, bindings, work[0], hbm, lx, ex.where())
-    shared = {i: first.read(b, compute) for i, b in enumerate(values_in)
+    shared = {i: first.read(b, compute, arena_order) for i, b in enumerate(values_in)
               if b.lx is None and split not in arg_vars(spec, b.arg)}
     for values in shared.values():
         values.flags.writeable = False      # a kernel that wrote its input would fail here

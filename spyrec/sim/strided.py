@@ -110,17 +110,22 @@ class Strided:
         return np.lib.stride_tricks.as_strided(base[self.offset:], shape, strides,
                                                writeable=writeable)
 
-    def read(self, base: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    def read(self, base: np.ndarray, dtype: np.dtype, arena_order: bool = False
+             ) -> np.ndarray:
         """The values at every point as `dtype`, shaped like the chunk (1 on unused axes):
         one pass over the arena, converting as it copies.
 
-        The copy runs in the arena's own order: the new array's axes are laid out by their
-        innermost digit's stride, largest first, and returned transposed to the chunk's
-        order. A weight whose stick runs along N (an lm_head: sticks of vocab) is then copied
-        along its sticks, not across them (5 -> 1.7 ns per element here), and comes back as
-        the (K, N) operand BLAS reads without another copy."""
+        With `arena_order` the copy runs in the arena's own order: the new array's axes are
+        laid out by their innermost digit's stride, largest first, and returned transposed to
+        the chunk's order. A weight whose stick runs along N (an lm_head: sticks of vocab) is
+        then copied along its sticks, not across them (5 -> 1.7 ns per element here), and
+        comes back as the (K, N) operand BLAS reads without another copy. Only for matmuls:
+        numpy sums a reduced axis pairwise only when it is the contiguous one, so other
+        kernels get the chunk's own (C) order."""
         padded = [padded_length(ds) for ds in self.axes]
-        order = sorted(range(len(self.axes)), key=self._inner_stride, reverse=True)
+        order = list(range(len(self.axes)))
+        if arena_order:
+            order.sort(key=self._inner_stride, reverse=True)
         grouped = [e for a in order for e, _ in self.axes[a]]
         out = np.empty(grouped, dtype=dtype)
         source = self.view(base, writeable=base.flags.writeable)

@@ -104,7 +104,9 @@ def test_read_follows_the_arena_order():
     i_k = np.arange(k).reshape(1, k)
     terms = [(i_n // 64) * (k * 64) + i_n % 64, i_k * 64]
     form = Strided.from_terms(terms, (n, k), len(device))
-    got = form.read(device, np.dtype(np.float32))
+    got = form.read(device, np.dtype(np.float32), arena_order=True)
     assert np.array_equal(got, np.take(device, terms[0] + terms[1]).astype(np.float32))
     assert got.strides == (4, n * 4)          # N innermost, like the sticks
     assert got.T.flags.c_contiguous
+    plain = form.read(device, np.dtype(np.float32))    # other kernels: the chunk's order
+    assert np.array_equal(plain, got) and plain.flags.c_contiguous
