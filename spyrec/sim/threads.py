@@ -50,13 +50,19 @@ def _pool() -> ThreadPoolExecutor:
 
 def run_all(fn: Callable[[T], None], items: Iterable[T]) -> None:
     """fn(item) for every item on the worker threads; the first failure (in item order) is
-    raised here once every item has finished, so no chunk is still writing after a fault."""
+    raised here once every item has finished, so no chunk is still writing after a fault. An
+    interrupt while waiting cancels the items not yet started (exit is not held up by them)."""
     if count() == 1:
         for item in items:
             fn(item)
         return
     futures = [_pool().submit(fn, item) for item in items]
-    errors = [f.exception() for f in futures]
+    try:
+        errors = [f.exception() for f in futures]
+    except BaseException:       # Ctrl-C while waiting: chunks not started never start
+        for f in futures:
+            f.cancel()
+        raise
     failed = next((e for e in errors if e is not None), None)
     if failed is not None:
         raise failed

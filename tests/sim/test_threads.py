@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,29 @@ def test_thread_count_refuses_bad_values(monkeypatch, value):
             threads.count()
     finally:
         threads.count.cache_clear()
+
+
+def test_interrupt_cancels_chunks_not_started(monkeypatch):
+    """Ctrl-C while run_all waits for its chunks: the ones still queued never run."""
+    from concurrent.futures import Future
+
+    monkeypatch.setattr(threads, "count", lambda: 2)
+    started = []
+    gate = threading.Event()
+
+    def work(i: int) -> None:
+        started.append(i)
+        gate.wait(5)
+
+    def interrupted(self, timeout=None):
+        raise KeyboardInterrupt     # the signal arrives while the main thread waits
+
+    monkeypatch.setattr(Future, "exception", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        threads.run_all(work, range(50))
+    gate.set()
+    time.sleep(0.3)
+    assert len(started) <= 2        # the two running when it came; 48 cancelled
 
 
 def test_thread_count_from_environment(monkeypatch):
