@@ -18,9 +18,10 @@ from spyrec.errors import ConfigError, InputFileError
 from spyrec.outdir import check_output_dir
 from spyrec.passes.pipeline import (
     Instrument, IRPrinter, Verifier, build_pipeline, check_dump_dir, describe, read_pipeline_file,
-    read_yaml_file, run_passes,
+    run_passes,
 )
 from spyrec.passes.registry import CompileContext
+from spyrec.yamlfile import read_yaml_file
 
 
 @dataclass

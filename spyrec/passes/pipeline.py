@@ -20,6 +20,7 @@ import yaml
 
 from spyrec.errors import ConfigError
 from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, PASSES, Pass, get_pass, providers
+from spyrec.yamlfile import read_yaml_file, yaml_problem
 
 # Package data: spyrec/configs is a symlink to the repository's configs/ (the one copy users
 # edit) that the wheel ships as files, so an installed spyrec finds it as a checkout does.
@@ -29,37 +30,6 @@ DEFAULT_PIPELINE = resources.files("spyrec") / "configs" / "pipeline.yaml"
 def _near(name: str, choices) -> str:
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def read_yaml_file(path: Path, kind: str, option: str):
-    """The YAML document in `path` (safe_load: no Python tags), or one ConfigError that names
-    the option and says what is wrong with the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{option} {path}: no such {kind} file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{option} {path}: is a directory; give a {kind} YAML file") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{option} {path}: not UTF-8 text (byte {e.start}); give a {kind} "
-                          f"YAML file") from None
-    except OSError as e:
-        raise ConfigError(f"{option} {path}: cannot read the {kind} file ({e.strerror})") \
-            from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{option} {path}: not valid YAML: {yaml_problem(e)}") from None
-
-
-def yaml_problem(e: yaml.YAMLError) -> str:
-    """PyYAML's error in one line: the problem and where (its own text spans several lines)."""
-    problem = getattr(e, "problem", None)
-    mark = getattr(e, "problem_mark", None)
-    if not problem:
-        return " ".join(str(e).split())
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    return f"{problem}{where}"
 
 
 def read_pipeline_file(path: Path | None) -> tuple[list[dict], str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spyrec.errors import ConfigError
-from spyrec.passes.pipeline import read_yaml_file
+from spyrec.yamlfile import read_yaml_file
 
 TILING_FORM = ("{dims: {INPUT: [NAME|_, ...]}, groups: [{ops: [GLOB, ...] | scope: GLOB, "
                "loops: [{NAME: COUNT}, ...]}]}")
