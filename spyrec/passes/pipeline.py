@@ -255,9 +255,38 @@ class IRPrinter(Instrument):
 
 class Verifier(Instrument):
     """`--verify-each` (and the tests): `ir.verify.check` after the lowering and every pass;
-    an invalid graph is an internal error naming the pass."""
+    an invalid graph is an internal error naming the pass. Also holds each registered pass to
+    its contract's `writes`: a field the pass changed without declaring it is an internal
+    error too (ir/writes.py)."""
+
+    def __init__(self) -> None:
+        self._before = None
+
+    def before(self, step, name, graph) -> None:
+        from spyrec.ir.writes import snapshot
+
+        self._before = snapshot(graph) if name in PASSES else None
 
     def after(self, step, name, graph, facts) -> None:
         from spyrec.ir.verify import check
 
+        if self._before is not None:
+            check_writes(name, PASSES[name].contract.writes, self._before, graph)
+            self._before = None
         check(graph, name, facts)
+
+
+def check_writes(name: str, declared: tuple[str, ...], before, graph) -> None:
+    """InternalError if pass `name` changed an IR field (since snapshot `before`) that its
+    registry contract does not list in `writes`."""
+    from spyrec.errors import InternalError
+    from spyrec.ir.writes import written_fields
+
+    undeclared = {f: where for f, where in written_fields(before, graph).items()
+                  if f not in declared}
+    if undeclared:
+        what, where = next(iter(sorted(undeclared.items())))
+        raise InternalError(f"pass {name} wrote {what} ({where}), which its registry "
+                            f"contract does not declare (writes: {', '.join(declared) or 'none'}"
+                            f"); this is a spyrec bug, please report it with the command and "
+                            f"input")

@@ -29,9 +29,16 @@ CODEGEN_REQUIRES = ("layouts", "hbm_addresses")
 
 @dataclass(frozen=True)
 class Contract:
+    """What a pass needs, establishes and breaks (`FACTS`), and the IR fields it writes:
+    `Operation.<field>` / `Buffer.<field>` (ir/graph.py declares them), `ops` and `buffers`
+    (adds, removes or reorders them) and `signature` (the graph's inputs and outputs). The
+    verifying instrument checks `writes` after every pass (ir/writes.py): a pass that changes
+    a field it does not declare is an internal error, so this table is the whole truth."""
+
     requires: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     invalidates: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.requires + self.provides + self.invalidates) - set(FACTS)
@@ -61,35 +68,50 @@ def _entry(name: str, class_name: str, **contract) -> tuple[str, PassLoader]:
 PASSES: dict[str, PassLoader] = dict([
     # Adds index-check ops and buffers and fuses gathers: runs before layouts exist.
     _entry("gather_coordinates", "GatherCoordinates",
-           invalidates=("layouts", "core_splits", "hbm_addresses")),
+           invalidates=("layouts", "core_splits", "hbm_addresses"),
+           writes=("ops", "buffers", "Operation.inputs", "Operation.output",
+                   "Operation.index_inputs", "Operation.index_bounds")),
     # Splits an op whose output is read in separate column blocks (new ops and buffers).
     _entry("split_outputs", "SplitOutputs",
-           invalidates=("layouts", "core_splits", "hbm_addresses")),
+           invalidates=("layouts", "core_splits", "hbm_addresses"),
+           writes=("ops", "buffers", "Operation.inputs")),
     # Lays out every buffer and inserts restickify copies and view copies (new ops, buffers).
     _entry("stick_layout", "StickLayout", provides=("layouts",),
-           invalidates=("core_splits", "hbm_addresses")),
+           invalidates=("core_splits", "hbm_addresses"),
+           writes=("ops", "buffers", "Buffer.layout", "Operation.op", "Operation.inputs")),
     # Reads operand layouts to find K; adds a padded buffer, a fill and a copy per matmul.
     _entry("matmul_padding", "MatmulPadding", requires=("layouts",),
-           invalidates=("core_splits", "hbm_addresses")),
+           invalidates=("core_splits", "hbm_addresses"),
+           writes=("ops", "buffers", "Operation.inputs")),
     # Reads layouts (whole-stick tiles, device-address shifts); shrinks ranges, adds loops,
     # per-tile buffers and accumulator ops.
     _entry("coarse_tiling", "CoarseTiling", requires=("layouts",),
-           invalidates=("core_splits", "hbm_addresses")),
-    # Reads the output's layout to split whole sticks across cores.
-    _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",)),
+           invalidates=("core_splits", "hbm_addresses"),
+           writes=("ops", "buffers", "Operation.op", "Operation.ranges", "Operation.reduced",
+                   "Operation.constants", "Operation.loops", "Operation.inputs",
+                   "Operation.output", "Buffer.host_size", "Buffer.layout", "Buffer.per_tile")),
+    # Reads the output's layout to split whole sticks across cores; may replicate an op (a
+    # copy dim in its ranges) so its readers find their slices in LX.
+    _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",),
+           writes=("Operation.core_splits", "Operation.ranges")),
     # Reads layouts, accesses and core splits; replaces ops SuperDSC cannot address by ops it
     # can (new ops, each with a core split).
     _entry("superdsc_legalize", "SuperdscLegalize", requires=("layouts", "core_splits"),
-           invalidates=("hbm_addresses",)),
+           invalidates=("hbm_addresses",),
+           writes=("ops", "buffers", "Operation.ranges", "Operation.inputs", "Operation.output",
+                   "Operation.index_inputs", "Operation.core_splits")),
     # Reads accesses, layouts and core splits; copies an input read alike several times into
     # an intermediate once (a new op with its core split, a new buffer).
     _entry("stage_inputs", "StageInputs", requires=("layouts", "core_splits"),
-           invalidates=("hbm_addresses",)),
-    # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops).
-    _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits")),
+           invalidates=("hbm_addresses",),
+           writes=("ops", "buffers", "Operation.inputs")),
+    # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops); a
+    # replicated writer whose output stays in HBM loses its copies (its ranges and splits).
+    _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits"),
+           writes=("Buffer.lx_address", "Operation.core_splits", "Operation.ranges")),
     # Reads every buffer's device bytes; addresses every buffer that has none.
     _entry("memory_planning", "MemoryPlanning", requires=("layouts",),
-           provides=("hbm_addresses",)),
+           provides=("hbm_addresses",), writes=("Buffer.hbm_address",)),
 ])
 
 
@@ -166,6 +188,8 @@ def describe_passes() -> str:
                              ("invalidates", c.invalidates)):
             if facts:
                 lines.append(f"    {label}: {'; '.join(FACTS[f] for f in facts)}")
+        if c.writes:
+            lines.append(f"    writes: {', '.join(c.writes)}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
 
