@@ -187,8 +187,9 @@ def _linear(ctx, node, x, weight, bias=None):
 # --- composites ------------------------------------------------------------------------------
 
 
-def _shifted_exp_sum(ctx, x: TensorValue, dim: int):
-    """x - max(x), its exp, and the sum of the exp along `dim` (all fp32, keepdim)."""
+def shifted_exp_sum(ctx, x: TensorValue, dim: int):
+    """x - max(x), its exp, and the sum of the exp along `dim` (all fp32, keepdim): the
+    numerically safe core of softmax and log_softmax, sdpa's included."""
     m = reduce(ctx, "max", x, [dim], True, FP32)
     shifted = ctx.pointwise("sub", [x, m], out_dtype=FP32)
     e = ctx.pointwise("exp", [shifted], out_dtype=FP32)
@@ -197,13 +198,13 @@ def _shifted_exp_sum(ctx, x: TensorValue, dim: int):
 
 @lowering("aten._softmax.default", "aten.softmax.int")
 def _softmax(ctx, node, x, dim, half_to_float=None, **kwargs):
-    _, e, z = _shifted_exp_sum(ctx, x, dim)
+    _, e, z = shifted_exp_sum(ctx, x, dim)
     return ctx.pointwise("realdiv", [e, z], out_dtype=ctx.out_meta()[1])
 
 
 @lowering("aten._log_softmax.default", "aten.log_softmax.int")
 def _log_softmax(ctx, node, x, dim, half_to_float=None, **kwargs):
-    shifted, _, z = _shifted_exp_sum(ctx, x, dim)
+    shifted, _, z = shifted_exp_sum(ctx, x, dim)
     log_z = ctx.pointwise("log", [z], out_dtype=FP32)
     return ctx.pointwise("sub", [shifted, log_z], out_dtype=ctx.out_meta()[1])
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_ops import binary, gather
-from spyrec.frontend.aten_reductions import FP32, _shifted_exp_sum, matmul, reduce
+from spyrec.frontend.aten_reductions import FP32, matmul, reduce, shifted_exp_sum
 from spyrec.frontend.context import Scalar
 from spyrec.frontend.indexed import IndexUse, check_index, constant_values, emit_gather
 from spyrec.frontend.registry import lowering
@@ -92,7 +92,7 @@ def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     if attn_mask is not None and _may_mask_whole_rows(ctx, attn_mask, (length, keys)):
         probs = _safe_softmax(ctx, scores)
     else:
-        _, e, z = _shifted_exp_sum(ctx, scores, scores.rank - 1)
+        _, e, z = shifted_exp_sum(ctx, scores, scores.rank - 1)
         probs = ctx.pointwise("realdiv", [e, z], out_dtype=FP32)
     return matmul(ctx, probs, v, dtype)
 

@@ -42,7 +42,7 @@ from spyrec.frontend.folders import FOLDERS, VIEW_OPS, Call, computes
 from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
 from spyrec.frontend.host_dtypes import ITEMSIZE, NP_DTYPES, NotFoldable, cast
 from spyrec.frontend.lowerings import lowerable
-from spyrec.frontend.program import InputSpec, Node, Program, Ref, TensorMeta, _refs
+from spyrec.frontend.program import InputSpec, Node, Program, Ref, TensorMeta, refs_in
 
 MAX_FOLD_BYTES = 16 * 1024 * 1024
 FOLDED_PREFIX = "_folded."
@@ -116,7 +116,7 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
         args = node.args
         if node.target in LIKE_OPS and args and isinstance(args[0], Ref):
             args = (None,) + tuple(args[1:])  # only its metadata is read
-        refs = [r.name for r in _refs((args, node.kwargs))]
+        refs = [r.name for r in refs_in((args, node.kwargs))]
         if not all(r in roots or r in const for r in refs):
             continue
         if node.target in ASSERTS:
@@ -146,7 +146,7 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
     by_name = {n.name: n for n in program.nodes}
     users: dict[str, list[Node]] = {}
     for node in program.nodes:
-        for r in {r.name for r in _refs((node.args, node.kwargs))}:
+        for r in {r.name for r in refs_in((node.args, node.kwargs))}:
             users.setdefault(r, []).append(node)
     # Nodes that stay; an assert stays with what it checks.
     keep = {n.name for n in program.nodes if n.op == "call_function" and n.name not in const}
@@ -185,7 +185,7 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
                 changed = True
         for name in sorted(const - keep):
             if by_name[name].target in ASSERTS and \
-                    any(r.name in keep for r in _refs((by_name[name].args,))):
+                    any(r.name in keep for r in refs_in((by_name[name].args,))):
                 keep.add(name)
                 changed = True
 

@@ -76,7 +76,7 @@ def _torch_program(archive: Archive) -> Program:
         _check_static_shapes(ep, archive.path)
         if any(n.op == "call_function" and not lowerable(target_name(n.target))
                for n in ep.graph.nodes):
-            ep = ep.run_decompositions(_decomposition_table())
+            ep = ep.run_decompositions(decomposition_table())
     return _with_stored(program_of(ep), archive)
 
 
@@ -123,9 +123,10 @@ def _resolves(torch, target: str) -> bool:
     return True
 
 
-def _decomposition_table():
+def decomposition_table():
     """torch's default decompositions, minus every op the lowering knows: those stay whole
-    (one device op, or our own decomposition with fp32 intermediates)."""
+    (one device op, or our own decomposition with fp32 intermediates). What the torch front
+    end runs, and what `tests/models/catalog.py` runs to list the ops left unlowered."""
     import torch
 
     table = torch.export.default_decompositions()

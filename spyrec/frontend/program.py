@@ -246,7 +246,7 @@ class Program:
         if cache is None:
             cache = {}
             for node in self.nodes:
-                for ref in _refs((node.args, node.kwargs)):
+                for ref in refs_in((node.args, node.kwargs)):
                     users = cache.setdefault(ref.name, [])
                     if not users or users[-1] is not node:
                         users.append(node)
@@ -274,7 +274,7 @@ def check_program(program: Program, where: str) -> None:
     for node in program.nodes:
         if node.name in seen:
             raise bad(f"two nodes are named {node.name!r}")
-        for ref in _refs((node.args, node.kwargs)):
+        for ref in refs_in((node.args, node.kwargs)):
             if ref.name not in seen:
                 raise bad(f"node {node.name!r} reads {ref.name!r}, which no earlier node defines")
         seen[node.name] = node
@@ -294,15 +294,17 @@ def check_program(program: Program, where: str) -> None:
                 raise bad(f"{spec.kind} {spec.target!r} has no stored value")
 
 
-def _refs(value):
+def refs_in(value):
+    """Every `Ref` in a node argument, lists, tuples and dicts searched at any depth: the
+    nodes an argument reads."""
     if isinstance(value, Ref):
         yield value
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from _refs(v)
+            yield from refs_in(v)
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _refs(v)
+            yield from refs_in(v)
 
 
 def tensor_values(node: Node) -> list[TensorMeta]:

@@ -163,21 +163,23 @@ def analyze_stored(model: dict) -> dict:
 # --- what spyrec's torch front end would see ---------------------------------------------------
 
 def spyrec_registry():
+    """The aten ops spyrec lowers and those it passes through: the full lowering table."""
+    from spyrec.frontend.lowerings import register_lowerings
     from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
-    import spyrec.frontend.aten_ops  # noqa: F401  (registers)
-    import spyrec.frontend.aten_reductions  # noqa: F401
+
+    register_lowerings()
     return set(LOWERINGS), set(PASSTHROUGH)
 
 
 def analyze_decomposed(pt2: Path) -> dict:
     import torch
     from torch.export.graph_signature import InputKind
-    from spyrec.frontend.load import _decomposition_table
+    from spyrec.frontend.load import decomposition_table
 
     lowered, passthrough = spyrec_registry()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ep = torch.export.load(str(pt2)).run_decompositions(_decomposition_table())
+        ep = torch.export.load(str(pt2)).run_decompositions(decomposition_table())
     mutated = set(ep.graph_signature.buffers_to_mutate.values())
     cls: dict = {}
     for spec in ep.graph_signature.input_specs:
