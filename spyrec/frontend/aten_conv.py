@@ -41,14 +41,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_ops import binary
+from spyrec.frontend.aten_pointwise import binary
 from spyrec.frontend.aten_reductions import FP32, matmul, reduce
 from spyrec.frontend.context import LoweringContext, Scalar, Unlowered, iteration_vars, names_of
 from spyrec.frontend.host_dtypes import cast
 from spyrec.frontend.indexed import constant_values
 from spyrec.frontend.program import Ref
 from spyrec.frontend.registry import lowering
-from spyrec.frontend.sources import source_of
+from spyrec.frontend.sources import source_for_message
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import const, floordiv, mod, var
 from spyrec.ir import Access
@@ -59,7 +59,7 @@ BATCH_NORMS = ("aten.batch_norm.default",
 
 def _refuse(ctx: LoweringContext, what: str, hint: str):
     raise UnsupportedProgram(f"{ctx.node.name}: {ctx.node.target} {what} "
-                             f"({source_of(ctx.node) or 'unknown source line'}); {hint}")
+                             f"({source_for_message(ctx.node)}); {hint}")
 
 
 def _pair(v, n: int) -> list[int]:

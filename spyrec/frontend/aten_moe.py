@@ -25,7 +25,7 @@ from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.aten_reductions import matmul, reduce
 from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
 from spyrec.frontend.registry import lowering
-from spyrec.frontend.sources import source_of
+from spyrec.frontend.sources import source_for_message
 from spyrec.frontend.views import TensorValue
 from spyrec.indexing import Indirect, as_lin
 from spyrec.ir import Access
@@ -55,7 +55,7 @@ def _topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
 def _check_order(ctx, node, n: int, k: int, sorted_: bool) -> None:
     """Refuse what spyrec cannot give as eager does: k beyond the dim, and unsorted results
     that eager leaves in std::nth_element's order (k >= 3 on its nth_element path, 64k > n)."""
-    where = source_of(node) or "unknown source line"
+    where = source_for_message(node)
     if not 0 <= k <= n:
         raise UnsupportedProgram(f"{node.name}: topk with k={k} of a dim of size {n} ({where})")
     if not sorted_ and 3 <= k and 64 * k > n and n >= 4:
@@ -141,7 +141,7 @@ def _histc(ctx, node, x, bins=100, min=0, max=0):
     if lo >= hi:
         raise UnsupportedProgram(
             f"{node.name}: torch.histc with min={min}, max={max} takes its range from the data "
-            f"({source_of(node) or 'unknown source line'}); pass min < max")
+            f"({source_for_message(node)}); pass min < max")
     flat = x.reshape([x.numel])
     dtype = x.dtype
     d = ctx.pointwise("sub", [flat], out_dtype=dtype, constants=_rhs(lo), shape=flat.shape)

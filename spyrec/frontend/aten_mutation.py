@@ -20,7 +20,7 @@ and scatter (eager calls it undefined). Out-of-range indices fault in the simula
 
 from __future__ import annotations
 
-from spyrec.frontend.aten_ops import binary
+from spyrec.frontend.aten_pointwise import binary
 from spyrec.frontend.context import Scalar
 from spyrec.frontend.indexed import (
     IndexUse, advanced_coordinates, advanced_shape, check_index, distinct_indices, emit_scatter,

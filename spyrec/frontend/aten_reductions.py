@@ -11,7 +11,7 @@ import math
 from typing import Sequence
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_ops import _filled, binary
+from spyrec.frontend.aten_pointwise import binary, filled
 from spyrec.frontend.context import LoweringContext, Scalar, Unlowered, iteration_vars, names_of
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue, broadcast_shapes
@@ -112,7 +112,7 @@ def _any_all(ctx, node, x, dim=None, keepdim=False):
     shape, dtype = ctx.out_meta()
     is_any = str(node.target).startswith("aten.any.")
     if x.numel == 0:
-        return _filled(ctx, shape, dtype, not is_any)
+        return filled(ctx, shape, dtype, not is_any)
     truth = x if x.dtype == "bool" else binary(ctx, "notequal", x, 0, out_dtype="bool")
     out = reduce(ctx, "max" if is_any else "min", truth, dim, keepdim, dtype)
     return out if out.shape == shape else out.reshape(shape)

@@ -15,12 +15,13 @@ import math
 import numpy as np
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.aten_ops import binary, gather
+from spyrec.frontend.aten_copies import concatenate, gather
+from spyrec.frontend.aten_pointwise import binary
 from spyrec.frontend.aten_reductions import FP32, matmul, reduce, shifted_exp_sum
 from spyrec.frontend.context import Scalar
 from spyrec.frontend.indexed import IndexUse, check_index, constant_values, emit_gather
 from spyrec.frontend.registry import lowering
-from spyrec.frontend.sources import source_of
+from spyrec.frontend.sources import source_for_message
 from spyrec.indexing import Indirect, as_lin
 
 
@@ -30,7 +31,7 @@ def _dropout(ctx, node, x, p=0.5, train=False):
     """Identity at inference (`train=False`, or p = 0); training-mode dropout is random."""
     if train and p:
         raise UnsupportedProgram(f"{node.target} with train=True and p={p} (node {node.name}, "
-                                 f"{source_of(node) or 'unknown source line'}): export the "
+                                 f"{source_for_message(node)}): export the "
                                  f"model in eval mode (model.eval()) so dropout is the identity")
     return x
 
@@ -70,7 +71,7 @@ def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     for its group of query heads (a view, never a copy)."""
     if dropout_p:
         raise UnsupportedProgram(f"{node.name}: scaled_dot_product_attention with dropout_p="
-                                 f"{dropout_p} ({source_of(node) or 'unknown source line'}); "
+                                 f"{dropout_p} ({source_for_message(node)}); "
                                  f"export in eval mode with dropout_p=0")
     dtype = ctx.out_meta()[1]
     if enable_gqa or (k.rank >= 3 and q.rank >= 3 and k.shape[-3] != q.shape[-3]):
@@ -162,10 +163,8 @@ def _index_select(ctx, node, x, dim, index):
 @lowering("aten.stack.default")
 def _stack(ctx, node, values, dim=0):
     """cat of the inputs, each with a new size-1 dim at `dim` (a view)."""
-    from spyrec.frontend.aten_ops import _cat
-
     rank = values[0].rank + 1
-    return _cat(ctx, node, [v.unsqueeze(dim % rank) for v in values], dim % rank)
+    return concatenate(ctx, [v.unsqueeze(dim % rank) for v in values], dim % rank)
 
 
 @lowering("aten.gather.default")
@@ -221,7 +220,7 @@ def _bool_binary(op: str):
             a, b = _truth(ctx, a), _truth(ctx, b)
         if not _all_bool(a, b):
             raise UnsupportedProgram(f"{node.name}: {node.target} on non-bool tensors "
-                                     f"({source_of(node) or 'unknown source line'}) is not "
+                                     f"({source_for_message(node)}) is not "
                                      f"supported; only boolean masks")
         return binary(ctx, _BOOL_BINARY[op], a, b, out_dtype="bool")
     return lower

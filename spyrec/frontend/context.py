@@ -16,7 +16,7 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.names import Names
 from spyrec.frontend.program import Program, Ref
-from spyrec.frontend.sources import module_path, source_of
+from spyrec.frontend.sources import module_path, source_for_message, source_of
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
 from spyrec.indexing import Lin, var
 from spyrec.ir import DEVICE_OPS, Access, Buffer, Graph, Operation
@@ -115,7 +115,7 @@ class LoweringContext:
             return
         if op not in EMPTY_REDUCTION_VALUE and op != "mean":
             raise UnsupportedProgram(f"{self.node.name}: {op} over an empty dim has no value "
-                                     f"({source_of(self.node) or 'unknown source line'})")
+                                     f"({source_for_message(self.node)})")
         if op != "mean":
             self.emit("fill", out, kept, [], out_index,
                       constants={"value": EMPTY_REDUCTION_VALUE[op]})

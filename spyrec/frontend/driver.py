@@ -22,7 +22,7 @@ from spyrec.frontend.lowerings import lowerable, register_lowerings
 from spyrec.frontend.names import rename_graph
 from spyrec.frontend.program import Program, Ref, StoredTensor, tensor_values
 from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
-from spyrec.frontend.sources import source_of
+from spyrec.frontend.sources import source_for_message
 from spyrec.frontend.views import TensorValue
 from spyrec.ir import Buffer, Graph
 from spyrec.layout.dtypes import HOST_TO_DEVICE
@@ -65,7 +65,7 @@ def _call_lowering(ctx: LoweringContext, node, args: list, kwargs: dict):
     except SpyrecError:
         raise
     except Exception as e:  # noqa: BLE001 - named, with the node, rather than a bare crash
-        where = source_of(node) or "unknown source line"
+        where = source_for_message(node)
         raise InternalError(f"internal error lowering node {node.name!r} ({node.target}, "
                             f"{where}): {type(e).__name__}: {e}; unless the .pt2 was edited "
                             f"by hand, please report this") from e
@@ -98,7 +98,7 @@ def _check_supported(program: Program) -> None:
                 found.setdefault(f"dtype {dtype}", []).append(node)
     if found:
         lines = [f"  {what}{f' x{len(nodes)}' if len(nodes) > 1 else ''} (node {nodes[0].name}, "
-                 f"{source_of(nodes[0]) or 'unknown source line'})"
+                 f"{source_for_message(nodes[0])})"
                  for what, nodes in found.items()]
         raise UnsupportedProgram("the program uses operations spyrec does not support:\n"
                                  + "\n".join(lines)

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from spyrec.frontend.host_dtypes import (
-    NP_DTYPES, NotFoldable, cast, category, opmath, promote, scalar_dtype,
+    NotFoldable, cast, category, opmath, promote, scalar_dtype,
 )
 from spyrec.frontend.program import Node, Ref, TensorMeta
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
-from spyrec.frontend.sources import source_of
+from spyrec.frontend.sources import source_for_message
 from spyrec.frontend.views import TensorValue, broadcast_index, broadcast_shapes
 from spyrec.indexing import Indirect, Lin, as_lin, const, var
 from spyrec.indexing.expr import evaluate
@@ -54,7 +54,7 @@ class IndexUse:
 
 
 def check_index(ctx: LoweringContext, t: TensorValue) -> None:
-    where = source_of(ctx.node) or "unknown source line"
+    where = source_for_message(ctx.node)
     if t.dtype == "bool":
         raise UnsupportedProgram(f"{ctx.node.name}: indexing with the boolean mask {t.buffer} "
                                  f"({where}) gives a data-dependent shape; use torch.where")

@@ -14,8 +14,8 @@ from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
 
 def register_lowerings() -> None:
     """Import every module that registers lowerings."""
-    from spyrec.frontend import aten_mutation, aten_ops, aten_reductions  # noqa: F401
-    from spyrec.frontend import aten_training  # noqa: F401
+    from spyrec.frontend import aten_copies, aten_pointwise, aten_views  # noqa: F401
+    from spyrec.frontend import aten_mutation, aten_reductions, aten_training  # noqa: F401
     from spyrec.frontend import aten_conv, aten_moe, aten_scan  # noqa: F401
 
 

@@ -31,6 +31,12 @@ def source_of(node) -> str | None:
     return f"{line} [{module}]" if module else line
 
 
+def source_for_message(node) -> str:
+    """`source_of(node)`, or "unknown source line" when the node has none: the place an
+    error message names."""
+    return source_of(node) or "unknown source line"
+
+
 def module_path(node) -> str:
     """The path of the innermost module `node` ran in (`fc1`, `layers.0.mlp`); '' at the top."""
     stack = node.meta.get("nn_module_stack")

@@ -41,7 +41,9 @@ class TensorValue:
         assert len(indices) == self.rank, (indices, self.shape)
         return substitute(self.index, {view_var(i): as_lin(x) for i, x in enumerate(indices)})
 
-    def _with(self, shape: Sequence[int], index: Lin) -> "TensorValue":
+    def with_index(self, shape: Sequence[int], index: Lin) -> "TensorValue":
+        """A view of the same buffer: `shape`, and `index` written in the new view's own
+        variables v0, v1, ... (simplified over their ranges). Every view op ends here."""
         shape = tuple(int(n) for n in shape)
         ranges = Ranges({view_var(i): (0, max(n, 1) - 1) for i, n in enumerate(shape)})
         return TensorValue(self.buffer, shape, self.dtype, simplify_lin(index, ranges))
@@ -59,14 +61,14 @@ class TensorValue:
         old_strides = contiguous_strides(self.shape)
         old = [mod(floordiv(flat, s), n) if n > 1 else const(0)
                for s, n in zip(old_strides, self.shape)]
-        return self._with(shape, self.at(old))
+        return self.with_index(shape, self.at(old))
 
     def permute(self, dims: Sequence[int]) -> "TensorValue":
         dims = [d % self.rank for d in dims]
         old = [const(0)] * self.rank
         for new_pos, d in enumerate(dims):
             old[d] = var(f"v{new_pos}")
-        return self._with([self.shape[d] for d in dims], self.at(old))
+        return self.with_index([self.shape[d] for d in dims], self.at(old))
 
     def transpose(self, a: int, b: int) -> "TensorValue":
         if self.rank == 0:  # torch allows dims 0 and -1 on a 0-d tensor: nothing moves
@@ -85,12 +87,12 @@ class TensorValue:
             if target == -1:
                 shape[lead + i] = n
             old.append(const(0) if n == 1 else var(f"v{lead + i}"))
-        return self._with(shape, self.at(old))
+        return self.with_index(shape, self.at(old))
 
     def unsqueeze(self, dim: int) -> "TensorValue":
         dim = dim % (self.rank + 1)
         old = [var(f"v{i if i < dim else i + 1}") for i in range(self.rank)]
-        return self._with(self.shape[:dim] + (1,) + self.shape[dim:], self.at(old))
+        return self.with_index(self.shape[:dim] + (1,) + self.shape[dim:], self.at(old))
 
     def squeeze(self, dims: Sequence[int] | None = None) -> "TensorValue":
         if self.rank == 0:  # dim 0 / -1 of a scalar is the scalar itself: nothing to drop
@@ -102,7 +104,7 @@ class TensorValue:
         old = [const(0)] * self.rank
         for new_pos, i in enumerate(keep):
             old[i] = var(f"v{new_pos}")
-        return self._with([self.shape[i] for i in keep], self.at(old))
+        return self.with_index([self.shape[i] for i in keep], self.at(old))
 
     def slice(self, dim: int, start: int | None, end: int | None, step: int = 1) -> "TensorValue":
         dim = dim % self.rank
@@ -113,19 +115,19 @@ class TensorValue:
         old[dim] = var(f"v{dim}").scale(step) + start
         shape = list(self.shape)
         shape[dim] = length
-        return self._with(shape, self.at(old))
+        return self.with_index(shape, self.at(old))
 
     def remap(self, shape: Sequence[int], coords: Sequence[Lin]) -> "TensorValue":
         """The view whose element (v0, v1, …) of `shape` is this value's element `coords`
         (expressions in the new view's vars): a static selection such as x[..., [2, 3], :]."""
-        return self._with(shape, self.at(coords))
+        return self.with_index(shape, self.at(coords))
 
     def select(self, dim: int, index: int) -> "TensorValue":
         dim = dim % self.rank
         index = index % self.shape[dim]
         old = [var(f"v{i if i < dim else i - 1}") for i in range(self.rank)]
         old[dim] = const(index)
-        return self._with(self.shape[:dim] + self.shape[dim + 1:], self.at(old))
+        return self.with_index(self.shape[:dim] + self.shape[dim + 1:], self.at(old))
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:

@@ -294,7 +294,7 @@ def test_view_copies_lower_to_index_expressions_not_copies(tmp_path):
     """Every *_copy in the table is its view: the graph holds the one mul and nothing else,
     and each copy variant reads x through the same index as its view."""
     from spyrec.frontend import load_program, lower_program
-    from spyrec.frontend.aten_ops import VIEW_COPIES
+    from spyrec.frontend.aten_views import VIEW_COPIES
     from spyrec.frontend.registry import LOWERINGS
     from tests.programs import export
 

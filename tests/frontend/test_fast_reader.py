@@ -116,7 +116,7 @@ def test_scalar_rounding_matches_torch_without_torch():
     import math
     import random
 
-    from spyrec.frontend.aten_ops import round_scalar
+    from spyrec.frontend.aten_pointwise import round_scalar
 
     rng = random.Random(0)
     values = [rng.uniform(-10, 10) for _ in range(3000)]
