@@ -55,6 +55,9 @@ class LoweringContext:
         self.node = None
         reserved = frozenset(n.name for n in program.nodes) if program else frozenset()
         self.names = Names(reserved | frozenset(graph.buffers))
+        # Eval batch norms a convolution already applied (folded into its weights), which
+        # then lower to nothing (`aten_batch_norm.py`).
+        self.folded_batch_norms: set[str] = set()
 
     # --- buffers and ops ------------------------------------------------------------------
     def new_value(self, shape: Sequence[int], dtype: str, base: str | None = None,
@@ -94,6 +97,31 @@ class LoweringContext:
             reduced=tuple(reduced), constants=dict(constants or {}),
             index_inputs=tuple(index_inputs), index_bounds=tuple(index_bounds),
             source=source_of(self.node), node=self.node.name, scope=module_path(self.node)))
+
+    def release_parameter(self, node, value: TensorValue) -> None:
+        """Drop a parameter that only `node` reads (it was rearranged or folded into a new
+        constant), so the output directory stores the weights once."""
+        name = value.buffer
+        buf = self.graph.buffers.get(name)
+        if buf is None or buf.role != "constant" or name not in self.graph.constants:
+            return
+        program = self.program
+        users = program.users(name) if any(nd.name == name for nd in program.nodes) else [None]
+        target = next((s.target for s in program.inputs if s.name == name), None)
+        tied = [s for s in program.inputs if s.name != name and s.target is not None
+                and program.aliases.get(s.target, s.target) ==
+                program.aliases.get(target, target)]
+        if users != [node] or tied or any(a.buffer == name for op in self.graph.ops
+                                          for a in op.reads()):
+            return
+        del self.graph.constants[name]
+        del self.graph.buffers[name]
+
+    def refuse(self, what: str, hint: str):
+        """Raise UnsupportedProgram: the current node's op `what` (a mode or an argument), its
+        source line, and `hint` (what the user can do instead)."""
+        raise UnsupportedProgram(f"{self.node.name}: {self.node.target} {what} "
+                                 f"({source_for_message(self.node)}); {hint}")
 
     def meta_of(self, arg):
         """The TensorMeta of a node argument (a `Ref`), or None."""

@@ -16,7 +16,8 @@ def register_lowerings() -> None:
     """Import every module that registers lowerings."""
     from spyrec.frontend import aten_copies, aten_pointwise, aten_views  # noqa: F401
     from spyrec.frontend import aten_mutation, aten_reductions, aten_training  # noqa: F401
-    from spyrec.frontend import aten_conv, aten_moe, aten_scan  # noqa: F401
+    from spyrec.frontend import aten_batch_norm, aten_conv, aten_pooling  # noqa: F401
+    from spyrec.frontend import aten_moe, aten_scan  # noqa: F401
 
 
 def lowerable(target: str) -> bool:
