@@ -13,7 +13,8 @@ from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
 
 
 def register_lowerings() -> None:
-    """Import every module that registers lowerings."""
+    """Import every module that registers lowerings (`tests/frontend/test_lowerings.py` fails
+    when one is missing here)."""
     from spyrec.frontend import aten_copies, aten_pointwise, aten_views  # noqa: F401
     from spyrec.frontend import aten_mutation, aten_reductions, aten_training  # noqa: F401
     from spyrec.frontend import aten_batch_norm, aten_conv, aten_pooling  # noqa: F401
