@@ -42,6 +42,10 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from spyrec.costmodel import (
+    DEFAULT_PARAMS, MATMUL, CostParams, compute_seconds, cost_class, matmul_m_vars,
+    memory_seconds, ring_us,
+)
 from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.sticks import stick_info
@@ -50,8 +54,6 @@ from spyrec.ir.graph import Access
 from spyrec.ir.lx import (
     REPLICA_VAR, core_boxes, data_writer, keeps_slices, moves_with_loops, replicas,
 )
-from spyrec.sim.cost import DEFAULT_PARAMS, CostParams
-from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 
 
 @dataclass(frozen=True)
@@ -328,13 +330,12 @@ def estimate(graph: Graph, op: Operation, splits: dict[str, int],
         if not in_lx:
             share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
             moved += sticks * STICK_BYTES * share / _staged_trips(op, access, sticks, producers)
-    memory_s = moved * active / p.hbm_bytes_per_s
+    memory_s = memory_seconds(moved, active, p)
     compute_s = _compute_s(op, extent, p)
-    ring_us = (k_split - 1) * math.prod(n for v, n in op.ranges if v not in op.reduced) \
-        * p.psum_us_per_elem_hop
+    ring = ring_us(k_split, math.prod(n for v, n in op.ranges if v not in op.reduced), p)
     # the neighbours' added traffic does not overlap this op's compute: it is time added
-    time_s = max(compute_s, memory_s) + (penalty / p.hbm_bytes_per_s if penalties else 0)
-    return SplitCost(time_us=round(time_s * 1e6 + ring_us + p.op_overhead_us, 6),
+    time_s = max(compute_s, memory_s) + (memory_seconds(penalty, 1, p) if penalties else 0)
+    return SplitCost(time_us=round(time_s * 1e6 + ring + p.op_overhead_us, 6),
                      compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
                      hbm_bytes_per_core=round(moved), cores=active)
 
@@ -398,22 +399,13 @@ def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> 
 
 
 def _compute_s(op: Operation, extent: dict[str, int], p: CostParams) -> float:
-    kern = KERNELS[op.op]
-    points = math.prod(extent.values())
-    if kern.cost_class == MOVE:
-        return 0.0
-    if kern.cost_class == MATMUL:
-        rows = math.prod(extent[v] for v in _m_vars(op))
-        passes = max(1.0, rows / p.pt_rows_per_pass)
-        eff = min(1.0, math.sqrt(passes / p.pt_full_efficiency_passes))
-        return points / (p.pt_macs_per_s_per_core * eff)
-    weight = p.transcendental_factor if kern.cost_class == TRANSCENDENTAL else 1.0
-    return points * weight / (p.vector_elems_per_cycle * p.clock_hz)
+    """One core's compute time for a slice of extents `extent` (costmodel's formula)."""
+    klass = cost_class(op.op)
+    rows = math.prod(extent[v] for v in _m_vars(op)) if klass == MATMUL else 1
+    return compute_seconds(klass, math.prod(extent.values()), rows, p)
 
 
 def _m_vars(op: Operation) -> set[str]:
-    """Matmul M (as sim/cost.py): vars of the first operand that the second does not use."""
+    """Matmul M (`costmodel.matmul_m_vars`) of `op`'s first two operands."""
     x, y = op.inputs[:2]
-    names = [{a.name for a in acc.index.free_atoms() if isinstance(a, Var)} for acc in (x, y)]
-    return (names[0] - names[1]) - set(op.reduced)
-
+    return matmul_m_vars(set(index_vars(x.index)), set(index_vars(y.index)), op.reduced)

@@ -9,73 +9,31 @@ split of the sdsc file), following reference/C-simulator.md §5.9:
   efficiency (a stick-sparse output moves 64× its data). LX args are counted the same way
   as LX bytes, reported beside the HBM bytes and free in time (KC default): keeping a tile in
   LX is what saves the HBM traffic, and the report shows both sides.
-- compute: vector ops `points × w / (lanes × clock)` with w = 1, or the transcendental factor;
-  matmul `MACs / (per-core PT MAC rate × eff)` with eff = min(1, sqrt(max(1, M_c/8)/8)); data
-  movement (identity, restickify, fill) costs no compute.
-- broadcast cohort: an input slice that r cores read identically (r = the product of the
-  splits of the vars the arg does not use) is fetched max(1, r/8) times, not r times (TS's
-  cohort rule: up to 8 cores share a broadcast for free, beyond that bandwidth falls
-  linearly); each of the r cores is charged its share, max(8, r) / (8 r) of its bytes. These
-  are the HBM read bytes reported; the sticks a core touches are `sticks_read`.
-- memory: HBM bytes / (aggregate bandwidth / active cores) — cores share the bandwidth.
-- ring: a reduction split over k cores pays (k − 1) hops × output elements × PSUM cost.
+- compute, memory, ring and the broadcast cohort's read share: `spyrec/costmodel.py`'s
+  formulas and parameters (the compiler's split estimate uses the same ones). An input slice
+  r cores read alike (r = the product of the splits of the vars the arg does not use) is
+  charged its read share; those are the HBM read bytes reported, the sticks a core touches
+  are `sticks_read`.
 - op time = max over cores of max(compute, memory) (overlapped; `serial_us` adds them) + ring
   + per-op overhead. Bundle time = Σ op time × executions + per-bundle overhead; every
   execution of a loop body counts (bytes too: a looped op moves its tile's bytes per trip).
 
-Every parameter is a named constant below with its source and confidence.
+Only the byte counting is this module's own (with sim/footprint.py, from the files): the
+compiler counts from the IR with its own code, and tests compare the two.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-from spyrec.device import CORES, HBM_BYTES_PER_S, STICK_BYTES
+from spyrec.costmodel import (
+    DEFAULT_PARAMS, MATMUL, MOVE, CostParams, compute_seconds, cost_class, matmul_m_vars,
+    memory_seconds, ring_us,
+)
+from spyrec.device import STICK_BYTES
 from spyrec.sim.footprint import ArgFootprint, support
-from spyrec.sim.kernels import KERNELS, MATMUL, MOVE, TRANSCENDENTAL
 from spyrec.sim.specs import CoreSplit, OpSpec
-
-# --- parameters (reference/C-simulator.md §5.9; TS = torch-spyre, KC = ktir-cpu) -------------
-# CORES, STICK_BYTES (firm) and HBM_BYTES_PER_S (TS work_division.py _HBM_BW_GBS, LPDDR5
-# aggregate — medium) are device facts: spyrec/device.py.
-PT_PEAK_FLOPS_PER_CARD = 98.304e12  # TS work_division.py "DL16 peak", fp16 — medium
-PT_ROWS_PER_PASS = 8                # TS work_division.py, M streamed 8 rows per pass — fitted
-PT_FULL_EFFICIENCY_PASSES = 8       # TS work_division.py, efficiency sqrt(passes/8) — fitted
-VECTOR_ELEMS_PER_CYCLE = 64         # KC estimate: one fp16 stick per cycle per core — low
-CLOCK_HZ = 1.0e9                    # KC convention, a unit only (no public clock) — unknown
-TRANSCENDENTAL_FACTOR = 4.0         # KC "common heuristic" — low
-PSUM_US_PER_ELEM_HOP = 1.4e-4       # TS work_division.py, K-split ring reduction — fitted
-OP_OVERHEAD_US = 0.0                # t_op: not separable from t_bundle in the only data — low
-BUNDLE_OVERHEAD_US = 21.0           # t_bundle: fit to TS softmax timings (C-sim §1.3) — low
-BROADCAST_COHORT = 8                # TS work_division.py, cores sharing one read free — fitted
-
-
-@dataclass(frozen=True)
-class CostParams:
-    cores: int = CORES
-    hbm_bytes_per_s: float = HBM_BYTES_PER_S
-    pt_peak_flops_per_card: float = PT_PEAK_FLOPS_PER_CARD
-    pt_rows_per_pass: int = PT_ROWS_PER_PASS
-    pt_full_efficiency_passes: int = PT_FULL_EFFICIENCY_PASSES
-    vector_elems_per_cycle: int = VECTOR_ELEMS_PER_CYCLE
-    clock_hz: float = CLOCK_HZ
-    transcendental_factor: float = TRANSCENDENTAL_FACTOR
-    psum_us_per_elem_hop: float = PSUM_US_PER_ELEM_HOP
-    op_overhead_us: float = OP_OVERHEAD_US
-    bundle_overhead_us: float = BUNDLE_OVERHEAD_US
-    broadcast_cohort: int = BROADCAST_COHORT
-
-    def read_share(self, readers: int) -> float:
-        """The part of its bytes each of `readers` cores reading one slice is charged."""
-        return max(self.broadcast_cohort, readers) / (self.broadcast_cohort * readers)
-
-    @property
-    def pt_macs_per_s_per_core(self) -> float:
-        return self.pt_peak_flops_per_card / self.cores / 2
-
-
-DEFAULT_PARAMS = CostParams()
 
 
 def _us(x: float) -> float:
@@ -88,7 +46,6 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
     """Traffic and time of one core's slice of one op execution (`footprints`: the HBM args'
     (is_input, itemsize, footprint), and `m_vars` a matmul's M: both shared by every core
     of the op, so `op_cost` computes them once)."""
-    kern = KERNELS[spec.op]
     reads = writes = useful = lx_reads = lx_writes = touched = 0
     for is_input, itemsize, fp, in_lx in footprints or _footprints(spec):
         moved = fp.sticks(core.ranges) * STICK_BYTES
@@ -103,18 +60,13 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
             writes += moved
         useful += fp.useful(core.ranges) * itemsize
     points = core.points
-    if kern.cost_class == MOVE:
-        compute_s = 0.0
-    elif kern.cost_class == MATMUL:
+    klass = cost_class(spec.op)
+    m_rows = 1
+    if klass == MATMUL:
         m_vars = _m_vars(spec) if m_vars is None else m_vars
         m_rows = math.prod(hi - lo for v, (lo, hi) in core.ranges.items() if v in m_vars)
-        passes = max(1.0, m_rows / p.pt_rows_per_pass)
-        eff = min(1.0, math.sqrt(passes / p.pt_full_efficiency_passes))
-        compute_s = points / (p.pt_macs_per_s_per_core * eff)
-    else:
-        weight = p.transcendental_factor if kern.cost_class == TRANSCENDENTAL else 1.0
-        compute_s = points * weight / (p.vector_elems_per_cycle * p.clock_hz)
-    memory_s = (reads + writes) / (p.hbm_bytes_per_s / max(active, 1))
+    compute_s = compute_seconds(klass, points, m_rows, p)
+    memory_s = memory_seconds(reads + writes, active, p)
     return {"core": core.core, "points": points, "hbm_read_bytes": round(reads),
             "sticks_read": touched // STICK_BYTES,
             "hbm_write_bytes": writes, "lx_read_bytes": lx_reads, "lx_write_bytes": lx_writes,
@@ -127,7 +79,7 @@ def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint, bool]]:
     return [(a.is_input, a.itemsize, ArgFootprint(spec, a), a.in_lx) for a in spec.args]
 
 
-def replicas(spec: OpSpec) -> int:
+def copies_of(spec: OpSpec) -> int:
     """How many cores compute each point alike: the product of a replicated op's copy dims
     (`OpSpec.replica_vars`)."""
     return math.prod(spec.iteration_space[v][0] for v in spec.replica_vars)
@@ -136,22 +88,22 @@ def replicas(spec: OpSpec) -> int:
 def _m_vars(spec: OpSpec) -> set[str]:
     """Matmul M: vars of the first operand and the output that the second does not use."""
     x, y = spec.value_inputs[:2]
-    in_x = set().union(*(support(spec, c) for c in x.coordinates))
-    in_y = set().union(*(support(spec, c) for c in y.coordinates))
-    return (in_x - in_y) - set(spec.reduced)
+    return matmul_m_vars(set().union(*(support(spec, c) for c in x.coordinates)),
+                         set().union(*(support(spec, c) for c in y.coordinates)), spec.reduced)
 
 
 def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> dict:
     """Cost of one execution of `spec` (per core and combined), and how often it runs."""
     active = sum(1 for c in spec.cores if c.points)
     footprints = _footprints(spec)
-    m_vars = _m_vars(spec) if KERNELS[spec.op].cost_class == MATMUL else None
+    klass = cost_class(spec.op)
+    m_vars = _m_vars(spec) if klass == MATMUL else None
     cores = [core_cost(spec, c, active, p, footprints, m_vars) for c in spec.cores]
     used = [c for c in cores if c["points"]] or cores
     k_split = math.prod(k for v, (_, k) in spec.iteration_space.items() if v in spec.reduced)
     out_elems = math.prod(n for v, (n, _) in spec.iteration_space.items()
                           if v not in spec.reduced)
-    ring = (k_split - 1) * out_elems * p.psum_us_per_elem_hop
+    ring = ring_us(k_split, out_elems, p)
     overlapped = max(max(c["compute_us"], c["memory_us"]) for c in used)
     serial = max(c["compute_us"] + c["memory_us"] for c in used)
     parts = {"compute": max(c["compute_us"] for c in used),
@@ -159,8 +111,8 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
              "overhead": p.op_overhead_us}
     mean = sum(max(c["compute_us"], c["memory_us"]) for c in used) / len(used)
     # the op's own work, once: copies of a replicated op (docs/formats.md) repeat it
-    flops = spec.points // replicas(spec) * (2 if KERNELS[spec.op].cost_class == MATMUL else 1)
-    if KERNELS[spec.op].cost_class == MOVE:
+    flops = spec.points // copies_of(spec) * (2 if klass == MATMUL else 1)
+    if klass == MOVE:
         flops = 0
     reads = sum(c["hbm_read_bytes"] for c in cores)
     writes = sum(c["hbm_write_bytes"] for c in cores)
@@ -170,7 +122,7 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
     touched = sum(c["sticks_read"] for c in cores) * STICK_BYTES + writes
     return {
         "file": spec.file, "index": spec.index, "op": spec.op, "name": spec.name,
-        "source": spec.source, "executions": executions, "class": KERNELS[spec.op].cost_class,
+        "source": spec.source, "executions": executions, "class": klass,
         "cores_used": active, "points": spec.points, "flops": flops,
         "hbm_read_bytes": reads, "hbm_write_bytes": writes, "lx_read_bytes": lx_reads,
         "lx_write_bytes": lx_writes, "useful_bytes": useful,

@@ -1,7 +1,7 @@
 """The cost model's estimated time pinned on realistic hand-computed cases (issue 10 §5): a
 memory-bound add, a compute-bound matmul and a K-split matmul paying the partial-sum ring, at
 the sizes and splits the compiler produces. Every figure below is worked out from the
-parameters in spyrec/sim/cost.py (204.8 GB/s shared by the active cores, 1.536 TMAC/s per core
+parameters in spyrec/costmodel.py (204.8 GB/s shared by the active cores, 1.536 TMAC/s per core
 at full PT efficiency, one fp16 stick of vector work per cycle at 1 GHz, 1.4e-4 us per
 partial-sum element and ring hop); a change of a parameter or formula fails here with the
 numbers."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spyrec.sim import simulate
-from spyrec.sim.cost import BUNDLE_OVERHEAD_US
+from spyrec.costmodel import BUNDLE_OVERHEAD_US
 from spyrec.sim.runner import cost_for_directory
 from tests.sim.builder import elementwise
 

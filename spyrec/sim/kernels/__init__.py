@@ -1,14 +1,14 @@
 """Op kernels of the simulator, one module per op family, all registered in `KERNELS`.
 
 Importing this package registers every kernel; `KERNELS[op]` is the one lookup (no isinstance
-ladders). Adding an op = one decorated function in the module of its family.
+ladders). Adding an op = one decorated function in the module of its family; its cost class
+is `spyrec/costmodel.py`'s.
 """
 
 # imported for their @kernel registrations
 from spyrec.sim.kernels import argreduce, arith, copy, index, pointwise, reduce  # noqa: F401
-from spyrec.sim.kernels.registry import (
-    KERNELS, MATMUL, MOVE, TRANSCENDENTAL, VECTOR, Kernel, KernelContext, kernel,
-)
+from spyrec.costmodel import MATMUL
+from spyrec.sim.kernels.registry import KERNELS, Kernel, KernelContext, kernel
 
-__all__ = ["KERNELS", "MATMUL", "MOVE", "TRANSCENDENTAL", "VECTOR", "Kernel", "KernelContext",
-           "kernel"]
+# MATMUL: the executor reads matmul operands in arena order (sim/executor.py)
+__all__ = ["KERNELS", "MATMUL", "Kernel", "KernelContext", "kernel"]

@@ -14,7 +14,7 @@ import numpy as np
 from spyrec.bf16 import round_to_bf16
 from spyrec.errors import SimulatorFault
 from spyrec.sim.kernels.pointwise import _binary_arity, _operands
-from spyrec.sim.kernels.registry import TRANSCENDENTAL, KernelContext, kernel
+from spyrec.sim.kernels.registry import KernelContext, kernel
 
 _ZERO, _HALF, _ONE = np.float32(0), np.float32(0.5), np.float32(1)
 
@@ -86,7 +86,7 @@ def floordiv(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     return np.where(b == _ZERO, basic, floored)
 
 
-@kernel("powtensor", arity=_binary_arity, cost=TRANSCENDENTAL)
+@kernel("powtensor", arity=_binary_arity)
 def powtensor(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     """base ** exponent elementwise (torch.pow with a tensor exponent; a scalar base or
     exponent is the `scalar`). Floats: C pow (x**0 == 1 even for nan, 1**y == 1). Integers:

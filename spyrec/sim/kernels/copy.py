@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyrec.sim.kernels.registry import MOVE, KernelContext, kernel
+from spyrec.sim.kernels.registry import KernelContext, kernel
 
 
-@kernel("identity", "ReStickifyOpHBM", arity=1, cost=MOVE)
+@kernel("identity", "ReStickifyOpHBM", arity=1)
 def copy(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     (x,) = inputs
     return x
 
 
-@kernel("fill", arity=0, cost=MOVE, requires=("value",))
+@kernel("fill", arity=0, requires=("value",))
 def fill(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     """Every output element = `value` (broadcast by the executor)."""
     return np.asarray(ctx.constant("value"), dtype=ctx.compute)

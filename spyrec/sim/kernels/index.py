@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import SimulatorFault
-from spyrec.sim.kernels.registry import VECTOR, KernelContext, kernel
+from spyrec.sim.kernels.registry import KernelContext, kernel
 
 
-@kernel("wrapindex", arity=1, cost=VECTOR, requires=("size", "low", "index_tensor"))
+@kernel("wrapindex", arity=1, requires=("size", "low", "index_tensor"))
 def wrapindex(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     (v,) = inputs
     n, low = int(ctx.constant("size")), int(ctx.constant("low"))

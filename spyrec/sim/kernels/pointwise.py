@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from spyrec.sim.kernels.registry import TRANSCENDENTAL, VECTOR, KernelContext, kernel
+from spyrec.costmodel import TRANSCENDENTAL, cost_class
+from spyrec.sim.kernels.registry import KernelContext, kernel
 from spyrec.sim.kernels.special import erf
 
 
@@ -23,22 +24,22 @@ def _f(ctx: KernelContext, value: object) -> np.ndarray:
 # --- unary ------------------------------------------------------------------------------------
 
 _UNARY = {
-    "neg": (np.negative, VECTOR),
-    "abs": (np.abs, VECTOR),
-    "relufwd": (lambda x: np.maximum(x, x.dtype.type(0)), VECTOR),
-    "floor": (np.floor, VECTOR),
-    "ceil": (np.ceil, VECTOR),
-    "sign": (lambda x: (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype), VECTOR),
-    "exp": (np.exp, TRANSCENDENTAL),
-    "log": (np.log, TRANSCENDENTAL),
-    "sqrt": (np.sqrt, TRANSCENDENTAL),
-    "rsqrt": (lambda x: np.float32(1) / np.sqrt(x), TRANSCENDENTAL),
-    "reciprocal": (lambda x: np.float32(1) / x, TRANSCENDENTAL),
-    "tanh": (np.tanh, TRANSCENDENTAL),
-    "cos": (np.cos, TRANSCENDENTAL),
-    "sin": (np.sin, TRANSCENDENTAL),
-    "sigmoid": (lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)), TRANSCENDENTAL),
-    "silu": (lambda x: x / (np.float32(1) + np.exp(-x)), TRANSCENDENTAL),
+    "neg": np.negative,
+    "abs": np.abs,
+    "relufwd": lambda x: np.maximum(x, x.dtype.type(0)),
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "sign": lambda x: (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype),
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: np.float32(1) / np.sqrt(x),
+    "reciprocal": lambda x: np.float32(1) / x,
+    "tanh": np.tanh,
+    "cos": np.cos,
+    "sin": np.sin,
+    "sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "silu": lambda x: x / (np.float32(1) + np.exp(-x)),
 }
 
 
@@ -47,8 +48,8 @@ _UNARY = {
 _INTEGER_IDENTITY = ("floor", "ceil")
 
 
-def _register_unary(op: str, fn, cost: str) -> None:
-    float_only = cost == TRANSCENDENTAL
+def _register_unary(op: str, fn) -> None:
+    float_only = cost_class(op) == TRANSCENDENTAL
 
     def run(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
         (x,) = inputs
@@ -56,14 +57,14 @@ def _register_unary(op: str, fn, cost: str) -> None:
             return x
         return fn(x)
 
-    kernel(op, arity=1, cost=cost, float_only=float_only)(run)
+    kernel(op, arity=1, float_only=float_only)(run)
 
 
-for _op, (_fn, _cost) in _UNARY.items():
-    _register_unary(_op, _fn, _cost)
+for _op, _fn in _UNARY.items():
+    _register_unary(_op, _fn)
 
 
-@kernel("gelufwd", arity=1, cost=TRANSCENDENTAL, float_only=True)
+@kernel("gelufwd", arity=1, float_only=True)
 def gelu(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     """torch.nn.functional.gelu; `approximate` "none" uses erf, "tanh" the tanh formula."""
     (x,) = inputs
@@ -80,7 +81,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return erf(np.asarray(x, dtype=np.float32))
 
 
-@kernel("pow", arity=1, cost=TRANSCENDENTAL, requires=("exponent",))
+@kernel("pow", arity=1, requires=("exponent",))
 def pow_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     (x,) = inputs
     return np.power(x, _f(ctx, ctx.constant("exponent")))

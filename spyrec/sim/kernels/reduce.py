@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from spyrec.sim.blas import single_threaded_blas
-from spyrec.sim.kernels.registry import MATMUL, KernelContext, kernel
+from spyrec.sim.kernels.registry import KernelContext, kernel
 
 
 def _broadcast_factor(ctx: KernelContext, x: np.ndarray) -> int:
@@ -53,7 +53,7 @@ def min_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     return np.min(x, axis=ctx.reduced_axes, keepdims=True)
 
 
-@kernel("batchmatmul", arity=2, cost=MATMUL)
+@kernel("batchmatmul", arity=2)
 def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     """sum over the reduced axes of x*y, as one batched sgemm."""
     x, y = (np.asarray(v, dtype=ctx.compute) for v in inputs)

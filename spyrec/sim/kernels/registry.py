@@ -5,8 +5,8 @@ gathered as compute-dtype arrays that broadcast over the op's iteration axes and
 result (reductions keep the reduced axes with size 1). The executor does the reading, the single
 rounding and the writing, so a kernel is only the math. Registration also records the number of
 inputs (which can depend on `op_info.constants`, e.g. a scalar operand) and the cost class the
-cost model charges, keeping each op's semantics and cost in one place (reference/C-simulator.md
-§5.1, as xDSL's `@impl`).
+cost model charges (from `spyrec/costmodel.py`, where the compiler reads it too), keeping each
+op's semantics and cost at hand in one place (reference/C-simulator.md §5.1, as xDSL's `@impl`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,7 @@ from typing import Callable, Union
 
 import numpy as np
 
-# Cost classes: which unit runs the op and how expensive an element is (see sim/cost.py).
-VECTOR = "vector"                  # one element per lane per cycle
-TRANSCENDENTAL = "transcendental"  # vector, times the transcendental factor
-MATMUL = "matmul"                  # the PT array, counted in MACs
-MOVE = "move"                      # data movement only: no compute time
-
+from spyrec.costmodel import cost_class
 
 @dataclass(frozen=True)
 class KernelContext:
@@ -50,7 +45,7 @@ class Kernel:
     op: str
     fn: KernelFn
     arity: Arity
-    cost_class: str
+    cost_class: str      # costmodel.cost_class(op): stated there once
     float_only: bool     # computes in float32 even when every operand is an integer
     requires: tuple[str, ...]   # op_info.constants keys that must be present
     conditions: int      # leading inputs that are conditions: they do not pick the dtype
@@ -62,13 +57,14 @@ class Kernel:
 KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(*ops: str, arity: Arity, cost: str = VECTOR, float_only: bool = False,
+def kernel(*ops: str, arity: Arity, float_only: bool = False,
            requires: tuple[str, ...] = (), conditions: int = 0):
-    """Register `fn` as the kernel of every op name in `ops`."""
+    """Register `fn` as the kernel of every op name in `ops` (its cost class is the cost
+    model's, `costmodel.cost_class`)."""
     def register(fn: KernelFn) -> KernelFn:
         for op in ops:
             assert op not in KERNELS, f"kernel {op} registered twice"
-            KERNELS[op] = Kernel(op, fn, arity, cost, float_only, tuple(requires),
+            KERNELS[op] = Kernel(op, fn, arity, cost_class(op), float_only, tuple(requires),
                                  conditions)
         return fn
     return register

@@ -1,0 +1,129 @@
+"""The cost model's parameters and formulas: one place, read by the compiler and the simulator.
+
+Why a leaf beside `device.py`: two estimates use the same model. The simulator's
+(`sim/cost.py`) prices the written sdsc files for report.json; the compiler's
+(`plan/split_estimate.py`) prices a candidate core split on the IR before any file exists,
+so that work_division picks the split the simulator will then report as cheapest. Each reads
+the parameters, the op -> cost class table and every formula from here, and counts bytes its
+own way (sim/footprint.py from the files, the split estimate from the IR): two independent
+counts that a test holds equal, one copy of each formula. Importing only `device`, this module
+lets the compiler price splits without importing the simulator (tests/test_layers.py).
+
+The formulas (reference/C-simulator.md §5.9; TS = torch-spyre, KC = ktir-cpu), per core of
+one op execution:
+
+- compute (`compute_seconds`): vector ops `points × w / (lanes × clock)` with w = 1, or the
+  transcendental factor; matmul `MACs / (per-core PT MAC rate × eff)` with
+  eff = min(1, sqrt(max(1, M_c/8)/8)), M_c the matmul's M rows on the core (`matmul_m_vars`);
+  data movement (identity, restickify, fill) costs no compute.
+- memory (`memory_seconds`): HBM bytes / (aggregate bandwidth / active cores) — cores share
+  the bandwidth.
+- broadcast cohort (`CostParams.read_share`): an input slice r cores read alike is fetched
+  max(1, r/8) times, not r times (TS's cohort rule); each core is charged max(8, r) / (8 r) of
+  its bytes.
+- ring (`ring_us`): a reduction split over k cores pays (k − 1) hops × output elements ×
+  the partial-sum cost per element and hop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from spyrec.device import CORES, HBM_BYTES_PER_S
+
+# --- parameters (reference/C-simulator.md §5.9) -----------------------------------------------
+# CORES (firm) and HBM_BYTES_PER_S (TS work_division.py _HBM_BW_GBS, LPDDR5 aggregate — medium)
+# are device facts: spyrec/device.py.
+PT_PEAK_FLOPS_PER_CARD = 98.304e12  # TS work_division.py "DL16 peak", fp16 — medium
+PT_ROWS_PER_PASS = 8                # TS work_division.py, M streamed 8 rows per pass — fitted
+PT_FULL_EFFICIENCY_PASSES = 8       # TS work_division.py, efficiency sqrt(passes/8) — fitted
+VECTOR_ELEMS_PER_CYCLE = 64         # KC estimate: one fp16 stick per cycle per core — low
+CLOCK_HZ = 1.0e9                    # KC convention, a unit only (no public clock) — unknown
+TRANSCENDENTAL_FACTOR = 4.0         # KC "common heuristic" — low
+PSUM_US_PER_ELEM_HOP = 1.4e-4       # TS work_division.py, K-split ring reduction — fitted
+OP_OVERHEAD_US = 0.0                # t_op: not separable from t_bundle in the only data — low
+BUNDLE_OVERHEAD_US = 21.0           # t_bundle: fit to TS softmax timings (C-sim §1.3) — low
+BROADCAST_COHORT = 8                # TS work_division.py, cores sharing one read free — fitted
+
+
+@dataclass(frozen=True)
+class CostParams:
+    cores: int = CORES
+    hbm_bytes_per_s: float = HBM_BYTES_PER_S
+    pt_peak_flops_per_card: float = PT_PEAK_FLOPS_PER_CARD
+    pt_rows_per_pass: int = PT_ROWS_PER_PASS
+    pt_full_efficiency_passes: int = PT_FULL_EFFICIENCY_PASSES
+    vector_elems_per_cycle: int = VECTOR_ELEMS_PER_CYCLE
+    clock_hz: float = CLOCK_HZ
+    transcendental_factor: float = TRANSCENDENTAL_FACTOR
+    psum_us_per_elem_hop: float = PSUM_US_PER_ELEM_HOP
+    op_overhead_us: float = OP_OVERHEAD_US
+    bundle_overhead_us: float = BUNDLE_OVERHEAD_US
+    broadcast_cohort: int = BROADCAST_COHORT
+
+    def read_share(self, readers: int) -> float:
+        """The part of its bytes each of `readers` cores reading one slice is charged."""
+        return max(self.broadcast_cohort, readers) / (self.broadcast_cohort * readers)
+
+    @property
+    def pt_macs_per_s_per_core(self) -> float:
+        return self.pt_peak_flops_per_card / self.cores / 2
+
+
+DEFAULT_PARAMS = CostParams()
+
+# --- cost classes: which unit runs an op and how expensive an element is ----------------------
+VECTOR = "vector"                  # one element per lane per cycle
+TRANSCENDENTAL = "transcendental"  # vector, times the transcendental factor
+MATMUL = "matmul"                  # the PT array, counted in MACs
+MOVE = "move"                      # data movement only: no compute time
+
+# Every device op not named here is VECTOR. The simulator's kernel table (sim/kernels) takes
+# each kernel's class from `cost_class`, so an op's class is stated once
+# (tests/test_costmodel.py checks that every name here is a kernel).
+COST_CLASSES = {
+    "batchmatmul": MATMUL,
+    "identity": MOVE, "ReStickifyOpHBM": MOVE, "fill": MOVE,
+    **{op: TRANSCENDENTAL for op in (
+        "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "cos", "sin", "sigmoid", "silu",
+        "gelufwd", "pow", "powtensor")},
+}
+
+
+def cost_class(op: str) -> str:
+    """The cost class of device op `op` (its sdsc `op` name)."""
+    return COST_CLASSES.get(op, VECTOR)
+
+
+# --- formulas -----------------------------------------------------------------------------------
+
+
+def compute_seconds(klass: str, points: int, m_rows: int, p: CostParams = DEFAULT_PARAMS
+                    ) -> float:
+    """One core's compute time for `points` iteration points of an op of cost class `klass`
+    (`m_rows`: a matmul's M rows on that core, `matmul_m_vars`; unused for other classes)."""
+    if klass == MOVE:
+        return 0.0
+    if klass == MATMUL:
+        passes = max(1.0, m_rows / p.pt_rows_per_pass)
+        eff = min(1.0, math.sqrt(passes / p.pt_full_efficiency_passes))
+        return points / (p.pt_macs_per_s_per_core * eff)
+    weight = p.transcendental_factor if klass == TRANSCENDENTAL else 1.0
+    return points * weight / (p.vector_elems_per_cycle * p.clock_hz)
+
+
+def matmul_m_vars(x_vars: set[str], y_vars: set[str], reduced) -> set[str]:
+    """A matmul's M: the vars of its first operand that its second does not use, K aside."""
+    return (x_vars - y_vars) - set(reduced)
+
+
+def memory_seconds(hbm_bytes: float, active: int, p: CostParams = DEFAULT_PARAMS) -> float:
+    """Time one core takes to move `hbm_bytes` while `active` cores share the bandwidth."""
+    return hbm_bytes / (p.hbm_bytes_per_s / max(active, 1))
+
+
+def ring_us(k_split: int, out_elems: int, p: CostParams = DEFAULT_PARAMS) -> float:
+    """The ring reduction of a reduced var split over `k_split` cores, in µs: the partial
+    sums of `out_elems` output elements pass k − 1 hops."""
+    return (k_split - 1) * out_elems * p.psum_us_per_elem_hop
