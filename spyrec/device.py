@@ -3,8 +3,9 @@ reference/C-simulator.md). The compiler and the simulator both read them from he
 
 Dependency-free, below everything else: `layout/` (a leaf otherwise), the passes and the
 simulator import it, and the simulator must not import the compiler (tests/sim/test_imports.py).
-Older names (`spyrec.layout.STICK_BYTES`, `sim.cost.CORES`, `memory_planning.ALIGN_BYTES`) are
-re-exports of these.
+The cost model's parameters and formulas sit beside it in `costmodel.py`, its only importer
+there. Older names (`spyrec.layout.STICK_BYTES`, `memory_planning.ALIGN_BYTES`) are re-exports
+of these.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ passes); `writer.py` serializes it. Field meanings: DESIGN §4 and docs/formats.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from spyrec.codegen.symbols import level_advances_bytes
@@ -97,10 +95,6 @@ def _start_addresses(graph: Graph, arg: dict, env: dict, n: int) -> list:
     for c, stride in zip(coords, buf.layout.device_strides_elems):
         offset = offset + np.asarray(evaluate(c, env), dtype=np.int64) * stride
     return [int(x) for x in buf.hbm_address + offset * buf.layout.dtype.itemsize]
-
-
-def total_cores(spec: dict) -> int:
-    return math.prod(split for _, split in spec["iteration_space"].values())
 
 
 def spec_tree(ops: list[Operation], specs: list[dict]) -> list[dict]:

@@ -41,11 +41,11 @@ import math
 import struct
 from functools import cached_property
 
-from spyrec.codegen.sdsc_dims import (
-    Digit, NotExpressible, OpDims, TensorDims, digit_splits, op_dims,
-)
 from spyrec.codegen.symbols import SymbolTable
 from spyrec.errors import InternalError, UnsupportedProgram
+from spyrec.plan.sdsc_dims import (
+    Digit, NotExpressible, OpDims, TensorDims, digit_splits, op_dims,
+)
 
 _LABELS = ("mb", "x", "y", "i", "j", "ki", "kj")
 _MATMUL_LABELS = ("ki", "kj", "y", "x", "mb", "out", "in")

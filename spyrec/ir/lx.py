@@ -95,16 +95,24 @@ def replicas(op: Operation) -> int:
     return next((n for v, n in op.ranges if v == REPLICA_VAR), 1)
 
 
-def set_replicas(op: Operation, count: int, first: bool = False) -> None:
-    """Make `op` run on `count` core groups (1: once), in place: the replica var joins its
-    ranges (`first`: fastest in core order, else slowest) split over all its values, and
-    leaves them at count 1. Core order decides which cores hold which copy: a reader's core
-    must find the copy it reads, so the caller places the var where the reader's own
-    unmatched split var sits."""
+def replica_ranges(op: Operation, count: int, first: bool = False
+                   ) -> tuple[tuple[str, int], ...]:
+    """`op`'s ranges run on `count` core groups (1: once), `op` unchanged: the replica var
+    joins them (`first`: fastest in core order, else slowest), or leaves them at count 1."""
     ranges = tuple((v, n) for v, n in op.ranges if v != REPLICA_VAR)
-    splits = {v: k for v, k in (op.core_splits or {}).items() if v != REPLICA_VAR}
     if count > 1:
         ranges = ((REPLICA_VAR, count),) + ranges if first else ranges + ((REPLICA_VAR, count),)
+    return ranges
+
+
+def set_replicas(op: Operation, count: int, first: bool = False) -> None:
+    """Make `op` run on `count` core groups (1: once), in place: its ranges become
+    `replica_ranges` and its split splits the replica var over all its values. Core order
+    decides which cores hold which copy: a reader's core must find the copy it reads, so the
+    caller places the var where the reader's own unmatched split var sits."""
+    ranges = replica_ranges(op, count, first)
+    splits = {v: k for v, k in (op.core_splits or {}).items() if v != REPLICA_VAR}
+    if count > 1:
         splits[REPLICA_VAR] = count
         splits = {v: splits.get(v, 1) for v, _ in ranges}
     set_ranges(op, ranges)
@@ -123,7 +131,7 @@ def set_ranges(op: Operation, ranges: tuple[tuple[str, int], ...]) -> None:
 def data_writer(writers: list[Operation]) -> Operation:
     """Of a buffer's writers (program order), the one that writes its data: the first
     outside loops that is not a zero `fill` of padding (matmul_padding's fill beside its
-    copy), else the first (a K-tiled accumulator's fill before its loop). split_cost prices
+    copy), else the first (a K-tiled accumulator's fill before its loop). The split estimate prices
     readers against its slices; work_division aligns the other writers to it."""
     return next((op for op in writers if op.op != "fill" and not op.loops), writers[0])
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from spyrec.indexing import Lin, Var, substitute, var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
-from spyrec.passes.stick_layout.search import layout_with_stick
 from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.plan.layouts import layout_with_stick
 
 
 @register_pass("matmul_padding")

@@ -1,7 +1,7 @@
 """superdsc_legalize — rewrite every op SuperDSC cannot address into ops it can.
 
 SuperDSC describes a tensor as nested dims over whole sticks with one variable in the lanes
-(codegen/sdsc_dims.py). Views produce accesses outside that form: two variables in one stick
+(plan/sdsc_dims.py, the analysis codegen and this pass both ask). Views produce accesses outside that form: two variables in one stick
 (two 32-wide heads in a 64-lane fp16 stick: lane `r0 + 32*Mod(c1, 2)`), a variable cut inside
 a stick (lane `Mod(r0, 32)` of a 64-lane stick), coordinates that are not digits of one
 variable (a diagonal view), or a variable whose digits a core split would cut unevenly.
@@ -39,7 +39,6 @@ plain buffer. The report row lists such copies among the op's pieces.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import FloorDiv, Lin, Mod, Var, substitute, var
@@ -47,6 +46,7 @@ from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
 from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.plan.sdsc_dims import why_not_expressible
 
 # The most ops one op may become (a fix of a small diagonal view is per element).
 _MAX_PIECES = 128
@@ -97,41 +97,6 @@ class SuperdscLegalize(Pass):
         ctx.report["superdsc_legalize"] = {"count": len(rows),
                                            "ops_added": sum(r["ops"] - 1 for r in rows),
                                            "list": rows}
-
-
-def why_not_expressible(graph: Graph, op: Operation,
-                        splits: dict[str, int] | None = None) -> str | None:
-    """Why codegen could not write `op` as SuperDSC with core `splits` (default: the op's own;
-    none: one core), or None when it can: `op_dims` on the op's device coordinates, then
-    `check_core_split`: the emitter's own tests."""
-    # (`_why_not` imports the emitter's own module there: spyrec.codegen pulls in jinja2,
-    # which the pipeline check at startup must not; tests/cli/test_startup.py)
-    splits = splits if splits is not None else op.core_splits or {}
-    args = []
-    for _, access in op.accesses():
-        buf = graph.buffers[access.buffer]
-        args.append((tuple(buf.host_size), buf.host_strides, buf.layout, access.index))
-    return _why_not(op.ranges, op.var_ranges, tuple(splits.get(v, 1) for v, _ in op.ranges),
-                    tuple(args))
-
-
-@lru_cache(maxsize=1 << 14)
-def _why_not(ranges: tuple, var_ranges, split: tuple, args: tuple) -> str | None:
-    """`why_not_expressible` on what it reads (per arg: host size and strides, layout,
-    index): scratchpad_planning asks it of every op once per stage_inputs trial, and the
-    layers of a stack ask the same."""
-    from spyrec.codegen.sdsc_dims import NotExpressible, check_core_split, op_dims
-
-    coords = [access_coordinates(size, strides, layout, var_ranges, index)
-              for size, strides, layout, index in args]
-    try:
-        dims = op_dims(list(ranges), coords, [a[2].device_size for a in args],
-                       [a[2].device_strides_elems for a in args],
-                       [a[2].elems_per_stick for a in args])
-        check_core_split(dims, {v: (n, k) for (v, n), k in zip(ranges, split)})
-    except NotExpressible as e:
-        return str(e)
-    return None
 
 
 def _arg_facts(graph: Graph, op: Operation) -> tuple[list, list, list, list]:

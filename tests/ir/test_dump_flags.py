@@ -104,12 +104,12 @@ def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
 
 def test_verify_each_reports_the_pass_that_broke_the_graph(pt2, tmp_path, capsys,
                                                           monkeypatch):
-    from spyrec.passes.work_division import WorkDivision
+    from spyrec.plan import core_splits
 
-    monkeypatch.setattr(WorkDivision, "_split",
-                        lambda self, graph, op, *state: ({v: 3 if i == 0 else 1
-                                                          for i, (v, _) in enumerate(op.ranges)},
-                                                         None))
+    monkeypatch.setattr(core_splits, "_split",
+                        lambda graph, op, *state: ({v: 3 if i == 0 else 1
+                                                    for i, (v, _) in enumerate(op.ranges)},
+                                                   None))
     assert run("compile", pt2, "-o", tmp_path / "out", "--verify-each",
                "--set", "work_division.chain_moves=false") == 70
     err = capsys.readouterr().err

@@ -62,9 +62,9 @@ def test_writers_split_apart_keep_it_in_hbm(sample, tmp_path, monkeypatch):
     """Without work_division aligning the fill's split to the copy's, the fill splits its 28
     rows over cores the copy does not: no core holds one slice, so the buffer stays in HBM
     and the report says why."""
-    from spyrec.passes.work_division import WorkDivision
+    from spyrec.plan import core_splits
 
-    monkeypatch.setattr(WorkDivision, "_align_cowriters", lambda *args: None)
+    monkeypatch.setattr(core_splits, "_align_cowriters", lambda *args: None)
     pt2, _, _ = sample
     out = compile_pt2(pt2, tmp_path / "out")
     rows = {r["buffer"]: r for r in

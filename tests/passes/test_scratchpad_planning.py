@@ -13,7 +13,8 @@ from spyrec.ir.parser import parse
 from spyrec.ir.verify import verify
 from spyrec.passes.memory_planning import MemoryPlanning
 from spyrec.passes.registry import CompileContext
-from spyrec.passes.scratchpad_planning import ScratchpadPlanning, _in_place_of
+from spyrec.passes.scratchpad_planning import ScratchpadPlanning
+from spyrec.plan.lx_placement import _in_place_of
 from tests.passes.textir import ir, run_pass
 
 FACTS = ("layouts", "core_splits")
@@ -229,7 +230,6 @@ def test_no_in_place_update_where_an_element_is_read_from_elsewhere():
     live, sizes = {"t1": (0, 1), "t2": (1, 2)}, {"t1": 8192, "t2": 8192}
     for row, host in (("64*c0", "t1"), ("4032 - 64*c0", None)):
         graph = parse(ir(text.replace("ROW", row)))
-        graph.buffers["t1"].lx_address = 0
         assert _in_place_of(graph, "t2", live, sizes, {"t1": 0}) == host
 
 

@@ -9,7 +9,8 @@ import pytest
 from spyrec.errors import UnsupportedProgram
 from spyrec.ir.parser import parse
 from spyrec.passes.registry import CompileContext
-from spyrec.passes.superdsc_legalize import SuperdscLegalize, why_not_expressible
+from spyrec.passes.superdsc_legalize import SuperdscLegalize
+from spyrec.plan.sdsc_dims import why_not_expressible
 from tests.passes.textir import ir, run_pass
 
 # GPT-2's head split: addmm [32, 384] (q|k|v, 6 heads of 64... read as 4 heads of 32), each head

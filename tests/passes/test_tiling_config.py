@@ -18,7 +18,7 @@ from samples.tiling import TILING_SAMPLES
 from spyrec.errors import ConfigError
 from spyrec.frontend import load_program, lower_program
 from spyrec.passes.coarse_tiling.config import (
-    GroupPlan, Level, TilingPlan, read_plan, read_tiling_file, resolve,
+    GroupPlan, Level, TilingPlan, read_tiling_file, resolve,
 )
 from spyrec.passes.coarse_tiling.dimnames import propagate
 from spyrec.passes.coarse_tiling.spec import check_shape
@@ -245,7 +245,8 @@ def test_shipped_config_resolves_against_its_program(graph, name):
 
 def test_decoder_mlp_tokens_tiles_every_op_over_tokens(graph):
     g = graph("decoder_mlp_tokens")
-    plan = read_plan(CONFIGS / "decoder_mlp_tokens.yaml", g)
+    path = CONFIGS / "decoder_mlp_tokens.yaml"
+    plan = resolve(g, read_tiling_file(path), str(path))
     assert plan.groups[0].ops == tuple(op.name for op in g.ops)
     assert plan.groups[0].vars == {op.name: ("c0",) for op in g.ops}
     scoped = plan_of(g, "{dims: {x: [T, _]}, groups: [{scope: 'mlp*', loops: [{T: 4}]}]}")

@@ -1,4 +1,4 @@
-"""work_division by cost: the pass's estimate (passes/split_cost.py, counted on the IR) equals
+"""work_division by cost: the pass's estimate (plan/split_estimate.py, counted on the IR) equals
 the simulator's cost model (sim/cost.py, counted from the written sdsc files by its own code)
 on what the compiler writes; randomized matmul + bias programs simulate to numpy with the
 chosen splits; on the reference's published matmul cases (reference/B-codegen.md §5.4) our
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spyrec.ir.parser import parse
-from spyrec.passes.split_cost import Producers, estimate
-from spyrec.passes.work_division import candidates, greedy_split, stick_vars
+from spyrec.plan.split_candidates import candidates, greedy_split, stick_vars
+from spyrec.plan.split_estimate import Producers, split_estimate
 from spyrec.sim import simulate
 from tests.codegen.test_tiled_codegen import compile_text
 from tests.passes.textir import ir
@@ -84,10 +84,10 @@ def test_the_choice_is_the_cheapest_candidate_and_the_greedy_one_on_ties(text):
     producers = Producers(graph, intermediates=True)     # as WorkDivision() prices them
     for op, row in zip(graph.ops, ctx.report["work_division"]["ops"]):
         sticks = stick_vars(graph, op)
-        times = [estimate(graph, op, c, producers).time_us for c in candidates(op, sticks, 32)]
+        times = [split_estimate(graph, op, c, producers).time_us for c in candidates(op, sticks, 32)]
         assert row["time_us"] == min(times)
         greedy = greedy_split(op, sticks, 32)
-        if estimate(graph, op, greedy, producers).time_us == min(times):
+        if split_estimate(graph, op, greedy, producers).time_us == min(times):
             assert op.core_splits == greedy
 
 
@@ -109,7 +109,7 @@ def test_reference_matmul_cases_estimate_no_slower_than_the_reference_choice(sha
 
     graph = parse(ir(matmul_text(*shape)).replace("\\\n", ""))
     (op,) = graph.ops
-    ref = estimate(graph, op, {**theirs, "r0": 1})
+    ref = split_estimate(graph, op, {**theirs, "r0": 1})
     ctx = CompileContext()
     WorkDivision().run(graph, ctx)
     (row,) = ctx.report["work_division"]["ops"]
@@ -129,8 +129,8 @@ def test_reference_case_numbers():
     compute of 64 x 256 x 8192 MACs / 1.536 TMAC/s (64 rows: full efficiency) = 87.38 us."""
     graph = parse(ir(matmul_text(64, 8192, 2048)).replace("\\\n", ""))
     (op,) = graph.ops
-    assert estimate(graph, op, {"c0": 32, "c1": 1, "r0": 1}).time_us == 661.76
-    assert estimate(graph, op, {"c0": 1, "c1": 32, "r0": 1}).time_us == 185.6
+    assert split_estimate(graph, op, {"c0": 32, "c1": 1, "r0": 1}).time_us == 661.76
+    assert split_estimate(graph, op, {"c0": 1, "c1": 32, "r0": 1}).time_us == 185.6
     from spyrec.passes.registry import CompileContext
     from spyrec.passes.work_division import WorkDivision
 
@@ -248,7 +248,7 @@ def test_a_producer_takes_the_split_its_reduction_can_read_from_lx(tmp_path):
 def test_a_chain_changes_its_splits_together_when_that_keeps_it_in_lx(tmp_path):
     """A decoder block (batch 8 x 127 tokens: only the batch splits evenly over rows): chosen
     op by op, the attention splits batch x heads and the MLP batch x features, so the
-    intermediates between differently split ops go through HBM. Chain moves (split_chains.py)
+    intermediates between differently split ops go through HBM. Chain moves (plan/chain_moves.py)
     change whole chains together: the MLP takes the batch split and stays in LX; the attention
     keeps batch x heads on 32 cores (4x its compute, worth reading qkv through HBM, a move
     the serial time allows too). Less traffic and a lower estimated time, and the program
@@ -319,14 +319,14 @@ def _after_work_division(tmp_path, name: str):
 
 @pytest.mark.parametrize("name", ["decoder2", "embedding_tiled"])
 def test_one_estimate_key_means_one_estimate(tmp_path, name):
-    """work_division and split_chains memoize estimates on split_cost.estimate_key, without
+    """work_division and chain moves memoize estimates on split_estimate.estimate_key, without
     names, so the layers of a stack share them. After work_division, for every op and every
     candidate split: ops with one key and split have one estimate (a dependency the key
     missed would split a group; the tiled embedding has keyed ops in a loop, the tiled MLP
     none: its looped ops all touch per-tile buffers). Layer 2 of the decoder finds layer 1's
     keys where their splits agree (its MLP; its attention runs on other splits than layer
     1's)."""
-    from spyrec.passes.split_cost import estimate_key
+    from spyrec.plan.split_estimate import estimate_key
 
     graph, producers = _after_work_division(tmp_path, name)
     groups: dict[tuple, set] = {}
@@ -338,7 +338,7 @@ def test_one_estimate_key_means_one_estimate(tmp_path, name):
         names.setdefault(key, set()).add(op.name)
         for split in candidates(op, stick_vars(graph, op), 32):
             for penalties in (True, False):
-                cost = estimate(graph, op, split, producers, penalties=penalties)
+                cost = split_estimate(graph, op, split, producers, penalties=penalties)
                 groups.setdefault((key, tuple(sorted(split.items())), penalties),
                                   set()).add(cost)
     assert groups and all(len(costs) == 1 for costs in groups.values())
@@ -351,10 +351,10 @@ def test_one_estimate_key_means_one_estimate(tmp_path, name):
 
 
 def test_a_looped_read_is_priced_once_only_where_stage_inputs_stages_it(tmp_path):
-    """split_cost charges a looped op's read of an input once over the trips only where
+    """The split estimate charges a looped op's read of an input once over the trips only where
     stage_inputs may stage it: the tiled MLP's down weight (read in place every trip), not
     the embedding table a gather reads at rows the index picks."""
-    from spyrec.passes.split_cost import _staged_trips, access_sticks, core0_slice
+    from spyrec.plan.split_estimate import _staged_trips, access_sticks, core0_slice
 
     def trips(graph, producers, op_name, buffer):
         op = next(o for o in graph.ops if o.name == op_name)

@@ -14,7 +14,8 @@ are consecutive; no op is repeated by a loop it does not carry. Without a config
 the iteration's tile), which simulates bit-identically to the looped form.
 
 The plan (which ops, which var carries each loop's dim) comes from `config.py`; the rewrite is
-`transform.py`; the per-access proofs (boxes, advances, re-indexing) are `tiles.py`.
+`transform.py`; the per-access proofs (boxes, advances, re-indexing) are `plan/tiles.py`
+(planning knowledge staging shares).
 """
 
 from __future__ import annotations

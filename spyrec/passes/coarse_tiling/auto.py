@@ -19,8 +19,10 @@ The algorithm (reference/G-tiling-and-lx.md §4.4, simplified):
    first count whose per-tile buffers all fit LX (a larger count can only re-read
    loop-invariant operands more often).
 4. **Price**: the candidate is tiled on a copy of the run (a sub-graph holding only its ops,
-   its boundary buffers as inputs and outputs), then the real `work_division`,
-   `stage_inputs` and `scratchpad_planning` passes run on it, and `hbm_bytes` counts the
+   its boundary buffers as inputs and outputs), then planned as the pipeline's
+   work_division, stage_inputs and scratchpad_planning passes plan it (the planning
+   functions they drive: `plan/core_splits.py divide_work`, `plan/staging.py stage_inputs`,
+   `plan/lx_placement.py place_lx`), and `hbm_bytes` counts the
    whole sticks each core's slice of every device-memory argument touches, times the
    executions. The run untiled is priced the same way: a tiling must move fewer bytes than
    not tiling.
@@ -44,6 +46,7 @@ from typing import Callable
 
 import yaml
 
+from spyrec.costmodel import DEFAULT_PARAMS
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
 from spyrec.indexing import Indirect, Ranges, Var, value_range
@@ -52,7 +55,10 @@ from spyrec.ir.lx import box_bytes, core_slices
 from spyrec.passes.coarse_tiling.config import resolve
 from spyrec.passes.coarse_tiling.dimnames import DimNames, propagate
 from spyrec.passes.coarse_tiling.transform import tile_graph
-from spyrec.passes.registry import CompileContext, get_pass
+from spyrec.plan.core_splits import divide_work
+from spyrec.plan.lx_placement import LxPlacement, apply_lx, place_lx
+from spyrec.plan.split_estimate import readers_of_access
+from spyrec.plan.staging import stage_inputs
 
 MAX_COUNT = 65535          # a loop bound the backend accepts (reference/G §4.1 item 7)
 MAX_COUNTS_TRIED = 8       # counts priced per run before giving up on fitting LX
@@ -280,29 +286,29 @@ def _price(graph: Graph, names: DimNames, name: str, nodes: tuple[str, ...],
     planned = _planned(graph, set(nodes), None if count is None else config, budget)
     if planned is None:
         return None
-    sub, ctx = planned
-    rows = (ctx.report.get("scratchpad") or {}).get("buffers", [])
+    sub, placement = planned
+    rows = list(placement.rows.values())
     spilled = sum(1 for r in rows if not r["placed"] and _capacity(r, budget))
-    return Price(hbm_bytes(sub), (ctx.report.get("scratchpad") or {}).get(
-        "peak_bytes_per_core", 0), len(rows), sum(1 for r in rows if r["placed"]), spilled)
+    return Price(hbm_bytes(sub), placement.peak, len(rows),
+                 sum(1 for r in rows if r["placed"]), spilled)
 
 
 def _planned(graph: Graph, nodes: set[str], config: Callable[[Graph], dict] | None,
-             budget: int) -> tuple[Graph, CompileContext] | None:
-    """The ops of `nodes` on a sub-graph, tiled by `config(sub)` (None: untiled), through the
-    passes that decide their traffic as the pipeline runs them: work_division, stage_inputs,
-    scratchpad_planning. None when `resolve` refuses the config."""
+             budget: int) -> tuple[Graph, LxPlacement] | None:
+    """The ops of `nodes` on a sub-graph, tiled by `config(sub)` (None: untiled), planned as
+    the pipeline's passes plan them, with their default options: work division, staging,
+    LX placement (in `budget`). None when `resolve` refuses the config."""
     sub = subgraph(graph, nodes)
     if config is not None:
         try:
             tile_graph(sub, resolve(sub, config(sub), WHERE))
         except ConfigError:
             return None
-    ctx = CompileContext()
-    get_pass("work_division")().run(sub, ctx)
-    get_pass("stage_inputs")().run(sub, ctx)
-    get_pass("scratchpad_planning")(budget_bytes=budget).run(sub, ctx)
-    return sub, ctx
+    divide_work(sub)
+    stage_inputs(sub)
+    placement = place_lx(sub, budget)
+    apply_lx(sub, placement)
+    return sub, placement
 
 
 def _capacity(row: dict, budget: int) -> bool:
@@ -331,11 +337,8 @@ def subgraph(graph: Graph, nodes: set[str]) -> Graph:
 def hbm_bytes(graph: Graph) -> int:
     """Device-memory bytes the graph's ops move: per op execution, the whole sticks each
     core's slice of every argument outside LX touches, a slice several cores read charged
-    by the broadcast cohort rule (the cost model's rules, spyrec/sim/cost.py, over bounding
+    by the broadcast cohort rule (the cost model's rules, spyrec/costmodel.py, over bounding
     boxes), times the executions of its loops."""
-    from spyrec.passes.split_cost import readers_of_access
-    from spyrec.sim.cost import DEFAULT_PARAMS
-
     total = 0
     for op in graph.ops:
         per_run = 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path
 
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
@@ -187,8 +186,3 @@ def _check_disjoint(graph: Graph, groups: tuple[GroupPlan, ...], where: str) -> 
                     f"and group {plan.index + 1}; groups must be disjoint: narrow one group's "
                     f"ops or scope")
             owner[name] = plan
-
-
-def read_plan(path: Path, graph: Graph) -> TilingPlan:
-    """`--tiling FILE` read and resolved against `graph`."""
-    return resolve(graph, read_tiling_file(path), str(path))

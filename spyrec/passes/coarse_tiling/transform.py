@@ -30,7 +30,7 @@ from spyrec.errors import ConfigError
 from spyrec.indexing import Indirect, Ranges, Var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.ir.verify import tiled_access_problem
-from spyrec.passes.coarse_tiling.tiles import (
+from spyrec.plan.tiles import (
     device_advance, host_advance, host_box, retile_index, shift_index, tile_buffer_layout,
 )
 

@@ -24,7 +24,8 @@ from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
 from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
-from spyrec.passes.stick_layout.search import Decision, LayoutSearch, layout_with_stick
+from spyrec.passes.stick_layout.search import Decision, LayoutSearch
+from spyrec.plan.layouts import layout_with_stick
 
 INPUT_LAYOUTS = ("free", "default")
 OPTIMIZERS = ("beam", "greedy")

@@ -27,34 +27,17 @@ search is linear in the op count:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import Var
 from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.ir import Access, Buffer, Graph, Operation
-from spyrec.layout.device_layout import SPARSE, DeviceLayout, default_layout, stick_layout
+from spyrec.layout.device_layout import DeviceLayout, default_layout
 from spyrec.indexing.sticks import compatible, stick_info
+from spyrec.plan.layouts import layout_with_stick
 
 COPY_OPS = ("identity", "ReStickifyOpHBM")
-
-
-def layout_with_stick(buf: Buffer, stick_dim: int | None) -> DeviceLayout:
-    """Dense layout sticked on host dim `stick_dim`, or stick-sparse when it is None."""
-    return _layout_with_stick(tuple(buf.host_size), tuple(buf.host_strides), buf.host_dtype,
-                              stick_dim)
-
-
-@lru_cache(maxsize=1 << 12)
-def _layout_with_stick(host_size: tuple, host_strides: tuple, host_dtype: str,
-                       stick_dim: int | None) -> DeviceLayout:
-    """`layout_with_stick` on hashable facts (memoized: every state of the beam and every
-    layer of a stack asks for the same few layouts; a DeviceLayout is immutable)."""
-    rank = len(host_size)
-    order = list(range(rank)) + [SPARSE] if stick_dim is None else \
-        [d for d in range(rank) if d != stick_dim] + [stick_dim]
-    return stick_layout(host_size, host_strides, host_dtype, order)
 
 
 @dataclass(frozen=True)

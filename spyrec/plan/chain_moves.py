@@ -1,5 +1,8 @@
 """Chain moves for work_division: change the splits of a producer-consumer chain together.
 
+Planning knowledge (`plan/`), not a pass: `plan/core_splits.py divide_work` runs the moves
+after choosing op by op; they price splits with `plan/split_estimate.py`.
+
 Choosing op by op, each op takes the split that is cheapest given its producers, so a chain
 of ops can settle on splits that disagree (qkv split over batch rows, the attention that reads
 it over batch x heads): the intermediate between them must then go through HBM, and no single
@@ -22,11 +25,12 @@ and LX together"):
 - the move is kept when the summed estimate of every op whose estimate it can change (the
   changed ops, their writers and their readers) goes down, and (unless `overlap_moves`) the
   summed serial time (compute + memory) does not go up: a move that wins only by hiding added
-  HBM traffic behind compute is not kept. Sums leave out split_cost's per-op penalties (the
-  neighbours' own estimates count that traffic). Replicas no reader needs are dropped last.
+  HBM traffic behind compute is not kept. Sums leave out the split estimate's per-op
+  penalties (the neighbours' own estimates count that traffic). Replicas no reader needs are
+  dropped last.
 
-The estimates are split_cost.py's, so a kept move lowers the cost model's time of the program;
-scratchpad_planning then places what the splits allow, and the simulator checks the plan.
+The estimates are `split_estimate`'s, so a kept move lowers the cost model's time of the
+program; scratchpad_planning then places what the splits allow, and the simulator checks the plan.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from typing import Callable
 
 from spyrec.ir import Graph, Operation
 from spyrec.ir.lx import replicas, set_ranges, set_replicas
-from spyrec.passes.split_cost import (
-    Producers, SplitCost, estimate, estimate_key, first_box, index_vars,
+from spyrec.plan.split_estimate import (
+    Producers, SplitCost, estimate_key, first_box, index_vars, split_estimate,
 )
 
 # a move changes at most this many ops (a decoder layer is ~35): bounds a move's cost
@@ -330,24 +334,24 @@ class ChainMoves:
         return best
 
     def estimate(self, op: Operation, split: dict[str, int]) -> SplitCost:
-        """split_cost's estimate (with its penalties), from the moves' memo."""
+        """`split_estimate` (with its penalties), from the moves' memo."""
         return self._estimate(op, split)
 
     def _estimate(self, op: Operation, split: dict[str, int],
                   penalties: bool = True) -> SplitCost:
-        """split_cost's estimate, memoized on `estimate_key` (the layers of a stack share
+        """`split_estimate`, memoized on `estimate_key` (the layers of a stack share
         their ops' estimates: a move through one layer re-prices what the last one did)."""
         same = self._key(op)             # per call: `keeps` tests reshape the op's ranges
         if same is None:
-            return estimate(self.graph, op, split, self.producers, penalties=penalties)
+            return split_estimate(self.graph, op, split, self.producers, penalties=penalties)
         key = (same, self._items(split), penalties)
         if key not in self._estimates:
-            self._estimates[key] = estimate(self.graph, op, split, self.producers,
-                                            penalties=penalties)
+            self._estimates[key] = split_estimate(self.graph, op, split, self.producers,
+                                                  penalties=penalties)
         return self._estimates[key]
 
     def _key(self, op: Operation) -> tuple | None:
-        """split_cost's `estimate_key` of `op` in another form, equal exactly when it is
+        """`estimate_key` of `op` in another form, equal exactly when it is
         equal: what it says of op's own structure (its op, reduced vars, loops, accesses'
         buffers and indices) and of a writer's or reader's fixed facts is worked out once
         per op and interned, leaving the ranges and splits to read per call (moves ask for

@@ -27,15 +27,24 @@ exactly, or says why none exist:
 What cannot be expressed (a lane that is not one variable, a strided view `2·c0`, two
 digits at one stride, a split that cuts a digit) raises `NotExpressible` with the reason;
 the codegen then refuses the op, naming it.
+
+Why in plan/: the same analysis is the emitter's (codegen/superdsc.py builds the fields from
+`op_dims`) and a planning question — superdsc_legalize rewrites the ops it refuses, and the
+LX placement keeps LX args to ops with a SuperDSC form — so the passes ask
+`why_not_expressible` here, the emitter's own test, without importing codegen (and the
+pipeline check at startup without loading jinja2).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import NamedTuple
 
 from spyrec.indexing import FloorDiv, Indirect, Lin, Mod, Var
+from spyrec.indexing.sticks import access_coordinates
+from spyrec.ir import Graph, Operation
 
 
 class NotExpressible(Exception):
@@ -68,7 +77,6 @@ class Level:
     extent: int       # allocated values at this level (sticks for the stick level)
 
 
-
 @dataclass
 class TensorDims:
     """How one arg is addressed: its levels innermost first and its element offset."""
@@ -83,19 +91,6 @@ class TensorDims:
 
     def digits(self) -> list[Digit]:
         return [lv.digit for lv in self.levels]
-
-    def element_offset(self, values: dict[Digit, int]) -> int:
-        """The element offset of one point (digit values; missing digits are 0)."""
-        off = self.offset
-        for lv in self.levels:
-            v = values.get(lv.digit, 0)
-            if lv.digit == self.stick:
-                e = self.elems_per_stick
-                v += self.lane_shift
-                off += (v // e) * lv.stride + v % e
-            else:
-                off += v * lv.stride
-        return off
 
 
 @dataclass
@@ -195,6 +190,37 @@ def check_core_split(dims: OpDims, iteration_space: dict[str, tuple[int, int]]) 
         if k > 1 and (t.stick.size // k) % t.elems_per_stick:
             raise NotExpressible(f"a split of {t.stick.var} over {k} cores would start arg {i} "
                                  f"inside a stick ({t.stick.size // k} elements per core)")
+
+
+def why_not_expressible(graph: Graph, op: Operation,
+                        splits: dict[str, int] | None = None) -> str | None:
+    """Why codegen could not write `op` as SuperDSC with core `splits` (default: the op's own;
+    none: one core), or None when it can: `op_dims` on the op's device coordinates, then
+    `check_core_split`: the emitter's own tests."""
+    splits = splits if splits is not None else op.core_splits or {}
+    args = []
+    for _, access in op.accesses():
+        buf = graph.buffers[access.buffer]
+        args.append((tuple(buf.host_size), buf.host_strides, buf.layout, access.index))
+    return _why_not(op.ranges, op.var_ranges, tuple(splits.get(v, 1) for v, _ in op.ranges),
+                    tuple(args))
+
+
+@lru_cache(maxsize=1 << 14)
+def _why_not(ranges: tuple, var_ranges, split: tuple, args: tuple) -> str | None:
+    """`why_not_expressible` on what it reads (per arg: host size and strides, layout,
+    index): the LX placement asks it of every op once per stage_inputs check, and the
+    layers of a stack ask the same."""
+    coords = [access_coordinates(size, strides, layout, var_ranges, index)
+              for size, strides, layout, index in args]
+    try:
+        dims = op_dims(list(ranges), coords, [a[2].device_size for a in args],
+                       [a[2].device_strides_elems for a in args],
+                       [a[2].elems_per_stick for a in args])
+        check_core_split(dims, {v: (n, k) for (v, n), k in zip(ranges, split)})
+    except NotExpressible as e:
+        return str(e)
+    return None
 
 
 class _ConstantLane:

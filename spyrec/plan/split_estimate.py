@@ -1,9 +1,12 @@
-"""split_cost — the cost model's per-op estimate, evaluated on the IR for a candidate core split.
+"""The split estimate: the cost model's per-op time, evaluated on the IR for a candidate split.
 
 work_division chooses each op's split by estimated time (issue 10 §2), so it needs the cost
-model's numbers before any file exists. The formulas and parameters are those of
-`spyrec/sim/cost.py` (parameters and op cost classes are imported from there: one source for
-each figure, each named with its origin); only the byte counting is done here, from the IR:
+model's numbers before any file exists. Planning knowledge (`plan/`), not a pass: work
+division (`plan/core_splits.py`), chain moves (`plan/chain_moves.py`) and `--tiling auto`
+(`readers_of_access`) use it. The parameters, op cost classes and formulas (compute, memory,
+ring, broadcast read share) are `spyrec/costmodel.py`'s, as the simulator's estimate
+(`sim/cost.py`) uses them: one source for each; only the byte counting is done here, from the
+IR:
 
 - HBM bytes per core: for every accessed buffer, the sticks of core 0's slice × 128, where the
   sticks are the product of the extents (value ranges over the slice) of the access's device
@@ -12,20 +15,20 @@ each figure, each named with its origin); only the byte counting is done here, f
   weight under an M split) is therefore counted once per core, which is what the split
   decides. A gathered coordinate counts one stick per index element the slice reads (the
   simulator's footprint assumes the same: no repeated indices).
-- Args in LX cost nothing (sim/cost.py: LX is free in time). Before scratchpad_planning runs,
+- Args in LX cost nothing (the cost model: LX is free in time). Before scratchpad_planning runs,
   a per-tile buffer is taken to be in LX when its per-core slice fits the budget and, for a
   read, when this split gives every core the same slice its writer gave it (the condition
   scratchpad_planning applies, `ir/lx.py`); a read that breaks it costs its bytes from HBM
   plus the writer's write of the whole buffer, which then has to go to HBM too.
 - An input slice r cores read alike is charged max(8, r) / (8 r) of its bytes per core (the
-  broadcast cohort rule of sim/cost.py). Inside a loop, a program input or constant every trip
+  broadcast cohort rule, `CostParams.read_share`). Inside a loop, a program input or constant every trip
   reads in place (a tiled MLP's weight) is charged once over the trips: stage_inputs copies
   such a slice into LX before the loop when it fits, so one read serves them all.
 - compute: matmul MACs / (per-core PT MAC rate × eff(M rows per core)); vector ops points ×
-  weight / (lanes × clock); data movement none. memory: per-core bytes × active cores / the
-  aggregate bandwidth. time = max(compute, memory) + ring + per-op overhead + penalties, the
+  weight / (lanes × clock); data movement none (`costmodel.compute_seconds`). memory:
+  per-core bytes / (the aggregate bandwidth / active cores) (`costmodel.memory_seconds`). time = max(compute, memory) + ring + per-op overhead + penalties, the
   ring of a K-split (a reduced var split over k cores) being (k − 1) × output elements × the
-  partial-sum cost per element and hop, as sim/cost.py; a K-split's output is priced in HBM
+  partial-sum cost per element and hop (`costmodel.ring_us`); a K-split's output is priced in HBM
   (where the partials meet), and so are its readers' reads of it: the K-split itself is
   charged those reads of an intermediate that could otherwise stay in LX. Such penalties (and
   a writer's write an input breaks off LX) are traffic in other ops, so this op's compute does
@@ -54,6 +57,7 @@ from spyrec.ir.graph import Access
 from spyrec.ir.lx import (
     REPLICA_VAR, core_boxes, data_writer, keeps_slices, moves_with_loops, replicas,
 )
+from spyrec.plan.staging import stageable_inputs
 
 
 @dataclass(frozen=True)
@@ -167,8 +171,6 @@ class Producers:
         # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
         # ops may read one in place)
         mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
-        from spyrec.passes.stage_inputs import stageable_inputs
-
         self.stageable = stageable_inputs(graph)     # `_staged_trips`
         self.lx_candidates = {
             name for name, buf in graph.buffers.items()
@@ -205,7 +207,7 @@ class Producers:
         Memoized on everything the answer depends on (the buffer's shape and layout, which
         this pass does not change, not its name: the layers of a stack share answers; op's
         ranges and access; the split; the writer's ranges, reduced vars, split and output
-        access): split_chains asks again for every candidate of every op a move reaches, and
+        access): chain moves ask again for every candidate of every op a move reaches, and
         moves reach the same ops again and again."""
         writer = self.writer(access.buffer, op)
         if writer is None:
@@ -296,14 +298,14 @@ class Producers:
         return all(self.same_slices(op, a, splits) is not False for a in op.inputs)
 
 
-def estimate(graph: Graph, op: Operation, splits: dict[str, int],
+def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
              producers: Producers | None = None, p: CostParams = DEFAULT_PARAMS,
              penalties: bool = True) -> SplitCost:
     """The cost model's time for one execution of `op` split as `splits` (`producers`: to
     tell whether a per-tile buffer it reads stays in LX; without it every read is HBM).
     `penalties`: charge an op the HBM traffic its split causes in its neighbours (the
     writer's write of an input it breaks off LX, a K-split's readers' reads) — what an op
-    chosen alone must weigh; a sum over writers and readers (split_chains) counts those in
+    chosen alone must weigh; a sum over writers and readers (chain moves) counts those in
     the neighbours' own estimates, so it leaves them out."""
     extent = core0_slice(op, splits)
     active = math.prod(splits.values())
@@ -344,7 +346,7 @@ def _staged_trips(op: Operation, access: Access, sticks: int,
                   producers: Producers | None) -> int:
     """The loop trips one HBM read of `access` serves: its op's trip count for a program
     input or constant that stage_inputs may copy into LX once before the loop (every read of
-    it in place: `stage_inputs.read_in_place`; this one not gathered, its core slice within
+    it in place: `plan/staging.py read_in_place`; this one not gathered, its core slice within
     LX) — a tiled MLP's weights — else 1. Charging such a read per trip would price a split
     by traffic the program never moves. Optimistic where stage_inputs then does not serve
     this access (disabled, `max_fraction`, no LX room, or another slicing read more often)."""
@@ -358,7 +360,7 @@ def _staged_trips(op: Operation, access: Access, sticks: int,
 
 def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | None:
     """What `estimate` of `op` depends on besides the split, without buffer names (the layers
-    of a decoder stack share it, so work_division and split_chains memoize estimates on it);
+    of a decoder stack share it, so work division and chain moves memoize estimates on it);
     None when it touches a per-tile buffer (priced by its producer's loop). Per access: the
     buffer's sizes, strides, layout, whether stage_inputs may stage it, the index (a gather's
     index tensor by name); per loop its count and tiled vars. An intermediate that may live

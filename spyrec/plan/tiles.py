@@ -7,10 +7,13 @@ per-tile ranges), not assumed from the shape of the index expression: an index f
 views (reshapes, transposes, broadcasts) is checked the same way as a plain one. A tile whose
 next iteration is not a pure translation of the current one in *device* coordinates cannot be
 addressed by `base + Σ stride·i` (DESIGN §5) and is refused by the pass.
+
+In plan/ because two passes ask: coarse_tiling (transform.py) proves its tiles with these, and
+stage_inputs (`plan/staging.py`) finds the moving tile a loop reads and re-indexes the
+per-tile copy it makes; it was coarse_tiling's module, which stage_inputs then imported.
 """
 
 from __future__ import annotations
-
 
 import numpy as np
 

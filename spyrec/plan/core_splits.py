@@ -1,0 +1,226 @@
+"""Work division as a function: every op's core split, chosen by the cost model's estimate.
+
+Why here and not in the pass: the split is planning knowledge two callers need — the
+work_division pass (a thin driver that checks its options and writes the report row) and
+`--tiling auto`, which plans each candidate tiling on a sub-graph exactly as the pipeline
+would (`passes/coarse_tiling/auto.py`). Both call `divide_work`.
+
+Writes `Operation.core_splits` ({var: slices}, every iteration var present) and, for a
+replicated op, its ranges (`ir/lx.py`). Guarantees: the product of splits is at most `cores`;
+every split divides its range evenly; a reduced var is split (a K-split: each core reduces its
+part, the partials meet in HBM at the ring's cost) only by the cost strategy, only for ops
+whose partials combine (`ir.ops.PARTIAL_SUMS`) outside loops, and never with its output in LX;
+a split of any arg's stick variable gives each core whole sticks of that arg (a SuperDSC core
+starts at a stick boundary of every tensor: its start address has no lane offset).
+
+Choice (issue 10 §2): every split meeting those rules is a candidate
+(`plan/split_candidates.py`), each is estimated with the cost model's formulas
+(`plan/split_estimate.py`: per-core HBM sticks, replicated reads of an operand every core needs
+included, compute, overhead) and the cheapest wins. A matmul thus splits N (or M and N) when
+splitting M alone would make every core read the whole weight. Ties keep the greedy split, so
+programs whose cost does not change stay byte-identical; among other equal-cost splits, one
+giving each core the slices its producer gave it (a per-tile buffer can then stay in LX) comes
+first. Op-by-op choices can leave a chain split two ways (an intermediate between them then
+goes through HBM); chain moves (`plan/chain_moves.py`, option `chain_moves`) change such
+chains together when the estimate says so, replicating a producer where a reader splits a var
+the producer's output does not use (option `replicas`; ir/lx.py): a decoder's qkv matmuls
+split batch x N on 32 cores, reading the norm every N-core computed alike, and its attention
+follows on batch x heads. A buffer several ops write (matmul_padding's fill of the padding rows
+and the copy of the data) has its other writers' splits aligned to the main one's, so that it
+can live in LX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spyrec.device import CORES
+from spyrec.ir import Graph, Operation
+from spyrec.ir.lx import data_writer, replicas, set_ranges
+from spyrec.plan.chain_moves import ChainMoves
+from spyrec.plan.lx_placement import lx_slices_problem
+from spyrec.plan.split_candidates import (
+    candidates, greedy_split, replica_candidates, split_text, stick_vars,
+)
+from spyrec.plan.split_estimate import Producers, estimate_key, split_estimate
+
+
+@dataclass(frozen=True)
+class SplitOptions:
+    """How work is divided (the work_division pass's options: the pass is these fields)."""
+
+    cores: int = CORES
+    # cost: the cheapest split by the cost model; greedy: the fixed order (the baseline the
+    # report compares with; also what a test uses to pin a split over a given core count)
+    strategy: str = "cost"
+    # price intermediates as LX, as scratchpad_planning (intermediates: true) places them: a
+    # read free when this split keeps the writer's slices, a write free when the slice fits
+    lx_intermediates: bool = True
+    # change a disagreeing producer-consumer chain's splits together when cheaper
+    # (plan/chain_moves.py; with strategy cost and lx_intermediates)
+    chain_moves: bool = True
+    # also split a reduced var (partial sums added in HBM, with the ring's cost) where the
+    # estimate says so: sum/mean/max/min/matmul outside loops (strategy cost)
+    k_split: bool = True
+    # let chain moves replicate a producer (ir/lx.py) so that a reader split over vars its
+    # input does not use (a matmul over batch x N) still reads that input from LX
+    replicas: bool = True
+    # keep a chain move that lowers the estimated time only while memory overlaps compute
+    # (its serial time, compute + memory, grows): off by default, since such a move wins by
+    # adding HBM traffic the estimate hides (the MLP's hidden through HBM to use 32 cores)
+    overlap_moves: bool = False
+
+
+def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
+    """Give every op of `graph` its core split; the report section (`summary`)."""
+    producers, memo = Producers(graph, options.lx_intermediates), {}
+    for op in graph.ops:
+        op.core_splits = None
+    # first in program order, assuming an intermediate's readers will keep its slices
+    rows = []
+    for op in graph.ops:         # a reader prices its inputs with its writers' splits
+        op.core_splits, row = _split(graph, op, producers, memo, options)
+        rows.append((op.core_splits, row))
+    if options.strategy == "cost" and options.lx_intermediates:
+        _revisit(graph, producers, memo, rows, options)
+        if options.chain_moves:
+            _move_chains(graph, producers, rows, options)
+        _align_cowriters(graph, producers, rows, options)
+    return summary([row for _, row in rows if row])
+
+
+def _align_cowriters(graph: Graph, producers: Producers, rows: list,
+                     options: SplitOptions) -> None:
+    """A buffer several ops write outside loops (matmul_padding's zero fill of the
+    padding rows beside its copy of the data) lives in LX only if they give each core
+    parts of one slice (scratchpad_planning's rule): each writer but the one writing the
+    data (`ir/lx.py data_writer`) takes its cheapest split that does, if any."""
+    writers: dict[str, list[Operation]] = {}
+    uses_of: dict[str, list[int]] = {}    # buffer -> indices of the ops accessing it
+    for i, op in enumerate(graph.ops):
+        writers.setdefault(op.output.buffer, []).append(op)
+        for name in dict.fromkeys(a.buffer for _, a in op.accesses()):
+            uses_of.setdefault(name, []).append(i)
+    position = {id(op): i for i, op in enumerate(graph.ops)}
+    for name, ops in writers.items():
+        buf = graph.buffers[name]
+        if len(ops) < 2 or name not in producers.lx_candidates or any(op.loops for op in ops):
+            continue
+        uses = uses_of[name]
+        if lx_slices_problem(graph, buf, uses) is None:
+            continue
+        main = data_writer(ops)
+        for op in ops:
+            if op is main:
+                continue
+            original, ranges = op.core_splits, op.ranges
+            best, best_time, best_ranges = None, None, ranges
+            # each candidate tried on the graph's op: the slice rule reads every user's split
+            for trial_ranges, c in replica_candidates(graph, op, replicas(main), options.cores):
+                set_ranges(op, trial_ranges)
+                op.core_splits = c
+                if lx_slices_problem(graph, buf, uses) is None:
+                    t = split_estimate(graph, op, c, producers).time_us
+                    if best_time is None or t < best_time:
+                        best, best_time, best_ranges = c, t, trial_ranges
+            set_ranges(op, best_ranges)
+            op.core_splits = best or original
+            producers.forget(op)
+            if best is not None:
+                i = position[id(op)]
+                row = rows[i][1]
+                rows[i] = (best, row and {**row, "split": split_text(best),
+                                          "time_us": best_time})
+
+
+def _move_chains(graph: Graph, producers: Producers, rows: list,
+                 options: SplitOptions) -> None:
+    """Chains whose splits disagree change together when that is cheaper
+    (plan/chain_moves.py); every row is then re-priced, since LX placement moved too."""
+    cache: dict[tuple, list] = {}
+
+    def options_of(op: Operation) -> list[dict[str, int]]:
+        key = (op.name, op.ranges)             # a move may replicate op (ir/lx.py)
+        if key not in cache:
+            # no K-splits: a move keeps chains in LX, where partial sums cannot live
+            cache[key] = candidates(op, stick_vars(graph, op), options.cores)
+        return cache[key]
+    moves = ChainMoves(graph, producers, options_of, options.replicas, options.overlap_moves)
+    if not moves.run():
+        return
+    for i, op in enumerate(graph.ops):
+        # the moves' memo of the split estimate: the layers of a stack share it
+        cost = moves.estimate(op, op.core_splits)
+        row = rows[i][1]        # empty when the strategy leaves no row
+        rows[i] = (op.core_splits, row and {
+            **row, "split": split_text(op.core_splits), "time_us": cost.time_us,
+            "cores": cost.cores, "hbm_bytes_per_core": cost.hbm_bytes_per_core})
+
+
+def _revisit(graph: Graph, producers: Producers, memo: dict, rows: list,
+             options: SplitOptions) -> None:
+    """Choose again, knowing every reader's split, for the ops whose output a reader
+    takes in other slices (a reduction cannot split its reduced var, say) and for the
+    readers of an op whose split that changes. Nothing else can change: knowing the
+    readers only makes the other candidates of an op dearer."""
+    changed: set[str] = set()
+    for i, op in enumerate(graph.ops):
+        writers = {producers.writers[a.buffer].name for a in op.reads()
+                   if a.buffer in producers.writers}
+        if producers.readers_keep(op, op.core_splits) and not writers & changed:
+            continue
+        before = op.core_splits
+        op.core_splits, row = _split(graph, op, producers, memo, options)
+        producers.forget(op)
+        rows[i] = (op.core_splits, row)
+        if op.core_splits != before:
+            changed.add(op.name)
+
+
+def _split(graph: Graph, op: Operation, producers: Producers, memo: dict,
+           options: SplitOptions) -> tuple[dict, dict]:
+    """One op's split and its report row (the producers' splits are already chosen)."""
+    sticks = stick_vars(graph, op)
+    greedy = greedy_split(op, sticks, options.cores)
+    if options.strategy == "greedy":
+        return greedy, {}
+    return choose(graph, op, sticks, greedy, options.cores, producers, memo, options.k_split)
+
+
+def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str, int],
+           cores: int, producers: Producers, memo: dict | None = None,
+           k_split: bool = False) -> tuple[dict[str, int], dict]:
+    """The cheapest candidate; ties: the greedy split, then one matching the producers'.
+
+    `memo` shares the estimates between ops that differ only in buffer names (the layers of a
+    decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
+    same = estimate_key(graph, op, producers)
+    key = None if same is None else (same, cores)
+    if memo is not None and key is not None and key in memo:
+        base, costs = memo[key]
+    else:
+        base = split_estimate(graph, op, greedy, producers)
+        costs = [(split_estimate(graph, op, c, producers), c)
+                 for c in candidates(op, sticks, cores, k_split) if c != greedy]
+        if memo is not None and key is not None:
+            memo[key] = base, costs
+    least = min([base.time_us] + [cost.time_us for cost, _ in costs])
+    ties = [(cost, c) for cost, c in costs if cost.time_us == least]
+    if base.time_us == least or not ties:
+        best_cost, best = base, greedy
+    else:
+        best_cost, best = next(((cost, c) for cost, c in ties if producers.matches(op, c)),
+                               ties[0])
+    row = {"op": op.name, "node": op.node, "split": split_text(best),
+           "greedy_split": split_text(greedy),
+           "time_us": best_cost.time_us, "greedy_time_us": base.time_us,
+           "hbm_bytes_per_core": best_cost.hbm_bytes_per_core,
+           "greedy_hbm_bytes_per_core": base.hbm_bytes_per_core, "cores": best_cost.cores}
+    return best, row
+
+
+def summary(rows: list[dict]) -> dict:
+    """The report section: every op's row and the totals (per execution of each op)."""
+    return {"ops": rows, "changed": sum(1 for r in rows if r["split"] != r["greedy_split"]),
+            "time_us": round(sum(r["time_us"] for r in rows), 6),
+            "greedy_time_us": round(sum(r["greedy_time_us"] for r in rows), 6)}

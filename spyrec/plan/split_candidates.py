@@ -1,0 +1,114 @@
+"""The core splits an op may take: every valid one, the greedy one, and those of a replicated op.
+
+Split candidates are planning knowledge several steps share: work_division chooses among them
+(`plan/core_splits.py`), chain moves re-choose among them (`plan/chain_moves.py`) and
+stage_inputs looks among them for the split of a copy that gives each core the slice its
+readers take (`plan/staging.py`). They live here, below all three, so that none of them
+imports another for this (they were work_division's; stage_inputs imported that pass).
+
+Rules: per var a divisor of its range (of its sticks for a stick var, so a core starts at a
+stick boundary of every tensor; 1 for a stick var whose range is not whole sticks, and for a
+reduced var unless K-splits are allowed and the op's partials combine outside loops,
+`ir.ops.PARTIAL_SUMS`); a replica var (ir/lx.py) split over all its copies; the product at most
+the cores.
+
+Greedy: output vars outermost first, vars that are no arg's stick dim before stick vars (a
+core then gets whole rows of sticks, as the reference's work division does: the published
+512x512 transposed add splits its 512 columns over 32 cores, not 8 stick columns x 4), each
+taking the largest divisor of its range that the remaining cores allow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterator
+
+from spyrec.indexing.sticks import stick_info
+from spyrec.ir import Graph, Operation
+from spyrec.ir.lx import REPLICA_VAR, replica_ranges, replicas
+from spyrec.ir.ops import PARTIAL_SUMS
+
+
+def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
+    """Stick var -> largest elements per stick among the args whose stick var it is."""
+    sticks: dict[str, int] = {}
+    for _, access in op.accesses():
+        buf = graph.buffers[access.buffer]
+        v = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
+                       access.index).stick_var
+        if v is not None:
+            sticks[v] = max(sticks.get(v, 1), buf.layout.elems_per_stick)
+    return sticks
+
+
+def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
+    """The fixed-order split (module docstring): the tie-breaker and the report's baseline."""
+    splits = {v: 1 for v, _ in op.ranges}
+    copies = replicas(op)
+    splits.update({REPLICA_VAR: copies} if copies > 1 else {})
+    left = cores // copies
+    order = [(v, n) for v, n in op.ranges if v not in sticks] + \
+        [(v, n) for v, n in op.ranges if v in sticks]
+    for v, n in order:
+        if v in op.reduced or v == REPLICA_VAR or left == 1:
+            continue
+        e = sticks.get(v, 1)
+        if n % e:
+            continue
+        d = _largest_divisor_at_most(n // e, left)
+        splits[v] = d
+        left //= d
+    return splits
+
+
+def candidates(op: Operation, sticks: dict[str, int], cores: int,
+               k_split: bool = False) -> list[dict[str, int]]:
+    """Every valid split (module docstring), product <= cores; a reduced var is split only
+    with `k_split`."""
+    options = []
+    partial = k_split and op.op in PARTIAL_SUMS and not op.loops
+    for v, n in op.ranges:
+        e = sticks.get(v, 1)
+        if v == REPLICA_VAR:
+            options.append((v, [n]))          # a replica var is split over all its copies
+        elif v in op.reduced and not partial or n % e:
+            options.append((v, [1]))
+        else:
+            options.append((v, [d for d in range(1, min(n // e, cores) + 1)
+                                if (n // e) % d == 0]))
+    out: list[dict[str, int]] = [{}]
+    for v, ks in options:
+        out = [{**s, v: k} for s in out for k in ks if _product(s) * k <= cores]
+    return out
+
+
+def replica_candidates(graph: Graph, op: Operation, copies: int, cores: int
+                       ) -> Iterator[tuple[tuple[tuple[str, int], ...], dict[str, int]]]:
+    """(ranges, split) for every candidate of `op` run as `copies` replicas (1: once), its
+    replica var placed slowest, then fastest, in core order (which cores hold which copy is
+    what a co-writer or reader must match). `op` is left as it is: a caller taking a split
+    takes its ranges with it."""
+    for first in (False, True) if copies > 1 else (False,):
+        ranges = replica_ranges(op, copies, first)
+        shaped = op if ranges == op.ranges else replace(op, ranges=ranges)
+        for split in candidates(shaped, stick_vars(graph, shaped), cores):
+            yield ranges, split
+
+
+def split_text(splits: dict[str, int]) -> str:
+    """`[c0:4, c1:8]`: a split as report rows and messages show it."""
+    return "[" + ", ".join(f"{v}:{k}" for v, k in splits.items()) + "]"
+
+
+def _product(splits: dict[str, int]) -> int:
+    out = 1
+    for k in splits.values():
+        out *= k
+    return out
+
+
+def _largest_divisor_at_most(n: int, limit: int) -> int:
+    for d in range(min(n, limit), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
