@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from spyrec.device import CORES, HBM_BYTES_PER_S
 
 # --- parameters (reference/C-simulator.md §5.9) -----------------------------------------------
-# CORES (firm) and HBM_BYTES_PER_S (TS work_division.py _HBM_BW_GBS, LPDDR5 aggregate — medium)
-# are device facts: spyrec/device.py.
+# CORES (firm) and HBM_BYTES_PER_S (TS work_division.py _HBM_BW_GBS, LPDDR5 aggregate —
+# medium) are device facts: spyrec/device.py.
 PT_PEAK_FLOPS_PER_CARD = 98.304e12  # TS work_division.py "DL16 peak", fp16 — medium
 PT_ROWS_PER_PASS = 8                # TS work_division.py, M streamed 8 rows per pass — fitted
 PT_FULL_EFFICIENCY_PASSES = 8       # TS work_division.py, efficiency sqrt(passes/8) — fitted

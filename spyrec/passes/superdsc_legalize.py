@@ -1,10 +1,11 @@
 """superdsc_legalize — rewrite every op SuperDSC cannot address into ops it can.
 
 SuperDSC describes a tensor as nested dims over whole sticks with one variable in the lanes
-(plan/sdsc_dims.py, the analysis codegen and this pass both ask). Views produce accesses outside that form: two variables in one stick
-(two 32-wide heads in a 64-lane fp16 stick: lane `r0 + 32*Mod(c1, 2)`), a variable cut inside
-a stick (lane `Mod(r0, 32)` of a 64-lane stick), coordinates that are not digits of one
-variable (a diagonal view), or a variable whose digits a core split would cut unevenly.
+(plan/sdsc_dims.py: the analysis codegen and this pass both ask). Views produce accesses
+outside that form: two variables in one stick (two 32-wide heads in a 64-lane fp16 stick: lane
+`r0 + 32*Mod(c1, 2)`), a variable cut inside a stick (lane `Mod(r0, 32)` of a 64-lane stick),
+coordinates that are not digits of one variable (a diagonal view), or a variable whose digits
+a core split would cut unevenly.
 
 Reads: ops, their accesses, loops and core splits, buffer layouts (after work_division, whose
 split decides whether a view's digits are cut unevenly). Writes: replaces such an op by

@@ -21,14 +21,16 @@ IR:
   scratchpad_planning applies, `ir/lx.py`); a read that breaks it costs its bytes from HBM
   plus the writer's write of the whole buffer, which then has to go to HBM too.
 - An input slice r cores read alike is charged max(8, r) / (8 r) of its bytes per core (the
-  broadcast cohort rule, `CostParams.read_share`). Inside a loop, a program input or constant every trip
-  reads in place (a tiled MLP's weight) is charged once over the trips: stage_inputs copies
-  such a slice into LX before the loop when it fits, so one read serves them all.
+  broadcast cohort rule, `CostParams.read_share`). Inside a loop, a program input or
+  constant every trip reads in place (a tiled MLP's weight) is charged once over the trips:
+  stage_inputs copies such a slice into LX before the loop when it fits, so one read serves
+  them all.
 - compute: matmul MACs / (per-core PT MAC rate × eff(M rows per core)); vector ops points ×
   weight / (lanes × clock); data movement none (`costmodel.compute_seconds`). memory:
-  per-core bytes / (the aggregate bandwidth / active cores) (`costmodel.memory_seconds`). time = max(compute, memory) + ring + per-op overhead + penalties, the
-  ring of a K-split (a reduced var split over k cores) being (k − 1) × output elements × the
-  partial-sum cost per element and hop (`costmodel.ring_us`); a K-split's output is priced in HBM
+  per-core bytes / (the aggregate bandwidth / active cores) (`costmodel.memory_seconds`).
+  time = max(compute, memory) + ring + per-op overhead + penalties, the ring of a K-split (a
+  reduced var split over k cores) being (k − 1) × output elements × the partial-sum cost per
+  element and hop (`costmodel.ring_us`); a K-split's output is priced in HBM
   (where the partials meet), and so are its readers' reads of it: the K-split itself is
   charged those reads of an intermediate that could otherwise stay in LX. Such penalties (and
   a writer's write an input breaks off LX) are traffic in other ops, so this op's compute does
