@@ -41,9 +41,11 @@ def allocation(buf) -> dict:
 
 
 def op_spec(graph: Graph, op: Operation) -> dict:
-    """The OpSpec of one op (DESIGN §4), with the per-core split."""
+    """The OpSpec of one op (DESIGN §4), with the per-core split. Its iteration space is the
+    op's core ranges: a replicated op's copies are one more dim (docs/formats.md, replicas),
+    which no tensor addresses."""
     args = [tensor_arg(graph, op, role, a, i) for i, (role, a) in enumerate(op.accesses())]
-    splits = op.core_splits or {v: 1 for v, _ in op.ranges}
+    splits = op.core_splits or {v: 1 for v, _ in op.core_ranges}
     spec = {
         "op": op.op,
         "name": op.name,
@@ -51,7 +53,7 @@ def op_spec(graph: Graph, op: Operation) -> dict:
         "scope": op.scope,
         "source": op.source,
         "is_reduction": op.is_reduction,
-        "iteration_space": {v: [n, splits.get(v, 1)] for v, n in op.ranges},
+        "iteration_space": {v: [n, splits.get(v, 1)] for v, n in op.core_ranges},
         "reduced": list(op.reduced),
         "op_info": {"constants": dict(op.constants)},
         "tiled_symbols": [],
@@ -77,7 +79,7 @@ def _cores(graph: Graph, op: Operation, args: list[dict], splits: dict[str, int]
     Start addresses are evaluated for all cores at once (numpy arrays of slice starts)."""
     slices = core_slices(op)         # op.core_splits: `splits` is them, or all 1
     env = {v: np.array([ranges[v][0] for ranges in slices], dtype=np.int64)
-           for v, _ in op.ranges}
+           for v, _ in op.core_ranges}
     starts = [_start_addresses(graph, a, env, len(slices)) for a in args]
     return [{"core": core, "ranges": {v: [lo, hi] for v, (lo, hi) in ranges.items()},
              "arg_start_bytes": [s[core] for s in starts]}

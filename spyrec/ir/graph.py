@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Iterator
 
 import numpy as np
@@ -85,6 +85,27 @@ class Loop:
     key: str = ""
 
 
+# The name of a replicated op's copies dim in `Operation.core_ranges` and core splits: no
+# iteration var may take it (ir/verify.py).
+REPLICA_VAR = "rep"
+
+
+def with_copies(ranges: tuple[tuple[str, int], ...], replicas: int, fastest: bool
+                ) -> tuple[tuple[str, int], ...]:
+    """Iteration `ranges` with `replicas` copies as one more dim, first (fastest in core
+    order) or last: `Operation.core_ranges`."""
+    return ranges if replicas == 1 else _copies_added(ranges, replicas, fastest)
+
+
+@lru_cache(maxsize=1 << 12)
+def _copies_added(ranges: tuple[tuple[str, int], ...], replicas: int, fastest: bool
+                  ) -> tuple[tuple[str, int], ...]:
+    """`with_copies` of a replicated op, one tuple per value: planners key memos on core
+    ranges, some by identity."""
+    copies = ((REPLICA_VAR, replicas),)
+    return copies + ranges if fastest else ranges + copies
+
+
 @dataclass(eq=False)
 class Operation:
     """One device op over an iteration space (see docs/formats.md for the op vocabulary).
@@ -114,6 +135,11 @@ class Operation:
     # which tiling configs select ops by (DESIGN §6); ops a pass adds inherit them
     node: str | None = None
     scope: str = ""
+    # how many core groups compute the op alike (work_division replicates a writer so that
+    # each group of its readers' cores finds its slice in its own LX; ir/lx.py), and whether
+    # the copies are the fastest dim of the core order (else the slowest): `core_ranges`
+    replicas: int = 1
+    replicas_fastest: bool = False
 
     __hash__ = None  # mutable (passes write core_splits)
 
@@ -125,7 +151,8 @@ class Operation:
     def _key(self) -> tuple:
         return (self.name, self.op, self.ranges, self.inputs, self.output, self.reduced,
                 constants_text(self.constants), self.index_inputs, self.source,
-                self.core_splits, self.loops, self.index_bounds, self.node, self.scope)
+                self.core_splits, self.loops, self.index_bounds, self.node, self.scope,
+                self.replicas, self.replicas_fastest)
 
     @property
     def is_reduction(self) -> bool:
@@ -137,6 +164,15 @@ class Operation:
 
     def writes(self) -> tuple[Access, ...]:
         return (self.output,)
+
+    @property
+    def core_ranges(self) -> tuple[tuple[str, int], ...]:
+        """The dims the cores divide, in core order: the iteration ranges, and for a
+        replicated op its copies as one more dim `REPLICA_VAR` (fastest or slowest). Core
+        splits name these dims; codegen writes them as the iteration space (`N_`)."""
+        if self.replicas == 1:          # (inline: planners ask in their innermost loops)
+            return self.ranges
+        return _copies_added(self.ranges, self.replicas, self.replicas_fastest)
 
     @cached_property
     def var_ranges(self) -> Ranges:

@@ -4,15 +4,19 @@ A buffer in LX lives in every core's scratchpad at one offset, each core holding
 slice (issue 8 contract §1). That is sound only when every op that writes or reads the buffer
 gives each core the same slice, so this module computes, per op and core, the box of device
 coordinates an access touches. Core numbering is SuperDSC's (reference/F-superdsc.md §2.9, what
-`codegen/superdsc.py` emits and the simulator reads): iteration vars in order, the first split
+`codegen/superdsc.py` emits and the simulator reads): the op's core ranges
+(`Operation.core_ranges`: iteration vars, and a replicated op's copies) in order, the first split
 var fastest, each var's slices in order (a var a view cuts into several SuperDSC labels too:
 the emitter walks its labels least significant first). scratchpad_planning decides with these
 boxes; `ir/verify.py` re-checks them and codegen writes each LX tensor's per-core bytes from
 them.
 
-Replicas: an op may carry one more iteration var, `rep` (REPLICA_VAR), that no access uses and
-that is split over all its values: the op then runs alike on that many groups of cores, each
-group computing the whole op into its own cores' LX. A reader that splits a var its input does
+Replicas: an op may declare copies (`Operation.replicas`, printed `replicas N` in the text
+IR): its core ranges then hold one more dim, `rep` (REPLICA_VAR), that no access uses and that
+its core split splits over all its values, so the op runs alike on that many groups of cores,
+each group computing the whole op into its own cores' LX; codegen writes that dim into the
+op's iteration space. A declared field, not an iteration var: the verifier checks it and the
+pass contracts say who writes it. A reader that splits a var its input does
 not use (a matmul split over batch x N reading rows every N-core needs) keeps that input in LX
 only if the input's writer is replicated so (`keeps_slices`); the same is true up the chain.
 Writes are idempotent (every replica writes the same values), so the op's meaning is unchanged;
@@ -27,14 +31,14 @@ from functools import lru_cache
 
 from spyrec.indexing import Indirect, Ranges, Var, evaluate, value_range
 from spyrec.indexing.sticks import access_coordinates
-from spyrec.ir.graph import Access, Buffer, Graph, Operation
+from spyrec.ir.graph import REPLICA_VAR, Access, Buffer, Graph, Operation, with_copies
 
 Box = tuple[tuple[int, int], ...]   # inclusive (lo, hi) per device dim, lanes excluded
 
 
 def core_slices(op: Operation) -> list[dict[str, tuple[int, int]]]:
     """Each core's half-open range per iteration var, in SuperDSC core order."""
-    return _slices(op.ranges, op.core_splits or {})
+    return _slices(op.core_ranges, op.core_splits or {})
 
 
 def _slices(var_ranges: tuple[tuple[str, int], ...], splits: dict[str, int]
@@ -58,8 +62,8 @@ def core_boxes(buf: Buffer, op: Operation, access: Access) -> list[Box] | None:
     the boxes depend on: scratchpad_planning, the verifier and codegen ask for the same
     accesses many times, at 32 cores x every device dim each."""
     splits = tuple(sorted((op.core_splits or {}).items()))
-    boxes = _core_boxes(tuple(buf.host_size), tuple(buf.host_strides), buf.layout, op.ranges,
-                        splits, access.index)
+    boxes = _core_boxes(tuple(buf.host_size), tuple(buf.host_strides), buf.layout,
+                        op.core_ranges, splits, access.index)
     return list(boxes) if boxes is not None else None
 
 
@@ -87,45 +91,45 @@ def _core_boxes(host_size, host_strides, layout, var_ranges, splits, index
     return tuple(boxes)
 
 
-REPLICA_VAR = "rep"
-
-
-def replicas(op: Operation) -> int:
-    """How many core groups compute `op` alike (1: not replicated)."""
-    return next((n for v, n in op.ranges if v == REPLICA_VAR), 1)
-
-
-def replica_ranges(op: Operation, count: int, first: bool = False
+def replica_ranges(op: Operation, count: int, fastest: bool = False
                    ) -> tuple[tuple[str, int], ...]:
-    """`op`'s ranges run on `count` core groups (1: once), `op` unchanged: the replica var
-    joins them (`first`: fastest in core order, else slowest), or leaves them at count 1."""
-    ranges = tuple((v, n) for v, n in op.ranges if v != REPLICA_VAR)
-    if count > 1:
-        ranges = ((REPLICA_VAR, count),) + ranges if first else ranges + ((REPLICA_VAR, count),)
-    return ranges
+    """`op`'s core ranges (`Operation.core_ranges`) were it run on `count` core groups (1:
+    once), its copies the fastest dim of the core order or the slowest; `op` unchanged."""
+    return with_copies(op.ranges, count, fastest)
 
 
-def set_replicas(op: Operation, count: int, first: bool = False) -> None:
-    """Make `op` run on `count` core groups (1: once), in place: its ranges become
-    `replica_ranges` and its split splits the replica var over all its values. Core order
-    decides which cores hold which copy: a reader's core must find the copy it reads, so the
-    caller places the var where the reader's own unmatched split var sits."""
-    ranges = replica_ranges(op, count, first)
+def replica_fields(core_ranges: tuple[tuple[str, int], ...]) -> dict:
+    """The `Operation` fields core ranges stand for: `ranges` (without the copies dim),
+    `replicas` and `replicas_fastest` (for `dataclasses.replace` or `set_core_ranges`)."""
+    copies = next((n for v, n in core_ranges if v == REPLICA_VAR), 1)
+    return {"ranges": tuple((v, n) for v, n in core_ranges if v != REPLICA_VAR),
+            "replicas": copies,
+            "replicas_fastest": copies > 1 and core_ranges[0][0] == REPLICA_VAR}
+
+
+def set_core_ranges(op: Operation, core_ranges: tuple[tuple[str, int], ...]) -> None:
+    """Give `op` new core ranges in place (its copies added or dropped; a planner's trial
+    restored), dropping the `var_ranges` cached from old iteration ranges."""
+    fields = replica_fields(core_ranges)
+    op.replicas, op.replicas_fastest = fields["replicas"], fields["replicas_fastest"]
+    if fields["ranges"] != op.ranges:
+        op.ranges = fields["ranges"]
+        op.__dict__.pop("var_ranges", None)
+
+
+def set_replicas(op: Operation, count: int, fastest: bool = False) -> None:
+    """Make `op` run on `count` core groups (1: once), in place: its core ranges become
+    `replica_ranges` and its split splits the copies over all of them. Core order decides
+    which cores hold which copy: a reader's core must find the copy it reads, so the caller
+    places the copies where the reader's own unmatched split var sits."""
+    core = replica_ranges(op, count, fastest)
     splits = {v: k for v, k in (op.core_splits or {}).items() if v != REPLICA_VAR}
     if count > 1:
         splits[REPLICA_VAR] = count
-        splits = {v: splits.get(v, 1) for v, _ in ranges}
-    set_ranges(op, ranges)
+        splits = {v: splits.get(v, 1) for v, _ in core}
+    set_core_ranges(op, core)
     if op.core_splits is not None:
         op.core_splits = splits
-
-
-def set_ranges(op: Operation, ranges: tuple[tuple[str, int], ...]) -> None:
-    """Give `op` new iteration ranges in place (a replica var added or dropped), dropping
-    the `var_ranges` cached from the old ones."""
-    if ranges != op.ranges:
-        op.ranges = ranges
-        op.__dict__.pop("var_ranges", None)
 
 
 def data_writer(writers: list[Operation]) -> Operation:
@@ -220,7 +224,7 @@ def tile_problem(buf: Buffer, op: Operation, access: Access,
     Gathers have no fixed tile (slices None there): no problem here."""
     splits = tuple(sorted((op.core_splits or {}).items()))
     return _tile_problem(tuple(buf.host_size), tuple(buf.host_strides), buf.layout,
-                         op.ranges, splits, access.index,
+                         op.core_ranges, splits, access.index,
                          None if slices is None else tuple(slices))
 
 

@@ -186,6 +186,8 @@ class _Line:
         if not self.keyword("over"):
             raise self.error("'over [VAR<SIZE, ...]'")
         ranges = tuple(self.bracketed(self.range))
+        replicas = self.integer() if self.keyword("replicas") else 1
+        fastest = self.keyword("fastest")
         reduced = tuple(self.bracketed(self.name)) if self.keyword("reduce") else ()
         gathers = tuple(self.bracketed(self.access)) if self.keyword("gather") else ()
         bounds = tuple(self.bracketed(self.bound)) if self.keyword("bounds") else ()
@@ -196,7 +198,8 @@ class _Line:
         scope = self.string() if self.keyword("scope") else ""
         graph.ops.append(Operation(name, opcode, ranges, tuple(inputs), output, reduced,
                                    constants, gathers, self.source(), cores, loops,
-                                   index_bounds=bounds, node=node, scope=scope))
+                                   index_bounds=bounds, node=node, scope=scope,
+                                   replicas=replicas, replicas_fastest=fastest))
 
     def access(self) -> Access:
         buffer = self.name()

@@ -12,11 +12,15 @@ Buffer lines: role, host dtype and shape; then what passes decided, each only on
 `device SIZE / STRIDE_MAP DTYPE` (the layout), `@hbm ADDRESS`, and `source "..."`. Op lines:
 `op NAME:` then the body `OUT[INDEX] = OPCODE(IN[INDEX], ...)` (indices in the index
 algebra's text form, `spyrec/indexing/printer.py`), then `over [VAR<SIZE, ...]` and optional
-clauses in this order: `reduce [VARS]`, `gather [IDX[INDEX], ...]` (index tensors read
-first), `bounds [LOW..HIGH, ...]` (per index tensor, the values it may hold), `attrs {JSON}`
-(op constants), `cores [VAR:SLICES, ...]`, `loops [COUNT(VARS)@KEY, ...]` (outermost first),
-`node NAME` (the FX node), `scope "..."` (its module path), `source "..."`. Buffers add
-`per_tile` (one tile of a loop body's intermediate) and `@lx OFFSET` (per-core LX) when set. Names that are not plain identifiers, and all source lines, are JSON strings. Constant *values* are not printed (weights are data, not IR).
+clauses in this order: `replicas N` or `replicas N fastest` (a replicated op's copies, the
+slowest or fastest dim of its core order, named `rep` in `cores`; ir/lx.py), `reduce [VARS]`,
+`gather [IDX[INDEX], ...]` (index tensors read first), `bounds [LOW..HIGH, ...]` (per index
+tensor, the values it may hold), `attrs {JSON}` (op constants), `cores [VAR:SLICES, ...]`,
+`loops [COUNT(VARS)@KEY, ...]` (outermost first), `node NAME` (the FX node), `scope "..."`
+(its module path), `source "..."`. Buffers add `per_tile` (one tile of a loop body's
+intermediate) and `@lx OFFSET` (per-core LX) when set. Names that are not plain identifiers,
+and all source lines, are JSON strings. Constant *values* are not printed (weights are data,
+not IR).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ def format_op(op: Operation) -> str:
     space = ", ".join(f"{format_name(v)}<{n}" for v, n in op.ranges)
     text = (f"op {format_name(op.name)}: {format_access(op.output)} = {op.op}({operands}) "
             f"over [{space}]")
+    if op.replicas != 1 or op.replicas_fastest:
+        text += f" replicas {op.replicas}{' fastest' if op.replicas_fastest else ''}"
     if op.reduced:
         text += f" reduce {_names(op.reduced)}"
     if op.index_inputs:

@@ -11,13 +11,14 @@ that finds a problem is the one reported (later checks assume what earlier ones 
 - `BUFFER_CHECKS` (per buffer): a host dtype the device stores, sizes, a layout of the right
   device dtype that tiles the host tensor, an aligned address;
 - `OP_CHECKS` (per op): a device op of the vocabulary with at most its arity of operands;
-  ranges; reduced vars among them; every access names a buffer, uses only the op's variables
-  and stays inside its buffer — host elements, and device coordinates inside `device_size`
-  once the buffer has a layout (bounds from `spyrec.indexing`, the one place bounds are
-  computed); gathers read declared index tensors; compute ops read stick-compatible operands
+  ranges (`rep` reserved) and a positive count of replicas; reduced vars among them; every
+  access names a buffer, uses only the op's variables and stays inside its buffer — host
+  elements, and device coordinates inside `device_size` once the buffer has a layout (bounds
+  from `spyrec.indexing`, the one place bounds are computed); gathers read declared index tensors; compute ops read stick-compatible operands
   (layouts consistent across the op: stick_layout's guarantee); core splits divide their
-  ranges, split a reduced var only where partials combine (outside loops, output in HBM),
-  give each core whole output sticks and use at most the device's cores;
+  core ranges (a replicated op's copies split over all of them, its output not in HBM),
+  split a reduced var only where partials combine (outside loops, output in HBM), give each
+  core whole output sticks and use at most the device's cores;
   loops (`check_loops`: keys, tiled vars, full-buffer
   accesses inside the buffer on every iteration and, where the loops translate them, equal
   to the untiled access on every trip: `tiled_access_problem`);
@@ -37,9 +38,11 @@ from spyrec.errors import InternalError
 from spyrec.indexing import Indirect, Lin, Ranges, Var, evaluate, substitute, value_range
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.indexing.coordinates import device_dim_sources
-from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Operation, outer_loop_spans
+from spyrec.ir.graph import (
+    REPLICA_VAR, ROLES, Access, Buffer, Graph, Operation, outer_loop_spans,
+)
 from spyrec.ir.lx import (
-    REPLICA_VAR, box_bytes, core_boxes, keeps_lx_slices, moves_with_loops, replicas, slice_boxes,
+    box_bytes, core_boxes, keeps_lx_slices, moves_with_loops, slice_boxes,
     writer_of,
 )
 from spyrec.ir.ops import DEVICE_OPS, PARTIAL_SUMS
@@ -169,6 +172,12 @@ def check_ranges(graph: Graph, op: Operation) -> Iterator[str]:
     for v in op.reduced:
         if v not in names:
             yield f"reduced variable {v} is not an iteration variable ({', '.join(names)})"
+    if REPLICA_VAR in names:
+        yield (f"iteration variable {REPLICA_VAR} is reserved for a replicated op's copies "
+               f"(declared as replicas N)")
+    if not isinstance(op.replicas, int) or op.replicas < 1 or \
+            op.replicas == 1 and op.replicas_fastest:
+        yield f"replicas {op.replicas} is not a positive count of copies"
 
 
 def check_accesses(graph: Graph, op: Operation) -> Iterator[str]:
@@ -282,7 +291,7 @@ def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
     splits = op.core_splits
     if splits is None:
         return
-    sizes = dict(op.ranges)
+    sizes = dict(op.core_ranges)
     if set(splits) != set(sizes):
         yield (f"cores {_splits(splits)} do not name exactly the iteration variables "
                f"{', '.join(sizes)}")
@@ -301,20 +310,17 @@ def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
 
 
 def _replicas(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
-    """A replica var (ir/lx.py) is used by no access, reduces nothing and is split over all
-    its values, and the copies write LX (in HBM they would write the same bytes again)."""
-    n = replicas(op)
+    """A replicated op's copies (`Operation.replicas`, ir/lx.py) are split over all of them
+    (its core dim `rep`; no access can use it: `check_ranges` reserves the name), and they
+    write LX (in HBM they would write the same bytes again)."""
+    n = op.replicas
     if n == 1:
         return
     if splits.get(REPLICA_VAR) != n:
-        yield f"cores {_splits(splits)}: replica var {REPLICA_VAR}<{n} is not split {n} ways"
-    if REPLICA_VAR in op.reduced or any(
-            isinstance(leaf, Var) and leaf.name == REPLICA_VAR
-            for _, a in op.accesses() for leaf in a.index.free_atoms()):
-        yield f"replica var {REPLICA_VAR} is reduced or indexes an argument"
+        yield f"cores {_splits(splits)}: its {n} copies ({REPLICA_VAR}) are not split {n} ways"
     out = graph.buffers.get(op.output.buffer)
     if out is not None and out.hbm_address is not None:
-        yield f"replicated ({REPLICA_VAR}<{n}) but its output {out.name!r} is in HBM"
+        yield f"replicated ({n} copies) but its output {out.name!r} is in HBM"
 
 
 def _k_split(graph: Graph, op: Operation, v: str) -> Iterator[str]:

@@ -90,10 +90,10 @@ PASSES: dict[str, PassLoader] = dict([
            writes=("ops", "buffers", "Operation.op", "Operation.ranges", "Operation.reduced",
                    "Operation.constants", "Operation.loops", "Operation.inputs",
                    "Operation.output", "Buffer.host_size", "Buffer.layout", "Buffer.per_tile")),
-    # Reads the output's layout to split whole sticks across cores; may replicate an op (a
-    # copy dim in its ranges) so its readers find their slices in LX.
+    # Reads the output's layout to split whole sticks across cores; may replicate an op (its
+    # declared copies, split over cores) so its readers find their slices in LX.
     _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",),
-           writes=("Operation.core_splits", "Operation.ranges")),
+           writes=("Operation.core_splits", "Operation.replicas", "Operation.replicas_fastest")),
     # Reads layouts, accesses and core splits; replaces ops SuperDSC cannot address by ops it
     # can (new ops, each with a core split).
     _entry("superdsc_legalize", "SuperdscLegalize", requires=("layouts", "core_splits"),
@@ -106,9 +106,10 @@ PASSES: dict[str, PassLoader] = dict([
            invalidates=("hbm_addresses",),
            writes=("ops", "buffers", "Operation.inputs")),
     # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops); a
-    # replicated writer whose output stays in HBM loses its copies (its ranges and splits).
+    # replicated writer whose output stays in HBM loses its copies (and their split).
     _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits"),
-           writes=("Buffer.lx_address", "Operation.core_splits", "Operation.ranges")),
+           writes=("Buffer.lx_address", "Operation.core_splits", "Operation.replicas",
+                   "Operation.replicas_fastest")),
     # Reads every buffer's device bytes; addresses every buffer that has none.
     _entry("memory_planning", "MemoryPlanning", requires=("layouts",),
            provides=("hbm_addresses",), writes=("Buffer.hbm_address",)),

@@ -121,7 +121,7 @@ def _legalize(graph: Graph, op: Operation, depth: int, budget: int) -> list[Oper
     if why_not_expressible(graph, op) is None:
         return [op]
     if op.core_splits and why_not_expressible(graph, op, {}) is None:
-        return [replace(op, core_splits={v: 1 for v, _ in op.ranges})]
+        return [replace(op, core_splits={v: 1 for v, _ in op.core_ranges})]
     if depth == 0:
         return None
     best: list[Operation] | None = None
@@ -392,13 +392,15 @@ def _rewritten(op: Operation, mapping: dict, ranges: tuple, reduced: tuple,
                name: str) -> Operation:
     def sub(a: Access) -> Access:
         return Access(a.buffer, substitute(a.index, mapping))
-    before = dict(op.ranges)
+    before = dict(op.core_ranges)
     splits = op.core_splits or {}
-    kept = {v: splits.get(v, 1) if before.get(v) == n else 1 for v, n in ranges}
-    return replace(op, name=name, ranges=ranges, reduced=reduced,
-                   inputs=tuple(sub(a) for a in op.inputs), output=sub(op.output),
-                   index_inputs=tuple(sub(a) for a in op.index_inputs),
-                   core_splits=kept if op.core_splits is not None else None)
+    piece = replace(op, name=name, ranges=ranges, reduced=reduced,
+                    inputs=tuple(sub(a) for a in op.inputs), output=sub(op.output),
+                    index_inputs=tuple(sub(a) for a in op.index_inputs))
+    if op.core_splits is not None:       # a replicated op's pieces keep its copies
+        piece.core_splits = {v: splits.get(v, 1) if before.get(v) == n else 1
+                             for v, n in piece.core_ranges}
+    return piece
 
 
 def _fresh(prefix: str, taken: set[str]) -> str:

@@ -40,7 +40,7 @@ from collections import deque
 from typing import Callable
 
 from spyrec.ir import Graph, Operation
-from spyrec.ir.lx import replicas, set_ranges, set_replicas
+from spyrec.ir.lx import set_core_ranges, set_replicas
 from spyrec.plan.split_estimate import (
     Producers, SplitCost, estimate_key, first_box, index_vars, split_estimate,
 )
@@ -106,9 +106,9 @@ class ChainMoves:
         a chain of copies unwinds from its end."""
         dropped = set()
         for op in reversed(self.graph.ops):
-            if replicas(op) == 1:
+            if op.replicas == 1:
                 continue
-            ranges, split = op.ranges, op.core_splits
+            ranges, split = op.core_ranges, op.core_splits
             set_replicas(op, 1)
             self.producers.forget(op)
             if all(self.producers.same_slices(r, a, r.core_splits) is not False
@@ -125,7 +125,7 @@ class ChainMoves:
         for op in list(self.graph.ops):
             if op.core_splits is None or op.op != "batchmatmul":
                 continue            # a matmul gains most from more cores; vector ops follow
-            key = ("lead", op.op, op.ranges, self._items(op.core_splits), op.output.index,
+            key = ("lead", op.op, op.core_ranges, self._items(op.core_splits), op.output.index,
                    tuple(a.index for a in op.inputs), tuple(
                        self._items(w.core_splits) for a in op.inputs
                        if (w := self.producers.writer(a.buffer, op)) is not None))
@@ -175,7 +175,7 @@ class ChainMoves:
         if pays and keep:
             self.kept += 1
             return before[0] - after[0], set(self.old), None
-        moved = [(op, op.core_splits, op.ranges) for op, *_ in self.old.values()] \
+        moved = [(op, op.core_splits, op.core_ranges) for op, *_ in self.old.values()] \
             if pays else None
         self._restore()
         return (before[0] - after[0] if pays else None), set(), moved
@@ -211,13 +211,13 @@ class ChainMoves:
                         replicate: bool | None = None) -> list[Operation]:
         """The writer takes its cheapest split whose slices the reader keeps; when the reader
         splits vars the buffer does not use (every such core needs the same rows), the
-        writer is replicated over them (ir/lx.py), the replica var where those vars sit.
+        writer is replicated over them (ir/lx.py), its copies where those vars sit.
         `replicate`: None — only if no plain split keeps them; False — never; True — only
         replicated (a move's start tries each)."""
         def reader_keeps(c: dict[str, int]) -> bool:
             if first_box(self.graph, writer, writer.output, c) != want:
                 return False            # the cheap test first: core 0's slice
-            self._reshape(writer, writer.ranges, c)
+            self._reshape(writer, writer.core_ranges, c)
             return self.producers.same_slices(reader, access, reader.core_splits) is not False
 
         if writer.name in self.old:
@@ -231,7 +231,7 @@ class ChainMoves:
         if same is not None:
             was = self.old.get(reader.name)
             key = ("writer", replicate, same, self._items(writer.core_splits),
-                   reader.ranges,
+                   reader.core_ranges,
                    access.index, self._items(reader.core_splits),
                    None if was is None else (self._items(was[1]), was[2]))
             if key in self._follows:
@@ -241,7 +241,7 @@ class ChainMoves:
                 self._set(writer, *found)
                 return [writer]
         want = first_box(self.graph, reader, access, reader.core_splits)  # (after the memo)
-        original, ranges = writer.core_splits, writer.ranges
+        original, ranges = writer.core_splits, writer.core_ranges
         split = self._cheapest(writer, reader_keeps) if replicate is not True else None
         self._reshape(writer, ranges, original)
         copies = self._copies_needed(writer, reader, access) if split is None and \
@@ -253,7 +253,7 @@ class ChainMoves:
             if split is not None:
                 break
             self._reshape(writer, ranges, original)
-        new_ranges = writer.ranges
+        new_ranges = writer.core_ranges
         self._reshape(writer, ranges, original)
         if key is not None:
             self._follows[key] = None if split is None else (split, new_ranges)
@@ -268,7 +268,7 @@ class ChainMoves:
         if reader.name not in self.old:
             return True
         _, split, ranges = self.old[reader.name]
-        now = reader.ranges, reader.core_splits
+        now = reader.core_ranges, reader.core_splits
         self._reshape(reader, ranges, split)
         try:
             return self.producers.same_slices(reader, access, reader.core_splits) is not False
@@ -387,30 +387,30 @@ class ChainMoves:
             elif w[0] is False or w[0].core_splits is None:
                 writers.append(())
             else:
-                writers.append((w[0].ranges, w[1], items(w[0].core_splits)))
-        return (sid, op.ranges, tuple(writers), None if readers is None else
-                tuple([(r.ranges, i, items(r.core_splits)) for r, i in readers]))
+                writers.append((w[0].core_ranges, w[1], items(w[0].core_splits)))
+        return (sid, op.core_ranges, tuple(writers), None if readers is None else
+                tuple([(r.core_ranges, i, items(r.core_splits)) for r, i in readers]))
 
     # --- bookkeeping ------------------------------------------------------------------------
 
     def _set(self, op: Operation, split: dict[str, int], ranges: tuple | None = None,
              record: bool = True) -> bool:
-        """Give op `split` (and `ranges`: a replica var added or dropped)."""
+        """Give op `split` (and core `ranges`: its copies added or dropped)."""
         if record:
             if op.name in self.old:
                 return False                      # each op changes once per move
             for o in self._neighbours(op):        # their cost before anything moved
                 if o.name not in self._before:
                     self._before[o.name] = self._cost(o)
-            self.old[op.name] = (op, op.core_splits, op.ranges)
-        self._reshape(op, ranges or op.ranges, split)
+            self.old[op.name] = (op, op.core_splits, op.core_ranges)
+        self._reshape(op, ranges or op.core_ranges, split)
         return True
 
     def _reshape(self, op: Operation, ranges: tuple, split: dict[str, int] | None) -> None:
         """Give op `ranges` and `split` itself, not a copy: split dicts are never changed
         in place, and the memos that remember a dict's sorted items (`_items`) then find
         the dict a move restores or a memoized step hands back."""
-        set_ranges(op, ranges)
+        set_core_ranges(op, ranges)
         op.core_splits = split
         self.producers.forget(op)
 
@@ -485,8 +485,8 @@ class ChainMoves:
         return got[1]
 
     def _pattern(self, writer: Operation, reader: Operation, access) -> tuple:
-        return (writer.op, writer.ranges, self._items(writer.core_splits), writer.output.index,
-                reader.op, reader.ranges, self._items(reader.core_splits), access.index)
+        return (writer.op, writer.core_ranges, self._items(writer.core_splits), writer.output.index,
+                reader.op, reader.core_ranges, self._items(reader.core_splits), access.index)
 
 
 def _copies(split: dict[str, int], access) -> int:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
-from spyrec.ir.lx import data_writer, replicas, set_ranges
+from spyrec.ir.lx import data_writer, set_core_ranges
 from spyrec.plan.chain_moves import ChainMoves
 from spyrec.plan.lx_placement import lx_slices_problem
 from spyrec.plan.split_candidates import (
@@ -113,17 +113,17 @@ def _align_cowriters(graph: Graph, producers: Producers, rows: list,
         for op in ops:
             if op is main:
                 continue
-            original, ranges = op.core_splits, op.ranges
+            original, ranges = op.core_splits, op.core_ranges
             best, best_time, best_ranges = None, None, ranges
             # each candidate tried on the graph's op: the slice rule reads every user's split
-            for trial_ranges, c in replica_candidates(graph, op, replicas(main), options.cores):
-                set_ranges(op, trial_ranges)
+            for trial_ranges, c in replica_candidates(graph, op, main.replicas, options.cores):
+                set_core_ranges(op, trial_ranges)
                 op.core_splits = c
                 if lx_slices_problem(graph, buf, uses) is None:
                     t = split_estimate(graph, op, c, producers).time_us
                     if best_time is None or t < best_time:
                         best, best_time, best_ranges = c, t, trial_ranges
-            set_ranges(op, best_ranges)
+            set_core_ranges(op, best_ranges)
             op.core_splits = best or original
             producers.forget(op)
             if best is not None:
@@ -140,7 +140,7 @@ def _move_chains(graph: Graph, producers: Producers, rows: list,
     cache: dict[tuple, list] = {}
 
     def options_of(op: Operation) -> list[dict[str, int]]:
-        key = (op.name, op.ranges)             # a move may replicate op (ir/lx.py)
+        key = (op.name, op.core_ranges)        # a move may replicate op (ir/lx.py)
         if key not in cache:
             # no K-splits: a move keeps chains in LX, where partial sums cannot live
             cache[key] = candidates(op, stick_vars(graph, op), options.cores)

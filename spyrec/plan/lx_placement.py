@@ -57,9 +57,10 @@ from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
+from spyrec.ir.graph import REPLICA_VAR
 from spyrec.ir.lx import (
-    REPLICA_VAR, box_bytes, core_boxes, core_slices, keeps_lx_slices, keeps_slices,
-    moves_with_loops, replicas, set_replicas, slice_boxes, tile_problem,
+    box_bytes, core_boxes, core_slices, keeps_lx_slices, keeps_slices, moves_with_loops,
+    set_replicas, slice_boxes, tile_problem,
 )
 from spyrec.plan.sdsc_dims import why_not_expressible
 from spyrec.plan.split_candidates import split_text
@@ -136,7 +137,7 @@ def _unreplicate_hbm_writers(graph: Graph, rows: dict[str, dict]) -> None:
     write the same bytes again. Its LX inputs stay valid: its first copy's cores read what
     they read before."""
     for op in graph.ops:
-        n = replicas(op)
+        n = op.replicas
         if n > 1 and graph.buffers[op.output.buffer].lx_address is None:
             set_replicas(op, 1)
             if op.output.buffer in rows:
@@ -284,9 +285,9 @@ def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -
            "consumer": consumer.name, "consumer_cores": _split_text(consumer),
            "hbm_bytes": buf.layout.device_bytes * (1 + readers),
            "consumer_can_take_producer_split": False}
-    ranges = dict(consumer.ranges)
+    ranges = dict(consumer.core_ranges)
     split = {v: k for v, k in (writer.core_splits or {}).items() if k > 1}
-    if not split or any(ranges.get(v) != n for v, n in writer.ranges if v in split):
+    if not split or any(ranges.get(v) != n for v, n in writer.core_ranges if v in split):
         return row
     moved = replace(consumer, core_splits={v: split.get(v, 1) for v in ranges})
     if math.prod(split.values()) < math.prod((consumer.core_splits or {}).values() or [1]):

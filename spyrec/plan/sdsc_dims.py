@@ -202,7 +202,8 @@ def why_not_expressible(graph: Graph, op: Operation,
     for _, access in op.accesses():
         buf = graph.buffers[access.buffer]
         args.append((tuple(buf.host_size), buf.host_strides, buf.layout, access.index))
-    return _why_not(op.ranges, op.var_ranges, tuple(splits.get(v, 1) for v, _ in op.ranges),
+    return _why_not(op.core_ranges, op.var_ranges,
+                    tuple(splits.get(v, 1) for v, _ in op.core_ranges),
                     tuple(args))
 
 

@@ -9,8 +9,8 @@ imports another for this (they were work_division's; stage_inputs imported that 
 Rules: per var a divisor of its range (of its sticks for a stick var, so a core starts at a
 stick boundary of every tensor; 1 for a stick var whose range is not whole sticks, and for a
 reduced var unless K-splits are allowed and the op's partials combine outside loops,
-`ir.ops.PARTIAL_SUMS`); a replica var (ir/lx.py) split over all its copies; the product at most
-the cores.
+`ir.ops.PARTIAL_SUMS`); a replicated op's copies (ir/lx.py) split over all of them; the product
+at most the cores.
 
 Greedy: output vars outermost first, vars that are no arg's stick dim before stick vars (a
 core then gets whole rows of sticks, as the reference's work division does: the published
@@ -25,7 +25,8 @@ from typing import Iterator
 
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
-from spyrec.ir.lx import REPLICA_VAR, replica_ranges, replicas
+from spyrec.ir.graph import REPLICA_VAR
+from spyrec.ir.lx import replica_fields, replica_ranges
 from spyrec.ir.ops import PARTIAL_SUMS
 
 
@@ -43,12 +44,12 @@ def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
 
 def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
     """The fixed-order split (module docstring): the tie-breaker and the report's baseline."""
-    splits = {v: 1 for v, _ in op.ranges}
-    copies = replicas(op)
+    splits = {v: 1 for v, _ in op.core_ranges}
+    copies = op.replicas
     splits.update({REPLICA_VAR: copies} if copies > 1 else {})
     left = cores // copies
-    order = [(v, n) for v, n in op.ranges if v not in sticks] + \
-        [(v, n) for v, n in op.ranges if v in sticks]
+    order = [(v, n) for v, n in op.core_ranges if v not in sticks] + \
+        [(v, n) for v, n in op.core_ranges if v in sticks]
     for v, n in order:
         if v in op.reduced or v == REPLICA_VAR or left == 1:
             continue
@@ -67,10 +68,10 @@ def candidates(op: Operation, sticks: dict[str, int], cores: int,
     with `k_split`."""
     options = []
     partial = k_split and op.op in PARTIAL_SUMS and not op.loops
-    for v, n in op.ranges:
+    for v, n in op.core_ranges:
         e = sticks.get(v, 1)
         if v == REPLICA_VAR:
-            options.append((v, [n]))          # a replica var is split over all its copies
+            options.append((v, [n]))          # copies are split over all of them
         elif v in op.reduced and not partial or n % e:
             options.append((v, [1]))
         else:
@@ -84,13 +85,13 @@ def candidates(op: Operation, sticks: dict[str, int], cores: int,
 
 def replica_candidates(graph: Graph, op: Operation, copies: int, cores: int
                        ) -> Iterator[tuple[tuple[tuple[str, int], ...], dict[str, int]]]:
-    """(ranges, split) for every candidate of `op` run as `copies` replicas (1: once), its
-    replica var placed slowest, then fastest, in core order (which cores hold which copy is
+    """(core ranges, split) for every candidate of `op` run as `copies` replicas (1: once),
+    its copies placed slowest, then fastest, in core order (which cores hold which copy is
     what a co-writer or reader must match). `op` is left as it is: a caller taking a split
-    takes its ranges with it."""
+    takes its core ranges with it (`ir/lx.py set_core_ranges`, `replica_fields`)."""
     for first in (False, True) if copies > 1 else (False,):
         ranges = replica_ranges(op, copies, first)
-        shaped = op if ranges == op.ranges else replace(op, ranges=ranges)
+        shaped = op if ranges == op.core_ranges else replace(op, **replica_fields(ranges))
         for split in candidates(shaped, stick_vars(graph, shaped), cores):
             yield ranges, split
 

@@ -55,10 +55,8 @@ from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
-from spyrec.ir.graph import Access
-from spyrec.ir.lx import (
-    REPLICA_VAR, core_boxes, data_writer, keeps_slices, moves_with_loops, replicas,
-)
+from spyrec.ir.graph import REPLICA_VAR, Access
+from spyrec.ir.lx import core_boxes, data_writer, keeps_slices, moves_with_loops
 from spyrec.plan.staging import stageable_inputs
 
 
@@ -75,7 +73,7 @@ class SplitCost:
 
 def core0_slice(op: Operation, splits: dict[str, int]) -> dict[str, int]:
     """Extent of each iteration var in one core's slice (every core's is the same size)."""
-    return {v: n // splits.get(v, 1) for v, n in op.ranges}
+    return {v: n // splits.get(v, 1) for v, n in op.core_ranges}
 
 
 def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str, int]) -> int:
@@ -96,8 +94,8 @@ def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str,
 def first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int]) -> tuple:
     """Core 0's box of device coordinates (lanes excluded), as `ir/lx.py core_boxes`."""
     buf = graph.buffers[access.buffer]
-    return _first_box_of(buf.host_size, buf.host_strides, buf.layout, op.ranges, access.index,
-                         tuple(splits.get(v, 1) for v, _ in op.ranges))
+    return _first_box_of(buf.host_size, buf.host_strides, buf.layout, op.core_ranges, access.index,
+                         tuple(splits.get(v, 1) for v, _ in op.core_ranges))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -216,16 +214,16 @@ class Producers:
             return None
         # first by identity (the objects held, so no id is reused while its entry lives):
         # moves ask about the same op, access and split dicts again and again
-        quick = (id(op), id(access), id(splits), id(op.ranges), id(writer.core_splits),
-                 id(writer.ranges))
+        quick = (id(op), id(access), id(splits), id(op.core_ranges), id(writer.core_splits),
+                 id(writer.core_ranges))
         got = self._same_by_id.get(quick)
         if got is not None and got[0] is op and got[1] is access and got[2] is splits and \
-                got[3] is op.ranges and got[4] is writer.core_splits and \
-                got[5] is writer.ranges:
+                got[3] is op.core_ranges and got[4] is writer.core_splits and \
+                got[5] is writer.core_ranges:
             return got[6]
         answer = self._same_slices_keyed(op, access, splits, writer)
-        self._same_by_id[quick] = (op, access, splits, op.ranges, writer.core_splits,
-                                   writer.ranges, answer)
+        self._same_by_id[quick] = (op, access, splits, op.core_ranges, writer.core_splits,
+                                   writer.core_ranges, answer)
         return answer
 
     def _same_slices_keyed(self, op: Operation, access: Access, splits: dict[str, int],
@@ -236,8 +234,8 @@ class Producers:
             buf = self.graph.buffers[access.buffer]
             shape = self._shape_of[access.buffer] = self._shapes.setdefault(
                 (buf.host_size, buf.layout), len(self._shapes))
-        key = (shape, op.ranges, access.index, self._items(splits),
-               writer.ranges, writer.reduced, self._items(writer.core_splits),
+        key = (shape, op.core_ranges, access.index, self._items(splits),
+               writer.core_ranges, writer.reduced, self._items(writer.core_splits),
                writer.output.index)
         if key not in self._same:
             self._same[key] = self._same_slices(op, access, splits)
@@ -257,7 +255,7 @@ class Producers:
             return False                  # partial sums: every core holds a different part
         writer = self.writers[access.buffer]
         used = index_vars(access.index)
-        if replicas(writer) == 1 and any(k > 1 and v not in used for v, k in splits.items()):
+        if writer.replicas == 1 and any(k > 1 and v not in used for v, k in splits.items()):
             return False                  # other cores' slices, unless replicated for it
         if first_box(self.graph, op, access, splits) != \
                 first_box(self.graph, writer, writer.output, writer.core_splits):
@@ -292,7 +290,7 @@ class Producers:
 
     def reader_splits(self, op: Operation) -> tuple:
         """What `readers_keep` depends on, without names (work_division's memo key)."""
-        return tuple((r.ranges, a.index, tuple(sorted((r.core_splits or {}).items())))
+        return tuple((r.core_ranges, a.index, tuple(sorted((r.core_splits or {}).items())))
                      for r, a in self.readers.get(op.output.buffer, ()))
 
     def matches(self, op: Operation, splits: dict[str, int]) -> bool:
@@ -336,7 +334,7 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
             moved += sticks * STICK_BYTES * share / _staged_trips(op, access, sticks, producers)
     memory_s = memory_seconds(moved, active, p)
     compute_s = _compute_s(op, extent, p)
-    ring = ring_us(k_split, math.prod(n for v, n in op.ranges if v not in op.reduced), p)
+    ring = ring_us(k_split, math.prod(n for v, n in op.core_ranges if v not in op.reduced), p)
     # the neighbours' added traffic does not overlap this op's compute: it is time added
     time_s = max(compute_s, memory_s) + (memory_seconds(penalty, 1, p) if penalties else 0)
     return SplitCost(time_us=round(time_s * 1e6 + ring + p.op_overhead_us, 6),
@@ -378,10 +376,10 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | N
             lx.append(None)
             continue
         writer = producers.writer(a.buffer, op)
-        lx.append(() if writer is None else (writer.ranges, writer.reduced,
+        lx.append(() if writer is None else (writer.core_ranges, writer.reduced,
                                             writer.output.index,
                                             tuple(sorted(writer.core_splits.items()))))
-    return (op.op, op.ranges, op.reduced, tuple((lp.count, lp.tiled) for lp in op.loops),
+    return (op.op, op.core_ranges, op.reduced, tuple((lp.count, lp.tiled) for lp in op.loops),
             tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs),
             tuple((b.host_size, b.host_strides, b.layout, b.name in producers.stageable,
                    a.index) for a, b in zip(accesses, bufs)),

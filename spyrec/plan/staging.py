@@ -47,7 +47,7 @@ from spyrec.indexing import Indirect, const, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.ir.graph import outer_loop_spans
 from spyrec.ir.lx import (box_bytes, core_boxes, keeps_slices, moves_with_loops,
-                          tile_problem)
+                          replica_fields, tile_problem)
 from spyrec.layout import contiguous_strides
 from spyrec.plan.lx_placement import place_lx
 from spyrec.plan.split_candidates import replica_candidates
@@ -310,7 +310,7 @@ def _split_giving(graph: Graph, op: Operation, out: Buffer, want: tuple) -> Oper
     copies = len(want) // distinct if len(want) % distinct == 0 else 1
     # `want` repeats its slices: copies for a replicated reader
     for ranges, split in replica_candidates(graph, op, copies, CORES):
-        trial = replace(op, ranges=ranges, core_splits=split)
+        trial = replace(op, **replica_fields(ranges), core_splits=split)
         if (core_boxes(out, trial, trial.output) or []) == list(want):
             return trial
     return None

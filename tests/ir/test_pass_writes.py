@@ -78,7 +78,8 @@ def test_every_contract_names_only_writable_fields_and_every_pass_declares_some(
 def test_list_passes_shows_what_each_pass_writes():
     text = registry.describe_passes()
     assert "    writes: Buffer.hbm_address\n" in text
-    assert "    writes: Operation.core_splits, Operation.ranges\n" in text
+    assert ("    writes: Operation.core_splits, Operation.replicas, "
+            "Operation.replicas_fastest\n") in text
 
 
 def test_a_pass_whose_contract_leaves_out_a_field_it_writes_fails_the_compile(tmp_path,

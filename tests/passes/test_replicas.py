@@ -84,12 +84,12 @@ def test_replicas_beat_the_batch_split(pt2, tmp_path):
 
 def _drop_norm_replicas(monkeypatch):
     """A planner bug: the norm loses its copies after its output was placed in LX."""
-    from spyrec.ir.lx import replicas, set_replicas
+    from spyrec.ir.lx import set_replicas
     from spyrec.plan import lx_placement
 
     def drop(graph, rows):
         for op in graph.ops:
-            if replicas(op) > 1:
+            if op.replicas > 1:
                 set_replicas(op, 1)
     monkeypatch.setattr(lx_placement, "_unreplicate_hbm_writers", drop)
 
