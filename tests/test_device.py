@@ -11,6 +11,7 @@ import spyrec
 from spyrec import device
 from spyrec.layout import STICK_BYTES as LAYOUT_STICK_BYTES
 from spyrec.passes.memory_planning import ALIGN_BYTES as PLANNING_ALIGN
+from spyrec.costmodel import DEFAULT_PARAMS
 from spyrec.passes.work_division import WorkDivision
 from spyrec.sim import cost, verify
 
@@ -46,6 +47,7 @@ def test_the_values_and_their_old_names():
     assert (device.STICK_BYTES, device.CORES, device.ALIGN_BYTES) == (128, 32, 128)
     assert device.LX_USABLE_BYTES_PER_CORE == 1_625_344 < device.LX_BYTES_PER_CORE == 2**21
     assert LAYOUT_STICK_BYTES is device.STICK_BYTES and PLANNING_ALIGN is device.ALIGN_BYTES
-    assert (cost.CORES, cost.STICK_BYTES, cost.HBM_BYTES_PER_S) == \
-        (device.CORES, device.STICK_BYTES, device.HBM_BYTES_PER_S)
+    assert cost.STICK_BYTES is device.STICK_BYTES
+    assert (DEFAULT_PARAMS.cores, DEFAULT_PARAMS.hbm_bytes_per_s) == \
+        (device.CORES, device.HBM_BYTES_PER_S)
     assert verify.MAX_CORES == WorkDivision().cores == device.CORES
