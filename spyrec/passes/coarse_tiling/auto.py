@@ -49,9 +49,7 @@ import yaml
 from spyrec.costmodel import DEFAULT_PARAMS
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
-from spyrec.indexing import Indirect, Ranges, Var, value_range
-from spyrec.indexing.sticks import access_coordinates
-from spyrec.ir.lx import box_bytes, core_slices
+from spyrec.ir.lx import box_bytes, core_boxes, core_slices
 from spyrec.passes.coarse_tiling.config import resolve
 from spyrec.passes.coarse_tiling.dimnames import DimNames, propagate
 from spyrec.passes.coarse_tiling.transform import tile_graph
@@ -335,44 +333,28 @@ def subgraph(graph: Graph, nodes: set[str]) -> Graph:
 
 
 def hbm_bytes(graph: Graph) -> int:
-    """Device-memory bytes the graph's ops move: per op execution, the whole sticks each
-    core's slice of every argument outside LX touches, a slice several cores read charged
-    by the broadcast cohort rule (the cost model's rules, spyrec/costmodel.py, over bounding
-    boxes), times the executions of its loops."""
+    """Device-memory bytes the graph's ops move: per op execution, the whole sticks of every
+    core's box (`ir/lx.py core_boxes`, the boxes LX placement and the verifier use) of every
+    argument outside LX, a slice several cores read charged by the broadcast cohort rule
+    (spyrec/costmodel.py), times the executions of its loops; a gather may read anything, so
+    it is charged its whole tensor per core."""
     total = 0
     for op in graph.ops:
         per_run = 0
-        slices = core_slices(op)
-        ends = [slices[0], slices[-1]]
+        cores = len(core_slices(op))
         for role, access in op.accesses():
             buf = graph.buffers[access.buffer]
             if buf.lx_address is not None:
                 continue
-            moved = _access_bytes(buf, op, access, slices, ends)
+            boxes = core_boxes(buf, op, access)
+            moved = buf.layout.device_bytes * cores if boxes is None else \
+                sum(box_bytes(buf, box) for box in boxes)
             if role != "output":
                 moved *= DEFAULT_PARAMS.read_share(
                     readers_of_access(op, access, op.core_splits or {}))
             per_run += moved
         total += per_run * math.prod(loop.count for loop in op.loops)
     return round(total)
-
-
-def _access_bytes(buf, op: Operation, access, slices: list, ends: list) -> int:
-    """Bytes of every core's slice of `access`: the first and last core's boxes times the
-    cores when those agree (an even split: the common case, and fast), else every core's."""
-    coords = access_coordinates(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                                access.index)
-    if any(isinstance(leaf, Indirect) for c in coords for leaf in c.free_atoms()):
-        return buf.layout.device_bytes * len(slices)   # a gather may read anything
-
-    def size(ranges: dict) -> int:
-        r = Ranges({Var(v): (lo, hi - 1) for v, (lo, hi) in ranges.items()})
-        return box_bytes(buf, tuple(value_range(c, r) for c in coords[:-1]))
-
-    first, last = (size(ranges) for ranges in ends)
-    if first == last:
-        return first * len(slices)
-    return sum(size(ranges) for ranges in slices)
 
 
 # --- choosing and writing ------------------------------------------------------------------
