@@ -22,12 +22,13 @@ import torch  # noqa: E402
 from bench.tiling import compulsory_bytes  # noqa: E402
 from samples.models import SAMPLES, decoder  # noqa: E402
 from samples.tiling import TILING_SAMPLES  # noqa: E402
-from spyrec.compiler import CompileOptions, compile_program  # noqa: E402
+from spyrec.compiler import CompileOptions  # noqa: E402
+from spyrec.driver import compile_and_estimate  # noqa: E402
 
 
 def measure(pt2: Path, out: Path, tiling: Path | None) -> dict:
     t0 = time.perf_counter()
-    report = compile_program(pt2, out, CompileOptions(verbose=-1, tiling=tiling))
+    report = compile_and_estimate(pt2, out, CompileOptions(verbose=-1, tiling=tiling))
     wall = time.perf_counter() - t0
     totals = report["cost"]["totals"]
     tiling_ms = next(p["wall_ms"] for p in report["passes"] if p["name"] == "coarse_tiling")

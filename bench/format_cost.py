@@ -41,10 +41,16 @@ np.savez({npz!r}, x=inputs[0].numpy())
 # process times also carry everything else that changed since the baseline (new passes, the
 # real-model front end, a larger CLI); this isolates what the format adds.
 FORMAT_CODE = """
-import functools, json, shutil, statistics, sys, time
+import functools, importlib.util, json, shutil, statistics, sys, time
 from pathlib import Path
-import spyrec.codegen.writer as writer, spyrec.sim.loader as loader
-from spyrec.compiler import CompileOptions, compile_program
+import spyrec.codegen.writer as writer
+from spyrec.compiler import CompileOptions
+if importlib.util.find_spec("spyrec.driver"):   # compile with its cost estimate, and its reader
+    import spyrec.sim.program as reader
+    from spyrec.driver import compile_and_estimate as compile_program
+else:
+    import spyrec.sim.loader as reader
+    from spyrec.compiler import compile_program
 spent = {{"emit": 0.0, "read": 0.0}}
 def timed(mod, name, key):
     f = getattr(mod, name)
@@ -58,7 +64,7 @@ def timed(mod, name, key):
     setattr(mod, name, g)
 timed(writer, "superdsc_document" if hasattr(writer, "superdsc_document") else "sdsc_document",
       "emit")
-timed(loader, "load_op", "read")
+timed(reader, "read_op" if hasattr(reader, "read_op") else "load_op", "read")
 rows = []
 for i in range({repeat} + 1):
     out = Path({out!r}); shutil.rmtree(out, ignore_errors=True)

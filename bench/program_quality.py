@@ -29,7 +29,8 @@ import torch  # noqa: E402
 
 from samples.models import SAMPLES, decoder  # noqa: E402
 from samples.tiling import TILING_SAMPLES  # noqa: E402
-from spyrec.compiler import CompileOptions, compile_program  # noqa: E402
+from spyrec.compiler import CompileOptions  # noqa: E402
+from spyrec.driver import compile_and_estimate  # noqa: E402
 from spyrec.device import HBM_BYTES_PER_S  # noqa: E402
 from spyrec.sim.cost import BUNDLE_OVERHEAD_US, PT_PEAK_FLOPS_PER_CARD  # noqa: E402
 
@@ -50,7 +51,7 @@ def measure(module, inputs, tmp: Path, name: str, tiling: Path | None = None) ->
     pt2 = tmp / f"{name}.pt2"
     torch.export.save(torch.export.export(module.eval(), inputs), str(pt2))
     out = tmp / name
-    report = compile_program(pt2, out, CompileOptions(verbose=-1, tiling=tiling))
+    report = compile_and_estimate(pt2, out, CompileOptions(verbose=-1, tiling=tiling))
     manifest = json.loads((out / "manifest.json").read_text())
     totals = report["cost"]["totals"]
     hbm = totals["hbm_read_bytes"] + totals["hbm_write_bytes"]

@@ -21,7 +21,8 @@ import torch  # noqa: E402
 
 from samples.models import SAMPLES  # noqa: E402
 from samples.tiling import TILING_SAMPLES  # noqa: E402
-from spyrec.compiler import CompileOptions, compile_program  # noqa: E402
+from spyrec.compiler import CompileOptions  # noqa: E402
+from spyrec.driver import compile_and_estimate  # noqa: E402
 
 OFF = ["scratchpad_planning.intermediates=false"]
 
@@ -33,7 +34,7 @@ def compulsory_bytes(out: Path) -> int:
 
 
 def measure(pt2: Path, out: Path, tiling: Path | None, sets: list[str]) -> dict:
-    report = compile_program(pt2, out, CompileOptions(verbose=-1, tiling=tiling, sets=sets))
+    report = compile_and_estimate(pt2, out, CompileOptions(verbose=-1, tiling=tiling, sets=sets))
     totals = report["cost"]["totals"]
     lx = report.get("scratchpad") or {}
     rows = lx.get("buffers", [])

@@ -19,7 +19,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from samples.models import decoder  # noqa: E402
-from spyrec.compiler import CompileOptions, compile_program  # noqa: E402
+from spyrec.compiler import CompileOptions  # noqa: E402
+from spyrec.driver import compile_and_estimate  # noqa: E402
 from spyrec.sim.runner import simulate  # noqa: E402
 
 
@@ -32,7 +33,7 @@ def main(depths=(1, 2)) -> None:
             pt2 = Path(tmp) / f"d{depth}.pt2"
             torch.export.save(torch.export.export(module, (x,)), str(pt2))
             out = Path(tmp) / f"out{depth}"
-            report = compile_program(pt2, out, CompileOptions(verbose=-1))
+            report = compile_and_estimate(pt2, out, CompileOptions(verbose=-1))
             with torch.no_grad():
                 module(x)
                 t0 = time.perf_counter()

@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from samples.tiling import TILING_SAMPLES  # noqa: E402
-from spyrec.compiler import CompileOptions, compile_program  # noqa: E402
+from spyrec.compiler import CompileOptions  # noqa: E402
+from spyrec.driver import compile_and_estimate  # noqa: E402
 
 
 def compulsory_bytes(out: Path) -> int:
@@ -31,7 +32,7 @@ def compulsory_bytes(out: Path) -> int:
 
 
 def measure(pt2: Path, out: Path, tiling: Path | None) -> dict:
-    report = compile_program(pt2, out, CompileOptions(verbose=-1, tiling=tiling))
+    report = compile_and_estimate(pt2, out, CompileOptions(verbose=-1, tiling=tiling))
     totals = report["cost"]["totals"]
     lx = report.get("scratchpad") or {}
     return {"hbm": totals["hbm_read_bytes"] + totals["hbm_write_bytes"],

@@ -40,18 +40,19 @@ def compile(program: Any, out: PathLike, *, pipeline: PathLike | None = None,  #
     `verbose=-1` prints nothing; 0 prints what the CLI prints on stderr, 1 adds per-pass
     logging.
     """
-    from spyrec.compiler import CompileOptions, compile_program
+    from spyrec.compiler import CompileOptions
+    from spyrec.driver import compile_and_estimate
 
     opts = CompileOptions(pipeline=_path(pipeline), tiling=_path(tiling),
                           layouts=_path(layouts), sets=_sets(sets), verbose=verbose,
                           frontend=frontend, self_contained=self_contained)
     out = Path(out)
     if isinstance(program, (str, os.PathLike)):
-        compile_program(Path(program), out, opts)
+        compile_and_estimate(Path(program), out, opts)
         return out
     opts.self_contained = True     # the temporary .pt2 is deleted: --check needs the copy
     with tempfile.TemporaryDirectory(prefix="spyrec-api-") as tmp:
-        compile_program(_save_exported(program, Path(tmp) / "program.pt2"), out, opts)
+        compile_and_estimate(_save_exported(program, Path(tmp) / "program.pt2"), out, opts)
     return out
 
 
@@ -96,10 +97,11 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
     """
     from spyrec.sim.check import check_outputs, check_reference_program, describe_failure
     from spyrec.sim.inputs import check_inputs, npz_arrays, read_inputs
-    from spyrec.sim.runner import load_program, simulate
+    from spyrec.sim.directory import load_output_dir
+    from spyrec.sim.runner import simulate
 
     out = Path(out)
-    program = load_program(out)
+    program = load_output_dir(out)
     reference = None
     if model is not None and not check:
         raise InputFileError(f"spyrec.run: model={model!r} is read only with check=True")

@@ -78,7 +78,8 @@ def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after,
                     print_ir_before, verify_each, frontend, self_contained, timings, verbose,
                     quiet):
     """Compile MODEL.pt2 (from torch.export.save) into an output directory."""
-    from spyrec.compiler import CompileOptions, compile_program
+    from spyrec.compiler import CompileOptions
+    from spyrec.driver import compile_and_estimate
     from spyrec.progress import Progress
 
     ticker = Progress("spyrec compile", enabled=not quiet and verbose == 0)
@@ -87,7 +88,7 @@ def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after,
                           print_ir_before=print_ir_before, verify_each=verify_each,
                           progress=ticker.step, self_contained=self_contained)
     try:
-        report = compile_program(model, out_dir, opts)
+        report = compile_and_estimate(model, out_dir, opts)
     finally:
         ticker.done()
     if opts.verbose >= 0:

@@ -1,6 +1,11 @@
 """`spyrec compile`: .pt2 -> Graph -> passes -> output directory.
 
 Progress and `--dump-after` text go to stderr; nothing is printed on stdout.
+
+The report's cost section is the simulator's cost model applied to what was built, but the
+compiler imports nothing of the simulator (tests/test_layers.py): `compile_program` takes the
+estimate as a function (`CostEstimate`) and spyrec/driver.py, above both, passes the
+simulator's. The compiler times the estimate and writes its section with the report.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from spyrec.errors import ConfigError, InputFileError
 from spyrec.outdir import check_output_dir
@@ -22,6 +27,9 @@ from spyrec.passes.pipeline import (
 )
 from spyrec.passes.registry import CompileContext
 from spyrec.yamlfile import read_yaml_file
+
+if TYPE_CHECKING:
+    from spyrec.codegen.writer import BuiltOutput
 
 
 @dataclass
@@ -152,10 +160,20 @@ def _with_tiling(pipeline: list, tiling: Path | None) -> list:
             for p in pipeline]
 
 
-def compile_program(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
-    """Compile `source` into `out_dir`; returns the report."""
+class CostEstimate(Protocol):
+    """The cost of a built output directory: report.json's `cost` section and its table for
+    report.txt. `out_dir` is where the files are being written, for messages."""
+
+    def __call__(self, output: BuiltOutput, out_dir: Path) -> tuple[dict, str]: ...
+
+
+def compile_program(source: Path, out_dir: Path, opts: CompileOptions,
+                    estimate_cost: CostEstimate | None = None) -> dict:
+    """Compile `source` into `out_dir`; returns the report. Without `estimate_cost` the report
+    has no cost section, which report.schema.json requires: a directory meant to be kept comes
+    from spyrec/driver.py `compile_and_estimate`."""
     with _rare_collections():
-        return _compile(source, out_dir, opts)
+        return _compile(source, out_dir, opts, estimate_cost)
 
 
 @contextlib.contextmanager
@@ -173,7 +191,8 @@ def _rare_collections(first_generation: int = 50_000):
         gc.set_threshold(*saved)
 
 
-def _compile(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
+def _compile(source: Path, out_dir: Path, opts: CompileOptions,
+             estimate_cost: CostEstimate | None) -> dict:
     """`compile_program` itself."""
     checked = plan(source, out_dir, opts)
     pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
@@ -208,23 +227,23 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
     report["constant_folding"] = {"folded": program.constants_folded}
     configs = {"pipeline": pipeline_path, "tiling": str(opts.tiling) if opts.tiling else None,
                "layouts": str(opts.layouts) if opts.layouts else None}
-    files = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
-                          check=opts.verify_each, self_contained=opts.self_contained,
-                          source_sha256=source_sha256)
+    output = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
+                           check=opts.verify_each, self_contained=opts.self_contained,
+                           source_sha256=source_sha256)
     timings.append({"name": "codegen", "wall_ms": _ms(t0)})
-    report["sdsc"] = sdsc_summary(files)
+    report["sdsc"] = sdsc_summary(output.files)
 
     def finalize(tmp: Path) -> dict[str, str]:
-        from spyrec.sim.cost import format_table
-        from spyrec.sim.runner import cost_for_files
+        table = ""
+        if estimate_cost is not None:
+            t_cost = time.perf_counter()
+            report["cost"], cost_table = estimate_cost(output, tmp)
+            timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
+            table = "\n" + cost_table
+        return {"report.json": _json(report), "report.txt": report_text(report) + table}
 
-        t_cost = time.perf_counter()
-        report["cost"] = cost_for_files(files, tmp)  # from memory: no re-read, no schema pass
-        timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
-        return {"report.json": _json(report),
-                "report.txt": report_text(report) + "\n" + format_table(report["cost"])}
-
-    write_atomically(out_dir, files, source, finalize, self_contained=opts.self_contained)
+    write_atomically(out_dir, output.files, source, finalize,
+                     self_contained=opts.self_contained)
     if opts.timings:
         for row in timings:
             _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")

@@ -27,7 +27,7 @@ TENSOR_KEYS = ("name", "role", "host_shape", "host_dtype", "device_size", "strid
 def _load(out_dir: Path, name: str, schema: str) -> dict:
     """A JSON file of the directory, checked against its schema: inspect reads the same
     fields the simulator does, so a tampered file gets the same one-line message."""
-    from spyrec.sim.loader import read_json
+    from spyrec.sim.files import read_json
 
     path = out_dir / name
     if not path.exists():
@@ -37,7 +37,7 @@ def _load(out_dir: Path, name: str, schema: str) -> dict:
 
 
 def _manifest(out_dir: Path) -> dict:
-    from spyrec.sim.loader import check_output_directory
+    from spyrec.sim.directory import check_output_directory
 
     check_output_directory(out_dir)
     manifest = _load(out_dir, "manifest.json", "manifest")
@@ -47,7 +47,7 @@ def _manifest(out_dir: Path) -> dict:
 
 def _check_kernel_files(out_dir: Path, manifest: dict) -> None:
     """Every bundle the kernels name exists, and every sdsc file they list exists and passes
-    its schema: the same files, and the same messages, as `spyrec run` (sim/loader.py)."""
+    its schema: the same files, and the same messages, as `spyrec run` (sim/files.py)."""
     for bundle in dict.fromkeys(k["bundle"] for k in manifest["kernels"]):
         if not (out_dir / bundle).is_file():
             raise InputFileError(f"{out_dir / bundle}: no such file (manifest.json names it "
@@ -118,13 +118,12 @@ def write_trace(out_dir: Path, path: Path) -> dict:
     """The cost model's timeline as a Chrome/Perfetto trace in `path`; returns the cost."""
     from spyrec.cost_trace import cost_trace
     from spyrec.sim.inputs import write_file
-    from spyrec.sim.runner import load_program, program_cost
+    from spyrec.sim.directory import is_foreign, load_output_dir
+    from spyrec.sim.runner import program_cost
 
-    from spyrec.sim import foreign
-
-    if not foreign.is_foreign(Path(out_dir)):   # a reference bundle has its own manifest
+    if not is_foreign(Path(out_dir)):   # a reference bundle has its own manifest
         _manifest(Path(out_dir))    # the same checks and messages as the other views
-    program = load_program(out_dir)
+    program = load_output_dir(out_dir)
     cost = program_cost(program)
     trace = [(kernel, ex.file) for kernel, ex in program.trace]
     write_file(path, (json.dumps(cost_trace(trace, cost), indent=1) + "\n").encode(),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from spyrec.compiler import CompileOptions, compile_program
+from spyrec.compiler import CompileOptions
+from spyrec.driver import compile_and_estimate
 
 
 def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model",
@@ -21,8 +22,7 @@ def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model
 def compile_pt2(pt2: Path, out: Path | None = None, **options) -> Path:
     """Compile in-process, verifying the IR after every pass (ir/verify.py) unless told not."""
     out = out or pt2.with_suffix("")
-    opts = CompileOptions(**{"verbose": -1, "verify_each": True, **options})
-    compile_program(pt2, out, opts)
+    compile_and_estimate(pt2, out, CompileOptions(**{"verbose": -1, "verify_each": True} | options))
     return out
 
 

@@ -10,7 +10,7 @@ import torch
 
 import spyrec
 from spyrec.errors import CheckMismatch, ConfigError, InputFileError
-from spyrec.sim.numerics import bf16_bits_to_float32
+from spyrec.bf16 import bf16_bits_to_float32
 from tests.programs import Lambda, export
 
 

@@ -11,6 +11,10 @@ map (one `#map_<k>` per distinct vector of byte advances, `d_l` = the loop var o
 outermost first) to `%sym_<n>`, its address at iteration 0, and the execute lists the ids its
 operands bind (`symbol_ids`).
 
+Beside the text, `bundle_file` gives the executions the text runs, as data (each loop trip
+unrolled, each operand evaluated), for the cost estimate `spyrec compile` writes into
+report.json: the compiler hands what it rendered rather than have the simulator parse it back.
+
 The template is package data (`spyrec/templates` is a symlink to the repository's
 `templates/`, which the wheel ships as files), read with importlib.resources so an installed
 spyrec renders the same bundle as a checkout.
@@ -18,6 +22,7 @@ spyrec renders the same bundle as a checkout.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Sequence
@@ -31,22 +36,29 @@ TEMPLATE = resources.files("spyrec") / "templates" / "bundle.mlir.j2"
 _INDENT = "  "
 
 
-def bundle_data(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None = None,
-                symbols: Sequence[list[Symbol]] | None = None) -> dict:
-    """Template data for ops executed in order: `loops[i]` encloses op i (outermost first) and
-    `symbols[i]` are its symbolic start addresses (both empty by default)."""
+def bundle_file(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None = None,
+                symbols: Sequence[list[Symbol]] | None = None) -> tuple[str, list[tuple]]:
+    """bundle.mlir for ops executed in order (`loops[i]` encloses op i, outermost first;
+    `symbols[i]` are its symbolic start addresses; both empty by default), and the executions
+    it runs, in order, as data: one `(sdsc file, operand values, line, column, symbol ids,
+    ((loop var, value), ...))` per `sdsc_execute` run, line and column being the statement's
+    in the text. The cost estimate of `spyrec compile` reads these instead of parsing the text
+    back (sim/program.py `program_from_documents`); tests/sim/test_cost_from_memory.py holds
+    them to what the simulator's MLIR reader makes of the text."""
+    b = _build(sdsc_files, loops, symbols)
+    data = b.data()
+    line, column = _body_start()
+    first = line + len(data["maps"]) + len(data["body"]) - len(b.body)   # b.body[0]'s line
+    return render_bundle(data), list(_unroll(b.tree, first, column, ()))
+
+
+def _build(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None,
+           symbols: Sequence[list[Symbol]] | None) -> "_Builder":
     loops = list(loops) if loops is not None else [()] * len(sdsc_files)
     symbols = list(symbols) if symbols is not None else [[] for _ in sdsc_files]
     b = _Builder()
-    b.nest(list(zip(sdsc_files, loops, symbols)), 0)
-    if not b.bounds:
-        return {"maps": [], "body": b.body}
-    head = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index"]
-    head += [f"%loop_bound_{k} = arith.constant {n} : index" for k, n in enumerate(b.bounds)]
-    head += [f"%sym_{s.n} = arith.constant {s.address} : index" for s in b.syms]
-    maps = [{"index": k, "dims": [f"d{j}" for j in range(len(adv))], "expr": _map_expr(adv)}
-            for adv, k in b.maps.items()]
-    return {"maps": maps, "body": head + b.body}
+    b.tree = b.nest(list(zip(sdsc_files, loops, symbols)), 0)
+    return b
 
 
 def _map_expr(advance: tuple[int, ...]) -> str:
@@ -54,21 +66,37 @@ def _map_expr(advance: tuple[int, ...]) -> str:
 
 
 class _Builder:
-    """Walks the ops once, collecting loop bounds, maps, symbols and body lines in order."""
+    """Walks the ops once, collecting loop bounds, maps, symbols and body lines in order, and
+    the tree of what runs (`nest`'s nodes: `_Run` and `_For`)."""
 
     def __init__(self) -> None:
         self.bounds: list[int] = []
         self.maps: dict[tuple[int, ...], int] = {}
         self.syms: list[Symbol] = []
         self.body: list[str] = []
+        self.tree: list = []
 
-    def nest(self, items: list, depth: int) -> None:
+    def data(self) -> dict:
+        """The template's data: maps, and the body after its constants."""
+        if not self.bounds:
+            return {"maps": [], "body": self.body}
+        head = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index"]
+        head += [f"%loop_bound_{k} = arith.constant {n} : index"
+                 for k, n in enumerate(self.bounds)]
+        head += [f"%sym_{s.n} = arith.constant {s.address} : index" for s in self.syms]
+        maps = [{"index": k, "dims": [f"d{j}" for j in range(len(adv))],
+                 "expr": _map_expr(adv)} for adv, k in self.maps.items()]
+        return {"maps": maps, "body": head + self.body}
+
+    def nest(self, items: list, depth: int) -> list:
+        nodes: list = []
         i = 0
         while i < len(items):
             name, loops, syms = items[i]
             pad = _INDENT * depth
             if len(loops) <= depth:
                 self.execute(name, syms, depth, pad)
+                nodes.append(_Run(name, tuple(syms), len(self.body) - 1, len(pad)))
                 i += 1
                 continue
             ident = _loop_ids(loops[:depth + 1])
@@ -79,9 +107,10 @@ class _Builder:
             self.bounds.append(loops[depth].count)
             self.body.append(f"{pad}scf.for %i_{depth} = %c0 to %loop_bound_{bound} "
                              f"step %c1 {{")
-            self.nest(items[i:j], depth + 1)
+            nodes.append(_For(loops[depth].count, self.nest(items[i:j], depth + 1)))
             self.body.append(f"{pad}}}")
             i = j
+        return nodes
 
     def execute(self, name: str, syms: list[Symbol], depth: int, pad: str) -> None:
         if not syms:
@@ -97,6 +126,51 @@ class _Builder:
         ids = ", ".join(str(s.id) for s in syms)
         self.body.append(f'{pad}sdscbundle.sdsc_execute ({operands}) {{sdsc_filename = '
                          f'"{name}", symbol_ids = [{ids}]}}')
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One `sdsc_execute` statement: its file, symbols, body line index and indent."""
+
+    name: str
+    syms: tuple[Symbol, ...]
+    line: int
+    indent: int
+
+
+@dataclass(frozen=True)
+class _For:
+    """One `scf.for` of `count` trips around `body`."""
+
+    count: int
+    body: list
+
+
+def _unroll(nodes: list, first_line: int, column: int, trips: tuple[int, ...]):
+    """The executions of `nodes` inside loops at iterations `trips` (outermost first), in
+    order (`first_line`: the line of body line 0; `column`: the body's). Each symbol's operand
+    is its address plus its advance per trip of each loop: the `affine.apply` of its map
+    (`_map_expr`)."""
+    loop = tuple((f"i_{depth}", i) for depth, i in enumerate(trips))
+    for node in nodes:
+        if isinstance(node, _For):
+            for i in range(node.count):
+                yield from _unroll(node.body, first_line, column, trips + (i,))
+            continue
+        operands = tuple(s.address + sum(a * i for a, i in zip(s.advance_bytes, trips))
+                         for s in node.syms)
+        yield (node.name, operands, first_line + node.line, column + node.indent,
+               tuple(s.id for s in node.syms), loop)
+
+
+@lru_cache(maxsize=1)
+def _body_start() -> tuple[int, int]:
+    """Line and column (1-based) where the template puts the first character of the first body
+    line when there are no maps (each map takes one line above it)."""
+    mark = "\x00"
+    text = render_bundle({"maps": [], "body": [mark]})
+    before = text[:text.index(mark)]
+    return before.count("\n") + 1, len(before) - before.rfind("\n")
 
 
 def _loop_ids(loops: tuple[Loop, ...]) -> tuple:

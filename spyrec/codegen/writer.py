@@ -22,12 +22,13 @@ import os
 import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from spyrec import __version__
-from spyrec.codegen.bundle import bundle_data, render_bundle
+from spyrec.codegen.bundle import bundle_file
 from spyrec.codegen.opspec import op_spec, spec_tree
 from spyrec.codegen.superdsc import superdsc_document
 from spyrec.codegen.symbols import SymbolTable
@@ -38,6 +39,7 @@ from spyrec.outdir import check_output_dir, replace_directory
 
 MANIFEST_FORMAT = "spyrec-manifest/3"
 WEIGHTS_FILE = "weights.bin"
+BUNDLE_FILE = "bundle.mlir"
 WEIGHTS_ALIGNMENT = 4096        # bytes (a page); every tensor starts at a multiple
 PROGRAM_COPY = "program.pt2"    # the source's copy, with --self-contained
 # host dtype -> the numpy dtype of its host array (bf16 as its 16-bit patterns)
@@ -46,21 +48,10 @@ HOST_NUMPY_DTYPES = {"float16": "f2", "bfloat16": "u2", "float32": "f4", "int32"
 OPSPECS_FORMAT = "spyrec-opspecs/1"
 
 
-class JsonText(str):
-    """A JSON file's text that remembers the document it was printed from, so the compiler's
-    own cost estimate reads its SuperDSC files without parsing what it has just printed (the
-    reader is the same; tests/sim/test_cost_from_memory.py holds the document to exactly
-    what parsing the text gives)."""
-
-    doc: object
-
-
-def dump_json(obj) -> JsonText:
+def dump_json(obj) -> str:
     """Readable and fast: the outer two levels one entry per line, anything deeper compact
     (json's C encoder runs only without `indent`; the indented encoder is pure Python)."""
-    text = JsonText(_pretty(obj, 0) + "\n")
-    text.doc = obj
-    return text
+    return _pretty(obj, 0) + "\n"
 
 
 def _pretty(obj, depth: int) -> str:
@@ -232,39 +223,53 @@ class _BlockFile:
         os.ftruncate(self.fd, size)
 
 
+@dataclass(frozen=True)
+class BuiltOutput:
+    """An output directory built in memory: every file by name, as written (`weights.bin` is a
+    `WeightsBlob` the writer streams), and the documents some of them print: manifest.json's,
+    every sdsc_<n>.json's by file name, and each bundle's executions as data
+    (`bundle.bundle_file`). The documents are for whatever reads the output without the files
+    (the cost estimate of report.json, spyrec/driver.py); they are plain JSON values, what
+    parsing the texts gives."""
+
+    files: dict[str, bytes | str | WeightsBlob]
+    manifest: dict
+    sdsc: dict[str, dict]
+    executions: dict[str, list[tuple]]
+
+
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
                   report: dict, check: bool = True, self_contained: bool = False,
-                  source_sha256: Sha256Job | None = None) -> dict[str, bytes | str | WeightsBlob]:
-    """Every file of the output directory, by name (pure: no disk writes; `weights.bin` is a
-    `WeightsBlob` the writer streams). `check`: the emitter re-derives each core's start
-    address from our coordinates (codegen/superdsc.py)."""
+                  source_sha256: Sha256Job | None = None) -> BuiltOutput:
+    """Every file of the output directory (pure: no disk writes). `check`: the emitter
+    re-derives each core's start address from our coordinates (codegen/superdsc.py)."""
     specs = [op_spec(graph, op) for op in graph.ops]
-    files: dict[str, bytes | str] = {}
-    sdsc_names = []
+    files: dict[str, bytes | str | WeightsBlob] = {}
+    sdsc: dict[str, dict] = {}
     symbols = SymbolTable()
     for i, (op, spec) in enumerate(zip(graph.ops, specs)):
         name = f"sdsc_{i}.json"
-        sdsc_names.append(name)
         accesses = list(op.accesses())
         bufs = [graph.buffers[a.buffer] for _, a in accesses]
-        files[name] = dump_json(superdsc_document(i, spec, bufs, [r for r, _ in accesses],
-                                                  symbols, check))
+        sdsc[name] = superdsc_document(i, spec, bufs, [r for r, _ in accesses], symbols, check)
+        files[name] = dump_json(sdsc[name])
+    sdsc_names = list(sdsc)
     tree = spec_tree(graph.ops, specs)
     files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
                                        "kernels": [{"name": "main", "specs": tree}]})
-    files["bundle.mlir"] = render_bundle(bundle_data(
+    files[BUNDLE_FILE], executions = bundle_file(
         sdsc_names, [op.loops for op in graph.ops],
-        [symbols.of(i) for i in range(len(graph.ops))]))
+        [symbols.of(i) for i in range(len(graph.ops))])
     blob = WeightsBlob.plan(graph)
-    files["manifest.json"] = dump_json(manifest(graph, source, pipeline, configs, sdsc_names,
-                                                report.get("hbm_bytes", 0), blob,
-                                                self_contained, source_sha256))
+    manifest_doc = manifest(graph, source, pipeline, configs, sdsc_names,
+                            report.get("hbm_bytes", 0), blob, self_contained, source_sha256)
+    files["manifest.json"] = dump_json(manifest_doc)
     if blob.entries:
         files[WEIGHTS_FILE] = blob
     auto = (report.get("tiling") or {}).get("auto_config")
     if auto is not None:   # --tiling auto: its choice, a config the user can pass back
         files["tiling.yaml"] = auto
-    return files
+    return BuiltOutput(files, manifest_doc, sdsc, {BUNDLE_FILE: executions})
 
 
 def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
@@ -292,7 +297,7 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         **_lx_args(graph, sdsc_names),
         **_hbm_args(graph, sdsc_names),
         "tensors": tensors,
-        "kernels": [{"name": "main", "bundle": "bundle.mlir", "ops": sdsc_names}],
+        "kernels": [{"name": "main", "bundle": BUNDLE_FILE, "ops": sdsc_names}],
         "hbm_bytes": hbm_bytes,
         "weights": (blob or WeightsBlob.plan(graph)).section(),
     }

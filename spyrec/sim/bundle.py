@@ -28,6 +28,7 @@ from xdsl.utils.lexer import Span
 
 from spyrec.errors import InputFileError
 from spyrec.sim.dialect import SdscBundle
+from spyrec.sim.files import read_text
 from spyrec.sim.specs import Execute  # noqa: F401  (defined without xDSL; re-exported)
 
 
@@ -250,8 +251,4 @@ def execute(parsed: ParsedBundle) -> list[Execute]:
 
 def read_bundle(path: Path) -> list[Execute]:
     """Parse, verify and interpret one bundle file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputFileError(f"cannot read {path}: {e.strerror}") from None
-    return execute(parse_bundle(text, str(path)))
+    return execute(parse_bundle(read_text(path), str(path)))

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from spyrec.errors import InputFileError, InternalError
-from spyrec.sim.numerics import bf16_bits_to_float32
+from spyrec.bf16 import bf16_bits_to_float32
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
 

@@ -49,8 +49,9 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     from spyrec.sim.check import (check_outputs, check_reference_program, describe_failure,
                                    format_checks)
     from spyrec.sim.cost import format_table
+    from spyrec.sim.directory import is_foreign, load_output_dir
     from spyrec.sim.inputs import check_output_path, npz_arrays, read_inputs, write_npz
-    from spyrec.sim.runner import load_program, simulate
+    from spyrec.sim.runner import simulate
 
     def progress(msg: str) -> None:
         if not quiet:
@@ -69,9 +70,9 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         check_output_path(output_path, "-o")
     if model_path is not None and not check:
         raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
-    program = load_program(out)
+    program = load_output_dir(out)
     expected = reference = None
-    if check and foreign.is_foreign(out):   # no eager model: the manifest names expectations
+    if check and is_foreign(out):   # no eager model: the manifest names expectations
         expected = foreign.expected_outputs(out, program.manifest)
     elif check:     # the source .pt2 is there, unchanged, callable with the manifest's inputs
         reference = check_reference_program(out, list(program.manifest.inputs), model_path)

@@ -27,7 +27,6 @@ changes the data placement (conv padding, stick replication, experimental-branch
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -38,10 +37,11 @@ from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.layout import (
     DeviceLayout, contiguous_strides, default_layout, device_dtype_for, stick_layout)
 from spyrec.sim.check import OutputCheck, comparable, compare
+from spyrec.sim.files import parse_json, read_text, validate
 from spyrec.sim.inputs import check_arrays, read_arrays, signature
-from spyrec.sim.loader import Program, _layout, fast_check, validator
+from spyrec.sim.program import OutputProgram, address_resolver, device_layout
 from spyrec.sim.specs import Execute, KernelSpec, Manifest, OpSpec, TensorSpec
-from spyrec.sim.superdsc import _Reader
+from spyrec.sim.superdsc import SuperDscReader
 
 FORMAT = "spyrec-foreign-manifest/1"
 KERNEL = "reference"
@@ -67,7 +67,7 @@ _FILE = re.compile(r"^sdsc_(\d+)(?:_[A-Za-z][A-Za-z0-9_]*)?\.json$")
 _KEY = re.compile(r"^(0|[1-9][0-9]*)_[A-Za-z][A-Za-z0-9_]*$")
 
 
-class _ReferenceReader(_Reader):
+class _ReferenceReader(SuperDscReader):
     """The SuperDSC reader, whose messages blame the reference's file, not a stale compile."""
 
     def fail(self, where: str, msg: str) -> None:
@@ -75,50 +75,26 @@ class _ReferenceReader(_Reader):
                              f"file does not say what spyrec's SuperDSC reader needs")
 
 
-def is_foreign(out_dir: Path) -> bool:
-    """Whether OUT/manifest.json is a hand-written foreign manifest (anything else, even an
-    unreadable file, goes to the normal loader, which reports it)."""
-    try:
-        text = (out_dir / "manifest.json").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
-    if FORMAT not in text:
-        return False
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(data, dict) and data.get("format") == FORMAT
-
-
-def check_manifest_present(out_dir: Path) -> None:
-    """A directory with a bundle but no manifest is most likely the reference's own dump."""
-    if not (out_dir / "manifest.json").exists() and (out_dir / "bundle.mlir").exists():
-        raise InputFileError(f"{out_dir / 'manifest.json'}: missing; if spyrec compile wrote "
-                             f"this directory, re-run it; if another compiler wrote the bundle, "
-                             f"write a manifest.json by hand (format {FORMAT}: tensors, "
-                             f"addresses, inputs, outputs; {DOCS})")
-
-
-def load_foreign(out_dir: Path) -> Program:
-    """The Program of a reference bundle directory, every file checked against the manifest."""
+def read_reference_dir(out_dir: Path) -> OutputProgram:
+    """The program of a reference bundle directory, every file checked against the manifest."""
     path = out_dir / "manifest.json"
     data = _read_json(path)
-    _validate(data, "foreign-manifest", str(path), f"fix it ({DOCS})")
+    validate(data, "foreign-manifest", str(path), f"fix it ({DOCS})")
     by_reference = _tensors(path, data)
     placed, relocate = _relocation(path, by_reference)
     bundle = data.get("bundle", "bundle.mlir")
     _plain_name(f"{path}: at $.bundle", bundle)
     executes = _read_bundle(out_dir / bundle)
+    resolve = address_resolver(placed.values())
     ops: dict[str, OpSpec] = {}
     for position, ex in enumerate(executes):
         if ex.file not in ops:
             _plain_name(f"{ex.location}: sdsc_filename", ex.file)
-            ops[ex.file] = _load_op(out_dir, ex, position, placed, relocate)
+            ops[ex.file] = _load_op(out_dir, ex, position, placed, relocate, resolve)
     manifest = Manifest(tuple(data["inputs"]), tuple(data["outputs"]), placed,
                         (KernelSpec(KERNEL, bundle, tuple(ops)),),
                         sum(-(-t.device_bytes // _ALIGN) * _ALIGN for t in placed.values()))
-    return Program(out_dir, manifest, ops, tuple((KERNEL, ex) for ex in executes))
+    return OutputProgram(out_dir, manifest, ops, tuple((KERNEL, ex) for ex in executes))
 
 
 def expected_outputs(out_dir: Path, manifest: Manifest) -> dict[str, np.ndarray]:
@@ -155,29 +131,9 @@ def check_expected(manifest: Manifest, expected: dict[str, np.ndarray],
 
 
 def _read_json(path: Path) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputFileError(f"cannot read {path}: {e.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputFileError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
-
-
-def _validate(data: object, schema_name: str, label: str, todo: str) -> None:
-    check = fast_check(schema_name)
-    if check is not None and check(data):
-        return
-    import jsonschema
-
-    error = jsonschema.exceptions.best_match(validator(schema_name).iter_errors(data))
-    if error is not None:
-        message = " ".join(error.message.split())
-        if len(message) > 200:
-            message = message[:200] + " …"
-        raise InputFileError(f"{label}: at {error.json_path}: {message} (schema "
-                             f"{schema_name}.schema.json); {todo}")
+    """A JSON file of the bundle directory, parsed but not yet checked: a reference file is
+    checked once rewritten to the HEAD form (`_normalize`)."""
+    return parse_json(read_text(path), path)
 
 
 def _tensors(path: Path, data: dict) -> dict[str, TensorSpec]:
@@ -215,7 +171,7 @@ def _tensor_layout(label: str, t: dict) -> DeviceLayout:
         if "stick_dim" in t or "device_size" not in t or "stride_map" not in t:
             raise InputFileError(f"{label}: give device_size and stride_map together, or "
                                  f"stick_dim alone, or neither (the default layout)")
-        return _layout(label, t["device_size"], t["stride_map"], device_dtype)
+        return device_layout(label, t["device_size"], t["stride_map"], device_dtype)
     if "stick_dim" not in t:
         return default_layout(shape, dtype)
     k = t["stick_dim"]
@@ -258,11 +214,8 @@ def _plain_name(label: str, name: str) -> None:
 
 
 def _read_bundle(path: Path) -> list[Execute]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputFileError(f"cannot read {path}: {e.strerror}; the manifest's bundle (default "
-                             f"bundle.mlir) must be in the directory") from None
+    text = read_text(path, "; the manifest's bundle (default bundle.mlir) must be in the "
+                           "directory")
     if "input_arg_extract" in text or '"symbol_ids"' in text:
         raise UnsupportedProgram(f"{path}: a symbolic bundle (addresses bound at run time, "
                                  f"bundle_symbolic_args) is not simulated for reference bundles "
@@ -273,7 +226,7 @@ def _read_bundle(path: Path) -> list[Execute]:
 
 
 def _load_op(out_dir: Path, ex: Execute, position: int, placed: dict[str, TensorSpec],
-             relocate) -> OpSpec:
+             relocate, resolve) -> OpSpec:
     path = out_dir / ex.file
     if not path.is_file():
         raise InputFileError(f"{ex.location}: sdsc_execute names {ex.file}, which is not in "
@@ -281,10 +234,10 @@ def _load_op(out_dir: Path, ex: Execute, position: int, placed: dict[str, Tensor
     doc = _read_json(path)
     key, wrapper, index = _normalize(path, ex.file, doc, position)
     _refuse_unsupported(path, key, wrapper)
-    _validate({key: wrapper}, "sdsc", str(path),
+    validate({key: wrapper}, "sdsc", str(path),
               f"spyrec reads HEAD-format SuperDSC and the differences listed in {DOCS}")
     moved = _relocate_starts(path, key, wrapper, relocate)
-    spec = _ReferenceReader(path, key, wrapper, _resolver(placed)).op(ex.file, index)
+    spec = _ReferenceReader(path, key, wrapper, resolve).op(ex.file, index)
     _check_against_manifest(path, spec, moved, placed)
     return spec
 
@@ -384,15 +337,6 @@ def _relocate_starts(path: Path, key: str, wrapper: dict, relocate) -> dict[int,
                                      f"fix the tensors' hbm_address or host_shape")
             data[core] = str(moved)
     return owners
-
-
-def _resolver(placed: dict[str, TensorSpec]):
-    def resolve(address: int):
-        for t in placed.values():
-            if t.hbm_address <= address < t.hbm_address + t.device_bytes:
-                return t.name, t.hbm_address, t.device_bytes
-        return None
-    return resolve
 
 
 def _check_against_manifest(path: Path, spec: OpSpec, owners: dict[int, TensorSpec],

@@ -24,7 +24,6 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
-from spyrec.sim.numerics import float32_to_bf16_bits
 from spyrec.sim.prefetch import SMALL_BYTES
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
@@ -271,7 +270,3 @@ def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str],
             arrays[f"{DTYPE_TAG}{key}"] = np.array("bfloat16")
     return arrays
 
-
-def bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float values -> bfloat16 bit patterns (what a bf16 array in an npz holds)."""
-    return float32_to_bf16_bits(np.asarray(values, dtype=np.float32))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits  # noqa: F401  (one each)
 from spyrec.errors import SimulatorFault
 from spyrec.layout.storage import FILL_VALUE, STORAGE  # noqa: F401
 
@@ -38,11 +37,6 @@ def storage_dtype(device_dtype: str) -> np.dtype:
 
 def is_integer(device_dtype: str) -> bool:
     return storage_dtype(device_dtype).kind == "i"
-
-
-def compute_dtype(device_dtype: str) -> np.dtype:
-    """The dtype an op computes in when it reads this device dtype."""
-    return np.dtype(np.int64) if is_integer(device_dtype) else np.dtype(np.float32)
 
 
 def to_storage(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 import numpy as np
 
@@ -24,12 +24,12 @@ from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, constant_bytes
-from spyrec.sim.loader import Program, load_directory, load_files
+from spyrec.sim.directory import load_output_dir
+from spyrec.sim.program import OutputProgram
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.sim.memory import ALWAYS_LIVE, Allocation, Hbm, Lx
 from spyrec.sim.numerics import FILL_VALUE, storage_dtype
 from spyrec.sim.transfer import read_tensor, write_tensor
-from spyrec.sim.verify import verify_program
 
 Log = Callable[[str], None]
 
@@ -44,7 +44,7 @@ class SimResult:
 
     outputs: list[np.ndarray]
     output_dtypes: list[str]
-    program: Program = field(repr=False, compare=False)
+    program: OutputProgram = field(repr=False, compare=False)
     wall_s: float
     names: tuple[str, ...] = ()
 
@@ -57,14 +57,7 @@ def _quiet(_: str) -> None:
     pass
 
 
-def load_program(out_dir: str | Path) -> Program:
-    """Load and statically verify an output directory."""
-    program = load_directory(out_dir)
-    verify_program(program)
-    return program
-
-
-def program_cost(program: Program, params: CostParams = DEFAULT_PARAMS) -> dict:
+def program_cost(program: OutputProgram, params: CostParams = DEFAULT_PARAMS) -> dict:
     """The data-independent cost estimate (the `cost` section of report.json)."""
     bundles = {k.name: Counter() for k in program.manifest.kernels}
     for kernel, ex in program.trace:
@@ -74,20 +67,10 @@ def program_cost(program: Program, params: CostParams = DEFAULT_PARAMS) -> dict:
 
 def cost_for_directory(out_dir: str | Path, params: CostParams = DEFAULT_PARAMS) -> dict:
     """Cost estimate of an output directory on disk, no inputs needed."""
-    return program_cost(load_program(out_dir), params)
+    return program_cost(load_output_dir(out_dir), params)
 
 
-def cost_for_files(texts: Mapping[str, str | bytes], out_dir: str | Path,
-                   params: CostParams = DEFAULT_PARAMS) -> dict:
-    """Cost estimate of the files `spyrec compile` has just built ({name: text}), the same
-    numbers as `cost_for_directory` once they are written; from memory, because re-reading
-    and schema-checking them cost more than the rest of codegen (issue 11). Not verified
-    either: `verify_program` checks files a user hands to `spyrec run` (which still does),
-    and it would cost compile a third of the estimate to re-check its own output."""
-    return program_cost(load_files(texts, out_dir), params)
-
-
-def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
+def live_ranges(program: OutputProgram) -> dict[str, tuple[int, int]]:
     """First and last execution that touches each tensor; inputs, constants and outputs are
     live throughout. Args are matched to tensors by name, else by address."""
     manifest = program.manifest
@@ -109,7 +92,7 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
     return live
 
 
-def place_tensors(program: Program, constants: dict[str, np.ndarray] | None = None) -> Hbm:
+def place_tensors(program: OutputProgram, constants: dict[str, np.ndarray] | None = None) -> Hbm:
     """Every manifest HBM tensor allocated, each byte filled once: constants are their
     mapped bytes of weights.bin (device form: nothing to convert or copy), inputs are filled
     by their transfer (`write_tensor`), intermediates born after the first execution when
@@ -128,7 +111,7 @@ def place_tensors(program: Program, constants: dict[str, np.ndarray] | None = No
     return hbm
 
 
-def lx_values(program: Program) -> dict[str, list[tuple[int, int]]]:
+def lx_values(program: OutputProgram) -> dict[str, list[tuple[int, int]]]:
     """Per LX tensor, the execution spans of the values it holds: each write (by an op that
     does not also read the tensor) starts a value, which lasts until its last read (a loop
     body rewrites its per-tile buffers every iteration, so their bytes are free between two
@@ -149,7 +132,7 @@ def lx_values(program: Program) -> dict[str, list[tuple[int, int]]]:
     return {name: [tuple(s) for s in v] for name, v in spans.items()}
 
 
-def place_lx(program: Program) -> Lx:
+def place_lx(program: OutputProgram) -> Lx:
     """Every core's LX with the manifest's LX tensors allocated (checked: alignment, budget,
     live overlaps), before anything runs."""
     lx = Lx(CORES, LX_USABLE_BYTES_PER_CORE)
@@ -180,7 +163,7 @@ def _refill(hbm: Hbm, alloc: Allocation) -> None:
         FILL_VALUE[alloc.device_dtype]
 
 
-def _prefetcher(program: Program, constants: dict[str, np.ndarray]) -> Prefetcher | None:
+def _prefetcher(program: OutputProgram, constants: dict[str, np.ndarray]) -> Prefetcher | None:
     """A reader of the weights ahead of the ops (`sim/prefetch.py`) when there are enough
     of them to wait for."""
     if sum(v.size for v in constants.values()) < SMALL_BYTES:
@@ -191,11 +174,11 @@ def _prefetcher(program: Program, constants: dict[str, np.ndarray]) -> Prefetche
 
 
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
-             program: Program | None = None) -> SimResult:
+             program: OutputProgram | None = None) -> SimResult:
     """Run the compiled program in `out_dir` on `inputs` (name -> host array)."""
     start = time.perf_counter()
     threads.count()             # a bad SPYREC_SIM_THREADS fails now, not at the first big op
-    program = program or load_program(out_dir)
+    program = program or load_output_dir(out_dir)
     manifest = program.manifest
     if program.weights is not None and program.weights.nbytes >= TORCH_CASTS_FROM_BYTES:
         use_torch_casts()       # exact either way; 2.5x faster weight reads (sim/cast.py)

@@ -3,8 +3,8 @@
 jsonschema walks every keyword of every value through generic machinery: ~10-25 ms per
 sdsc_<n>.json, which made schema validation the largest part of `spyrec run` (1.8 s of a 2-layer
 decoder's 70 files). This module compiles a schema once into nested closures that answer only
-"valid or not" (~50x faster). jsonschema stays the authority: the loader asks it for the message
-whenever this check says no, and accepts the file if jsonschema finds nothing.
+"valid or not" (~50x faster). jsonschema stays the authority: `files.validate` asks it for the
+message whenever this check says no, and accepts the file if jsonschema finds nothing.
 
 So the one property that matters is that `compile_schema(s)(doc)` is never True for a document
 jsonschema rejects. Every keyword is implemented as strictly as or more strictly than draft

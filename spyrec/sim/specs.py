@@ -1,8 +1,9 @@
 """The loaded, validated form of an output directory: what the simulator executes from.
 
-`loader` builds these from `manifest.json` and `sdsc_<n>.json` (docs/formats.md) after schema
-validation; everything downstream (memory, transfer, kernels, cost) reads only these objects.
-Coordinate strings are parsed once here into `Lin` expressions, so no kernel ever parses text.
+`program.py` builds these from the documents of `manifest.json` and `sdsc_<n>.json`
+(docs/formats.md), schema-checked when they come from files; everything downstream (memory,
+transfer, kernels, cost) reads only these objects. Coordinate strings are parsed once there into
+`Lin` expressions, so no kernel ever parses text.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ the dim labels, so the vectorized executor runs the op as it runs any other.
 Nothing is trusted that can be checked: the work split against `N_`, each core's slice, the
 `coordInfo` folds and `dataStageParam_` against the split, and every core's start address
 against core 0's plus its slice origin (F §2.12, §4.2 step 6). A file edited by hand (a core's
-address, a fold factor, a scale) is reported, naming the field, before anything runs.
-(The compiler's own files, read from memory for report.json's cost, skip the per-core
-cross-checks, as they skip the schema pass: `spyrec run` makes them on every file it reads.)
-This module shares no code with the compiler's emitter.
+address, a fold factor, a scale) is reported, naming the field, before anything runs, on
+every path: the compiler's in-memory documents of its cost estimate are read the same way as
+the files `spyrec run` reads (sim/program.py). This module shares no code with the compiler's
+emitter.
 """
 
 from __future__ import annotations
@@ -44,16 +44,15 @@ HeldResolver = Callable[[int], "tuple[str, int, int] | None"]
 LxNames = dict[int, list[str]]
 
 
-class _Reader:
+class SuperDscReader:
+    """One SuperDSC document (`wrapper`, under top key `key`; `path` for messages) read into an
+    OpSpec by `op`, with the manifest's lookups: HBM tensors by address (`resolve`), LX
+    tensors by offset (`lx_names`), this file's `lx_args` and `hbm_args` (`held`)."""
+
     def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver,
                  first: Execute | None = None, lx_names: LxNames | None = None,
-                 lx_args: dict | None = None, held: HeldResolver | None = None,
-                 trusted: bool = False):
+                 lx_args: dict | None = None, held: HeldResolver | None = None):
         self.path, self.key, self.w, self.resolve = path, key, wrapper, resolve
-        # the compiler's own files, just built: the per-core cross-checks (each slice, each
-        # start address against its slice) are skipped there, as the schema pass is; they run
-        # on every file `spyrec run` reads
-        self.trusted = trusted
         self.first, self.lx_names = first, lx_names or {}
         self.lx_args = lx_args or {}   # manifest lx_args of this file: arg index -> tensor
         self.held = held or (lambda i: None)   # manifest hbm_args of this file
@@ -117,8 +116,7 @@ class _Reader:
             self.fail("coreFoldProp_", f"the core counts disagree (numCoresUsed_ {nc})")
         if dsc["coreIdsUsed_"] != list(range(nc)):
             self.fail("dscs_[0].coreIdsUsed_", f"expected cores 0..{nc - 1}")
-        for field in () if self.trusted else ("coreIdToWkSlice_", "coreIdToDsc_",
-                                               "coreIdToDscSchedule"):
+        for field in ("coreIdToWkSlice_", "coreIdToDsc_", "coreIdToDscSchedule"):
             if sorted(w[field], key=int) != [str(c) for c in range(nc)]:
                 self.fail(field, f"expected one entry per core 0..{nc - 1}")
 
@@ -136,8 +134,6 @@ class _Reader:
             if stage.get(f"{d}_") != self.N[d] // self.split[d]:
                 self.fail(f"dscs_[0].dataStageParam_.0.ss_.{d}_", f"{stage.get(f'{d}_')}, but "
                           f"N_ / split = {self.N[d] // self.split[d]}")
-        if self.trusted:
-            return
         labels, seen = set(self.labels), set()
         for c in range(nc):
             s = self.w["coreIdToWkSlice_"][str(c)]
@@ -297,9 +293,7 @@ class _Reader:
             origins = self._origins(wl, scale, stick, eps, strides)
             self.starts.append([None] * nc)
             return self._symbolic_arg(i, node, nc, arg, origins)
-        # core 0 runs slice 0 of every dim, so its origin is 0: the other cores' origins
-        # only check their start addresses, which the compiler's own files skip
-        origins = [0] * nc if self.trusted else self._origins(wl, scale, stick, eps, strides)
+        origins = self._origins(wl, scale, stick, eps, strides)
         starts = self._starts(i, node, nc, origins, scale.get(stick) == 1)
         self.starts.append(starts)
         return replace(arg, hbm_address=starts[0] - origins[0])
@@ -343,7 +337,7 @@ class _Reader:
         except (KeyError, ValueError):
             self.fail(f"{where}.data_", f"one decimal address per core 0..{nc - 1} is required")
         base = starts[0] - origins[0]
-        for c, (start, origin) in enumerate(() if self.trusted else zip(starts, origins)):
+        for c, (start, origin) in enumerate(zip(starts, origins)):
             if start != base + origin:
                 self.fail(f"{where}.data_.[{c}, 0, 0]", f"core {c} starts at {start}, but "
                           f"its slice {self.slices[c]} of the tensor that core 0 starts at "

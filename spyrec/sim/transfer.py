@@ -26,7 +26,8 @@ from spyrec.sim.memory import Hbm
 from spyrec.layout.storage import (
     FILL_VALUE, PlacementError, placement, storage_values, walks,
 )
-from spyrec.sim.numerics import float32_to_bf16_bits, storage_dtype
+from spyrec.bf16 import float32_to_bf16_bits
+from spyrec.sim.numerics import storage_dtype
 from spyrec.sim.specs import TensorSpec
 
 # The numpy form of each host dtype at the edge (npz files, SimResult). bf16: uint16 bits.

@@ -23,7 +23,7 @@ from spyrec.errors import InputFileError
 from spyrec.indexing import Indirect, Var, evaluate
 from spyrec.sim.kernels import KERNELS
 from spyrec.sim.kernels.scatter import MODES as SCATTER_MODES
-from spyrec.sim.loader import Program
+from spyrec.sim.program import OutputProgram
 from spyrec.sim.numerics import is_integer
 from spyrec.sim.specs import OpSpec
 
@@ -31,7 +31,7 @@ MAX_CORES = CORES
 _MAX_COVERAGE_CELLS = 1 << 20
 
 
-def verify_program(program: Program) -> None:
+def verify_program(program: OutputProgram) -> None:
     problems = []
     for spec in program.ops.values():
         problems += [f"{spec.file}: {p}" for p in op_problems(spec)]
@@ -41,7 +41,7 @@ def verify_program(program: Program) -> None:
                              + "\n".join(f"  - {p}" for p in problems))
 
 
-def unwritten_outputs(program: Program) -> list[str]:
+def unwritten_outputs(program: OutputProgram) -> list[str]:
     """Outputs (and returned buffers) no executed op writes: reading them would return whatever
     the arena holds (NaN), so a bundle with an op removed would pass for a result."""
     written = {program.ops[execute.file].output.name for _, execute in program.trace

@@ -29,7 +29,8 @@ import pytest
 import torch
 
 from samples.export import export_sample
-from spyrec.compiler import CompileOptions, compile_program
+from spyrec.compiler import CompileOptions
+from spyrec.driver import compile_and_estimate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +67,7 @@ def fx(tmp_path_factory) -> Fixtures:
     tmp = tmp_path_factory.mktemp("bad_inputs")
     pt2, npz = export_sample("mlp_fp16", tmp)
     out = tmp / "mlp_out"
-    compile_program(pt2, out, CompileOptions(verbose=-1, self_contained=True))
+    compile_and_estimate(pt2, out, CompileOptions(verbose=-1, self_contained=True))
     torchscript = tmp / "scripted.pt"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)   # torch.jit is deprecated: fine
@@ -427,9 +428,9 @@ def test_run_output_is_written_under_exactly_the_name_given(fx, tmp_path):
 # --- a bug in spyrec: exit 70, one line; the traceback only when asked for ----------------------
 
 def _crash(exc: BaseException):
-    def compile_program(*_args, **_kwargs):
+    def compile_and_estimate(*_args, **_kwargs):
         raise exc
-    return compile_program
+    return compile_and_estimate
 
 
 def _main_exit(argv: list[str]) -> int:
@@ -442,10 +443,10 @@ def _main_exit(argv: list[str]) -> int:
 
 @pytest.mark.parametrize("verbose", [False, True])
 def test_internal_error_is_exit_70_and_one_line(monkeypatch, capsys, tmp_path, verbose):
-    import spyrec.compiler
+    import spyrec.driver
 
     monkeypatch.delenv("SPYREC_DEBUG", raising=False)
-    monkeypatch.setattr(spyrec.compiler, "compile_program", _crash(RuntimeError("two\nlines")))
+    monkeypatch.setattr(spyrec.driver, "compile_and_estimate", _crash(RuntimeError("two\nlines")))
     argv = ["compile", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "o")]
     assert _main_exit(argv + (["-v"] if verbose else [])) == 70
     captured = capsys.readouterr()
@@ -458,18 +459,18 @@ def test_internal_error_is_exit_70_and_one_line(monkeypatch, capsys, tmp_path, v
 
 
 def test_spyrec_debug_shows_the_traceback(monkeypatch, capsys, tmp_path):
-    import spyrec.compiler
+    import spyrec.driver
 
     monkeypatch.setenv("SPYREC_DEBUG", "1")
-    monkeypatch.setattr(spyrec.compiler, "compile_program", _crash(ValueError("bug")))
+    monkeypatch.setattr(spyrec.driver, "compile_and_estimate", _crash(ValueError("bug")))
     assert _main_exit(["compile", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "o")]) == 70
     assert "Traceback" in capsys.readouterr().err
 
 
 def test_interrupt_is_exit_130_and_one_line(monkeypatch, capsys, tmp_path):
-    import spyrec.compiler
+    import spyrec.driver
 
-    monkeypatch.setattr(spyrec.compiler, "compile_program", _crash(KeyboardInterrupt()))
+    monkeypatch.setattr(spyrec.driver, "compile_and_estimate", _crash(KeyboardInterrupt()))
     assert _main_exit(["compile", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "o")]) == 130
     assert capsys.readouterr().err.strip() == "spyrec: interrupted"  # click adds a newline
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from spyrec.sim.loader import validator
-from spyrec.sim.numerics import bf16_bits_to_float32
+from spyrec.sim.files import validator
+from spyrec.bf16 import bf16_bits_to_float32
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.stick_svg import CELL, MARGIN
 from tests.programs import Lambda, cli, compile_pt2, export

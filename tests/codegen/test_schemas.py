@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from spyrec.errors import InputFileError
-from spyrec.sim.loader import validate
+from spyrec.sim.files import validate
 from tests.codegen.test_output_dir import GatherAdd
 from tests.programs import compile_pt2, export
 

@@ -249,7 +249,7 @@ def test_every_sample_writes_superdsc_files_the_schema_accepts(tmp_path):
     """Every op of every sample is SuperDSC, valid against superdsc.schema.json; report.json
     counts the files and their bytes."""
     from samples.models import SAMPLES
-    from spyrec.sim.loader import validate
+    from spyrec.sim.files import validate
 
     for name in SAMPLES:
         module, inputs = SAMPLES[name]()

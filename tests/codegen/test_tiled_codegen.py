@@ -26,7 +26,7 @@ from spyrec.passes.registry import CompileContext
 from spyrec.passes.scratchpad_planning import ScratchpadPlanning
 from spyrec.passes.work_division import WorkDivision
 from spyrec.sim.bundle import execute, parse_bundle
-from spyrec.sim.loader import validate
+from spyrec.sim.files import validate
 from tests.passes.textir import ir
 
 SEED = """
@@ -60,7 +60,7 @@ def compile_text(text: str, tmp: Path, cores: int = 32) -> tuple[dict, CompileCo
     src = tmp / "prog.pt2"
     src.write_bytes(b"not read")
     configs = {"pipeline": None, "tiling": None, "layouts": None}
-    return build_outputs(graph, src, [], configs, ctx.report), ctx
+    return build_outputs(graph, src, [], configs, ctx.report).files, ctx
 
 
 def dsc(files: dict, n: int) -> dict:

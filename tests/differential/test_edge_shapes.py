@@ -59,7 +59,8 @@ def test_int8_is_stored_128_per_stick(tmp_path):
 def test_check_keeps_0d_inputs_and_outputs_0d(tmp_path):
     """`--check` feeds eager the npz arrays: a 0-d input must stay 0-d there too."""
     from spyrec.sim.check import check_outputs
-    from spyrec.sim.runner import load_program, simulate
+    from spyrec.sim.directory import load_output_dir
+    from spyrec.sim.runner import simulate
     from tests.programs import compile_pt2, export
 
     module = Lambda(lambda m, x, y: (x * 2, x.to(torch.bfloat16), y + x))
@@ -68,5 +69,5 @@ def test_check_keeps_0d_inputs_and_outputs_0d(tmp_path):
     inputs = {"args_0": x.numpy(), "args_1": y.numpy()}
     result = simulate(out, inputs)
     assert [a.shape for a in result.outputs] == [(), (), (0, 4)]
-    checks = check_outputs(out, load_program(out).manifest, inputs, result.outputs)
+    checks = check_outputs(out, load_output_dir(out).manifest, inputs, result.outputs)
     assert [(c.ok, c.problem) for c in checks] == [(True, None)] * 3

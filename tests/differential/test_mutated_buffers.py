@@ -6,7 +6,8 @@ import torch
 
 from spyrec.sim.check import check_outputs, format_checks
 from spyrec.sim.inputs import npz_arrays
-from spyrec.sim.runner import load_program, simulate
+from spyrec.sim.directory import load_output_dir
+from spyrec.sim.runner import simulate
 from tests.programs import compile_pt2, export
 
 
@@ -44,7 +45,7 @@ def test_mutated_buffers_come_back_under_their_fqn_and_match_eager(tmp_path):
                                rtol=1e-6)
     np.testing.assert_allclose(arrays["output_0"], y0.numpy(), rtol=1e-6)
     np.testing.assert_allclose(arrays["output_1"], y1.numpy(), rtol=1e-6)
-    checks = check_outputs(out, load_program(out).manifest, {"x": x.numpy()}, result.outputs)
+    checks = check_outputs(out, load_output_dir(out).manifest, {"x": x.numpy()}, result.outputs)
     assert [c.ok for c in checks] == [True] * 4
     assert [c.key for c in checks] == [None, None, "count", "layers.0.k_cache"]
     assert "layers.0.k_cache" in format_checks(checks)
@@ -57,5 +58,5 @@ def test_check_flags_a_wrong_mutated_buffer(tmp_path):
     outputs = list(result.outputs)
     k = result.names.index("layers.0.k_cache")
     outputs[k] = outputs[k] + 1
-    checks = check_outputs(out, load_program(out).manifest, {"x": x.numpy()}, outputs)
+    checks = check_outputs(out, load_output_dir(out).manifest, {"x": x.numpy()}, outputs)
     assert [c.ok for c in checks] == [i != k for i in range(4)]

@@ -20,7 +20,7 @@ from spyrec.frontend.host_dtypes import NotFoldable
 from spyrec.frontend.load import load_program
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, OutputSpec, Program, Ref, TensorMeta
-from spyrec.sim.loader import validate
+from spyrec.sim.files import validate
 from tests.differential.harness import run_and_compare
 from tests.programs import export, load_json
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from spyrec.sim.check import compare, format_checks
-from spyrec.sim.inputs import bf16_bits
+from spyrec.bf16 import float32_to_bf16_bits
 
 
 def test_allclose_rule_per_dtype():
@@ -37,4 +37,4 @@ def test_integers_bools_and_shapes():
 
 def test_bf16_outputs_compare_as_values():
     values = np.array([1.0, -2.5, 3.140625], dtype=np.float32)
-    assert compare(0, "y", "bfloat16", bf16_bits(values), values.astype(np.float64)).ok
+    assert compare(0, "y", "bfloat16", float32_to_bf16_bits(values), values.astype(np.float64)).ok

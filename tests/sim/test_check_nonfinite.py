@@ -14,8 +14,8 @@ import torch
 from spyrec.cli import main
 from spyrec.sim.check import compare, format_checks, nonfinite_mismatches
 from spyrec.sim.command import run_document
-from spyrec.sim.inputs import bf16_bits
-from spyrec.sim.loader import validator
+from spyrec.bf16 import float32_to_bf16_bits
+from spyrec.sim.files import validator
 from tests.programs import Lambda, compile_pt2, export
 
 NAN, INF = np.nan, np.inf
@@ -49,7 +49,7 @@ def test_a_nan_next_to_tiny_finite_errors_reports_inf_not_the_finite_error():
 
 def test_bf16_nan_is_counted():
     values = np.array([1.0, NAN, 3.0], np.float32)
-    c = compare(0, "y", "bfloat16", bf16_bits(values), np.array([1.0, 2.0, 3.0]))
+    c = compare(0, "y", "bfloat16", float32_to_bf16_bits(values), np.array([1.0, 2.0, 3.0]))
     assert c.nonfinite == 1 and not c.ok
 
 

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from spyrec.errors import CheckMismatch, InputFileError
 from spyrec.sim.command import run_command
-from spyrec.sim.inputs import bf16_bits
+from spyrec.bf16 import float32_to_bf16_bits
 from tests.sim.builder import elementwise
 
 
@@ -33,7 +33,7 @@ def directory(out, module, dtype="float16"):
 def inputs(tmp_path, rng, dtype="float16"):
     arrays = {n: rng.standard_normal((4, 100)).astype(np.float32) for n in ("x", "y")}
     if dtype == "bfloat16":
-        arrays = {n: bf16_bits(a) for n, a in arrays.items()}
+        arrays = {n: float32_to_bf16_bits(a) for n, a in arrays.items()}
         arrays.update({f"__dtype__.{n}": np.array("bfloat16") for n in ("x", "y")})
     else:
         arrays = {n: a.astype(dtype) for n, a in arrays.items()}

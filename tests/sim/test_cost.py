@@ -8,7 +8,7 @@ import pytest
 from spyrec.costmodel import BUNDLE_OVERHEAD_US, PT_PEAK_FLOPS_PER_CARD
 from spyrec.device import HBM_BYTES_PER_S
 from spyrec.sim.cost import format_table
-from spyrec.sim.loader import validate
+from spyrec.sim.files import validate
 from spyrec.sim.runner import cost_for_directory
 from tests.sim.builder import elementwise, rowmajor2d
 

@@ -1,6 +1,7 @@
-"""`spyrec compile` estimates the cost from the files it built in memory (issue 11 §2): no
-re-read, no schema pass, no xDSL for its own flat bundle. The numbers must be those of the
-written directory read back the untrusted way (schema, verify, xDSL)."""
+"""`spyrec compile` estimates the cost from the documents it has just built (issue 11 §2): no
+re-read, no schema pass, no MLIR parser (spyrec/driver.py, sim/program.py
+`program_from_documents`). That must be the program `spyrec run` reads from the written files
+(schemas, xDSL), and the numbers those of the written directory."""
 
 import json
 import subprocess
@@ -10,68 +11,70 @@ from pathlib import Path
 import pytest
 
 from samples.models import SAMPLES
-from spyrec.sim.loader import _flat_bundle, load_directory, load_files
-from spyrec.sim.runner import cost_for_directory, cost_for_files
-from tests.programs import compile_samples
-from tests.sim.test_loops import tiled_add
+from spyrec.compiler import CompileOptions, compile_program
+from spyrec.driver import estimate_cost
+from spyrec.sim.directory import read_output_dir
+from spyrec.sim.program import program_from_documents
+from spyrec.sim.runner import cost_for_directory
+from tests.programs import export
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "tiling"
+TILED = ["seed_add_mul", "softmax_rows", "decoder_mlp_tokens"]   # loops, symbols, LX
 
 
-def _texts(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+def _compile_keeping_the_documents(pt2: Path, out: Path, **options):
+    """Compile as spyrec compile does, keeping what codegen handed the cost estimate."""
+    kept = []
+
+    def keep(output, tmp):
+        kept.append(output)
+        return estimate_cost(output, tmp)
+    compile_program(pt2, out, CompileOptions(verbose=-1, **options), keep)
+    return kept[0]
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    return compile_samples(tmp_path_factory.mktemp("cost"), SAMPLES)
+def built(tmp_path_factory) -> dict:
+    """name -> (OUT, the documents codegen built for it): every sample and the tiled ones."""
+    from samples.tiling import TILING_SAMPLES
+
+    tmp = tmp_path_factory.mktemp("cost")
+    made = {}
+    for name in sorted(SAMPLES):
+        module, inputs = SAMPLES[name]()
+        pt2 = export(tmp, module, inputs, name)
+        made[name] = (tmp / name, _compile_keeping_the_documents(pt2, tmp / name))
+    for name in TILED:
+        module, inputs = TILING_SAMPLES[name]()
+        pt2 = export(tmp, module, inputs, f"tiled_{name}")
+        made[f"tiled_{name}"] = (tmp / f"tiled_{name}", _compile_keeping_the_documents(
+            pt2, tmp / f"tiled_{name}", tiling=CONFIGS / f"{name}.yaml"))
+    return made
 
 
-@pytest.mark.parametrize("sample", sorted(SAMPLES))
-def test_compile_cost_is_the_cost_of_the_written_directory(compiled, sample):
-    out = compiled[sample]
+NAMES = sorted(SAMPLES) + [f"tiled_{name}" for name in TILED]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compile_cost_is_the_cost_of_the_written_directory(built, name):
+    out, _ = built[name]
     written = json.loads((out / "report.json").read_text())["cost"]
     from_disk = json.loads(json.dumps(cost_for_directory(out)))
     assert written["totals"]["time_us"] > 0 and written["ops"]
     assert written == from_disk
 
 
-@pytest.mark.parametrize("sample", sorted(SAMPLES))
-def test_in_memory_program_equals_the_loaded_directory(compiled, sample):
-    out = compiled[sample]
-    assert load_files(_texts(out), out) == load_directory(out)
-
-
-def test_a_bundle_with_loops_goes_through_xdsl_and_counts_every_execution(out):
-    path = tiled_add(out)
-    texts = _texts(path)
-    assert _flat_bundle(texts["bundle.mlir"].decode(), "bundle.mlir") is None
-    cost = cost_for_files(texts, path)
-    assert cost["ops"][0]["executions"] == 4
-    assert cost == cost_for_directory(path)
-
-
-def test_only_the_exact_flat_form_takes_the_fast_path():
-    good = ('module {\n  func.func @sdsc_bundle() {\n'
-            '    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}\n'
-            '    func.return\n  }\n}\n')
-    (ex,) = _flat_bundle(good, "b.mlir")
-    assert (ex.file, ex.operands, ex.location) == ("sdsc_0.json", (), "b.mlir:3:5")
-    for bad in (good.replace("    sdscbundle", "    // sdscbundle"),
-                good.replace("() {sdsc", "(%a) {sdsc"),
-                good.replace("@sdsc_bundle", "@other"),
-                good.replace("func.return\n", "func.return\n    func.return\n")):
-        assert _flat_bundle(bad, "b.mlir") is None, bad
-
-
-def test_the_trusted_load_imports_neither_jsonschema_nor_xdsl(compiled):
-    out = compiled["mlp_fp32"]
-    code = ("import sys; from pathlib import Path; from spyrec.sim.runner import cost_for_files\n"
-            f"out = Path({str(out)!r})\n"
-            "cost_for_files({p.name: p.read_bytes() for p in out.iterdir()}, out)\n"
-            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('jsonschema', 'xdsl', 'torch'))))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True).stdout.split()
-    assert loaded == []
+@pytest.mark.parametrize("name", NAMES)
+def test_the_program_of_the_documents_is_the_program_of_the_files(built, name):
+    """Every spec and every execution (operands, symbol ids, loop trips, the statement's
+    line and column in bundle.mlir) as the files give them."""
+    out, output = built[name]
+    from_documents = program_from_documents(out, output.manifest, output.sdsc,
+                                            output.executions)
+    from_files = read_output_dir(out)
+    assert from_documents == from_files
+    if name.startswith("tiled_"):
+        assert any(ex.loop and ex.symbol_ids for _, ex in from_files.trace)
 
 
 def _same_json(a, b) -> bool:
@@ -85,36 +88,36 @@ def _same_json(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("sample", ["decoder_fp32", "attention_fp32", "decoder_step"])
-def test_the_documents_compile_reads_back_are_what_their_text_parses_to(tmp_path, monkeypatch,
-                                                                      sample):
-    """compile's cost estimate reads each sdsc document from memory, not from its text: that
-    is only the same program if the document is plain JSON (no tuples, no int keys)."""
-    import spyrec.codegen.writer as writer
-
-    printed = []
-    dump = writer.dump_json
-
-    def recording(obj):
-        text = dump(obj)
-        printed.append(text)
-        return text
-    monkeypatch.setattr(writer, "dump_json", recording)
-    if sample == "decoder_step":          # gathers, KV-cache scatters, LX
+@pytest.mark.parametrize("name", ["decoder_fp32", "attention_fp32", "decoder_step",
+                                  "tiled_decoder_mlp_tokens"])
+def test_the_documents_are_what_their_texts_parse_to(built, tmp_path, name):
+    """The estimate reads each document, not its text: that is only the same program if the
+    document is plain JSON (no tuples, no int keys), as parsing the text gives."""
+    if name == "decoder_step":          # gathers, KV-cache scatters, LX
         from samples.decoder_step import make
-        from tests.programs import compile_pt2, export
 
         module, inputs = make()
-        compile_pt2(export(tmp_path, module, inputs, sample), tmp_path / sample)
+        output = _compile_keeping_the_documents(export(tmp_path, module, inputs, name),
+                                                tmp_path / name)
     else:
-        compile_samples(tmp_path, [sample])
-    assert len(printed) > 3
-    for text in printed:
-        assert _same_json(text.doc, json.loads(text)), text[:200]
+        output = built[name][1]
+    documents = {"manifest.json": output.manifest, **output.sdsc}
+    assert len(documents) > 3
+    for file, document in documents.items():
+        assert _same_json(document, json.loads(output.files[file])), file
 
 
-def test_a_plain_text_is_parsed(tmp_path):
-    """Texts without a document (bytes read from disk) still go through json.loads."""
-    texts = {"x.json": '{"a": [1, 2]}\n'}
-    from spyrec.sim.loader import _Files
-    assert _Files(tmp_path, texts).json("x.json", "sdsc") == {"a": [1, 2]}
+def test_the_estimate_imports_neither_jsonschema_nor_xdsl(built):
+    """The point of estimating from documents: compile pays for no file reader."""
+    out, _ = built["tiled_softmax_rows"]
+    code = ("import sys; from pathlib import Path\n"
+            "from spyrec.compiler import CompileOptions, compile_program\n"
+            "from spyrec.driver import estimate_cost\n"
+            f"compile_program(Path({str(out.parent / 'tiled_softmax_rows.pt2')!r}), "
+            f"Path({str(out.parent / 'again')!r}), CompileOptions(verbose=-1, "
+            f"tiling=Path({str(CONFIGS / 'softmax_rows.yaml')!r})), estimate_cost)\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('jsonschema', 'xdsl'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert loaded == []

@@ -7,7 +7,7 @@ import pytest
 
 from spyrec.errors import InputFileError, SimulatorFault
 from spyrec.sim import simulate
-from spyrec.sim.runner import load_program
+from spyrec.sim.directory import load_output_dir
 from spyrec.sim.verify import op_problems
 from tests.sim.builder import elementwise, rowmajor2d
 
@@ -91,11 +91,11 @@ def test_output_written_twice_within_an_op(out, coords):
 
 def test_one_to_one_proofs(out):
     from spyrec.sim.access import Binding, Chunk, one_to_one
-    from spyrec.sim.loader import load_directory
+    from spyrec.sim.directory import read_output_dir
     out.input("x", [4, 100])
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
-    spec = load_directory(out.write()).ops["sdsc_0.json"]
+    spec = read_output_dir(out.write()).ops["sdsc_0.json"]
     chunk = Chunk(("c0", "c1"), (0, 0), (4, 100))
     from dataclasses import replace
     from spyrec.indexing import parse_expr
@@ -132,8 +132,8 @@ def problems(out, change=None, **kw):
     path = elementwise(out, **kw).write()
     if change:
         edit(path / "sdsc_0.json", change)
-    from spyrec.sim.loader import load_directory
-    return op_problems(load_directory(path).ops["sdsc_0.json"])
+    from spyrec.sim.directory import read_output_dir
+    return op_problems(read_output_dir(path).ops["sdsc_0.json"])
 
 
 def neg(**kw):
@@ -168,7 +168,7 @@ def test_verify_lists_every_problem_at_once(out):
     path = elementwise(out, **neg()).write()
     edit(path / "sdsc_0.json", lambda d: (d.update(op="pow"), d["cores"].pop()))
     with pytest.raises(InputFileError) as e:
-        load_program(path)
+        load_output_dir(path)
     assert "needs op_info.constants ['exponent']" in str(e.value)
     assert "cores lists 1" in str(e.value)
 
@@ -186,12 +186,12 @@ def test_replica_dims_are_unaddressed_unreduced_and_split_over_all_values(out):
     An output in HBM gets no such pass: its copies would write each element again."""
     from dataclasses import replace
 
-    from spyrec.sim.loader import load_directory
+    from spyrec.sim.directory import read_output_dir
 
     out.input("x", [4, 100])
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
-    spec = load_directory(out.write()).ops["sdsc_0.json"]
+    spec = read_output_dir(out.write()).ops["sdsc_0.json"]
     space = dict(spec.iteration_space)
     assert spec.replica_vars == ()
     assert replace(spec, iteration_space={**space, "rep": (4, 4)}).replica_vars == ("rep",)

@@ -8,7 +8,7 @@ import pytest
 from spyrec.errors import InputFileError
 from spyrec.sim import simulate
 from spyrec.sim.inputs import read_inputs, read_npz
-from spyrec.sim.runner import load_program
+from spyrec.sim.directory import load_output_dir
 from tests.sim.builder import OutDir, rowmajor2d
 
 SIGNATURE = ("expected (name: shape, dtype):\n"
@@ -23,7 +23,7 @@ def program(out: OutDir):
     out.input("b", [3], "bfloat16")
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
-    return load_program(out.write()).manifest
+    return load_output_dir(out.write()).manifest
 
 
 def good():

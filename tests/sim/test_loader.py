@@ -6,7 +6,8 @@ import pytest
 
 from spyrec.errors import InputFileError
 from spyrec.indexing import parse_expr
-from spyrec.sim.loader import load_directory, validate
+from spyrec.sim.directory import read_output_dir
+from spyrec.sim.files import validate
 from tests.sim.builder import rowmajor2d
 
 
@@ -31,7 +32,7 @@ def edit(path, fn, whole=False):
 
 
 def test_loads_specs_and_parses_coordinates_once(out):
-    program = load_directory(add_program(out).write())
+    program = read_output_dir(add_program(out).write())
     spec = program.ops["sdsc_0.json"]
     assert spec.vars == ("c0", "c1") and spec.extents == (4, 100)
     assert spec.args[0].coordinates == tuple(parse_expr(c) for c in rowmajor2d())
@@ -69,7 +70,7 @@ def test_schema_violations_name_file_and_json_path(out, file, change, message):
     path = add_program(out).write()
     edit(path / file, change)
     with pytest.raises(InputFileError, match=message):
-        load_directory(path)
+        read_output_dir(path)
 
 
 @pytest.mark.parametrize("file, change, message", [
@@ -99,19 +100,19 @@ def test_structural_errors(out, file, change, message):
     path = add_program(out).write()
     edit(path / file, change, whole="3_add" in message)
     with pytest.raises(InputFileError, match=message):
-        load_directory(path)
+        read_output_dir(path)
 
 
 def test_bad_json_names_line_and_column(out):
     path = add_program(out).write()
     (path / "sdsc_0.json").write_text('{\n "0_add": {\n "debug_handle_": 0,,\n}}')
     with pytest.raises(InputFileError, match=r"sdsc_0.json:3:21: not valid JSON"):
-        load_directory(path)
+        read_output_dir(path)
 
 
 def test_not_a_directory(tmp_path):
     with pytest.raises(InputFileError, match="nope: no such directory"):
-        load_directory(tmp_path / "nope")
+        read_output_dir(tmp_path / "nope")
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputFileError, match="file is not a directory"):
-        load_directory(tmp_path / "file")
+        read_output_dir(tmp_path / "file")

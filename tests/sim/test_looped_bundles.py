@@ -24,7 +24,7 @@ import torch
 
 from spyrec.errors import InputFileError, SimulatorFault
 from spyrec.sim import simulate
-from spyrec.sim.loader import load_directory
+from spyrec.sim.directory import read_output_dir
 from tests.programs import Lambda, compile_pt2, export
 from tests.sim.looped import tile_directory
 
@@ -90,7 +90,7 @@ def test_untiled_and_looped_cost_the_same_bytes(untiled, tmp_path, inputs):
 
 
 def test_executions_carry_symbols_and_loop_indices(untiled, tmp_path):
-    program = load_directory(looped(untiled, tmp_path))
+    program = read_output_dir(looped(untiled, tmp_path))
     executes = [ex for _, ex in program.trace]
     assert [(ex.file, ex.loop) for ex in executes[:4]] == [
         ("sdsc_0.json", (("i_0", 0), ("i_1", 0))), ("sdsc_1.json", (("i_0", 0), ("i_1", 0))),
@@ -116,7 +116,7 @@ def test_bundle_symbol_ids_must_match_the_file(untiled, tmp_path):
                                              r"\(add 'add'.*binds symbol_ids \[-2, -1, -3, -4, .*"
                                              r"but the file's symbolic start addresses use "
                                              r"\[-1, -2, -3, -4, "):
-        load_directory(path)
+        read_output_dir(path)
 
 
 def test_a_wrong_symbol_id_in_the_file(untiled, tmp_path):
@@ -126,7 +126,7 @@ def test_a_wrong_symbol_id_in_the_file(untiled, tmp_path):
         "startAddressCoreCorelet_"]["data_"].update({"[2, 0, 0]": "-99"}))
     with pytest.raises(InputFileError, match=r"sdsc_0.json .* use \[-1, -2, -3, -4, -5, -6, "
                                              r"-99, -8, "):
-        load_directory(path)
+        read_output_dir(path)
 
 
 def test_symbol_ids_count_must_match_operands(untiled, tmp_path):
@@ -137,7 +137,7 @@ def test_symbol_ids_count_must_match_operands(untiled, tmp_path):
     # the dialect's verifier (codegen's) or the interpreter, whichever reads it first
     with pytest.raises(InputFileError, match="12 operands but 11 symbol_ids|11 symbol_ids for "
                                              "12 operands"):
-        load_directory(path)
+        read_output_dir(path)
 
 
 def test_a_core_symbol_off_by_one_stick_is_named_with_its_iteration(untiled, tmp_path,
@@ -219,4 +219,4 @@ def test_operands_without_symbols_are_refused(untiled, tmp_path):
     (path / "bundle.mlir").write_text(text)
     with pytest.raises(InputFileError, match="passes 1 operands without symbol_ids, but the "
                                              "file has 0 symbolic start addresses"):
-        load_directory(path)
+        read_output_dir(path)

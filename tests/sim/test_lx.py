@@ -18,7 +18,7 @@ import torch
 from spyrec.device import LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import SimulatorFault
 from spyrec.sim import simulate
-from spyrec.sim.loader import load_directory
+from spyrec.sim.directory import read_output_dir
 from tests.programs import Lambda, compile_pt2, export
 from tests.sim.looped import loop_bundle, tile_directory
 
@@ -74,7 +74,7 @@ def test_intermediates_in_lx_equal_eager_and_never_touch_hbm(untiled, tmp_path, 
 
 
 def test_lx_args_are_read_per_core(untiled, tmp_path):
-    program = load_directory(in_lx(untiled, tmp_path).path)
+    program = read_output_dir(in_lx(untiled, tmp_path).path)
     y = program.ops["sdsc_0.json"].output
     assert (y.name, y.lx_offset, y.hbm_address) == ("add", 0, None)
     assert y.layout.device_size == (4, 32, 64)          # one core's 32 rows x 4 sticks

@@ -56,10 +56,11 @@ def test_restickify_moves_the_stick_to_dim0(out, rng):
     result = simulate(path, {"x": x})
     assert np.array_equal(result.outputs[0], x)
     # the device really holds columns in sticks now: y's stick (j, c) = x[64j:64j+64, c]
-    from spyrec.sim.runner import load_program, place_tensors
+    from spyrec.sim.directory import load_output_dir
+    from spyrec.sim.runner import place_tensors
     from spyrec.sim.transfer import write_tensor
     from spyrec.sim.executor import run_op
-    program = load_program(path)
+    program = load_output_dir(path)
     hbm = place_tensors(program)
     write_tensor(hbm, program.manifest.tensors["x"], x)
     run_op(program.ops["sdsc_0.json"], program.trace[0][1], hbm)
@@ -101,10 +102,10 @@ def test_broadcast_row_vector(out, rng):
                                       ("bfloat16", "float32")])
 def test_identity_casts_like_torch_to(out, rng, src, dst):
     from tests.sim.builder import LANES, elementwise
-    from spyrec.sim.inputs import bf16_bits
+    from spyrec.bf16 import float32_to_bf16_bits
     x = (rng.standard_normal((4, 100)) * 50).astype(np.float32)
     host = {"float16": x.astype(np.float16), "float32": x, "bool": x > 0,
-            "bfloat16": bf16_bits(x)}[src]
+            "bfloat16": float32_to_bf16_bits(x)}[src]
     got = run(elementwise(out, "identity", {"x": src}, dst), x=host)[0]
     t = torch.from_numpy(host) if src != "bfloat16" else \
         torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)

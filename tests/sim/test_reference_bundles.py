@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from spyrec.errors import InputFileError, UnsupportedProgram
-from spyrec.sim.loader import load_directory
+from spyrec.sim.directory import read_output_dir
 from spyrec.sim.runner import simulate
 
 SEG = 1 << 34   # the reference's 16 GiB memory segments
@@ -246,7 +246,7 @@ def test_matmul_chunks_by_what_each_arg_holds(tmp_path, rng, monkeypatch):
 
     d = write_bundle(tmp_path / "mm", "sdsc_0_batchmatmul.json", matmul(64, 256, 640),
                      matmul_manifest(64, 256, 640))
-    spec = load_directory(d).ops["sdsc_0_batchmatmul.json"]
+    spec = read_output_dir(d).ops["sdsc_0_batchmatmul.json"]
     assert [c.shape for c in access.chunks(spec)] == [(64, 640, 256)]
     budget = 16 * 640
     assert [(c.lo, c.hi) for c in access.chunks(spec, budget)] == [
@@ -281,7 +281,7 @@ def test_pre_may_file_with_a_bare_key(tmp_path, rng):
     ((_, wrapper),) = add_512().items()
     d = write_bundle(tmp_path / "old", "sdsc_2.json", {"add": wrapper}, add_manifest())
     a, b = _fp16(rng, 512, 512), _fp16(rng, 512, 512)
-    program = load_directory(d)
+    program = read_output_dir(d)
     assert program.ops["sdsc_2.json"].index == 2
     (got,) = simulate(d, {"a": a, "b": b}, program=program).outputs
     np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) + b, rtol=1e-2,
@@ -346,20 +346,20 @@ def _overlapping(m):
 def test_bad_manifest(tmp_path, change, message):
     d = write_bundle(tmp_path / "bad", "sdsc_2_add.json", add_512(), change(add_manifest()))
     with pytest.raises(InputFileError, match=message):
-        load_directory(d)
+        read_output_dir(d)
 
 
 def test_a_bundle_naming_a_missing_file(add_dir):
     (add_dir / "bundle.mlir").write_text(BUNDLE.replace("FILE", "sdsc_3_add.json"))
     with pytest.raises(InputFileError, match=r"bundle.mlir:3:3: sdsc_execute names "
                                              r"sdsc_3_add.json, which is not in .*; copy it"):
-        load_directory(add_dir)
+        read_output_dir(add_dir)
 
 
 def test_a_bundle_naming_a_path(add_dir):
     (add_dir / "bundle.mlir").write_text(BUNDLE.replace("FILE", "../sdsc_2_add.json"))
     with pytest.raises(InputFileError, match=r"'../sdsc_2_add.json' is not a file name"):
-        load_directory(add_dir)
+        read_output_dir(add_dir)
 
 
 def test_a_reference_dump_without_a_manifest(add_dir):
@@ -367,14 +367,14 @@ def test_a_reference_dump_without_a_manifest(add_dir):
     with pytest.raises(InputFileError, match=r"manifest.json: missing; .* if another compiler "
                                              r"wrote the bundle, write a manifest.json by hand "
                                              r"\(format spyrec-foreign-manifest/1"):
-        load_directory(add_dir)
+        read_output_dir(add_dir)
 
 
 def test_a_file_named_for_another_op(tmp_path):
     d = write_bundle(tmp_path / "x", "sdsc_3_add.json", add_512(), add_manifest())
     with pytest.raises(InputFileError, match=r"the top key '2_add' is op 2, but the file is "
                                              r"named sdsc_3_add.json"):
-        load_directory(d)
+        read_output_dir(d)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -390,7 +390,7 @@ def test_unsupported_reference_features_are_refused(tmp_path, edit, message):
     d = write_bundle(tmp_path / "u", "sdsc_2_add.json", _edit(add_512(), edit),
                      add_manifest())
     with pytest.raises(UnsupportedProgram, match=message):
-        load_directory(d)
+        read_output_dir(d)
 
 
 def test_a_symbolic_bundle_is_refused(add_dir):
@@ -401,19 +401,19 @@ def test_a_symbolic_bundle_is_refused(add_dir):
         '\t\tsdscbundle.sdsc_execute (%arg_0) {sdsc_filename="sdsc_2_add.json", '
         '"symbol_ids"=[-1]}\n\t\treturn\n\t}\n}\n')
     with pytest.raises(UnsupportedProgram, match=r"a symbolic bundle .* is not simulated"):
-        load_directory(add_dir)
+        read_output_dir(add_dir)
 
 
 def test_empty_later_extras_are_tolerated_and_others_refused(tmp_path):
     doc = _edit(add_512(), lambda w, d: d["dataStageParam_"]["0"].update(
         coreletSplit_={}, paddingSizes_=[]))
     d = write_bundle(tmp_path / "ok", "sdsc_2_add.json", doc, add_manifest())
-    assert load_directory(d).ops["sdsc_2_add.json"].op == "add"
+    assert read_output_dir(d).ops["sdsc_2_add.json"].op == "add"
     doc = _edit(add_512(), lambda w, d: d["computeOp_"][0].update(newField_=1))
     d = write_bundle(tmp_path / "no", "sdsc_2_add.json", doc, add_manifest())
     with pytest.raises(InputFileError, match=r"computeOp_\[0\]: Additional properties .*"
                                              r"newField_.*spyrec reads HEAD-format SuperDSC"):
-        load_directory(d)
+        read_output_dir(d)
 
 
 def test_reader_checks_speak_of_the_reference_file(tmp_path):
@@ -423,7 +423,7 @@ def test_reader_checks_speak_of_the_reference_file(tmp_path):
     d = write_bundle(tmp_path / "f", "sdsc_2_add.json", doc, add_manifest())
     with pytest.raises(InputFileError, match=r"coordInfo.out.folds: .*; the reference's file "
                                              r"does not say"):
-        load_directory(d)
+        read_output_dir(d)
 
 
 # --- the command line --------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from spyrec.sim.loader import SCHEMA_DIR, fast_check, load_directory, validator
+from spyrec.sim.directory import read_output_dir
+from spyrec.sim.files import SCHEMA_DIR, fast_check, validator
 from spyrec.sim.schemacheck import Unsupported, compile_schema
 from tests.jsonpaths import json_paths
 from tests.programs import Lambda, compile_pt2, export
@@ -48,7 +49,7 @@ def documents(tmp_path_factory):
     module = Lambda(lambda m, x: torch.softmax(x @ m.w, dim=-1).sum(0),
                     w=torch.randn(64, 64))
     out = compile_pt2(export(tmp, module, (torch.randn(8, 64),)), tmp / "out")
-    load_directory(out)        # the real files pass
+    read_output_dir(out)        # the real files pass
     docs = {"manifest": [json.loads((out / "manifest.json").read_text())],
             "opspecs": [json.loads((out / "opspecs.json").read_text())],
             "report": [json.loads((out / "report.json").read_text())],

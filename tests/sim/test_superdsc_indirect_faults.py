@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from spyrec.errors import InputFileError, SimulatorFault
-from spyrec.sim.loader import load_directory
+from spyrec.sim.directory import read_output_dir
 from spyrec.sim.runner import simulate
 from tests.programs import Lambda, compile_pt2, export
 
@@ -57,7 +57,7 @@ def _edited(built, tmp_path, n, edit):
 
 
 def _run(path, inputs):
-    load_directory(path)
+    read_output_dir(path)
     return simulate(path, inputs).outputs[0].astype(np.float32)
 
 

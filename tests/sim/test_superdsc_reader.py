@@ -12,7 +12,7 @@ import torch
 
 from spyrec.errors import InputFileError
 from spyrec.sim.runner import simulate
-from spyrec.sim.loader import load_directory
+from spyrec.sim.directory import read_output_dir
 from tests.programs import Lambda, compile_pt2, export
 
 
@@ -41,7 +41,7 @@ def _copy(built, tmp_path, edit):
 
 
 def _result(path, inputs):
-    load_directory(path)           # the reader's checks, before anything runs
+    read_output_dir(path)           # the reader's checks, before anything runs
     return simulate(path, inputs).outputs[0]
 
 

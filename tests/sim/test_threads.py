@@ -139,10 +139,11 @@ def test_overlapping_output_is_not_threaded(samples, monkeypatch):
     from dataclasses import replace
 
     from spyrec.sim.access import bind
-    from spyrec.sim.runner import load_program, place_lx, place_tensors
+    from spyrec.sim.directory import load_output_dir
+    from spyrec.sim.runner import place_lx, place_tensors
 
     monkeypatch.setattr(threads, "CHUNK_POINTS", 64)
-    program = load_program(samples["mlp_fp16"])
+    program = load_output_dir(samples["mlp_fp16"])
     kernel, ex = next((k, e) for k, e in program.trace
                       if program.ops[e.file].op == "batchmatmul")
     spec = program.ops[ex.file]

@@ -10,7 +10,7 @@ import pytest
 from spyrec.errors import InputFileError, SimulatorFault
 from spyrec.layout import DeviceLayout
 from spyrec.sim.memory import Hbm
-from spyrec.sim.numerics import bf16_bits_to_float32, float32_to_bf16_bits
+from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
 from spyrec.sim.specs import TensorSpec
 from spyrec.sim.transfer import element_offsets, read_tensor, write_tensor
 

@@ -1,0 +1,42 @@
+"""`spyrec compile` as users get it: the compiler's output directory, with the simulator's cost
+estimate of what was built in its report (report.json `cost`, the table in report.txt).
+
+The one place the compiler and the simulator meet. The compiler imports nothing of the
+simulator (tests/test_layers.py): the cost model reads what a compile produced, as `spyrec run`
+reads it, so it belongs to the simulator, and the compiler takes the estimate as a function
+(`compiler.CostEstimate`). It runs from the documents codegen has just built, in memory
+(`codegen.writer.BuiltOutput`, `sim.program.program_from_documents`): re-reading the files,
+schema-checking them and parsing the bundle's MLIR would cost more than codegen itself
+(issue 11), and would check nothing the builder does not. The CLI, the Python API, the tests'
+and the benchmarks' compiles all come through `compile_and_estimate`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spyrec.compiler import CompileOptions, compile_program
+
+if TYPE_CHECKING:
+    from spyrec.codegen.writer import BuiltOutput
+
+
+def compile_and_estimate(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
+    """Compile `source` into `out_dir`, its report with the cost section; returns the report."""
+    return compile_program(source, out_dir, opts, estimate_cost)
+
+
+def estimate_cost(output: BuiltOutput, out_dir: Path) -> tuple[dict, str]:
+    """The cost section of a built output directory and its table (`compiler.CostEstimate`):
+    the numbers `spyrec inspect` and `spyrec run --report` give once the files are written
+    (tests/sim/test_cost_from_memory.py). Not verified: `verify_program` checks files a user
+    hands to `spyrec run`, and would cost compile a third of the estimate to re-check its own
+    output."""
+    from spyrec.sim.cost import format_table
+    from spyrec.sim.program import program_from_documents
+    from spyrec.sim.runner import program_cost
+
+    program = program_from_documents(out_dir, output.manifest, output.sdsc, output.executions)
+    cost = program_cost(program)
+    return cost, format_table(cost)

@@ -1,0 +1,76 @@
+"""Which reader a directory needs, decided once, above both readers.
+
+A directory given to `spyrec run` or `spyrec inspect` is either a spyrec output directory
+(`loader.py`) or a bundle another compiler wrote with a hand-written manifest (`foreign.py`,
+docs/formats.md "Reference bundles"). The two readers share the helpers below them (`files.py`,
+`program.py`, `superdsc.py`, `bundle.py`) and never import each other; this module is the one
+place that looks at a directory and picks one.
+
+    read_output_dir(out_dir) -> OutputProgram   every file read and checked
+    load_output_dir(out_dir) -> OutputProgram   the same, then verified statically (what a run
+                                                and the cost model start from)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spyrec.errors import InputFileError
+from spyrec.sim.foreign import DOCS, FORMAT, read_reference_dir
+from spyrec.sim.loader import read_spyrec_dir
+from spyrec.sim.program import OutputProgram
+from spyrec.sim.verify import verify_program
+
+
+def load_output_dir(out_dir: str | Path) -> OutputProgram:
+    """Read and statically verify an output directory (sim/verify.py)."""
+    program = read_output_dir(out_dir)
+    verify_program(program)
+    return program
+
+
+def read_output_dir(out_dir: str | Path) -> OutputProgram:
+    """The program of a spyrec output directory or of a reference bundle, every file checked
+    (not yet verified: `load_output_dir`)."""
+    out_dir = Path(out_dir)
+    check_output_directory(out_dir)
+    check_manifest_present(out_dir)
+    if is_foreign(out_dir):
+        return read_reference_dir(out_dir)
+    return read_spyrec_dir(out_dir)
+
+
+def check_output_directory(out_dir: Path) -> None:
+    """`out_dir` exists and is a directory (`run` and `inspect` both start here)."""
+    if not out_dir.exists():
+        raise InputFileError(f"{out_dir}: no such directory; give the output directory of "
+                             f"spyrec compile")
+    if not out_dir.is_dir():
+        raise InputFileError(f"{out_dir} is not a directory; give the output directory of "
+                             f"spyrec compile (the one holding manifest.json)")
+
+
+def check_manifest_present(out_dir: Path) -> None:
+    """A directory with a bundle but no manifest is most likely the reference's own dump."""
+    if not (out_dir / "manifest.json").exists() and (out_dir / "bundle.mlir").exists():
+        raise InputFileError(f"{out_dir / 'manifest.json'}: missing; if spyrec compile wrote "
+                             f"this directory, re-run it; if another compiler wrote the bundle, "
+                             f"write a manifest.json by hand (format {FORMAT}: tensors, "
+                             f"addresses, inputs, outputs; {DOCS})")
+
+
+def is_foreign(out_dir: Path) -> bool:
+    """Whether OUT/manifest.json is a hand-written foreign manifest (anything else, even an
+    unreadable file, goes to spyrec's reader, which reports it)."""
+    try:
+        text = (out_dir / "manifest.json").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if FORMAT not in text:
+        return False
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT

@@ -1,0 +1,435 @@
+"""The program the simulator runs, built from an output directory's documents.
+
+One builder for both ways a program arrives: `loader.py` reads a spyrec output directory from
+disk (each file parsed and schema-checked, `files.py`) and calls `read_manifest` and
+`build_output_program`; `spyrec compile` hands the documents it has just built, still in memory,
+to `program_from_documents` (through `spyrec/driver.py`, which composes the compiler and the
+simulator: the compiler imports nothing of the simulator), so the cost estimate in report.json
+is the estimate of exactly what `spyrec run` will read, without re-reading or schema-checking
+files (that cost more than codegen, issue 11). What the schema cannot say (lengths that must
+agree, a stick dim of 128 bytes, coordinates that parse, symbol ids an execution binds) is
+checked here, on every path, while building the `specs` dataclasses; coordinate strings are
+parsed exactly once, here. A reference bundle (`foreign.py`) builds the same `OutputProgram`
+from its own manifest form, with `device_layout` and `address_resolver` from here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
+from spyrec.errors import InputFileError
+from spyrec.indexing import ExprSyntaxError, Indirect, Var, parse_expr
+from spyrec.layout import DeviceLayout
+from spyrec.layout.dtypes import DEVICE_DTYPES, device_dtype_for
+from spyrec.sim.specs import (
+    ArgSpec, CoreSplit, Execute, KernelSpec, Manifest, OpSpec, TensorSpec)
+from spyrec.sim.superdsc import Resolver, SuperDscReader
+
+_SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
+
+@dataclass(frozen=True)
+class WeightEntry:
+    """Where one constant's device form lies in `weights.bin` (manifest `weights.tensors[]`):
+    exactly its tensor's `device_bytes`, in its layout."""
+
+    name: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The manifest's `weights` section, checked against the tensors it describes."""
+
+    file: str
+    nbytes: int
+    entries: tuple[WeightEntry, ...]    # manifest order
+
+
+@dataclass(frozen=True)
+class OutputProgram:
+    """Everything the simulator needs from an output directory (or the compiler's documents of
+    one), checked: what it executes and what the cost model reads."""
+
+    out_dir: Path
+    manifest: Manifest
+    ops: dict[str, OpSpec]                  # by file name
+    trace: tuple[tuple[str, Execute], ...]  # (kernel name, execute) in execution order
+    weights: Weights | None = None          # None: a foreign bundle (no constants file)
+
+
+# --- manifest ---------------------------------------------------------------------------------
+
+
+def device_layout(label: str, size: list, stride_map: list, device_dtype: str) -> DeviceLayout:
+    """A DeviceLayout from a document's fields, after the checks that DeviceLayout itself only
+    asserts (`label` says where, for the message)."""
+    if len(size) != len(stride_map):
+        raise InputFileError(f"{label}: device_size {size} and stride_map {stride_map} differ "
+                             f"in length")
+    lanes = DEVICE_DTYPES[device_dtype].elems_per_stick
+    if size[-1] != lanes:
+        raise InputFileError(f"{label}: the last device dim holds the stick lanes and must be "
+                             f"{lanes} for {device_dtype}, got device_size {size}")
+    return DeviceLayout(tuple(size), tuple(stride_map), device_dtype)
+
+
+def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
+    label = f"{path}: at $.tensors[{i}] ('{t['name']}')"
+    layout = device_layout(label, t["device_size"], t["stride_map"], t["device_dtype"])
+    expected = device_dtype_for(t["host_dtype"]).name
+    if t["device_dtype"] != expected:
+        raise InputFileError(f"{label}: host dtype {t['host_dtype']} is stored as {expected} on "
+                             f"the device, not {t['device_dtype']}")
+    if t["device_bytes"] != layout.device_bytes:
+        raise InputFileError(f"{label}: device_bytes {t['device_bytes']} but the layout "
+                             f"{list(layout.device_size)} needs {layout.device_bytes}")
+    lx, lx_bytes = t.get("lx_address"), t.get("lx_bytes_per_core")
+    if (t["hbm_address"] is None) == (lx is None) or (lx is None) != (lx_bytes is None):
+        raise InputFileError(f"{label}: a tensor has either an hbm_address, or an lx_address "
+                             f"with lx_bytes_per_core (got hbm_address {t['hbm_address']}, "
+                             f"lx_address {lx}, lx_bytes_per_core {lx_bytes}); re-run spyrec "
+                             f"compile")
+    if lx is not None and t["role"] != "intermediate":
+        raise InputFileError(f"{label}: a program {t['role']} cannot live in LX (lx_address "
+                             f"{lx}): the host reads and writes HBM only; re-run spyrec compile")
+    return TensorSpec(t["name"], t["role"], tuple(t["host_shape"]), t["host_dtype"], layout,
+                      t["hbm_address"], t["device_bytes"], t["source"], lx, lx_bytes)
+
+
+def read_manifest(path: Path, data: dict) -> tuple[Manifest, Weights]:
+    """manifest.json's document (`path` for messages) as the Manifest and its weights section,
+    every name it uses checked against its tensors."""
+    tensors: dict[str, TensorSpec] = {}
+    for i, t in enumerate(data["tensors"]):
+        if t["name"] in tensors:
+            raise InputFileError(f"{path}: at $.tensors[{i}]: tensor '{t['name']}' is listed "
+                                 f"twice")
+        tensors[t["name"]] = _tensor(path, i, t)
+    for key in ("inputs", "outputs"):
+        for i, name in enumerate(data[key]):
+            if name not in tensors:
+                raise InputFileError(f"{path}: at $.{key}[{i}]: no tensor named '{name}' in "
+                                     f"$.tensors")
+    for i, name in enumerate(data["inputs"]):
+        if tensors[name].role != "input":
+            raise InputFileError(f"{path}: at $.inputs[{i}]: tensor '{name}' has role "
+                                 f"{tensors[name].role}, not input")
+    if data["hbm_bytes"] > DEVICE_MEMORY_BYTES:
+        raise InputFileError(f"{path}: at $.hbm_bytes: {format_bytes(data['hbm_bytes'])} is more "
+                             f"than the device has ({format_bytes(DEVICE_MEMORY_BYTES)}); the "
+                             f"file was changed or is damaged: re-run spyrec compile")
+    for i, k in enumerate(data["kernels"]):
+        if Path(k["bundle"]).name != k["bundle"] or k["bundle"] in (".", ".."):
+            raise InputFileError(f"{path}: at $.kernels[{i}].bundle: {k['bundle']!r} is not a "
+                                 f"file name in the output directory; re-run spyrec compile")
+    kernels = tuple(KernelSpec(k["name"], k["bundle"], tuple(k["ops"]))
+                    for k in data["kernels"])
+    mutated = tuple(data.get("mutated_buffers", {}).items())
+    for fqn, name in mutated:
+        if name not in tensors:
+            raise InputFileError(f"{path}: at $.mutated_buffers.{fqn}: no tensor named "
+                                 f"'{name}' in $.tensors")
+    lx_args = _arg_names(path, data, tensors, "lx_args", "LX", lambda t: t.lx_address)
+    hbm_args = _arg_names(path, data, tensors, "hbm_args", "HBM", lambda t: t.hbm_address)
+    return (Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
+                     data["hbm_bytes"], mutated, lx_args, hbm_args),
+            _weights(path, data["weights"], tensors))
+
+
+def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weights:
+    """`weights`: every constant listed once, with its tensor's dtype and shape, aligned, and
+    inside the file's `bytes`, without overlaps."""
+    entries, end = [], 0
+    for i, w in enumerate(section["tensors"]):
+        label = f"{path}: at $.weights.tensors[{i}] ('{w['name']}')"
+        t = tensors.get(w["name"])
+        if t is None or t.role != "constant":
+            raise InputFileError(f"{label}: not a constant tensor of $.tensors; re-run spyrec "
+                                 f"compile")
+        if w["device_dtype"] != t.layout.device_dtype or \
+                tuple(w["device_size"]) != tuple(t.layout.device_size):
+            raise InputFileError(f"{label}: {w['device_dtype']} {w['device_size']}, the tensor's "
+                                 f"layout is {t.layout.device_dtype} "
+                                 f"{list(t.layout.device_size)}; re-run spyrec compile")
+        nbytes = t.device_bytes
+        if w["bytes"] != nbytes:
+            raise InputFileError(f"{label}: bytes {w['bytes']}, the tensor's device_bytes are "
+                                 f"{nbytes}; re-run spyrec compile")
+        if w["offset"] % section["alignment"] or w["offset"] < end:
+            raise InputFileError(f"{label}: offset {w['offset']} is not a multiple of "
+                                 f"{section['alignment']} past the previous tensor's end "
+                                 f"({end}); re-run spyrec compile")
+        end = w["offset"] + nbytes
+        if end > section["bytes"]:
+            raise InputFileError(f"{label}: ends at byte {end}, past the end of "
+                                 f"{section['file']} ($.weights.bytes {section['bytes']}); "
+                                 f"re-run spyrec compile")
+        entries.append(WeightEntry(w["name"], w["offset"], nbytes))
+    listed = {e.name for e in entries}
+    if len(listed) != len(entries):
+        raise InputFileError(f"{path}: at $.weights.tensors: a tensor is listed twice; re-run "
+                             f"spyrec compile")
+    missing = [n for n, t in tensors.items() if t.role == "constant" and n not in listed]
+    if missing:
+        raise InputFileError(f"{path}: at $.weights.tensors: no values for the constant(s) "
+                             f"{', '.join(missing)}; re-run spyrec compile")
+    return Weights(section["file"], section["bytes"], tuple(entries))
+
+
+def _arg_names(path: Path, data: dict, tensors: dict, key: str, memory: str,
+               address) -> dict:
+    """The manifest's `lx_args` / `hbm_args` table ({file: {arg index: tensor}}), each name a
+    tensor of $.tensors that lives in that memory (`address(tensor)` is not None)."""
+    table = data.get(key, {})
+    for file, held in table.items():
+        for i, name in held.items():
+            if name not in tensors or address(tensors[name]) is None:
+                raise InputFileError(f"{path}: at $.{key}.{file}.{i}: '{name}' is not an "
+                                     f"{memory} tensor of $.tensors; re-run spyrec compile")
+    return table
+
+
+# --- sdsc -------------------------------------------------------------------------------------
+
+
+def _coordinates(label: str, texts: list[str], layout: DeviceLayout) -> tuple:
+    if len(texts) != len(layout.device_size):
+        raise InputFileError(f"{label}.device_coordinates: {len(texts)} coordinates for "
+                             f"{len(layout.device_size)} device dims")
+    out = []
+    for j, text in enumerate(texts):
+        try:
+            out.append(parse_expr(text))
+        except ExprSyntaxError as e:
+            raise InputFileError(f"{label}.device_coordinates[{j}]: {e}") from None
+    return tuple(out)
+
+
+def _arg(label: str, a: dict, index_names: set[str]) -> ArgSpec:
+    layout = device_layout(label, a["device_size"], a["stride_map"], a["device_dtype"])
+    alloc = a["allocation"]
+    return ArgSpec(
+        name=a["name"], is_input=a["is_input"], arg_index=a["arg_index"], layout=layout,
+        coordinates=_coordinates(label, a["device_coordinates"], layout),
+        coordinate_text=tuple(a["device_coordinates"]),
+        hbm_address=alloc.get("hbm"), lx_offset=alloc.get("lx"), operand=a["operand"],
+        per_tile_fixed=a["per_tile_fixed"], is_index=a["name"] in index_names)
+
+
+def _indirect_names(data: dict) -> set[str]:
+    names = set()
+    for a in data["args"]:
+        for text in a["device_coordinates"]:
+            names.update(re.findall(r"IndirectAccess\('([^']*)'\)", text))
+    return names
+
+
+def read_op(path: Path, doc: dict, manifest: Manifest, first: Execute | None = None,
+            lookup: tuple | None = None) -> OpSpec:
+    """One `sdsc_<n>.json` document (`path` for messages): SuperDSC (sim/superdsc.py), the only
+    form the compiler writes, or the `spyrecAccess_` test-fixture form (docs/formats.md) in
+    which hand-written simulator tests state device coordinates, wrong ones included.
+    `first`: the op's first execution, whose operands name the tensors of symbolic start
+    addresses; `lookup`: `manifest_index(manifest)`, built once per program."""
+    filename = path.name
+    (key, wrapper), = doc.items()
+    m = _SDSC_NAME.match(filename)
+    index = int(key.split("_", 1)[0])
+    if m and int(m.group(1)) != index:
+        raise InputFileError(f"{path}: the top key {key!r} is op {index}, but the file is "
+                             f"named {filename}")
+    if "spyrecAccess_" not in wrapper:
+        resolve, lx_names = lookup or manifest_index(manifest)
+        return SuperDscReader(path, key, wrapper, resolve, first, lx_names,
+                              manifest.lx_args.get(filename, {}),
+                              _held_resolver(manifest, filename)).op(filename, index)
+    return _load_access(path, filename, index, wrapper["spyrecAccess_"])
+
+
+def manifest_index(manifest: Manifest) -> tuple:
+    """What the SuperDSC reader looks tensors up in (HBM by address, LX by offset): built once
+    per program, not once per op."""
+    return address_resolver(manifest.tensors.values()), _lx_names(manifest)
+
+
+def address_resolver(tensors: Iterable[TensorSpec]) -> Resolver:
+    """address -> (tensor name, first byte, bytes) of the HBM tensor holding it, or None.
+    Where tensors overlap (memory_planning reuses bytes over time) the latest start wins;
+    `hbm_args` names the tensor of such args (`_held_resolver`)."""
+    spans = sorted((t.hbm_address, t.device_bytes, t.name) for t in tensors
+                   if t.hbm_address is not None)
+    starts = [a for a, _, _ in spans]
+
+    def resolve(address: int):
+        k = bisect.bisect_right(starts, address) - 1
+        if k >= 0 and address < spans[k][0] + spans[k][1]:
+            return spans[k][2], spans[k][0], spans[k][1]
+        return None
+    return resolve
+
+
+def _held_resolver(manifest: Manifest, filename: str):
+    """arg index -> (tensor name, first byte, bytes) for the args manifest hbm_args names (their
+    bytes are reused over time, so the address alone names two tensors)."""
+    held = manifest.hbm_args.get(filename, {})
+
+    def named(i: int):
+        t = manifest.tensors.get(held.get(str(i), ""))
+        return None if t is None else (t.name, t.hbm_address, t.device_bytes)
+    return named
+
+
+def _lx_names(manifest: Manifest) -> dict[int, list[str]]:
+    """LX tensors by offset, manifest order: an LX arg names its tensor by its offset."""
+    names: dict[int, list[str]] = {}
+    for t in manifest.tensors.values():
+        if t.lx_address is not None:
+            names.setdefault(t.lx_address, []).append(t.name)
+    return names
+
+
+def _load_access(path: Path, filename: str, index: int, data: dict) -> OpSpec:
+    index_names = _indirect_names(data)
+    args = tuple(_arg(f"{path}: at $.args[{i}]", a, index_names)
+                 for i, a in enumerate(data["args"]))
+    space = {v: (n, k) for v, (n, k) in data["iteration_space"].items()}
+    cores = tuple(CoreSplit(c["core"], {v: (lo, hi) for v, (lo, hi) in c["ranges"].items()},
+                            tuple(c["arg_start_bytes"])) for c in data["cores"])
+    spec = OpSpec(file=filename, index=index, op=data["op"], name=data["name"],
+                  source=data["source"], is_reduction=data["is_reduction"],
+                  iteration_space=space, reduced=tuple(data["reduced"]),
+                  constants=dict(data["op_info"].get("constants", {})), args=args, cores=cores)
+    _check_structure(path, spec)
+    return spec
+
+
+def _check_structure(path: Path, spec: OpSpec) -> None:
+    """Facts about args and vars that every later stage relies on."""
+    def fail(where: str, msg: str) -> None:
+        raise InputFileError(f"{path}: at $.{where}: {msg}")
+
+    names = [a.name for a in spec.args]
+    for i, a in enumerate(spec.args):
+        if a.arg_index != i:
+            fail(f"args[{i}].arg_index", f"{a.arg_index}, but arg_index is the position {i}")
+        if a.is_input != (i < len(spec.args) - 1):
+            fail(f"args[{i}].is_input", "args are the inputs followed by exactly one output")
+        for j, coord in enumerate(a.coordinates):
+            for leaf in coord.free_atoms():
+                if isinstance(leaf, Var) and leaf.name not in spec.iteration_space:
+                    fail(f"args[{i}].device_coordinates[{j}]",
+                         f"'{leaf.name}' is not an iteration variable ({', '.join(spec.vars)})")
+                if isinstance(leaf, Indirect) and (
+                        leaf.tensor not in names or not spec.args[names.index(leaf.tensor)]
+                        .is_input or leaf.tensor == a.name):
+                    fail(f"args[{i}].device_coordinates[{j}]",
+                         f"IndirectAccess('{leaf.tensor}') must name another input arg")
+    seen_value = False
+    for i, a in enumerate(spec.args[:-1]):
+        if a.is_index and seen_value:
+            fail(f"args[{i}]", f"index tensor '{a.name}' must come before the value inputs")
+        seen_value = seen_value or not a.is_index
+        if a.is_index and any(isinstance(x, Indirect) for c in a.coordinates
+                              for x in c.free_atoms()):
+            fail(f"args[{i}]", "an index tensor cannot itself be gathered")
+    for v in spec.reduced:
+        if v not in spec.iteration_space:
+            fail("reduced", f"'{v}' is not an iteration variable")
+    for k, core in enumerate(spec.cores):
+        if set(core.ranges) != set(spec.iteration_space):
+            fail(f"cores[{k}].ranges", f"vars {sorted(core.ranges)}, expected "
+                                       f"{list(spec.vars)}")
+        if len(core.arg_start_bytes) != len(spec.args):
+            fail(f"cores[{k}].arg_start_bytes", f"{len(core.arg_start_bytes)} entries for "
+                                                f"{len(spec.args)} args")
+
+
+# --- the program ------------------------------------------------------------------------------
+
+
+def build_output_program(out_dir: Path, manifest: Manifest, weights: Weights | None,
+                         op_document: Callable[[str], dict],
+                         bundle_executions: Callable[[str], Sequence[Execute]]) -> OutputProgram:
+    """The program of `manifest` (from `read_manifest`): every kernel's executions
+    (`bundle_executions(bundle file name)`) and every op a kernel lists
+    (`op_document(file name)`), asked for in that order, each execution checked against its
+    kernel's ops and its op's symbol ids. `out_dir` names the files in messages."""
+    lookup = manifest_index(manifest)
+    ops: dict[str, OpSpec] = {}
+    trace: list[tuple[str, Execute]] = []
+    for kernel in manifest.kernels:
+        listed = set(kernel.ops)
+        executes = bundle_executions(kernel.bundle)   # first: symbols name their tensors
+        first: dict[str, Execute] = {}
+        for ex in executes:
+            if ex.file not in listed:
+                raise InputFileError(f"{ex.location}: executes {ex.file}, which kernel "
+                                     f"'{kernel.name}' of manifest.json does not list in ops")
+            first.setdefault(ex.file, ex)
+            trace.append((kernel.name, ex))
+        for filename in kernel.ops:
+            if filename not in ops:
+                ops[filename] = read_op(out_dir / filename, op_document(filename), manifest,
+                                        first.get(filename), lookup)
+        for ex in executes:
+            check_symbols(ops[ex.file], ex)
+    return OutputProgram(out_dir, manifest, ops, tuple(trace), weights)
+
+
+# One execution as `program_from_documents` takes it: (sdsc file, operand values, line and
+# column of its sdsc_execute in the bundle's text, symbol ids, ((loop var, value), ...)).
+ExecutionRow = tuple[str, tuple[int, ...], int, int, tuple[int, ...], tuple[tuple[str, int], ...]]
+
+
+def program_from_documents(out_dir: Path, manifest: dict, sdsc: Mapping[str, dict],
+                           executions: Mapping[str, Sequence[ExecutionRow]]) -> OutputProgram:
+    """The OutputProgram of an output directory given as documents rather than files: the
+    manifest's document, every sdsc file's document by file name, and every bundle's
+    executions in order, as data (`ExecutionRow`). This is how `spyrec compile` estimates the
+    cost of what it has just built (spyrec/driver.py): the same builder as a directory read
+    from disk, without the text, the schema pass or the bundle's MLIR parser, which only
+    files need; messages name the files as `out_dir / name`. The documents must be plain
+    JSON values (lists, str keys), as parsing their text would give."""
+    manifest_spec, weights = read_manifest(out_dir / "manifest.json", manifest)
+
+    def document(name: str) -> dict:
+        if name not in sdsc:
+            raise InputFileError(f"{out_dir / name}: no such file in the output")
+        return sdsc[name]
+
+    def bundle(name: str) -> list[Execute]:
+        if name not in executions:
+            raise InputFileError(f"{out_dir / name}: no such file in the output")
+        label = out_dir / name
+        return [Execute(file, operands, f"{label}:{line}:{column}", ids, loop)
+                for file, operands, line, column, ids, loop in executions[name]]
+    return build_output_program(out_dir, manifest_spec, weights, document, bundle)
+
+
+def check_symbols(spec: OpSpec, ex: Execute) -> None:
+    """The execute binds exactly the op's symbol ids, in order of first appearance (HBM args
+    in tensor order, then cores; tiling contract §2), and concrete args take no operand."""
+    ids: list[int] = []
+    for arg in spec.args:
+        for i in arg.symbols or ():
+            if i not in ids:
+                ids.append(i)
+    if any(a.operand is not None for a in spec.args):
+        return                            # the spyrecAccess_ form names operands itself
+    if len(ex.operands) != len(ids) and not ex.symbol_ids:
+        raise InputFileError(
+            f"{ex.location}: sdsc_execute of {spec.describe()} passes {len(ex.operands)} "
+            f"operands without symbol_ids, but the file has {len(ids)} symbolic start "
+            f"addresses to bind; re-run spyrec compile")
+    if tuple(ids) != ex.symbol_ids:
+        raise InputFileError(
+            f"{ex.location}: sdsc_execute of {spec.describe()} binds symbol_ids "
+            f"{list(ex.symbol_ids)}, but the file's symbolic start addresses use "
+            f"{ids or 'none'} (in order of first appearance); the bundle and the file "
+            f"disagree: re-run spyrec compile")
