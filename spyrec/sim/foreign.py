@@ -39,8 +39,8 @@ from spyrec.layout import (
 from spyrec.sim.check import OutputCheck, comparable, compare
 from spyrec.sim.files import parse_json, read_text, validate
 from spyrec.sim.inputs import check_arrays, read_arrays, signature
-from spyrec.sim.program import OutputProgram, address_resolver, device_layout
-from spyrec.sim.specs import Execute, KernelSpec, Manifest, OpSpec, TensorSpec
+from spyrec.sim.program import OutputProgram, address_resolver
+from spyrec.sim.specs import Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout
 from spyrec.sim.superdsc import SuperDscReader
 
 FORMAT = "spyrec-foreign-manifest/1"

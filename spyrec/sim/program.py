@@ -7,10 +7,11 @@ to `program_from_documents` (through `spyrec/driver.py`, which composes the comp
 simulator: the compiler imports nothing of the simulator), so the cost estimate in report.json
 is the estimate of exactly what `spyrec run` will read, without re-reading or schema-checking
 files (that cost more than codegen, issue 11). What the schema cannot say (lengths that must
-agree, a stick dim of 128 bytes, coordinates that parse, symbol ids an execution binds) is
-checked here, on every path, while building the `specs` dataclasses; coordinate strings are
-parsed exactly once, here. A reference bundle (`foreign.py`) builds the same `OutputProgram`
-from its own manifest form, with `device_layout` and `address_resolver` from here.
+agree, a stick dim of 128 bytes, names that must exist, symbol ids an execution binds, each
+core's slice and start address in a SuperDSC file: `superdsc.py`) is checked here, on every
+path, while building the `specs` dataclasses. A reference bundle (`foreign.py`) builds the same
+`OutputProgram` from its own manifest form, with `address_resolver` from here; the test
+fixtures' `spyrecAccess_` form is read apart (`access_form.py`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
-from spyrec.indexing import ExprSyntaxError, Indirect, Var, parse_expr
-from spyrec.layout import DeviceLayout
-from spyrec.layout.dtypes import DEVICE_DTYPES, device_dtype_for
+from spyrec.layout.dtypes import device_dtype_for
+from spyrec.sim.access_form import is_access_form, read_access_form
 from spyrec.sim.specs import (
-    ArgSpec, CoreSplit, Execute, KernelSpec, Manifest, OpSpec, TensorSpec)
+    Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout)
 from spyrec.sim.superdsc import Resolver, SuperDscReader
 
 _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
@@ -64,19 +64,6 @@ class OutputProgram:
 
 
 # --- manifest ---------------------------------------------------------------------------------
-
-
-def device_layout(label: str, size: list, stride_map: list, device_dtype: str) -> DeviceLayout:
-    """A DeviceLayout from a document's fields, after the checks that DeviceLayout itself only
-    asserts (`label` says where, for the message)."""
-    if len(size) != len(stride_map):
-        raise InputFileError(f"{label}: device_size {size} and stride_map {stride_map} differ "
-                             f"in length")
-    lanes = DEVICE_DTYPES[device_dtype].elems_per_stick
-    if size[-1] != lanes:
-        raise InputFileError(f"{label}: the last device dim holds the stick lanes and must be "
-                             f"{lanes} for {device_dtype}, got device_size {size}")
-    return DeviceLayout(tuple(size), tuple(stride_map), device_dtype)
 
 
 def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
@@ -198,38 +185,6 @@ def _arg_names(path: Path, data: dict, tensors: dict, key: str, memory: str,
 # --- sdsc -------------------------------------------------------------------------------------
 
 
-def _coordinates(label: str, texts: list[str], layout: DeviceLayout) -> tuple:
-    if len(texts) != len(layout.device_size):
-        raise InputFileError(f"{label}.device_coordinates: {len(texts)} coordinates for "
-                             f"{len(layout.device_size)} device dims")
-    out = []
-    for j, text in enumerate(texts):
-        try:
-            out.append(parse_expr(text))
-        except ExprSyntaxError as e:
-            raise InputFileError(f"{label}.device_coordinates[{j}]: {e}") from None
-    return tuple(out)
-
-
-def _arg(label: str, a: dict, index_names: set[str]) -> ArgSpec:
-    layout = device_layout(label, a["device_size"], a["stride_map"], a["device_dtype"])
-    alloc = a["allocation"]
-    return ArgSpec(
-        name=a["name"], is_input=a["is_input"], arg_index=a["arg_index"], layout=layout,
-        coordinates=_coordinates(label, a["device_coordinates"], layout),
-        coordinate_text=tuple(a["device_coordinates"]),
-        hbm_address=alloc.get("hbm"), lx_offset=alloc.get("lx"), operand=a["operand"],
-        per_tile_fixed=a["per_tile_fixed"], is_index=a["name"] in index_names)
-
-
-def _indirect_names(data: dict) -> set[str]:
-    names = set()
-    for a in data["args"]:
-        for text in a["device_coordinates"]:
-            names.update(re.findall(r"IndirectAccess\('([^']*)'\)", text))
-    return names
-
-
 def read_op(path: Path, doc: dict, manifest: Manifest, first: Execute | None = None,
             lookup: tuple | None = None) -> OpSpec:
     """One `sdsc_<n>.json` document (`path` for messages): SuperDSC (sim/superdsc.py), the only
@@ -244,12 +199,12 @@ def read_op(path: Path, doc: dict, manifest: Manifest, first: Execute | None = N
     if m and int(m.group(1)) != index:
         raise InputFileError(f"{path}: the top key {key!r} is op {index}, but the file is "
                              f"named {filename}")
-    if "spyrecAccess_" not in wrapper:
+    if not is_access_form(wrapper):
         resolve, lx_names = lookup or manifest_index(manifest)
         return SuperDscReader(path, key, wrapper, resolve, first, lx_names,
                               manifest.lx_args.get(filename, {}),
                               _held_resolver(manifest, filename)).op(filename, index)
-    return _load_access(path, filename, index, wrapper["spyrecAccess_"])
+    return read_access_form(path, filename, index, wrapper["spyrecAccess_"])
 
 
 def manifest_index(manifest: Manifest) -> tuple:
@@ -292,62 +247,6 @@ def _lx_names(manifest: Manifest) -> dict[int, list[str]]:
         if t.lx_address is not None:
             names.setdefault(t.lx_address, []).append(t.name)
     return names
-
-
-def _load_access(path: Path, filename: str, index: int, data: dict) -> OpSpec:
-    index_names = _indirect_names(data)
-    args = tuple(_arg(f"{path}: at $.args[{i}]", a, index_names)
-                 for i, a in enumerate(data["args"]))
-    space = {v: (n, k) for v, (n, k) in data["iteration_space"].items()}
-    cores = tuple(CoreSplit(c["core"], {v: (lo, hi) for v, (lo, hi) in c["ranges"].items()},
-                            tuple(c["arg_start_bytes"])) for c in data["cores"])
-    spec = OpSpec(file=filename, index=index, op=data["op"], name=data["name"],
-                  source=data["source"], is_reduction=data["is_reduction"],
-                  iteration_space=space, reduced=tuple(data["reduced"]),
-                  constants=dict(data["op_info"].get("constants", {})), args=args, cores=cores)
-    _check_structure(path, spec)
-    return spec
-
-
-def _check_structure(path: Path, spec: OpSpec) -> None:
-    """Facts about args and vars that every later stage relies on."""
-    def fail(where: str, msg: str) -> None:
-        raise InputFileError(f"{path}: at $.{where}: {msg}")
-
-    names = [a.name for a in spec.args]
-    for i, a in enumerate(spec.args):
-        if a.arg_index != i:
-            fail(f"args[{i}].arg_index", f"{a.arg_index}, but arg_index is the position {i}")
-        if a.is_input != (i < len(spec.args) - 1):
-            fail(f"args[{i}].is_input", "args are the inputs followed by exactly one output")
-        for j, coord in enumerate(a.coordinates):
-            for leaf in coord.free_atoms():
-                if isinstance(leaf, Var) and leaf.name not in spec.iteration_space:
-                    fail(f"args[{i}].device_coordinates[{j}]",
-                         f"'{leaf.name}' is not an iteration variable ({', '.join(spec.vars)})")
-                if isinstance(leaf, Indirect) and (
-                        leaf.tensor not in names or not spec.args[names.index(leaf.tensor)]
-                        .is_input or leaf.tensor == a.name):
-                    fail(f"args[{i}].device_coordinates[{j}]",
-                         f"IndirectAccess('{leaf.tensor}') must name another input arg")
-    seen_value = False
-    for i, a in enumerate(spec.args[:-1]):
-        if a.is_index and seen_value:
-            fail(f"args[{i}]", f"index tensor '{a.name}' must come before the value inputs")
-        seen_value = seen_value or not a.is_index
-        if a.is_index and any(isinstance(x, Indirect) for c in a.coordinates
-                              for x in c.free_atoms()):
-            fail(f"args[{i}]", "an index tensor cannot itself be gathered")
-    for v in spec.reduced:
-        if v not in spec.iteration_space:
-            fail("reduced", f"'{v}' is not an iteration variable")
-    for k, core in enumerate(spec.cores):
-        if set(core.ranges) != set(spec.iteration_space):
-            fail(f"cores[{k}].ranges", f"vars {sorted(core.ranges)}, expected "
-                                       f"{list(spec.vars)}")
-        if len(core.arg_start_bytes) != len(spec.args):
-            fail(f"cores[{k}].arg_start_bytes", f"{len(core.arg_start_bytes)} entries for "
-                                                f"{len(spec.args)} args")
 
 
 # --- the program ------------------------------------------------------------------------------

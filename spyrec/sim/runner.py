@@ -10,7 +10,6 @@ read the outputs back; the cost estimate is computed when asked for.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Callable
 import numpy as np
 
 from spyrec.sim.cast import TORCH_CASTS_FROM_BYTES, use_torch_casts
-from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
+from spyrec.sim.cost import CostParams, DEFAULT_PARAMS
+from spyrec.sim.estimate import program_cost
 from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
 from spyrec.sim.executor import run_op
@@ -55,14 +55,6 @@ class SimResult:
 
 def _quiet(_: str) -> None:
     pass
-
-
-def program_cost(program: OutputProgram, params: CostParams = DEFAULT_PARAMS) -> dict:
-    """The data-independent cost estimate (the `cost` section of report.json)."""
-    bundles = {k.name: Counter() for k in program.manifest.kernels}
-    for kernel, ex in program.trace:
-        bundles[kernel][ex.file] += 1
-    return estimate(program.ops, {k: dict(c) for k, c in bundles.items()}, params)
 
 
 def cost_for_directory(out_dir: str | Path, params: CostParams = DEFAULT_PARAMS) -> dict:

@@ -2,8 +2,8 @@
 
 `program.py` builds these from the documents of `manifest.json` and `sdsc_<n>.json`
 (docs/formats.md), schema-checked when they come from files; everything downstream (memory,
-transfer, kernels, cost) reads only these objects. Coordinate strings are parsed once there into
-`Lin` expressions, so no kernel ever parses text.
+transfer, kernels, cost) reads only these objects. Coordinates are `Lin` expressions, built once
+by the readers, so no kernel ever parses text.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from spyrec.errors import InputFileError
 from spyrec.indexing import Lin, Var
 from spyrec.layout import DeviceLayout
+from spyrec.layout.dtypes import DEVICE_DTYPES
 
 
 @dataclass(frozen=True)
@@ -211,3 +213,16 @@ class OpSpec:
         """How messages name this op: file, op kind, FX name and source line."""
         where = f", {self.source}" if self.source else ""
         return f"{self.file} ({self.op} '{self.name}'{where})"
+
+
+def device_layout(label: str, size: list, stride_map: list, device_dtype: str) -> DeviceLayout:
+    """A DeviceLayout from a document's fields, after the checks that DeviceLayout itself only
+    asserts (`label` says where, for the message)."""
+    if len(size) != len(stride_map):
+        raise InputFileError(f"{label}: device_size {size} and stride_map {stride_map} differ "
+                             f"in length")
+    lanes = DEVICE_DTYPES[device_dtype].elems_per_stick
+    if size[-1] != lanes:
+        raise InputFileError(f"{label}: the last device dim holds the stick lanes and must be "
+                             f"{lanes} for {device_dtype}, got device_size {size}")
+    return DeviceLayout(tuple(size), tuple(stride_map), device_dtype)
