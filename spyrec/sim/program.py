@@ -185,14 +185,14 @@ def _arg_names(path: Path, data: dict, tensors: dict, key: str, memory: str,
 # --- sdsc -------------------------------------------------------------------------------------
 
 
-def read_op(path: Path, doc: dict, manifest: Manifest, first: Execute | None = None,
-            lookup: tuple | None = None) -> OpSpec:
-    """One `sdsc_<n>.json` document (`path` for messages): SuperDSC (sim/superdsc.py), the only
-    form the compiler writes, or the `spyrecAccess_` test-fixture form (docs/formats.md) in
-    which hand-written simulator tests state device coordinates, wrong ones included.
-    `first`: the op's first execution, whose operands name the tensors of symbolic start
-    addresses; `lookup`: `manifest_index(manifest)`, built once per program."""
-    filename = path.name
+def read_op(out_dir: Path, filename: str, doc: dict, manifest: Manifest,
+            first: Execute | None = None, lookup: tuple | None = None) -> OpSpec:
+    """The OpSpec of `doc`, the document of `out_dir / filename` (an `sdsc_<n>.json`):
+    SuperDSC (sim/superdsc.py), the only form the compiler writes, or the test fixtures'
+    `spyrecAccess_` form (access_form.py). `first`: the op's first execution, whose operands
+    name the tensors of symbolic start addresses; `lookup`: `manifest_index(manifest)`, built
+    once per program."""
+    path = out_dir / filename
     (key, wrapper), = doc.items()
     m = _SDSC_NAME.match(filename)
     index = int(key.split("_", 1)[0])
@@ -274,7 +274,7 @@ def build_output_program(out_dir: Path, manifest: Manifest, weights: Weights | N
             trace.append((kernel.name, ex))
         for filename in kernel.ops:
             if filename not in ops:
-                ops[filename] = read_op(out_dir / filename, op_document(filename), manifest,
+                ops[filename] = read_op(out_dir, filename, op_document(filename), manifest,
                                         first.get(filename), lookup)
         for ex in executes:
             check_symbols(ops[ex.file], ex)
@@ -297,18 +297,17 @@ def program_from_documents(out_dir: Path, manifest: dict, sdsc: Mapping[str, dic
     JSON values (lists, str keys), as parsing their text would give."""
     manifest_spec, weights = read_manifest(out_dir / "manifest.json", manifest)
 
-    def document(name: str) -> dict:
-        if name not in sdsc:
+    def member(table: Mapping, name: str):
+        if name not in table:
             raise InputFileError(f"{out_dir / name}: no such file in the output")
-        return sdsc[name]
+        return table[name]
 
     def bundle(name: str) -> list[Execute]:
-        if name not in executions:
-            raise InputFileError(f"{out_dir / name}: no such file in the output")
-        label = out_dir / name
+        rows, label = member(executions, name), out_dir / name
         return [Execute(file, operands, f"{label}:{line}:{column}", ids, loop)
-                for file, operands, line, column, ids, loop in executions[name]]
-    return build_output_program(out_dir, manifest_spec, weights, document, bundle)
+                for file, operands, line, column, ids, loop in rows]
+    return build_output_program(out_dir, manifest_spec, weights,
+                                lambda name: member(sdsc, name), bundle)
 
 
 def check_symbols(spec: OpSpec, ex: Execute) -> None:

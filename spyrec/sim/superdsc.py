@@ -135,11 +135,11 @@ class SuperDscReader:
                 self.fail(f"dscs_[0].dataStageParam_.0.ss_.{d}_", f"{stage.get(f'{d}_')}, but "
                           f"N_ / split = {self.N[d] // self.split[d]}")
         labels, seen = set(self.labels), set()
+        splits = [self.split[d] for d in self.labels]
         for c in range(nc):
             s = self.w["coreIdToWkSlice_"][str(c)]
-            key = tuple(s.get(d, -1) for d in self.labels)
-            if s.keys() != labels or any(not 0 <= k < self.split[d]
-                                         for d, k in zip(self.labels, key)):
+            key = tuple(map(s.__getitem__, self.labels)) if s.keys() == labels else None
+            if key is None or not all(0 <= k < n for k, n in zip(key, splits)):
                 self.fail(f"coreIdToWkSlice_.{c}", f"{s} is not a slice of every dim within "
                           f"its split")
             seen.add(key)
