@@ -35,7 +35,7 @@ def estimate_cost(output: BuiltOutput, out_dir: Path) -> tuple[dict, str]:
     output."""
     from spyrec.sim.cost import format_table
     from spyrec.sim.program import program_from_documents
-    from spyrec.sim.estimate import program_cost
+    from spyrec.sim.program_cost import program_cost
 
     program = program_from_documents(out_dir, output.manifest, output.sdsc, output.executions)
     cost = program_cost(program)

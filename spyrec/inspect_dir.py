@@ -119,7 +119,7 @@ def write_trace(out_dir: Path, path: Path) -> dict:
     from spyrec.cost_trace import cost_trace
     from spyrec.sim.inputs import write_file
     from spyrec.sim.directory import is_foreign, load_output_dir
-    from spyrec.sim.estimate import program_cost
+    from spyrec.sim.program_cost import program_cost
 
     if not is_foreign(Path(out_dir)):   # a reference bundle has its own manifest
         _manifest(Path(out_dir))    # the same checks and messages as the other views

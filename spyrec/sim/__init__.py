@@ -10,7 +10,8 @@ How a directory becomes the program it runs: `directory.py` decides whether it i
 (`loader.py`) or a reference bundle (`foreign.py`); both read files through `files.py` and
 build one `OutputProgram` (`program.py`), whose builder the compiler's cost estimate also
 calls, with the documents it has just built (`program_from_documents`, composed with the
-compiler in spyrec/driver.py, since the compiler imports nothing from here).
+compiler in spyrec/driver.py, since the compiler imports nothing from here). A program's cost
+estimate is `program_cost.py`, apart from the run machinery compile does not need.
 
     simulate(out_dir, {"x": array})   -> SimResult(outputs, output_dtypes, program, wall_s; .cost)
     cost_for_directory(out_dir)       -> the data-independent cost section of report.json

@@ -19,7 +19,7 @@ import numpy as np
 
 from spyrec.sim.cast import TORCH_CASTS_FROM_BYTES, use_torch_casts
 from spyrec.sim.cost import CostParams, DEFAULT_PARAMS
-from spyrec.sim.estimate import program_cost
+from spyrec.sim.program_cost import program_cost
 from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
 from spyrec.sim.executor import run_op
