@@ -3,7 +3,7 @@
 Progress and `--dump-after` text go to stderr; nothing is printed on stdout.
 
 The report's cost section is the simulator's cost model applied to what was built, but the
-compiler imports nothing of the simulator (tests/test_layers.py): `compile_program` takes the
+compiler imports nothing of the simulator (tests/test_architecture.py): `compile_program` takes the
 estimate as a function (`CostEstimate`) and spyrec/driver.py, above both, passes the
 simulator's. The compiler times the estimate and writes its section with the report.
 """

@@ -2,9 +2,9 @@
 estimate of what was built in its report (report.json `cost`, the table in report.txt).
 
 The one place the compiler and the simulator meet. The compiler imports nothing of the
-simulator (tests/test_layers.py): the cost model reads what a compile produced, as `spyrec run`
-reads it, so it belongs to the simulator, and the compiler takes the estimate as a function
-(`compiler.CostEstimate`). It runs from the documents codegen has just built, in memory
+simulator (tests/test_architecture.py): the cost model reads what a compile produced, as
+`spyrec run` reads it, so it belongs to the simulator, and the compiler takes the estimate as a
+function (`compiler.CostEstimate`). It runs from the documents codegen has just built, in memory
 (`codegen.writer.BuiltOutput`, `sim.program.program_from_documents`): re-reading the files,
 schema-checking them and parsing the bundle's MLIR would cost more than codegen itself
 (issue 11), and would check nothing the builder does not. The CLI, the Python API, the tests'
