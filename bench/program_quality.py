@@ -32,7 +32,7 @@ from samples.tiling import TILING_SAMPLES  # noqa: E402
 from spyrec.compiler import CompileOptions  # noqa: E402
 from spyrec.driver import compile_and_estimate  # noqa: E402
 from spyrec.device import HBM_BYTES_PER_S  # noqa: E402
-from spyrec.sim.cost import BUNDLE_OVERHEAD_US, PT_PEAK_FLOPS_PER_CARD  # noqa: E402
+from spyrec.costmodel import BUNDLE_OVERHEAD_US, PT_PEAK_FLOPS_PER_CARD  # noqa: E402
 
 DEPTHS = (1, 2, 8)
 

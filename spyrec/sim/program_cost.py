@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from spyrec.sim.cost import CostParams, DEFAULT_PARAMS, estimate
+from spyrec.costmodel import CostParams, DEFAULT_PARAMS
+from spyrec.sim.cost import estimate
 from spyrec.sim.program import OutputProgram
 
 

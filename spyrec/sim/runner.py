@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from spyrec.sim.cast import TORCH_CASTS_FROM_BYTES, use_torch_casts
-from spyrec.sim.cost import CostParams, DEFAULT_PARAMS
+from spyrec.costmodel import CostParams, DEFAULT_PARAMS
 from spyrec.sim.program_cost import program_cost
 from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
