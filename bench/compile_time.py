@@ -19,7 +19,12 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from samples.models import decoder  # noqa: E402
-from spyrec.compiler import CompileOptions, compile_program  # noqa: E402
+from spyrec.compiler import CompileOptions  # noqa: E402
+
+try:       # with its cost estimate, as spyrec compile (before spyrec/driver.py: built in)
+    from spyrec.driver import compile_and_estimate as compile_program  # noqa: E402
+except ImportError:
+    from spyrec.compiler import compile_program  # noqa: E402
 
 
 def line_counts() -> str:

@@ -168,10 +168,10 @@ class CostEstimate(Protocol):
 
 
 def compile_program(source: Path, out_dir: Path, opts: CompileOptions,
-                    estimate_cost: CostEstimate | None = None) -> dict:
-    """Compile `source` into `out_dir`; returns the report. Without `estimate_cost` the report
-    has no cost section, which report.schema.json requires: a directory meant to be kept comes
-    from spyrec/driver.py `compile_and_estimate`."""
+                    estimate_cost: CostEstimate) -> dict:
+    """Compile `source` into `out_dir`; returns the report, its cost section from
+    `estimate_cost` (report.schema.json requires one; spyrec/driver.py `compile_and_estimate`
+    passes the simulator's)."""
     with _rare_collections():
         return _compile(source, out_dir, opts, estimate_cost)
 
@@ -192,7 +192,7 @@ def _rare_collections(first_generation: int = 50_000):
 
 
 def _compile(source: Path, out_dir: Path, opts: CompileOptions,
-             estimate_cost: CostEstimate | None) -> dict:
+             estimate_cost: CostEstimate) -> dict:
     """`compile_program` itself."""
     checked = plan(source, out_dir, opts)
     pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
@@ -234,13 +234,11 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
     report["sdsc"] = sdsc_summary(output.files)
 
     def finalize(tmp: Path) -> dict[str, str]:
-        table = ""
-        if estimate_cost is not None:
-            t_cost = time.perf_counter()
-            report["cost"], cost_table = estimate_cost(output, tmp)
-            timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
-            table = "\n" + cost_table
-        return {"report.json": _json(report), "report.txt": report_text(report) + table}
+        t_cost = time.perf_counter()
+        report["cost"], cost_table = estimate_cost(output, tmp)
+        timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
+        return {"report.json": _json(report),
+                "report.txt": report_text(report) + "\n" + cost_table}
 
     write_atomically(out_dir, output.files, source, finalize,
                      self_contained=opts.self_contained)

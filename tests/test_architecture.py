@@ -66,10 +66,7 @@ NOT_THE_SIMULATOR = ("spyrec.compiler", "spyrec.codegen", "spyrec.frontend", "sp
 KNOWN_LAYERS: set[str] = set()
 KNOWN_PASS_TO_PASS: set[str] = set()
 KNOWN_PLANNING_TO_SIM_OR_CODEGEN: set[str] = set()
-KNOWN_COMPILER_TO_SIM = {
-    "spyrec.compiler -> spyrec.sim.cost",
-    "spyrec.compiler -> spyrec.sim.runner",
-}
+KNOWN_COMPILER_TO_SIM: set[str] = set()
 
 
 def _layer_broken(importer: str, imported: str) -> bool:
@@ -185,7 +182,6 @@ def test_no_rule_forbids_what_is_allowed(importer, imported):
 # (modules named relative to the package). Fix a cycle, then delete its line.
 KNOWN_CYCLES: dict[str, set[tuple[str, ...]]] = {
     "spyrec.indexing": {("expr", "printer")},
-    "spyrec.sim": {("foreign", "loader")},
 }
 
 

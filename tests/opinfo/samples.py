@@ -160,7 +160,8 @@ def run_sample(op: str, dtype: str, index: int, workdir: Path | None = None) -> 
 
 
 def _run(info, sample, tmp: Path) -> Verdict:
-    from spyrec.compiler import CompileOptions, compile_program
+    from spyrec.compiler import CompileOptions
+    from spyrec.driver import compile_and_estimate
     from spyrec.errors import UnsupportedProgram
     from spyrec.sim.runner import simulate
 
@@ -174,7 +175,7 @@ def _run(info, sample, tmp: Path) -> Verdict:
     except Exception as e:  # noqa: BLE001  (whatever torch.export refuses is not ours)
         return Verdict("unexportable", _first_line(e))
     try:
-        compile_program(tmp / "model.pt2", tmp / "out", CompileOptions(verbose=-1, verify_each=True))
+        compile_and_estimate(tmp / "model.pt2", tmp / "out", CompileOptions(verbose=-1, verify_each=True))
     except UnsupportedProgram as e:
         reason = str(e).strip()
         return Verdict("refused", reason) if reason else Verdict("failed", "refused, no reason")

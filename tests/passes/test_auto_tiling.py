@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from samples.models import SAMPLES, decoder
 from samples.tiling import TILING_SAMPLES
-from spyrec.compiler import CompileOptions, compile_program
+from spyrec.compiler import CompileOptions
+from spyrec.driver import compile_and_estimate
 from spyrec.errors import ConfigError
 from spyrec.passes.coarse_tiling.spec import read_tiling_file
 from spyrec.sim.runner import simulate
@@ -151,7 +152,7 @@ def test_auto_needs_a_coarse_tiling_pass(tmp_path):
                         "- {pass: memory_planning}\n")
     pt2 = export(tmp_path, Lambda(lambda m, x: x + 1), (torch.ones(4, 64),))
     with pytest.raises(ConfigError, match=r"--tiling auto: the pipeline has no coarse_tiling"):
-        compile_program(pt2, tmp_path / "o", CompileOptions(verbose=-1, pipeline=pipeline,
+        compile_and_estimate(pt2, tmp_path / "o", CompileOptions(verbose=-1, pipeline=pipeline,
                                                             tiling=Path("auto")))
 
 
@@ -164,7 +165,7 @@ def test_auto_needs_a_coarse_tiling_pass(tmp_path):
 def test_mode_option_errors(tmp_path, sets, message):
     pt2 = export(tmp_path, Lambda(lambda m, x: x + 1), (torch.ones(4, 64),))
     with pytest.raises(ConfigError, match=message):
-        compile_program(pt2, tmp_path / "o", CompileOptions(verbose=-1, sets=sets))
+        compile_and_estimate(pt2, tmp_path / "o", CompileOptions(verbose=-1, sets=sets))
 
 
 def test_mode_auto_in_the_pipeline_is_the_same_as_the_flag(tmp_path):
