@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from spyrec.costmodel import MATMUL
 from spyrec.errors import SimulatorFault
 from spyrec.sim import threads
 from spyrec.sim.access import Binding, Chunk, ChunkAccess, arg_vars, bind, chunks, one_to_one
-from spyrec.sim.kernels import KERNELS, MATMUL, Kernel, KernelContext, scatter
+from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm, Lx
 from spyrec.sim.numerics import is_integer, to_storage
 from spyrec.sim.specs import Execute, OpSpec

@@ -7,8 +7,6 @@ is `spyrec/costmodel.py`'s.
 
 # imported for their @kernel registrations
 from spyrec.sim.kernels import argreduce, arith, copy, index, pointwise, reduce  # noqa: F401
-from spyrec.costmodel import MATMUL
 from spyrec.sim.kernels.registry import KERNELS, Kernel, KernelContext, kernel
 
-# MATMUL: the executor reads matmul operands in arena order (sim/executor.py)
-__all__ = ["KERNELS", "MATMUL", "Kernel", "KernelContext", "kernel"]
+__all__ = ["KERNELS", "Kernel", "KernelContext", "kernel"]
