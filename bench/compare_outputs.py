@@ -2,8 +2,9 @@
 
 For behaviour-preserving restructures: build a baseline before the change, build again after,
 and every output file must be byte-identical, except the wall-time fields (`passes[].wall_ms`
-of report.json and the pass-time lines of report.txt) and the temporary path the .pt2 was
-exported to (manifest.json's `source.path`), which are masked before comparing.
+of report.json and the pass-time lines of report.txt), the .pt2 each build exports anew
+(manifest.json's `source.path` and `source.sha256`) and the checkout the default pipeline was
+read from (`configs.pipeline` up to `spyrec/configs/`), which are masked before comparing.
 
     python bench/compare_outputs.py build DIR        # compile everything into DIR/<name>/
     python bench/compare_outputs.py diff BEFORE AFTER
@@ -151,6 +152,7 @@ def build(dest: Path, only: str | None) -> int:
     return 1 if failures else 0
 
 
+CHECKOUT = re.compile(r"^.*/(?=spyrec/configs/)")
 WALL = re.compile(r"^  (\S+)\s+\d+\.\d ms$", re.M)
 
 
@@ -163,9 +165,15 @@ def _masked(path: Path) -> bytes:
         return json.dumps(report, indent=1, sort_keys=True).encode()
     if path.name == "report.txt":
         return WALL.sub(r"  \1 - ms", data.decode()).encode()
-    if path.name == "manifest.json":  # the .pt2 was exported into a temporary directory
+    if path.name == "manifest.json":
+        # the .pt2 was exported anew into a temporary directory (its path and bytes differ
+        # from build to build), and the default pipeline's path names the checkout built
         manifest = json.loads(data)
         manifest.get("source", {}).pop("path", None)
+        manifest.get("source", {}).pop("sha256", None)
+        configs = manifest.get("configs", {})
+        if isinstance(configs.get("pipeline"), str):
+            configs["pipeline"] = CHECKOUT.sub("<checkout>/", configs["pipeline"])
         return json.dumps(manifest, indent=1, sort_keys=True).encode()
     return data
 
