@@ -15,7 +15,7 @@ them (then `<name>_<k>`, the first free k), so the two front ends still agree.
 from __future__ import annotations
 
 from spyrec.errors import UnsupportedProgram
-from spyrec.frontend.program import Node, Program, Ref, Subgraph
+from spyrec.frontend.program import Node, Program, Ref, Subgraph, numbered_name
 
 GETITEM = "_operator.getitem"
 INLINED = ("higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast")
@@ -86,12 +86,7 @@ def _autocast_enabled(args) -> bool:
 
 
 def _fresh(name: str, taken: set[str]) -> str:
-    if name not in taken:
-        return name
-    k = 1
-    while f"{name}_{k}" in taken:
-        k += 1
-    return f"{name}_{k}"
+    return name if name not in taken else numbered_name(name, taken, "_")
 
 
 def _rewrite(node: Node, replace: dict) -> Node:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spyrec.frontend.program import numbered_name
 from spyrec.indexing import Indirect, as_lin, substitute
 from spyrec.ir import Access, Graph
 
@@ -74,17 +75,9 @@ class Names:
 def _first_free(node: str, role: str | None, taken: set[str]) -> str:
     """`N__1`, `N__2`, … for numbered helpers; `N__role`, `N__role__2`, … for named ones."""
     if role is None:
-        k = 1
-        while f"{node}{SEPARATOR}{k}" in taken:
-            k += 1
-        return f"{node}{SEPARATOR}{k}"
+        return numbered_name(node, taken, SEPARATOR)
     base = f"{node}{SEPARATOR}{role}"
-    if base not in taken:
-        return base
-    k = 2
-    while f"{base}{SEPARATOR}{k}" in taken:
-        k += 1
-    return f"{base}{SEPARATOR}{k}"
+    return base if base not in taken else numbered_name(base, taken, SEPARATOR, first=2)
 
 
 def rename_graph(graph: Graph, mapping: dict[str, str]) -> None:

@@ -312,3 +312,12 @@ def tensor_values(node: Node) -> list[TensorMeta]:
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
     return [v for v in vals if isinstance(v, TensorMeta)]
+
+
+def numbered_name(base: str, taken: set[str], separator: str, first: int = 1) -> str:
+    """`base`, `separator` and the first number from `first` that makes a name not in
+    `taken`: how both the inliner (graph nodes) and the lowering (buffers) make a name unique."""
+    k = first
+    while f"{base}{separator}{k}" in taken:
+        k += 1
+    return f"{base}{separator}{k}"
