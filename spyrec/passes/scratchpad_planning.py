@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spyrec.device import LX_USABLE_BYTES_PER_CORE
-from spyrec.errors import ConfigError
 from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
-from spyrec.plan.lx_placement import apply_lx, place_lx
+from spyrec.plan.lx_placement import apply_lx, check_lx_budget, place_lx
 
 
 @register_pass("scratchpad_planning")
@@ -35,10 +34,7 @@ class ScratchpadPlanning(Pass):
     intermediates: bool = True
 
     def check_options(self) -> None:
-        if not 0 <= self.budget_bytes <= LX_USABLE_BYTES_PER_CORE:
-            raise ConfigError(f"scratchpad_planning.budget_bytes must be between 0 and "
-                              f"{LX_USABLE_BYTES_PER_CORE} (the LX bytes per core the compiler "
-                              f"may use), got {self.budget_bytes}")
+        check_lx_budget("scratchpad_planning.budget_bytes", self.budget_bytes)
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spyrec.device import LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.plan.lx_placement import check_lx_budget
 from spyrec.plan.staging import StagingOptions, stage_inputs
 
 
@@ -34,10 +34,7 @@ class StageInputs(StagingOptions, Pass):
         if not 0 <= self.max_fraction <= 1:
             raise ConfigError(f"stage_inputs.max_fraction must be between 0 and 1 (a share of "
                               f"the LX budget), got {self.max_fraction}")
-        if not 0 <= self.budget_bytes <= LX_USABLE_BYTES_PER_CORE:
-            raise ConfigError(f"stage_inputs.budget_bytes must be between 0 and "
-                              f"{LX_USABLE_BYTES_PER_CORE} (the LX bytes per core the compiler "
-                              f"may use), got {self.budget_bytes}")
+        check_lx_budget("stage_inputs.budget_bytes", self.budget_bytes)
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()

@@ -51,7 +51,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from spyrec.device import ALIGN_BYTES
+from spyrec.device import ALIGN_BYTES, LX_USABLE_BYTES_PER_CORE
+from spyrec.errors import ConfigError
 from spyrec.indexing import Var
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
@@ -64,6 +65,14 @@ from spyrec.ir.lx import (
 )
 from spyrec.plan.sdsc_dims import why_not_expressible
 from spyrec.plan.split_candidates import split_text
+
+
+def check_lx_budget(option: str, budget: int) -> None:
+    """ConfigError unless `budget` (the pipeline option `option`) is a number of bytes the
+    compiler may use in each core's LX: the passes that place buffers in LX share the rule."""
+    if not 0 <= budget <= LX_USABLE_BYTES_PER_CORE:
+        raise ConfigError(f"{option} must be between 0 and {LX_USABLE_BYTES_PER_CORE} (the LX "
+                          f"bytes per core the compiler may use), got {budget}")
 
 
 @dataclass
