@@ -7,7 +7,7 @@ so that work_division picks the split the simulator will then report as cheapest
 the parameters, the op -> cost class table and every formula from here, and counts bytes its
 own way (sim/footprint.py from the files, the split estimate from the IR): two independent
 counts that a test holds equal, one copy of each formula. Importing only `device`, this module
-lets the compiler price splits without importing the simulator (tests/test_layers.py).
+lets the compiler price splits without importing the simulator (tests/test_architecture.py).
 
 The formulas (reference/C-simulator.md §5.9; TS = torch-spyre, KC = ktir-cpu), per core of
 one op execution:
