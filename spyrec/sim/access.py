@@ -127,7 +127,7 @@ def bind(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> list[Bind
         what = f"{spec.describe()}, arg '{arg.name}'"
         if arg.in_lx and not arg.tile_strides_elems:
             raise SimulatorFault(f"{what}: LX allocations are simulated from SuperDSC LX "
-                                 f"nodes only; the spyrecAccess_ form has no per-core layout")
+                                 f"nodes only; this arg has no per-core layout")
         if arg.in_lx:
             out.append(_bind_lx(spec, arg, ex, lx))
             continue

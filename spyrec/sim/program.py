@@ -10,8 +10,10 @@ files (that cost more than codegen, issue 11). What the schema cannot say (lengt
 agree, a stick dim of 128 bytes, names that must exist, symbol ids an execution binds, each
 core's slice and start address in a SuperDSC file: `superdsc.py`) is checked here, on every
 path, while building the `specs` dataclasses. A reference bundle (`foreign.py`) builds the same
-`OutputProgram` from its own manifest form, with `address_resolver` from here; the test
-fixtures' `spyrecAccess_` form is read apart (`access_form.py`).
+`OutputProgram` from its own manifest form, with `address_resolver` from here. A caller that
+has its ops as OpSpecs already (the simulator's tests state device coordinates directly, wrong
+ones included, which no SuperDSC file can) builds the program from them with
+`program_from_op_specs`, the same checks after op reading.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from typing import Callable, Iterable, Mapping, Sequence
 from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
 from spyrec.layout.dtypes import device_dtype_for
-from spyrec.sim.access_form import is_access_form, read_access_form
 from spyrec.sim.specs import (
     Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout)
 from spyrec.sim.superdsc import Resolver, SuperDscReader
@@ -187,11 +188,9 @@ def _arg_names(path: Path, data: dict, tensors: dict, key: str, memory: str,
 
 def read_op(out_dir: Path, filename: str, doc: dict, manifest: Manifest,
             first: Execute | None = None, lookup: tuple | None = None) -> OpSpec:
-    """The OpSpec of `doc`, the document of `out_dir / filename` (an `sdsc_<n>.json`):
-    SuperDSC (sim/superdsc.py), the only form the compiler writes, or the test fixtures'
-    `spyrecAccess_` form (access_form.py). `first`: the op's first execution, whose operands
-    name the tensors of symbolic start addresses; `lookup`: `manifest_index(manifest)`, built
-    once per program."""
+    """The OpSpec of `doc`, the SuperDSC document (sim/superdsc.py) of `out_dir / filename` (an
+    `sdsc_<n>.json`). `first`: the op's first execution, whose operands name the tensors of
+    symbolic start addresses; `lookup`: `manifest_index(manifest)`, built once per program."""
     path = out_dir / filename
     (key, wrapper), = doc.items()
     m = _SDSC_NAME.match(filename)
@@ -199,12 +198,10 @@ def read_op(out_dir: Path, filename: str, doc: dict, manifest: Manifest,
     if m and int(m.group(1)) != index:
         raise InputFileError(f"{path}: the top key {key!r} is op {index}, but the file is "
                              f"named {filename}")
-    if not is_access_form(wrapper):
-        resolve, lx_names = lookup or manifest_index(manifest)
-        return SuperDscReader(path, key, wrapper, resolve, first, lx_names,
-                              manifest.lx_args.get(filename, {}),
-                              _held_resolver(manifest, filename)).op(filename, index)
-    return read_access_form(path, filename, index, wrapper["spyrecAccess_"])
+    resolve, lx_names = lookup or manifest_index(manifest)
+    return SuperDscReader(path, key, wrapper, resolve, first, lx_names,
+                          manifest.lx_args.get(filename, {}),
+                          _held_resolver(manifest, filename)).op(filename, index)
 
 
 def manifest_index(manifest: Manifest) -> tuple:
@@ -255,11 +252,26 @@ def _lx_names(manifest: Manifest) -> dict[int, list[str]]:
 def build_output_program(out_dir: Path, manifest: Manifest, weights: Weights | None,
                          op_document: Callable[[str], dict],
                          bundle_executions: Callable[[str], Sequence[Execute]]) -> OutputProgram:
+    """The program of `manifest` (from `read_manifest`) whose ops are SuperDSC documents
+    (`op_document(file name)`), read with the manifest's index built once; otherwise
+    `program_from_op_specs`. `out_dir` names the files in messages."""
+    lookup = manifest_index(manifest)
+
+    def op_spec(filename: str, first: Execute | None) -> OpSpec:
+        return read_op(out_dir, filename, op_document(filename), manifest, first, lookup)
+    return program_from_op_specs(out_dir, manifest, weights, op_spec, bundle_executions)
+
+
+def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | None,
+                          op_spec: Callable[[str, Execute | None], OpSpec],
+                          bundle_executions: Callable[[str], Sequence[Execute]]
+                          ) -> OutputProgram:
     """The program of `manifest` (from `read_manifest`): every kernel's executions
     (`bundle_executions(bundle file name)`) and every op a kernel lists
-    (`op_document(file name)`), asked for in that order, each execution checked against its
-    kernel's ops and its op's symbol ids. `out_dir` names the files in messages."""
-    lookup = manifest_index(manifest)
+    (`op_spec(file name, its first execution or None)`), asked for in that order, each
+    execution checked against its kernel's ops and its op's symbol ids. An op's first
+    execution names the tensors of its symbolic start addresses (SuperDSC); a caller with
+    OpSpecs in hand ignores it. `out_dir` names the files in messages."""
     ops: dict[str, OpSpec] = {}
     trace: list[tuple[str, Execute]] = []
     for kernel in manifest.kernels:
@@ -274,8 +286,7 @@ def build_output_program(out_dir: Path, manifest: Manifest, weights: Weights | N
             trace.append((kernel.name, ex))
         for filename in kernel.ops:
             if filename not in ops:
-                ops[filename] = read_op(out_dir, filename, op_document(filename), manifest,
-                                        first.get(filename), lookup)
+                ops[filename] = op_spec(filename, first.get(filename))
         for ex in executes:
             check_symbols(ops[ex.file], ex)
     return OutputProgram(out_dir, manifest, ops, tuple(trace), weights)
@@ -319,7 +330,7 @@ def check_symbols(spec: OpSpec, ex: Execute) -> None:
             if i not in ids:
                 ids.append(i)
     if any(a.operand is not None for a in spec.args):
-        return                            # the spyrecAccess_ form names operands itself
+        return                            # args name the operand of their base themselves
     if len(ex.operands) != len(ids) and not ex.symbol_ids:
         raise InputFileError(
             f"{ex.location}: sdsc_execute of {spec.describe()} passes {len(ex.operands)} "

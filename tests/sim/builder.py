@@ -1,16 +1,21 @@
-"""Hand-written output directories for simulator tests, straight from docs/formats.md.
+"""Hand-written programs for simulator tests, straight from docs/formats.md.
 
 No compiler imports (spyrec.ir, passes, codegen, frontend): a test states the layouts and the
-device coordinates itself, as text, so each fixture reads like the files it writes. Defaults
+device coordinates itself, as text, so each fixture reads like the op it runs. Defaults
 fill in what is mechanical: default layouts (`spyrec.layout.default_layout`), 128-byte aligned
 addresses packed in declaration order, a product core split, each core's `arg_start_bytes`,
 and a flat bundle executing the ops in order.
+
+The manifest and the bundles are spyrec's own documents, read as the simulator reads a
+directory's; each op stays in the access form (tests/sim/access_form.py: coordinates as
+expressions, wrong ones included, which SuperDSC cannot state) and reaches the simulator as an
+OpSpec (`spyrec.sim.program.program_from_op_specs`). Tests about files and directories use
+compiled programs instead (tests/programs.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from pathlib import Path
 
@@ -19,17 +24,25 @@ import numpy as np
 from spyrec.indexing import Var, evaluate, parse_expr
 from spyrec.layout import default_layout
 from spyrec.layout.dtypes import device_dtype_for
-
-
-def dump(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+from spyrec.sim.files import validate
+from spyrec.sim.program import OutputProgram, program_from_op_specs, read_manifest
+from spyrec.sim.program_cost import program_cost
+from spyrec.sim.runner import SimResult, simulate
+from spyrec.sim.specs import OpSpec
+from spyrec.sim.verify import verify_program
+from tests.sim.access_form import read_access_form
 
 
 class OutDir:
-    """An output directory under construction: tensors, ops, then `write()`."""
+    """A program under construction: tensors, ops, then `load()` (or `run`, `cost`). `path` is
+    the output directory it stands for: messages name its files there, and weights.bin (the
+    simulator maps constants from the file) is written there."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.bundle: str | None = None       # bundle.mlir's text; None: `flat_bundle`
+        self.kernels: list[dict] = []        # manifest kernels after 'main'
+        self.bundles: dict[str, str] = {}    # their bundles' texts by file name
         self.tensors: dict[str, dict] = {}
         self.inputs: list[str] = []
         self.outputs: list[str] = []
@@ -71,8 +84,9 @@ class OutDir:
     def op(self, op: str, space: dict[str, int], args: list, reduced=(), constants=None,
            split: dict[str, int] | None = None, name: str | None = None,
            is_reduction: bool | None = None) -> str:
-        """Add sdsc_<n>.json. `args`: (tensor, [coords]) or (tensor, [coords], operand);
-        inputs first, the output last. `split`: core slices per var (product split)."""
+        """Add op <n> (named as its file sdsc_<n>.json). `args`: (tensor, [coords]) or
+        (tensor, [coords], operand); inputs first, the output last. `split`: core slices per
+        var (product split)."""
         index = len(self.ops)
         split = split or {}
         arg_list = []
@@ -106,7 +120,8 @@ class OutDir:
             "inputs": self.inputs, "outputs": self.outputs,
             "tensors": list(self.tensors.values()),
             "kernels": [{"name": "main", "bundle": "bundle.mlir",
-                         "ops": [f"sdsc_{i}.json" for i in range(len(self.ops))]}],
+                         "ops": [f"sdsc_{i}.json" for i in range(len(self.ops))]}]
+            + self.kernels,
             "hbm_bytes": self.hbm_bytes if self.hbm_bytes is not None else self.next_address,
             "weights": self.weights()[0]}
 
@@ -132,25 +147,39 @@ class OutDir:
         return ({"file": "weights.bin", "bytes": len(blob), "alignment": 4096,
                  "tensors": entries}, blob)
 
-    def write(self, bundle: str | None = None) -> Path:
-        self.path.mkdir(parents=True, exist_ok=True)
-        dump(self.path / "manifest.json", self.manifest())
-        for spec in self.ops:
-            dump(self.path / f"sdsc_{spec['index']}.json", own_form(spec))
-        (self.path / "bundle.mlir").write_text(bundle or flat_bundle(len(self.ops)))
+    def program(self) -> OutputProgram:
+        """The program, every part checked as the simulator checks a directory it reads (the
+        manifest's schema and facts, the bundles, each op's structure), not yet verified."""
+        from spyrec.sim.bundle import execute, parse_bundle
+
+        path = self.path / "manifest.json"
+        document = self.manifest()
+        validate(document, "manifest", str(path))
+        manifest, weights = read_manifest(path, document)
         if self.constants:
+            self.path.mkdir(parents=True, exist_ok=True)
             (self.path / "weights.bin").write_bytes(self.weights()[1])
-        return self.path
+        bundles = {"bundle.mlir": self.bundle or flat_bundle(len(self.ops)), **self.bundles}
+        ops = {f"sdsc_{spec['index']}.json": spec for spec in self.ops}
 
+        def op_spec(name: str, _first) -> OpSpec:
+            return read_access_form(self.path / name, name, ops[name]["index"], ops[name])
+        return program_from_op_specs(
+            self.path, manifest, weights, op_spec,
+            lambda name: execute(parse_bundle(bundles[name], str(self.path / name))))
 
-def own_form(spec: dict) -> dict:
-    """A builder spec as the `spyrecAccess_` form of sdsc_<n>.json (docs/formats.md): the
-    simulator's own access form, which these hand-made fixtures use to state coordinates
-    SuperDSC could not (wrong ones included, to test the faults they cause)."""
-    body = {k: v for k, v in spec.items() if k not in ("format", "index")}
-    return {f"{spec['index']}_{spec['op']}": {
-        "debug_handle_": spec["name"],
-        "spyrecAccess_": {"reason": "hand-written test fixture", **body}}}
+    def load(self) -> OutputProgram:
+        """The program, checked and verified: what a run and the cost model start from."""
+        program = self.program()
+        verify_program(program)
+        return program
+
+    def run(self, inputs: dict[str, np.ndarray]) -> SimResult:
+        return simulate(self.path, inputs, program=self.load())
+
+    def cost(self) -> dict:
+        """The cost section of report.json for this program."""
+        return program_cost(self.load())
 
 
 def flat_bundle(n_ops: int) -> str:

@@ -1,4 +1,6 @@
-"""`spyrec run` end to end: a hand-written output directory plus a real program.pt2."""
+"""`spyrec run` end to end: a compiled output directory plus a program.pt2 of our choice."""
+
+import shutil
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from click.testing import CliRunner
 from spyrec.errors import CheckMismatch, InputFileError
 from spyrec.sim.command import run_command
 from spyrec.bf16 import float32_to_bf16_bits
-from tests.sim.builder import elementwise
+from tests.programs import compile_pt2, export
 
 
 class Add(torch.nn.Module):
@@ -21,13 +23,32 @@ class Sub(torch.nn.Module):
         return x - y
 
 
-def directory(out, module, dtype="float16"):
-    """An `add` output directory whose program.pt2 is `module` (so --check can disagree)."""
-    elementwise(out, "add", {"x": dtype, "y": dtype}, dtype)
-    path = out.write()
-    example = tuple(torch.zeros(4, 100, dtype=getattr(torch, dtype)) for _ in range(2))
-    torch.export.save(torch.export.export(module, example), str(path / "program.pt2"))
-    return path
+def example(dtype: str) -> tuple:
+    return tuple(torch.zeros(4, 100, dtype=getattr(torch, dtype)) for _ in range(2))
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """`x + y` over [4, 100] compiled once per dtype: dtype -> its output directory."""
+    built = {}
+
+    def get(dtype: str):
+        if dtype not in built:
+            tmp = tmp_path_factory.mktemp(dtype)
+            built[dtype] = compile_pt2(export(tmp, Add(), example(dtype), "add"))
+        return built[dtype]
+    return get
+
+
+@pytest.fixture
+def directory(compiled, tmp_path):
+    """A copy of the compiled `add` directory whose program.pt2 is `module` (so --check can
+    disagree)."""
+    def make(module, dtype="float16"):
+        path = shutil.copytree(compiled(dtype), tmp_path / "out")
+        torch.export.save(torch.export.export(module, example(dtype)), str(path / "program.pt2"))
+        return path
+    return make
 
 
 def inputs(tmp_path, rng, dtype="float16"):
@@ -45,43 +66,43 @@ def invoke(*args):
     return CliRunner().invoke(run_command, [str(a) for a in args])
 
 
-def test_run_writes_outputs_and_checks(out, tmp_path, rng):
-    path = directory(out, Add())
+def test_run_writes_outputs_and_checks(directory, tmp_path, rng):
+    path = directory(Add())
     data, arrays = inputs(tmp_path, rng)
     result = invoke(path, "--inputs", data, "--check", "--report")
     assert result.exit_code == 0, result.output
     with np.load(path / "outputs.npz") as saved:
         assert list(saved.files) == ["output_0"]
         assert np.array_equal(saved["output_0"], arrays["x"] + arrays["y"])
-    assert "output_0   out" in result.stdout and " ok" in result.stdout
+    assert "output_0   add" in result.stdout and " ok" in result.stdout
     assert "sdsc_0.json" in result.stdout and "total:" in result.stdout
     assert "written to" in result.stderr and "written to" not in result.stdout
 
 
-def test_check_mismatch_exits_1(out, tmp_path, rng):
-    path = directory(out, Sub())
+def test_check_mismatch_exits_1(directory, tmp_path, rng):
+    path = directory(Sub())
     data, _ = inputs(tmp_path, rng)
     result = invoke(path, "--inputs", data, "--check", "-q", "-o", tmp_path / "o.npz")
     assert isinstance(result.exception, CheckMismatch) and result.exception.exit_code == 1
-    assert "1 of 1 outputs differ from PyTorch eager beyond tolerance: output_0 (out)" \
+    assert "1 of 1 outputs differ from PyTorch eager beyond tolerance: output_0 (add)" \
         in str(result.exception)
     assert "MISMATCH" in result.stdout and result.stderr == ""
     assert (tmp_path / "o.npz").exists()
 
 
-def test_bf16_round_trip_with_check(out, tmp_path, rng):
-    path = directory(out, Add(), "bfloat16")
+def test_bf16_round_trip_with_check(directory, tmp_path, rng):
+    path = directory(Add(), "bfloat16")
     data, _ = inputs(tmp_path, rng, "bfloat16")
     result = invoke(path, "--inputs", data, "--check", "-v")
     assert result.exit_code == 0, result.output
-    assert "[1/1] main: sdsc_0.json (add 'add_0'" in result.stderr
+    assert "[1/1] main: sdsc_0.json (add 'add'" in result.stderr
     with np.load(path / "outputs.npz") as saved:
         assert saved["output_0"].dtype == np.uint16
         assert str(saved["__dtype__.output_0"]) == "bfloat16"
 
 
-def test_bad_input_file_is_exit_2(out, tmp_path):
-    path = directory(out, Add())
+def test_bad_input_file_is_exit_2(directory, tmp_path):
+    path = directory(Add())
     np.savez(tmp_path / "in.npz", x=np.zeros((4, 100), np.float16))
     result = invoke(path, "--inputs", tmp_path / "in.npz")
     assert isinstance(result.exception, InputFileError) and result.exception.exit_code == 2
@@ -99,8 +120,8 @@ def cli_with_run():
         del cli.commands["run"]
 
 
-def test_exit_codes_through_the_cli(out, tmp_path, rng, cli_with_run, capsys):
-    path = directory(out, Sub())
+def test_exit_codes_through_the_cli(directory, tmp_path, rng, cli_with_run, capsys):
+    path = directory(Sub())
     data, _ = inputs(tmp_path, rng)
     with pytest.raises(SystemExit) as e:
         cli_with_run(["run", str(path), "--inputs", str(data), "--check", "-q"])

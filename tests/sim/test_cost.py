@@ -9,14 +9,13 @@ from spyrec.costmodel import BUNDLE_OVERHEAD_US, PT_PEAK_FLOPS_PER_CARD
 from spyrec.device import HBM_BYTES_PER_S
 from spyrec.sim.cost import format_table
 from spyrec.sim.files import validate
-from spyrec.sim.runner import cost_for_directory
-from tests.sim.builder import elementwise, rowmajor2d
+from tests.sim.builder import elementwise, flat_bundle, rowmajor2d
 
 
 def test_add_4x100_two_cores(out):
     """Each core: 2 rows x 2 sticks (64 + 36 lanes) per tensor = 4 sticks = 512 B."""
-    cost = cost_for_directory(elementwise(out, "add", {"a": "float16", "b": "float16"},
-                                          "float16", split={"c0": 2}).write())
+    cost = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16",
+                       split={"c0": 2}).cost()
     (op,) = cost["ops"]
     for core in op["per_core"]:
         assert core["points"] == 200
@@ -37,7 +36,7 @@ def test_sparse_reduction_output_costs_whole_sticks(out):
     out.op("sum", {"c0": 64, "r0": 100},
            [("x", ["floor(r0/64)", "c0", "Mod(r0, 64)"]), ("y", ["0", "c0", "0"])],
            reduced=["r0"], split={"c0": 4})
-    (op,) = cost_for_directory(out.write())["ops"]
+    (op,) = out.cost()["ops"]
     for core in op["per_core"]:                    # 16 rows each
         assert core["hbm_read_bytes"] == 16 * 2 * 128
         assert core["hbm_write_bytes"] == 16 * 128  # 16 sticks for 16 useful values
@@ -45,10 +44,9 @@ def test_sparse_reduction_output_costs_whole_sticks(out):
 
 
 def test_transcendental_ops_cost_four_times(out, tmp_path):
-    exp = cost_for_directory(elementwise(out, "exp", {"x": "float16"}, "float16").write())
+    exp = elementwise(out, "exp", {"x": "float16"}, "float16").cost()
     from tests.sim.builder import OutDir
-    neg = cost_for_directory(elementwise(OutDir(tmp_path / "neg"), "neg", {"x": "float16"},
-                                         "float16").write())
+    neg = elementwise(OutDir(tmp_path / "neg"), "neg", {"x": "float16"}, "float16").cost()
     assert exp["ops"][0]["compute_us"] == pytest.approx(4 * neg["ops"][0]["compute_us"])
 
 
@@ -60,7 +58,7 @@ def test_matmul_uses_the_pt_rate_and_row_efficiency(out):
            [("x", ["floor(r0/64)", "c0", "Mod(r0, 64)"]),
             ("y", ["floor(c1/64)", "r0", "Mod(c1, 64)"]),
             ("z", ["floor(c1/64)", "c0", "Mod(c1, 64)"])], reduced=["r0"], split={"c0": 4})
-    (op,) = cost_for_directory(out.write())["ops"]
+    (op,) = out.cost()["ops"]
     core = op["per_core"][0]                        # 8 rows: one 8-row pass, eff sqrt(1/8)
     macs_per_s = PT_PEAK_FLOPS_PER_CARD / 32 / 2
     assert core["compute_us"] == pytest.approx(8 * 80 * 100 / (macs_per_s * math.sqrt(1 / 8))
@@ -80,14 +78,13 @@ def test_gather_assumes_distinct_rows(out):
            [("idx", ["floor(c0/32)", "Mod(c0, 32)"]),
             ("w", ["floor(c1/64)", "IndirectAccess('idx')", "Mod(c1, 64)"]),
             ("e", rowmajor2d())])
-    (op,) = cost_for_directory(out.write())["ops"]
+    (op,) = out.cost()["ops"]
     assert op["hbm_read_bytes"] == 128 + 10 * 2 * 128     # 1 index stick, 10 rows x 2 sticks
     assert op["compute_us"] == 0 and op["class"] == "move"
 
 
 def test_cost_fits_the_report_schema_and_prints(out):
-    cost = cost_for_directory(elementwise(out, "add", {"a": "float16", "b": "float16"},
-                                          "float16").write())
+    cost = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16").cost()
     report = {"format": "spyrec-report/1", "passes": [{"name": "stick_layout", "wall_ms": 1.0}],
               "restickify": {"count": 0, "elements": 0, "list": []},
               "layouts": {"a": {"device_size": [2, 4, 64], "stride_map": [64, 100, 1],
@@ -100,15 +97,11 @@ def test_cost_fits_the_report_schema_and_prints(out):
 
 def test_totals_per_bundle(out):
     """Two kernels: each bundle's totals carry its own overhead; the sum is the grand total."""
-    path = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16").write()
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["kernels"].append({"name": "second", "bundle": "bundle2.mlir",
-                                "ops": ["sdsc_0.json"]})
-    (path / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    text = (path / "bundle.mlir").read_text()
+    elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16")
+    out.kernels.append({"name": "second", "bundle": "bundle2.mlir", "ops": ["sdsc_0.json"]})
     execute = '    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}\n'
-    (path / "bundle2.mlir").write_text(text.replace(execute, execute * 2))
-    cost = cost_for_directory(path)
+    out.bundles["bundle2.mlir"] = flat_bundle(1).replace(execute, execute * 2)
+    cost = out.cost()
     first, second = cost["totals"]["per_bundle"]
     op_time = cost["ops"][0]["time_us"]
     assert (first["name"], first["executions"]) == ("main", 1)

@@ -9,9 +9,7 @@ numbers."""
 import numpy as np
 import pytest
 
-from spyrec.sim import simulate
 from spyrec.costmodel import BUNDLE_OVERHEAD_US
-from spyrec.sim.runner import cost_for_directory
 from tests.sim.builder import elementwise
 
 
@@ -31,9 +29,8 @@ def test_memory_bound_add_fp16_1024x4096_on_32_cores(out):
     # share 204.8 GB/s: 786432 * 32 / 204.8e9 s = 122.88 us. Compute: 32 * 4096 points / 64
     # lanes / 1 GHz = 2.048 us. Memory-bound: 122.88 us, i.e. exactly the compulsory
     # 3 * 8 MiB at the full bandwidth.
-    path = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16",
-                       shape=(1024, 4096), split={"c0": 32}).write()
-    cost = cost_for_directory(path)
+    cost = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16",
+                       shape=(1024, 4096), split={"c0": 32}).cost()
     (op,) = cost["ops"]
     core = op["per_core"][0]
     assert core["hbm_read_bytes"] == 2 * 32 * 64 * 128 and core["hbm_write_bytes"] == 32 * 64 * 128
@@ -51,7 +48,7 @@ def test_compute_bound_matmul_fp16_8192x4096x8192_m4_n8(out):
     # 2048 x 16 = 16,384 + 16,384 + 32,768 = 65,536 sticks = 8,388,608 B; x 32 cores / 204.8e9
     # = 1310.72 us (229,376 sticks touched). Compute-bound.
     _matmul(out, 8192, 4096, 8192, split={"c0": 4, "c1": 8})
-    (op,) = cost_for_directory(out.write())["ops"]
+    (op,) = out.cost()["ops"]
     core = op["per_core"][0]
     assert core["hbm_read_bytes"] + core["hbm_write_bytes"] == 65536 * 128
     assert core["sticks_read"] + core["hbm_write_bytes"] // 128 == 229376
@@ -72,14 +69,13 @@ def test_k_split_matmul_fp16_64x65536x64_m8_k4_pays_the_ring(out, rng):
     x = (rng.standard_normal((64, 65536)) / 64).astype(np.float16)
     y = rng.standard_normal((65536, 64)).astype(np.float16)
     _matmul(out, 64, 65536, 64, split={"c0": 8, "r0": 4})
-    path = out.write()
-    (op,) = cost_for_directory(path)["ops"]
+    (op,) = out.cost()["ops"]
     core = op["per_core"][0]
     assert core["sticks_read"] == 2048 + 16384 and core["hbm_write_bytes"] == 8 * 128
     assert core["hbm_read_bytes"] == (2048 + 2048) * 128
     assert core["compute_us"] == pytest.approx(15.447, abs=1e-3) and core["memory_us"] == 82.08
     assert op["ring_us"] == 1.72032 and op["cores_used"] == 32
     assert op["time_us"] == pytest.approx(82.08 + 1.72032)
-    (z,) = simulate(path, {"x": x, "y": y}).outputs      # and the partials add up
+    (z,) = out.run({"x": x, "y": y}).outputs      # and the partials add up
     np.testing.assert_allclose(z.astype(np.float64), x.astype(np.float64) @ y.astype(np.float64),
                                rtol=2e-2, atol=2e-2)

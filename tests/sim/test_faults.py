@@ -1,28 +1,18 @@
 """Programs that must not run: every fault names the op, the sdsc file, the arg and the value."""
 
-import json
-
 import numpy as np
 import pytest
 
 from spyrec.errors import InputFileError, SimulatorFault
-from spyrec.sim import simulate
-from spyrec.sim.directory import load_output_dir
 from spyrec.sim.verify import op_problems
 from tests.sim.builder import elementwise, rowmajor2d
 
 X = np.ones((4, 100), dtype=np.float16)
 
 
-def edit(path, fn, whole=False):
-    """Change a written file; an sdsc file's `spyrecAccess_` body unless `whole`."""
-    data = json.loads(path.read_text())
-    if path.name.startswith("sdsc_") and not whole:
-        (body,) = data.values()
-        fn(body["spyrecAccess_"])
-    else:
-        fn(data)
-    path.write_text(json.dumps(data, indent=1))
+def edit_op(out, fn):
+    """Change the program's op 0 (its access form, tests/sim/access_form.py) before it loads."""
+    fn(out.ops[0])
 
 
 def test_coordinate_outside_its_device_dim(out):
@@ -33,47 +23,47 @@ def test_coordinate_outside_its_device_dim(out):
     with pytest.raises(SimulatorFault, match=(
             r"sdsc_0.json \(neg 'neg_0', model.py:10 in forward\): arg 'x' device dim 1 "
             r"coordinate c0 \+ 1 = 4 is outside 0..3 of device_size \[2, 4, 64\] at c0=3")):
-        simulate(out.write(), {"x": X})
+        out.run({"x": X})
 
 
 def test_arg_outside_every_tensor(out):
-    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+    elementwise(out, "neg", {"x": "float16"}, "float16")
     def move(d):
         d["args"][0]["allocation"] = {"hbm": 768}
         for core in d["cores"]:
             core["arg_start_bytes"][0] += 768
-    edit(path / "sdsc_0.json", move)
+    edit_op(out, move)
     with pytest.raises(SimulatorFault, match=r"arg 'x': bytes \[768, 1792\) of its layout "
                                              r"\[2, 4, 64\] are not inside one tensor"):
-        simulate(path, {"x": X})
+        out.run({"x": X})
 
 
 def test_misaligned_arg_base(out):
-    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
+    elementwise(out, "neg", {"x": "float16"}, "float16")
 
     def move(d):
         d["args"][0]["allocation"] = {"hbm": 2}
         for core in d["cores"]:
             core["arg_start_bytes"][0] += 2
-    edit(path / "sdsc_0.json", move)
+    edit_op(out, move)
     with pytest.raises(SimulatorFault, match=r"arg 'x': allocation.hbm 2 is not 128-byte "
                                              r"aligned"):
-        simulate(path, {"x": X})
+        out.run({"x": X})
 
 
 def test_overlapping_allocations_in_the_manifest(out):
-    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
-    edit(path / "manifest.json", lambda d: d["tensors"][1].update(hbm_address=512))
+    elementwise(out, "neg", {"x": "float16"}, "float16")
+    out.tensors["out"].update(hbm_address=512)
     with pytest.raises(SimulatorFault, match=r"tensors 'x' \[0, 1024\) and 'out' \[512, 1536\) "
                                              r"overlap in HBM while both are live"):
-        simulate(path, {"x": X})
+        out.run({"x": X})
 
 
 def test_misaligned_tensor(out):
-    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
-    edit(path / "manifest.json", lambda d: d["tensors"][1].update(hbm_address=1088))
+    elementwise(out, "neg", {"x": "float16"}, "float16")
+    out.tensors["out"].update(hbm_address=1088)
     with pytest.raises(SimulatorFault, match="tensor 'out': HBM address 1088 is not 128-byte"):
-        simulate(path, {"x": X})
+        out.run({"x": X})
 
 
 @pytest.mark.parametrize("coords", [
@@ -86,16 +76,15 @@ def test_output_written_twice_within_an_op(out, coords):
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", coords)])
     with pytest.raises(SimulatorFault, match=r"output 'y' writes device element \d+ more than "
                                              r"once \(first at c0=\d, c1=\d+\)"):
-        simulate(out.write(), {"x": X})
+        out.run({"x": X})
 
 
 def test_one_to_one_proofs(out):
     from spyrec.sim.access import Binding, Chunk, one_to_one
-    from spyrec.sim.directory import read_output_dir
     out.input("x", [4, 100])
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
-    spec = read_output_dir(out.write()).ops["sdsc_0.json"]
+    spec = out.program().ops["sdsc_0.json"]
     chunk = Chunk(("c0", "c1"), (0, 0), (4, 100))
     from dataclasses import replace
     from spyrec.indexing import parse_expr
@@ -111,29 +100,28 @@ def test_one_to_one_proofs(out):
 
 
 def test_operand_missing_from_the_bundle(out):
-    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
-    edit(path / "sdsc_0.json", lambda d: d["args"][0].update(operand=1))
+    elementwise(out, "neg", {"x": "float16"}, "float16")
+    edit_op(out, lambda d: d["args"][0].update(operand=1))
     with pytest.raises(SimulatorFault, match=r"arg 'x': takes its base from operand 1, but "
                                              r".*bundle.mlir:3:5 passes 0 operands"):
-        simulate(path, {"x": X})
+        out.run({"x": X})
 
 
 def test_lx_arguments_need_superdsc(out):
-    path = elementwise(out, "neg", {"x": "float16"}, "float16").write()
-    edit(path / "sdsc_0.json", lambda d: d["args"][1].update(allocation={"lx": 0}))
+    elementwise(out, "neg", {"x": "float16"}, "float16")
+    edit_op(out, lambda d: d["args"][1].update(allocation={"lx": 0}))
     with pytest.raises(SimulatorFault, match="arg 'out': LX allocations are simulated from SuperDSC"):
-        simulate(path, {"x": X})
+        out.run({"x": X})
 
 
 # --- static verification ------------------------------------------------------------------------
 
 
 def problems(out, change=None, **kw):
-    path = elementwise(out, **kw).write()
+    elementwise(out, **kw)
     if change:
-        edit(path / "sdsc_0.json", change)
-    from spyrec.sim.directory import read_output_dir
-    return op_problems(read_output_dir(path).ops["sdsc_0.json"])
+        edit_op(out, change)
+    return op_problems(out.program().ops["sdsc_0.json"])
 
 
 def neg(**kw):
@@ -165,10 +153,10 @@ def test_static_problems(out, change, message):
 
 
 def test_verify_lists_every_problem_at_once(out):
-    path = elementwise(out, **neg()).write()
-    edit(path / "sdsc_0.json", lambda d: (d.update(op="pow"), d["cores"].pop()))
+    elementwise(out, **neg())
+    edit_op(out, lambda d: (d.update(op="pow"), d["cores"].pop()))
     with pytest.raises(InputFileError) as e:
-        load_output_dir(path)
+        out.load()
     assert "needs op_info.constants ['exponent']" in str(e.value)
     assert "cores lists 1" in str(e.value)
 
@@ -186,12 +174,10 @@ def test_replica_dims_are_unaddressed_unreduced_and_split_over_all_values(out):
     An output in HBM gets no such pass: its copies would write each element again."""
     from dataclasses import replace
 
-    from spyrec.sim.directory import read_output_dir
-
     out.input("x", [4, 100])
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
-    spec = read_output_dir(out.write()).ops["sdsc_0.json"]
+    spec = out.program().ops["sdsc_0.json"]
     space = dict(spec.iteration_space)
     assert spec.replica_vars == ()
     assert replace(spec, iteration_space={**space, "rep": (4, 4)}).replica_vars == ("rep",)

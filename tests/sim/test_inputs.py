@@ -4,11 +4,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from spyrec.errors import InputFileError
 from spyrec.sim import simulate
 from spyrec.sim.inputs import read_inputs, read_npz
-from spyrec.sim.directory import load_output_dir
+from tests.programs import compile_pt2, export
 from tests.sim.builder import OutDir, rowmajor2d
 
 SIGNATURE = ("expected (name: shape, dtype):\n"
@@ -23,7 +24,7 @@ def program(out: OutDir):
     out.input("b", [3], "bfloat16")
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
-    return load_output_dir(out.write()).manifest
+    return out.load().manifest
 
 
 def good():
@@ -73,7 +74,7 @@ def test_simulate_checks_a_callers_dict_too(out):
     program(out)
     with pytest.raises(InputFileError, match="the input dict does not match the program:\n"
                                              "  - missing 'x'"):
-        simulate(out.path, {k: v for k, v in good().items() if k != "x"})
+        out.run({k: v for k, v in good().items() if k != "x"})
 
 
 def test_unreadable_files(tmp_path):
@@ -84,17 +85,21 @@ def test_unreadable_files(tmp_path):
         read_npz(tmp_path / "bad.npz")
 
 
-def test_constants_come_from_weights_bin(out, rng):
+class Scale(torch.nn.Module):
+    def __init__(self, w: np.ndarray):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.from_numpy(w))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def test_constants_come_from_weights_bin(tmp_path, rng):
     """Constants are memory-mapped from weights.bin (device form: 4 x 100 fp32 in sticks of 32
     is 4 x 128 slots, 2048 bytes) at the manifest's offsets; a truncated file or an offset
     past its end is one exit-2 error naming the file, before anything runs."""
     w = rng.standard_normal((4, 100)).astype(np.float32)
-    out.input("x", [4, 100], "float32")
-    out.constant("w", w, "float32")
-    out.output("y", [4, 100], "float32")
-    out.op("mul", {"c0": 4, "c1": 100},
-           [("x", rowmajor2d(32)), ("w", rowmajor2d(32)), ("y", rowmajor2d(32))])
-    path = out.write()
+    path = compile_pt2(export(tmp_path, Scale(w), (torch.zeros(4, 100),), "scale"))
     x = rng.standard_normal((4, 100)).astype(np.float32)
     assert np.array_equal(simulate(path, {"x": x}).outputs[0], x * w)
     blob = (path / "weights.bin").read_bytes()
@@ -113,15 +118,13 @@ def test_constants_come_from_weights_bin(out, rng):
         simulate(path, {"x": x})
     manifest["weights"]["tensors"] = []
     (path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(InputFileError, match=r"no values for the constant\(s\) w"):
+    with pytest.raises(InputFileError, match=r"no values for the constant\(s\) p_w"):
         simulate(path, {"x": x})
 
 
-def test_an_older_manifest_format_is_named(out):
-    out.input("x", [4, 100], "float32")
-    out.output("y", [4, 100], "float32")
-    out.op("identity", {"c0": 4, "c1": 100}, [("x", rowmajor2d(32)), ("y", rowmajor2d(32))])
-    path = out.write()
+def test_an_older_manifest_format_is_named(tmp_path):
+    path = compile_pt2(export(tmp_path, Scale(np.ones((4, 100), np.float32)),
+                              (torch.zeros(4, 100),), "scale"))
     text = (path / "manifest.json").read_text().replace("spyrec-manifest/3", "spyrec-manifest/1")
     (path / "manifest.json").write_text(text)
     with pytest.raises(InputFileError, match=r"format spyrec-manifest/1, written by another "

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from spyrec.errors import SimulatorFault
-from spyrec.sim import simulate
 from tests.sim.builder import flat_bundle, rowmajor2d
 
 TILED = """\
@@ -45,13 +44,14 @@ def tiled_add(out, tile_map="8192*d0 + 32768*d1"):
            [("x", rowmajor2d(), 0), ("y", rowmajor2d(), 1), ("z", rowmajor2d(), 2)],
            split={"c0": 2})
     addr = {n: out.tensors[n]["hbm_address"] for n in "xyz"}
-    return out.write(TILED.format(**addr).replace("8192*d0 + 32768*d1", tile_map))
+    out.bundle = TILED.format(**addr).replace("8192*d0 + 32768*d1", tile_map)
+    return out
 
 
 def test_tiled_loop_covers_the_tensor(out, rng):
     x = rng.standard_normal((128, 256)).astype(np.float16)
     y = rng.standard_normal((128, 256)).astype(np.float16)
-    result = simulate(tiled_add(out), {"x": x, "y": y})
+    result = tiled_add(out).run({"x": x, "y": y})
     assert np.array_equal(result.outputs[0], x + y)
     assert result.cost["ops"][0]["executions"] == 4
 
@@ -59,8 +59,7 @@ def test_tiled_loop_covers_the_tensor(out, rng):
 def test_unrolled_form_gives_the_same_result(out, rng):
     x = rng.standard_normal((128, 256)).astype(np.float16)
     y = rng.standard_normal((128, 256)).astype(np.float16)
-    path = tiled_add(out)
-    tiled = simulate(path, {"x": x, "y": y}).outputs[0]
+    tiled = tiled_add(out).run({"x": x, "y": y}).outputs[0]
     bases = [8192 * i0 + 32768 * i1 for i0 in range(2) for i1 in range(2)]
     addr = {n: out.tensors[n]["hbm_address"] for n in "xyz"}
     lines = flat_bundle(0).splitlines()
@@ -68,15 +67,15 @@ def test_unrolled_form_gives_the_same_result(out, rng):
                 f'{{sdsc_filename = "sdsc_0.json"}}' for k in range(4)]
     consts = [f"    %a{k}_{n} = arith.constant {addr[n] + b} : index"
               for k, b in enumerate(bases) for n in "xyz"]
-    (path / "bundle.mlir").write_text("\n".join(lines[:2] + consts + executes + lines[2:]))
-    assert np.array_equal(simulate(path, {"x": x, "y": y}).outputs[0], tiled)
+    out.bundle = "\n".join(lines[:2] + consts + executes + lines[2:])
+    assert np.array_equal(out.run({"x": x, "y": y}).outputs[0], tiled)
 
 
 def test_host_row_major_tile_offsets_leave_nan(out, rng):
     """Host byte offsets (64 rows = 32768 B, 128 columns = 256 B; the seed's mistake) stay in
     range but put tiles in the wrong place: rows never written keep the NaN fill."""
     x = rng.standard_normal((128, 256)).astype(np.float16)
-    z = simulate(tiled_add(out, tile_map="32768*d0 + 256*d1"), {"x": x, "y": x}).outputs[0]
+    z = tiled_add(out, tile_map="32768*d0 + 256*d1").run({"x": x, "y": x}).outputs[0]
     assert np.array_equal(z[:2], x[:2] + x[:2]) and np.isnan(z[66:]).all()
 
 
@@ -89,12 +88,12 @@ def test_host_row_major_tile_offsets_leave_nan(out, rng):
 def test_tile_outside_the_tensor_is_caught(out, rng, tile_map, message):
     x = rng.standard_normal((128, 256)).astype(np.float16)
     with pytest.raises(SimulatorFault, match=message):
-        simulate(tiled_add(out, tile_map=tile_map), {"x": x, "y": x})
+        tiled_add(out, tile_map=tile_map).run({"x": x, "y": x})
 
 
 def test_tile_base_off_a_stick_is_caught(out, rng):
     x = rng.standard_normal((128, 256)).astype(np.float16)
-    path = tiled_add(out, tile_map="8192*d0 + 32768*d1 + 64")
+    tiled = tiled_add(out, tile_map="8192*d0 + 32768*d1 + 64")
     with pytest.raises(SimulatorFault, match=r"tile base \d+ from operand 0 at .*bundle.mlir:"
                                              r"16:9 is not a stick-aligned address"):
-        simulate(path, {"x": x, "y": x})
+        tiled.run({"x": x, "y": x})

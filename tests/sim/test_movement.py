@@ -5,12 +5,11 @@ import pytest
 import torch
 
 from spyrec.errors import SimulatorFault
-from spyrec.sim import simulate
 from tests.sim.builder import rowmajor2d
 
 
 def run(out, **inputs):
-    return simulate(out.write(), inputs).outputs
+    return out.run(inputs).outputs
 
 
 def gather_program(out):
@@ -52,15 +51,13 @@ def test_restickify_moves_the_stick_to_dim0(out, rng):
     out.output("y", [100, 70], device_size=[2, 70, 64], stride_map=[4480, 1, 70])
     out.op("ReStickifyOpHBM", {"c0": 100, "c1": 70},
            [("x", rowmajor2d()), ("y", ["floor(c0/64)", "c1", "Mod(c0, 64)"])])
-    path = out.write()
-    result = simulate(path, {"x": x})
+    result = out.run({"x": x})
     assert np.array_equal(result.outputs[0], x)
     # the device really holds columns in sticks now: y's stick (j, c) = x[64j:64j+64, c]
-    from spyrec.sim.directory import load_output_dir
     from spyrec.sim.runner import place_tensors
     from spyrec.sim.transfer import write_tensor
     from spyrec.sim.executor import run_op
-    program = load_output_dir(path)
+    program = out.load()
     hbm = place_tensors(program)
     write_tensor(hbm, program.manifest.tensors["x"], x)
     run_op(program.ops["sdsc_0.json"], program.trace[0][1], hbm)
@@ -124,6 +121,5 @@ def test_output_may_name_an_input_twice(out, rng):
     x = rng.standard_normal((4, 100)).astype(np.float16)
     out.input("x", [4, 100])
     out.outputs += ["x", "x"]
-    out.write()
-    got = simulate(out.path, {"x": x}).outputs
+    got = out.run({"x": x}).outputs
     assert len(got) == 2 and all(np.array_equal(g, x) for g in got)

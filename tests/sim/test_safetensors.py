@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from spyrec.errors import InputFileError
 from spyrec.sim.inputs import read_arrays, read_inputs, write_npz
 from spyrec.bf16 import bf16_bits_to_float32
-from spyrec.sim.directory import load_output_dir
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from tests.sim.builder import OutDir, rowmajor2d
 
@@ -181,7 +180,7 @@ def test_inputs_from_safetensors_are_checked_like_npz(tmp_path):
     out.input("b", [3], "bfloat16")
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])
-    manifest = load_output_dir(out.write()).manifest
+    manifest = out.load().manifest
     path = tmp_path / "in.safetensors"
     write_npz(path, {"x": np.zeros((4, 100), np.float16), "b": np.zeros(3, np.uint16),
                      f"{TAG}b": np.array("bfloat16")})

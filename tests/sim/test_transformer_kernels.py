@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from spyrec.errors import SimulatorFault
-from spyrec.sim import simulate
 from tests.sim.builder import elementwise
 
 X_STICK_R0 = ["floor(r0/64)", "c0", "Mod(r0, 64)"]     # x[c0, r0], default layout of [64, 100]
@@ -15,7 +14,7 @@ SPARSE_INT = dict(device_size=[1, 64, 32], stride_map=[-1, 1, -1])
 
 
 def run(out, **inputs):
-    return simulate(out.write(), inputs).outputs
+    return out.run(inputs).outputs
 
 
 def ties_and_nans(rng, shape, dtype):

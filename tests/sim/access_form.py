@@ -1,10 +1,11 @@
-"""The `spyrecAccess_` form of an sdsc file (docs/formats.md): a test fixture's op, not spyrec's.
+"""The access form of a hand-written op (tests/sim/builder.py): its OpSpec, structure checked.
 
-Hand-written simulator tests (tests/sim/builder.py) state each arg's device coordinates as
-expressions, wrong ones included, to test the faults they cause; SuperDSC fields cannot state a
-wrong coordinate. The compiler never writes this form. It is read here, apart from the SuperDSC
-reader, so that the builder of programs (`program.py`) only dispatches to it; moving it under
-tests/ needs those fixtures (and the CLI tests that run them) to build SuperDSC instead.
+Simulator tests state each arg's device coordinates as expressions, wrong ones included, to
+test the faults they cause; SuperDSC fields cannot state a wrong coordinate. The compiler never
+writes this form and the simulator never reads it from a file: the builder turns each op into
+an OpSpec here and hands them to `spyrec.sim.program.program_from_op_specs`. The fields are
+those of an OpSpec in opspecs.json (docs/formats.md); messages name the op as the file
+`sdsc_<n>.json` it stands for, as the simulator names its ops.
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ from spyrec.layout import DeviceLayout
 from spyrec.sim.specs import ArgSpec, CoreSplit, OpSpec, device_layout
 
 
-def is_access_form(wrapper: dict) -> bool:
-    return "spyrecAccess_" in wrapper
-
-
 def read_access_form(path: Path, filename: str, index: int, data: dict) -> OpSpec:
-    """The OpSpec of a `spyrecAccess_` body `data` (file `path`), its structure checked."""
+    """The OpSpec of the access form `data` of op `index` (named `filename`, at `path` in
+    messages), its structure checked."""
     index_names = _indirect_names(data)
     args = tuple(_arg(f"{path}: at $.args[{i}]", a, index_names)
                  for i, a in enumerate(data["args"]))
