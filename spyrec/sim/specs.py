@@ -94,7 +94,8 @@ class ArgSpec:
     arg_index: int
     layout: DeviceLayout
     coordinates: tuple[Lin, ...]     # one per device dim, relative to the arg's base
-    coordinate_text: tuple[str, ...] | None   # as written (the test-fixture form); None: printed
+    # the coordinates as the OpSpec's maker wrote them (tests state them as text); None: printed
+    coordinate_text: tuple[str, ...] | None
     hbm_address: int | None          # byte address of device element 0 (None for LX)
     lx_offset: int | None
     operand: int | None              # sdsc_execute operand that supplies the base, if any
