@@ -32,7 +32,7 @@ from samples.tiling import TILING_SAMPLES  # noqa: E402
 from spyrec.compiler import CompileOptions  # noqa: E402
 from spyrec.driver import compile_and_estimate  # noqa: E402
 from spyrec.device import HBM_BYTES_PER_S  # noqa: E402
-from spyrec.costmodel import BUNDLE_OVERHEAD_US, PT_PEAK_FLOPS_PER_CARD  # noqa: E402
+from spyrec.costmodel import DEFAULT_PARAMS  # noqa: E402
 
 DEPTHS = (1, 2, 8)
 
@@ -43,8 +43,8 @@ def compulsory_bytes(manifest: dict) -> int:
 
 
 def roofline_us(compulsory: int, flops: int) -> float:
-    return max(compulsory / HBM_BYTES_PER_S, flops / PT_PEAK_FLOPS_PER_CARD) * 1e6 \
-        + BUNDLE_OVERHEAD_US
+    return max(compulsory / HBM_BYTES_PER_S, flops / DEFAULT_PARAMS.pt_peak_flops_per_card) * 1e6 \
+        + DEFAULT_PARAMS.bundle_overhead_us
 
 
 def measure(module, inputs, tmp: Path, name: str, tiling: Path | None = None) -> dict:

@@ -33,34 +33,33 @@ from dataclasses import dataclass
 from spyrec.device import CORES, HBM_BYTES_PER_S
 
 # --- parameters (reference/C-simulator.md §5.9) -----------------------------------------------
-# CORES (firm) and HBM_BYTES_PER_S (TS work_division.py _HBM_BW_GBS, LPDDR5 aggregate —
-# medium) are device facts: spyrec/device.py.
-PT_PEAK_FLOPS_PER_CARD = 98.304e12  # TS work_division.py "DL16 peak", fp16 — medium
-PT_ROWS_PER_PASS = 8                # TS work_division.py, M streamed 8 rows per pass — fitted
-PT_FULL_EFFICIENCY_PASSES = 8       # TS work_division.py, efficiency sqrt(passes/8) — fitted
-VECTOR_ELEMS_PER_CYCLE = 64         # KC estimate: one fp16 stick per cycle per core — low
-CLOCK_HZ = 1.0e9                    # KC convention, a unit only (no public clock) — unknown
-TRANSCENDENTAL_FACTOR = 4.0         # KC "common heuristic" — low
-PSUM_US_PER_ELEM_HOP = 1.4e-4       # TS work_division.py, K-split ring reduction — fitted
-OP_OVERHEAD_US = 0.0                # t_op: not separable from t_bundle in the only data — low
-BUNDLE_OVERHEAD_US = 21.0           # t_bundle: fit to TS softmax timings (C-sim §1.3) — low
-BROADCAST_COHORT = 8                # TS work_division.py, cores sharing one read free — fitted
-
-
 @dataclass(frozen=True)
 class CostParams:
+    """Every parameter of the model, its default with its source and confidence (TS =
+    torch-spyre, KC = ktir-cpu). The device facts (cores: firm; HBM bandwidth, TS
+    work_division.py _HBM_BW_GBS, LPDDR5 aggregate: medium) come from spyrec/device.py."""
+
     cores: int = CORES
     hbm_bytes_per_s: float = HBM_BYTES_PER_S
-    pt_peak_flops_per_card: float = PT_PEAK_FLOPS_PER_CARD
-    pt_rows_per_pass: int = PT_ROWS_PER_PASS
-    pt_full_efficiency_passes: int = PT_FULL_EFFICIENCY_PASSES
-    vector_elems_per_cycle: int = VECTOR_ELEMS_PER_CYCLE
-    clock_hz: float = CLOCK_HZ
-    transcendental_factor: float = TRANSCENDENTAL_FACTOR
-    psum_us_per_elem_hop: float = PSUM_US_PER_ELEM_HOP
-    op_overhead_us: float = OP_OVERHEAD_US
-    bundle_overhead_us: float = BUNDLE_OVERHEAD_US
-    broadcast_cohort: int = BROADCAST_COHORT
+    # TS work_division.py "DL16 peak", fp16 — medium
+    pt_peak_flops_per_card: float = 98.304e12
+    # TS work_division.py: M streamed 8 rows per pass, efficiency sqrt(passes/8) — fitted
+    pt_rows_per_pass: int = 8
+    pt_full_efficiency_passes: int = 8
+    # KC estimate: one fp16 stick per cycle per core — low; a 1 GHz clock is KC's convention,
+    # a unit only (no public clock) — unknown
+    vector_elems_per_cycle: int = 64
+    clock_hz: float = 1.0e9
+    # KC "common heuristic" — low
+    transcendental_factor: float = 4.0
+    # TS work_division.py, K-split ring reduction — fitted
+    psum_us_per_elem_hop: float = 1.4e-4
+    # t_op: not separable from t_bundle in the only data — low
+    op_overhead_us: float = 0.0
+    # t_bundle: fit to TS softmax timings (C-sim §1.3) — low
+    bundle_overhead_us: float = 21.0
+    # TS work_division.py, cores sharing one read for free — fitted
+    broadcast_cohort: int = 8
 
     def read_share(self, readers: int) -> float:
         """The part of its bytes each of `readers` cores reading one slice is charged."""

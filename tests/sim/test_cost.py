@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from spyrec.costmodel import BUNDLE_OVERHEAD_US, PT_PEAK_FLOPS_PER_CARD
+from spyrec.costmodel import DEFAULT_PARAMS
 from spyrec.device import HBM_BYTES_PER_S
 from spyrec.sim.cost import format_table
 from spyrec.sim.files import validate
@@ -27,7 +27,7 @@ def test_add_4x100_two_cores(out):
     assert op["cores_used"] == 2 and op["bound"] == "memory" and op["flops"] == 400
     assert op["time_us"] == pytest.approx(0.015)
     assert op["stick_efficiency"] == pytest.approx(2400 / 3072)
-    assert cost["totals"]["time_us"] == pytest.approx(0.015 + BUNDLE_OVERHEAD_US)
+    assert cost["totals"]["time_us"] == pytest.approx(0.015 + DEFAULT_PARAMS.bundle_overhead_us)
 
 
 def test_sparse_reduction_output_costs_whole_sticks(out):
@@ -60,7 +60,7 @@ def test_matmul_uses_the_pt_rate_and_row_efficiency(out):
             ("z", ["floor(c1/64)", "c0", "Mod(c1, 64)"])], reduced=["r0"], split={"c0": 4})
     (op,) = out.cost()["ops"]
     core = op["per_core"][0]                        # 8 rows: one 8-row pass, eff sqrt(1/8)
-    macs_per_s = PT_PEAK_FLOPS_PER_CARD / 32 / 2
+    macs_per_s = DEFAULT_PARAMS.pt_peak_flops_per_card / 32 / 2
     assert core["compute_us"] == pytest.approx(8 * 80 * 100 / (macs_per_s * math.sqrt(1 / 8))
                                                * 1e6, rel=1e-5)
     # x: 8 rows x 2 K-sticks of its own; y: 100 x 2 sticks every one of the 4 cores reads
@@ -106,7 +106,7 @@ def test_totals_per_bundle(out):
     op_time = cost["ops"][0]["time_us"]
     assert (first["name"], first["executions"]) == ("main", 1)
     assert (second["name"], second["executions"]) == ("second", 2)
-    assert second["time_us"] == pytest.approx(2 * op_time + BUNDLE_OVERHEAD_US)
+    assert second["time_us"] == pytest.approx(2 * op_time + DEFAULT_PARAMS.bundle_overhead_us)
     assert cost["ops"][0]["executions"] == 3
     assert cost["totals"]["time_us"] == pytest.approx(first["time_us"] + second["time_us"])
     assert cost["totals"]["hbm_read_bytes"] == 3 * cost["ops"][0]["hbm_read_bytes"]

@@ -9,7 +9,7 @@ numbers."""
 import numpy as np
 import pytest
 
-from spyrec.costmodel import BUNDLE_OVERHEAD_US
+from spyrec.costmodel import DEFAULT_PARAMS
 from tests.sim.builder import elementwise
 
 
@@ -36,7 +36,7 @@ def test_memory_bound_add_fp16_1024x4096_on_32_cores(out):
     assert core["hbm_read_bytes"] == 2 * 32 * 64 * 128 and core["hbm_write_bytes"] == 32 * 64 * 128
     assert core["compute_us"] == 2.048 and core["memory_us"] == 122.88
     assert op["bound"] == "memory" and op["time_us"] == 122.88
-    assert cost["totals"]["time_us"] == pytest.approx(122.88 + BUNDLE_OVERHEAD_US)
+    assert cost["totals"]["time_us"] == pytest.approx(122.88 + DEFAULT_PARAMS.bundle_overhead_us)
 
 
 def test_compute_bound_matmul_fp16_8192x4096x8192_m4_n8(out):
