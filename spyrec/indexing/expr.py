@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from typing import Iterable, Mapping, Union
+from typing import Callable, Iterable, Mapping, Union
 
 
 @lru_cache(maxsize=1 << 14)
@@ -475,17 +475,26 @@ def _substitute_lin(e: Lin, mapping: Mapping[Atom, "Lin"]) -> Lin:
 def _substitute_atom(a: Atom, mapping: Mapping[Atom, "Lin"]) -> Lin:
     if isinstance(a, (Var, Indirect)):
         return as_lin(mapping.get(a, a))
+    return rebuild_atom(a, lambda e: substitute(e, mapping),
+                        lambda f: _substitute_atom(f, mapping))
+
+
+def rebuild_atom(a: Atom, on_expr: Callable[["Lin"], "Lin"],
+                 on_factor: Callable[[Atom], "Lin"]) -> Lin:
+    """`a` (not a Var or Indirect: those have no children) rebuilt from its children mapped:
+    a division's numerator and a Min's or Max's operands through `on_expr`, a product's
+    factors (atoms) through `on_factor`. The one walk substitution and simplification share."""
     if isinstance(a, FloorDiv):
-        return floordiv(substitute(a.num, mapping), a.divisor)
+        return floordiv(on_expr(a.num), a.divisor)
     if isinstance(a, Mod):
-        return mod(substitute(a.num, mapping), a.modulus)
+        return mod(on_expr(a.num), a.modulus)
     if isinstance(a, Min):
-        return minimum(*(substitute(o, mapping) for o in a.operands))
+        return minimum(*(on_expr(o) for o in a.operands))
     if isinstance(a, Max):
-        return maximum(*(substitute(o, mapping) for o in a.operands))
+        return maximum(*(on_expr(o) for o in a.operands))
     if isinstance(a, Prod):
         out = const(1)
         for f in a.factors:
-            out = mul(out, _substitute_atom(f, mapping))
+            out = mul(out, on_factor(f))
         return out
-    raise TypeError(f"cannot substitute into {a!r}")
+    raise TypeError(f"cannot rebuild {a!r}: not an atom with children")

@@ -19,8 +19,8 @@ from functools import lru_cache
 from typing import Callable, Optional
 
 from spyrec.indexing.expr import (
-    ZERO, Atom, FloorDiv, Indirect, Lin, Max, Min, Mod, Prod, Var, as_lin, const, floordiv,
-    maximum, minimum, mod, mul,
+    ZERO, Atom, FloorDiv, Indirect, Lin, Max, Min, Mod, Var, as_lin, const, floordiv, maximum,
+    minimum, mod, rebuild_atom,
 )
 from spyrec.indexing.ranges import Ranges, bounds
 
@@ -297,17 +297,4 @@ def _simplify_atom(a: Atom, r: Ranges) -> Lin:
 
 
 def _rebuild(a: Atom, r: Ranges) -> Lin:
-    if isinstance(a, FloorDiv):
-        return floordiv(simplify_lin(a.num, r), a.divisor)
-    if isinstance(a, Mod):
-        return mod(simplify_lin(a.num, r), a.modulus)
-    if isinstance(a, Min):
-        return minimum(*(simplify_lin(o, r) for o in a.operands))
-    if isinstance(a, Max):
-        return maximum(*(simplify_lin(o, r) for o in a.operands))
-    if isinstance(a, Prod):
-        out = const(1)
-        for f in a.factors:
-            out = mul(out, _simplify_atom(f, r))
-        return out
-    raise TypeError(f"no simplifier for {a!r}")
+    return rebuild_atom(a, lambda e: simplify_lin(e, r), lambda f: _simplify_atom(f, r))
