@@ -126,7 +126,14 @@ def run_document(result, output_path: Path, checks: list | None, cost: dict | No
              "ok": c.ok, "max_abs_err": number(c.max_abs), "max_rel_err": number(c.max_rel),
              "tolerance": c.tolerance, "mismatches": c.mismatches,
              "nonfinite_mismatches": c.nonfinite, "total": c.total,
-             "problem": c.problem} for c in checks],
+             "problem": c.problem, "rule": c.rule,
+             "reference": None if c.reference is None else {
+                 "rms_err": c.reference.rms, "max_abs_err": c.reference.max_abs,
+                 "eager_rms_err": c.reference.eager_rms,
+                 "eager_max_abs_err": c.reference.eager_max_abs,
+                 "allowed_rms_err": c.reference.allowed_rms,
+                 "allowed_max_abs_err": c.reference.allowed_max_abs},
+             "no_reference": c.no_reference} for c in checks],
         "cost": cost,
     }
 
