@@ -498,7 +498,8 @@ def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
         try:
             upcast = eager_outputs(*call, upcast=True)
         except InternalError as e:      # an op or constant that will not run in fp32
-            no_reference = str(e).removeprefix("--check: ")
+            no_reference = ("with weights and inputs upcast to fp32, "
+                            + str(e).removeprefix("--check: "))
     n_user = len(eager) - len(mutated)
     pad = [None] * (len(manifest.outputs) - n_user)
     expected = eager[:n_user] + pad + eager[n_user:]

@@ -139,3 +139,37 @@ def test_fp32_integers_and_nonfinite_keep_rule_one():
     nan = _check([np.nan, 2.0], [1.0, 2.0], [1.0, 2.0])
     assert nan.rule == "allclose" and not nan.ok
     assert "MISMATCH: 1 NaN/Inf" in format_checks([nan])
+
+
+class CastsItself(torch.nn.Module):
+    """Casts its input to fp16 in the graph: the fp32 reference run meets an fp32 weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.eye(64), requires_grad=False)
+
+    def forward(self, x):
+        return (x * 2).to(torch.float16) @ self.w
+
+
+def test_no_reference_is_said_and_allclose_decides(tmp_path, capsys):
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(2)).half()
+    np.savez(tmp_path / "in.npz", x=x.numpy())
+    out = compile_pt2(export(tmp_path, CastsItself().half(), (x,)), tmp_path / "out")
+    code, text, err = cli(capsys, "run", out, "--inputs", tmp_path / "in.npz", "--check",
+                          "--json", "-q")
+    (c,) = json.loads(text)["check"]
+    assert code == 0, err
+    assert c["ok"] and c["rule"] == "allclose" and c["reference"] is None
+    assert c["no_reference"].startswith("with weights and inputs upcast to fp32, ")
+    assert "failed in PyTorch eager" in c["no_reference"]
+
+
+def test_a_mismatch_without_reference_says_why():
+    from dataclasses import replace
+
+    c = replace(_check([1.5, 2.0], [1.0, 2.0], [1.0, 2.0]), reference=None,
+                no_reference="with weights and inputs upcast to fp32, m.pt2 failed")
+    assert not c.ok and c.rule == "allclose"
+    assert format_checks([c]).endswith("MISMATCH (no fp32 reference: with weights and inputs "
+                                       "upcast to fp32, m.pt2 failed)")
