@@ -173,3 +173,25 @@ def test_a_mismatch_without_reference_says_why():
     assert not c.ok and c.rule == "allclose"
     assert format_checks([c]).endswith("MISMATCH (no fp32 reference: with weights and inputs "
                                        "upcast to fp32, m.pt2 failed)")
+
+
+def test_run_json_with_reference_errors_fits_the_schema():
+    from types import SimpleNamespace
+
+    from spyrec.sim.command import run_document
+    from spyrec.sim.files import validator
+
+    ref = np.linspace(0.5, 4.0, 100)
+    alt = np.where(np.arange(100) % 2, 1.0, -1.0)
+    checks = [_check(ref - 0.02 * alt, ref + 0.02 * alt, ref),
+              compare(1, "z", "float32", ref.astype(np.float32), ref)]
+    manifest = SimpleNamespace(outputs=["y", "z"], mutated_buffers=[])
+    result = SimpleNamespace(wall_s=0.1, names=("output_0", "output_1"),
+                             output_dtypes=["float16", "float32"],
+                             outputs=[ref.astype(np.float16), ref.astype(np.float32)],
+                             program=SimpleNamespace(manifest=manifest))
+    doc = json.loads(json.dumps(run_document(result, "o.npz", checks, None), allow_nan=False))
+    validator("run").validate(doc)
+    y, z = doc["check"]
+    assert y["rule"] == "reference" and y["ok"] and y["reference"]["eager_rms_err"] > 0.019
+    assert z["rule"] == "allclose" and z["reference"] is None and z["no_reference"] is None
