@@ -144,23 +144,34 @@ def test_fp32_integers_and_nonfinite_keep_rule_one():
 class CastsItself(torch.nn.Module):
     """Casts its input to fp16 in the graph: the fp32 reference run meets an fp32 weight."""
 
-    def __init__(self):
+    def __init__(self, scale: float = 1.0):
         super().__init__()
-        self.w = torch.nn.Parameter(torch.eye(64), requires_grad=False)
+        self.w = torch.nn.Parameter(torch.eye(64) * scale, requires_grad=False)
 
     def forward(self, x):
         return (x * 2).to(torch.float16) @ self.w
 
 
-def test_no_reference_is_said_and_allclose_decides(tmp_path, capsys):
+def test_the_fp32_reference_runs_only_for_an_output_allclose_rejects(tmp_path, capsys):
+    """A passing fp16 output needs no fp32 run (it would hold every weight in fp32); a
+    rejected one whose program cannot run upcast says why, and allclose's verdict stands."""
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(2)).half()
     np.savez(tmp_path / "in.npz", x=x.numpy())
-    out = compile_pt2(export(tmp_path, CastsItself().half(), (x,)), tmp_path / "out")
+    out = compile_pt2(export(tmp_path, CastsItself().half(), (x,)), tmp_path / "out",
+                      self_contained=True)
     code, text, err = cli(capsys, "run", out, "--inputs", tmp_path / "in.npz", "--check",
                           "--json", "-q")
     (c,) = json.loads(text)["check"]
     assert code == 0, err
     assert c["ok"] and c["rule"] == "allclose" and c["reference"] is None
+    assert c["no_reference"] is None                  # never attempted: nothing to decide
+    # eager now runs a program whose weight is doubled: allclose rejects, upcast fails
+    other = export(tmp_path, CastsItself(2.0).half(), (x,), "other")
+    shutil.copy(other, out / "program.pt2")
+    code, text, err = cli(capsys, "run", out, "--inputs", tmp_path / "in.npz", "--check",
+                          "--json", "-q")
+    (c,) = json.loads(text)["check"]
+    assert code == 1 and not c["ok"] and c["reference"] is None
     assert c["no_reference"].startswith("with weights and inputs upcast to fp32, ")
     assert "failed in PyTorch eager" in c["no_reference"]
 
