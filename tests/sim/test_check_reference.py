@@ -206,3 +206,37 @@ def test_run_json_with_reference_errors_fits_the_schema():
     y, z = doc["check"]
     assert y["rule"] == "reference" and y["ok"] and y["reference"]["eager_rms_err"] > 0.019
     assert z["rule"] == "allclose" and z["reference"] is None and z["no_reference"] is None
+
+
+class RmsNormFp16(torch.nn.Module):
+    """Llama's RMSNorm: `.to(float32)` and back to the input dtype, which torch.export pins
+    with dtype asserts on the fp16 input."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 64), requires_grad=False)
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.w * h.to(x.dtype)
+
+
+def test_the_fp32_reference_runs_a_program_whose_export_pins_fp16(tmp_path):
+    """The recorded `.to()` dtype asserts would refuse fp32 inputs (a 16-layer Llama had no
+    reference before): the upcast run drops them from its own copy. Casts the graph spells
+    out (`h.to(x.dtype)`, recorded as fp16) still round, as the module docstring says; the
+    rest runs in fp32."""
+    from spyrec.sim.check import eager_outputs
+
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3)).half()
+    out = compile_pt2(export(tmp_path, RmsNormFp16().half(), (x,)), tmp_path / "out",
+                      self_contained=True)
+    host = {"x": "float16"}
+    fp16, = eager_outputs(out, ["x"], host, {"x": x.numpy()})
+    fp32, = eager_outputs(out, ["x"], host, {"x": x.numpy()}, upcast=True)
+    h = x.float()
+    spelled = (torch.linspace(0.5, 1.5, 64).half().float() *
+               (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).half().float())
+    assert np.abs(fp32 - spelled.double().numpy()).max() < 1e-6   # fp32 weight, no fp16 product
+    assert np.abs(fp16 - fp32).max() > 1e-4                       # the fp16 run rounds more
