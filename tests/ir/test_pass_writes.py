@@ -12,18 +12,8 @@ from spyrec.ir.parser import parse
 from spyrec.ir.writes import WRITABLE, snapshot, written_fields
 from spyrec.passes import registry
 from spyrec.passes.pipeline import check_writes
-from tests.passes.textir import ir
+from tests.ir.test_verify import GOOD
 from tests.programs import Lambda, compile_pt2, export
-
-GOOD = ir("""
-    buffer x: input float16[64, 128] device [2, 64, 64] / [64, 128, 1] fp16 @hbm 0
-    buffer t: intermediate float16[64, 128] device [2, 64, 64] / [64, 128, 1] fp16 @hbm 16384
-    buffer y: output float16[128] device [2, 64] / [64, 1] fp16 @hbm 32768
-    op t: t[128*c0 + c1] = exp(x[128*c0 + c1]) over [c0<64, c1<128] cores [c0:32, c1:1]
-    op y: y[c0] = sum(t[c0 + 128*r0]) over [c0<128, r0<64] reduce [r0] cores [c0:2, r0:1]
-    inputs [x]
-    outputs [y]
-""")
 
 
 def test_an_untouched_graph_wrote_nothing():
