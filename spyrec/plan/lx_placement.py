@@ -125,10 +125,14 @@ def place_lx(graph: Graph, budget: int, intermediates: bool = True,
 
 def apply_lx(graph: Graph, placement: LxPlacement) -> None:
     """Write `placement` into `graph`: each placed buffer's `lx_address`; then a replicated
-    writer whose output stays in HBM computes once (`_unreplicate_hbm_writers`)."""
+    writer whose output stays in HBM computes once (`_unreplicate_hbm_writers`), and an LX
+    input such an op no longer reads slice by slice goes back to HBM (`_evict_broken`)."""
     for name, offset in placement.addresses.items():
         graph.buffers[name].lx_address = offset
-    _unreplicate_hbm_writers(graph, placement.rows)
+    while True:
+        changed = _unreplicate_hbm_writers(graph, placement.rows)
+        if not changed or not _evict_broken(graph, changed, placement.rows):
+            return
 
 
 def lx_slices_problem(graph: Graph, buf: Buffer, uses: list[int] | None = None) -> str | None:
@@ -141,16 +145,42 @@ def lx_slices_problem(graph: Graph, buf: Buffer, uses: list[int] | None = None) 
     return _slice_bytes(graph, buf, uses)[0]
 
 
-def _unreplicate_hbm_writers(graph: Graph, rows: dict[str, dict]) -> None:
+def _unreplicate_hbm_writers(graph: Graph, rows: dict[str, dict]) -> list[Operation]:
     """A replicated op (ir/lx.py) whose output stays in HBM computes once: its copies would
-    write the same bytes again. Its LX inputs stay valid: its first copy's cores read what
-    they read before."""
+    write the same bytes again. The ops changed. Their LX inputs stay valid when the first
+    copy's cores are the first cores (copies slowest); with copies fastest they are not, and
+    `_evict_broken` decides."""
+    changed = []
     for op in graph.ops:
         n = op.replicas
         if n > 1 and graph.buffers[op.output.buffer].lx_address is None:
             set_replicas(op, 1)
+            changed.append(op)
             if op.output.buffer in rows:
                 rows[op.output.buffer]["replicas_dropped"] = n
+    return changed
+
+
+def _evict_broken(graph: Graph, ops: list[Operation], rows: dict[str, dict]) -> bool:
+    """Move back to HBM every LX input of `ops` that one of its users now reads on other
+    cores than its writer wrote (an op whose copies ran fastest, computing once on the first
+    cores, reads core 1's slice where copy 1 of slice 0 lives). HBM serves every split; the
+    evicted buffer's writer, if replicated, then computes once too (the caller's loop).
+    Whether anything was evicted."""
+    evicted = False
+    for op in ops:
+        for a in op.reads():
+            buf = graph.buffers[a.buffer]
+            if buf.lx_address is None:
+                continue
+            why = lx_slices_problem(graph, buf)
+            if why is not None:
+                buf.lx_address = None
+                evicted = True
+                if buf.name in rows:
+                    rows[buf.name].update(placed=False, lx_address=None,
+                                          reason=f"after {op.name!r} computes once: {why}")
+    return evicted
 
 
 def _users(graph: Graph) -> dict[str, list[int]]:

@@ -129,3 +129,24 @@ def test_moves_that_win_only_by_overlap_are_an_option(tmp_path):
         totals[overlap] = (round(t["time_us"], 3), round(t["serial_us"], 3),
                            t["hbm_read_bytes"] + t["hbm_write_bytes"])
     assert totals == {False: (91.792, 109.936, 6_788_096), True: (87.355, 114.045, 11_739_136)}
+
+
+def test_an_op_computing_once_sends_an_lx_input_it_no_longer_reads_alike_back_to_hbm(tmp_path):
+    """topk of 2 values: the NaN test `x != x` is replicated twice, copies fastest (cores 0-1
+    hold value 0, cores 2-3 value 1), and stage_inputs stages x for it and for the
+    comparisons. Its output goes to HBM, so it computes once, on cores 0-1 holding values
+    0 and 1: core 1 would read value 1 where the staged copy left value 0. The staged copy
+    goes back to HBM (its writer then computes once too), and the report says why."""
+    class TopK(torch.nn.Module):
+        def forward(self, x):
+            return tuple(torch.topk(x, 1, dim=0, largest=False, sorted=False))
+    x = torch.tensor([-7.0, -6.0])
+    out = compile_pt2(export(tmp_path, TopK(), (x,)), tmp_path / "out", frontend="fast")
+    rows = {b["buffer"]: b for b in
+            json.loads((out / "report.json").read_text())["scratchpad"]["buffers"]}
+    staged = rows["x__staged"]
+    assert (staged["placed"], staged["lx_address"], staged["replicas_dropped"]) == (False, None, 2)
+    assert staged["reason"].startswith("after 'topk__4' computes once: op 'topk__4' divides "
+                                       "it across cores as [c0:2], its writer")
+    values, indices = simulate(out, {"x": x.numpy()}).outputs
+    assert values.tolist() == [-7.0] and indices.tolist() == [0]
