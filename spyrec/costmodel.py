@@ -16,8 +16,11 @@ one op execution:
   transcendental factor; matmul `MACs / (per-core PT MAC rate × eff)` with
   eff = min(1, sqrt(max(1, M_c/8)/8)), M_c the matmul's M rows on the core (`matmul_m_vars`);
   data movement (identity, restickify, fill) costs no compute.
-- memory (`memory_seconds`): HBM bytes / (aggregate bandwidth / active cores) — cores share
-  the bandwidth.
+- memory (`memory_seconds`): HBM bytes / min(aggregate bandwidth / active cores, one core's
+  own bandwidth) — cores share the card's bandwidth, and one core alone cannot use all of it
+  (issue 28: pricing a lone core at the card's rate made spreading a memory-bound op look
+  worthless, and work division put every decode matmul on one core). Traffic an op causes in
+  its neighbours (spread over their cores) is priced at the card's rate (`card_seconds`).
 - broadcast cohort (`CostParams.read_share`): an input slice r cores read alike is fetched
   max(1, r/8) times, not r times (TS's cohort rule); each core is charged max(8, r) / (8 r) of
   its bytes.
@@ -60,6 +63,15 @@ class CostParams:
     bundle_overhead_us: float = 21.0
     # TS work_division.py, cores sharing one read for free — fitted
     broadcast_cohort: int = 8
+    # One core's own HBM bandwidth (its DMA path), whatever the other cores do. No public
+    # figure for HBM reads; the nearest measured ones are the reference's on-chip transfer
+    # links, 36 GB/s and 130 GB/s in two bands (reference/H-anchors-2026-11.md §1.4, FK
+    # comm_cost_model_20260706). We take the lower band — low confidence: it is the
+    # conservative choice (at least 6 cores are then needed to reach the card's 204.8 GB/s, so
+    # plans spread memory-bound work), and TS#4690's store-heavy kernel (208 µs on 1 core,
+    # 143 µs on 4) also shows one core well short of the card. bench/hardware_plans.py prints
+    # the decode estimates under card/32, card/8 and card as well.
+    core_bytes_per_s: float = 36.0e9
 
     def read_share(self, readers: int) -> float:
         """The part of its bytes each of `readers` cores reading one slice is charged."""
@@ -117,9 +129,21 @@ def matmul_m_vars(x_vars: set[str], y_vars: set[str], reduced) -> set[str]:
     return (x_vars - y_vars) - set(reduced)
 
 
+def core_bandwidth(active: int, p: CostParams = DEFAULT_PARAMS) -> float:
+    """Bytes per second one of `active` cores moves: its share of the card's bandwidth, at
+    most its own."""
+    return min(p.hbm_bytes_per_s / max(active, 1), p.core_bytes_per_s)
+
+
 def memory_seconds(hbm_bytes: float, active: int, p: CostParams = DEFAULT_PARAMS) -> float:
     """Time one core takes to move `hbm_bytes` while `active` cores share the bandwidth."""
-    return hbm_bytes / (p.hbm_bytes_per_s / max(active, 1))
+    return hbm_bytes / core_bandwidth(active, p)
+
+
+def card_seconds(hbm_bytes: float, p: CostParams = DEFAULT_PARAMS) -> float:
+    """Time the card takes to move `hbm_bytes` spread over all its cores (traffic a split
+    causes in other ops; the roofline's memory bound)."""
+    return hbm_bytes / min(p.hbm_bytes_per_s, p.cores * p.core_bytes_per_s)
 
 
 def ring_us(k_split: int, out_elems: int, p: CostParams = DEFAULT_PARAMS) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 from spyrec.costmodel import (
     COST_CLASSES, DEFAULT_PARAMS, MATMUL, MOVE, TRANSCENDENTAL, VECTOR, compute_seconds,
-    cost_class, matmul_m_vars, memory_seconds, ring_us,
+    card_seconds, core_bandwidth, cost_class, matmul_m_vars, memory_seconds, ring_us,
 )
 from spyrec.sim.kernels import KERNELS
 
@@ -30,6 +30,12 @@ def test_formulas_by_hand():
     assert compute_seconds(MATMUL, 1536, 64) == pytest.approx(1e-9)
     assert memory_seconds(204.8e9 / 32, 32) == pytest.approx(1.0)
     assert memory_seconds(128, 0) == memory_seconds(128, 1)
+    # one core alone moves at its own 36 GB/s, not the card's 204.8; from 6 cores on
+    # (204.8 / 36 = 5.7) the card's share is the tighter limit
+    assert memory_seconds(36e9, 1) == pytest.approx(1.0)
+    assert [core_bandwidth(n) / 1e9 for n in (1, 5, 6, 8, 32)] == \
+        pytest.approx([36, 36, 204.8 / 6, 25.6, 6.4])
+    assert card_seconds(204.8e9) == pytest.approx(1.0)
     assert ring_us(4, 1000) == pytest.approx(3 * 1000 * 1.4e-4)
     assert [p.read_share(r) for r in (1, 8, 16)] == [1.0, 1 / 8, 1 / 8]
     assert matmul_m_vars({"b", "m", "k"}, {"b", "k", "n"}, ("k",)) == {"m"}

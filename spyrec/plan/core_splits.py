@@ -32,7 +32,7 @@ can live in LX.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
@@ -72,7 +72,54 @@ class SplitOptions:
 
 
 def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
-    """Give every op of `graph` its core split; the report section (`summary`)."""
+    """Give every op of `graph` its core split; the report section (`summary`).
+
+    K-splits are chosen op by op, and one op's K-split re-splits its producers (to keep
+    their slices in LX) in ways its own estimate does not see; so when the plan takes any,
+    the plan without K-splits is made too and the cheaper whole plan is kept
+    (`_whole_plan_us`): K-splits never make a program slower."""
+    start = [op.core_ranges for op in graph.ops]       # before any replica is added
+    plan = _divide(graph, options)
+    if not (options.k_split and options.strategy == "cost" and options.lx_intermediates
+            and _has_k_split(graph)):
+        return plan
+    with_k = [(op.core_splits, op.core_ranges) for op in graph.ops]
+    with_k_us = _whole_plan_us(graph)
+    for op, ranges in zip(graph.ops, start):
+        set_core_ranges(op, ranges)
+    without = _divide(graph, replace(options, k_split=False))
+    if _whole_plan_us(graph) <= with_k_us:
+        return without
+    for op, (splits, ranges) in zip(graph.ops, with_k):
+        set_core_ranges(op, ranges)
+        op.core_splits = splits
+    return plan
+
+
+def _whole_plan_us(graph: Graph) -> float:
+    """The plan's time as the ops' estimates sum it once every split is known: an
+    intermediate whose users do not all keep its writer's slices is priced in HBM (the ops
+    were priced as they were chosen, when later readers' splits were assumptions), and each
+    op's neighbours' traffic counts in their own estimates (no penalties)."""
+    producers = Producers(graph, intermediates=True)
+    uses: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        for name in dict.fromkeys(a.buffer for _, a in op.accesses()):
+            uses.setdefault(name, []).append(i)
+    producers.lx_candidates = {
+        name for name in producers.lx_candidates
+        if lx_slices_problem(graph, graph.buffers[name], uses.get(name, [])) is None}
+    return sum(split_estimate(graph, op, op.core_splits, producers, penalties=False).time_us
+               for op in graph.ops)
+
+
+def _has_k_split(graph: Graph) -> bool:
+    return any(k > 1 and v in op.reduced for op in graph.ops
+               for v, k in (op.core_splits or {}).items())
+
+
+def _divide(graph: Graph, options: SplitOptions) -> dict:
+    """`divide_work` with K-splits as `options` say."""
     producers, memo = Producers(graph, options.lx_intermediates), {}
     for op in graph.ops:
         op.core_splits = None

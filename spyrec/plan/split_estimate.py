@@ -27,7 +27,8 @@ IR:
   them all.
 - compute: matmul MACs / (per-core PT MAC rate × eff(M rows per core)); vector ops points ×
   weight / (lanes × clock); data movement none (`costmodel.compute_seconds`). memory:
-  per-core bytes / (the aggregate bandwidth / active cores) (`costmodel.memory_seconds`).
+  per-core bytes / min(the aggregate bandwidth / active cores, one core's own bandwidth)
+  (`costmodel.memory_seconds`).
   time = max(compute, memory) + ring + per-op overhead + penalties, the ring of a K-split (a
   reduced var split over k cores) being (k − 1) × output elements × the partial-sum cost per
   element and hop (`costmodel.ring_us`); a K-split's output is priced in HBM
@@ -48,8 +49,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from spyrec.costmodel import (
-    DEFAULT_PARAMS, MATMUL, CostParams, compute_seconds, cost_class, matmul_m_vars,
-    memory_seconds, ring_us,
+    DEFAULT_PARAMS, MATMUL, CostParams, card_seconds, compute_seconds, cost_class,
+    matmul_m_vars, memory_seconds, ring_us,
 )
 from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
@@ -336,7 +337,7 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
     compute_s = _compute_s(op, extent, p)
     ring = ring_us(k_split, math.prod(n for v, n in op.core_ranges if v not in op.reduced), p)
     # the neighbours' added traffic does not overlap this op's compute: it is time added
-    time_s = max(compute_s, memory_s) + (memory_seconds(penalty, 1, p) if penalties else 0)
+    time_s = max(compute_s, memory_s) + (card_seconds(penalty, p) if penalties else 0)
     return SplitCost(time_us=round(time_s * 1e6 + ring + p.op_overhead_us, 6),
                      compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
                      hbm_bytes_per_core=round(moved), cores=active)

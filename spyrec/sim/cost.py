@@ -201,8 +201,10 @@ def format_table(cost: dict) -> str:
         for b in t["per_bundle"]:
             lines.append(f"  bundle {b['name']}: {b['executions']} op executions, "
                          f"{b['time_us']:.3f} us")
-    lines.append(f"model: {cost['model']}; HBM {cost['params']['hbm_bytes_per_s'] / 1e9:g} GB/s, "
+    core_bw = cost['params'].get('core_bytes_per_s')      # absent in older reports
+    lines.append(f"model: {cost['model']}; HBM {cost['params']['hbm_bytes_per_s'] / 1e9:g} GB/s"
+                 + (f" (at most {core_bw / 1e9:g} GB/s per core)" if core_bw else "") + ", "
                  f"{cost['params']['cores']} cores, PT peak "
                  f"{cost['params']['pt_peak_flops_per_card'] / 1e12:g} TFLOP/s, bundle overhead "
-                 f"{cost['params']['bundle_overhead_us']:g} us (estimates; see sim/cost.py)")
+                 f"{cost['params']['bundle_overhead_us']:g} us (estimates; see spyrec/costmodel.py)")
     return "\n".join(lines)

@@ -135,8 +135,11 @@ def test_example_b_stick_dim_sum(tmp_path):
 
 
 def test_example_b_non_stick_sum(tmp_path):
-    """B-codegen §2.4: sum(x, 0): mb = columns, out = the reduced rows; `sumnonstick`."""
-    out = _build(tmp_path, lambda m, a: a.sum(0), (torch.randn(256, 128, dtype=H),), cores=4)
+    """B-codegen §2.4: sum(x, 0): mb = columns, out = the reduced rows; `sumnonstick`. The
+    worked example splits the columns only: K-splits off (priced at a core's own bandwidth,
+    the estimate would split the reduced rows in 2 as well)."""
+    out = _build(tmp_path, lambda m, a: a.sum(0), (torch.randn(256, 128, dtype=H),), cores=4,
+                 sets=("work_division.k_split=false",))
     key, w, dsc = _sdsc(out)
     assert key == "0_sumnonstick"
     assert dsc["N_"] == {"name_": "n", "mb_": 128, "out_": 256}
