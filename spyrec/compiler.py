@@ -369,6 +369,12 @@ def report_text(report: dict) -> str:
                      f"{row['tensor']} -> {row['copy']}: stick dim {row['from_stick_dim']} -> "
                      f"{row['to_stick_dim']} ({row['from_stick_var']} -> {row['to_stick_var']}), "
                      f"{row['elements']} elements, for {', '.join(row['consumers']) or '-'}")
+    laid = r.get("constant_layouts", [])
+    if laid:
+        lines += [f"constants in a second layout (written at compile time, no device copy): "
+                  f"{len(laid)}, {sum(row['bytes'] for row in laid)} bytes of weights"]
+        lines += [f"  {row['tensor']} -> {row['constant']}: stick dim {row['from_stick_dim']} -> "
+                  f"{row['to_stick_dim']}, {row['bytes']} bytes" for row in laid]
     pad = report["matmul_padding"]
     lines += ["", f"matmul K padding: {pad['count']} operands, {pad['elements']} device elements"]
     lines += [f"  {row['tensor']} -> {row['padded']}: K {row['k']} -> {row['k_padded']} for "

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from samples.tiling import TILING_SAMPLES
 from spyrec.sim.runner import simulate
 from tests.differential.harness import assert_close, host_array
+from tests.passes.test_constant_layouts import constant_restickifies
 from tests.programs import compile_pt2, export, load_json
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "tiling"
@@ -44,6 +45,7 @@ def check_tiled(tmp: Path, module, inputs, tiling: Path, unrolled: bool = True) 
     for i, (got, w) in enumerate(zip(looped, want)):
         assert_close(got, w, f"output {i} (looped)")
     assert load_json(out / "report.json")["tiling"]["groups"], "nothing was tiled"
+    assert constant_restickifies(out) == []     # DESIGN §3: a constant's layouts are free
     if unrolled:
         flat = compile_pt2(tmp / "model.pt2", tmp / "unrolled", tiling=tiling,
                            sets=["coarse_tiling.unroll=true"])

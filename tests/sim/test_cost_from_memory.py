@@ -16,6 +16,7 @@ from spyrec.driver import estimate_cost
 from spyrec.sim.directory import read_output_dir
 from spyrec.sim.program import program_from_documents
 from spyrec.sim.runner import cost_for_directory
+from tests.passes.test_constant_layouts import constant_restickifies
 from tests.programs import export
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "tiling"
@@ -121,3 +122,10 @@ def test_the_estimate_imports_neither_jsonschema_nor_xdsl(built):
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.split()
     assert loaded == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_constant_is_restickified_on_the_device(built, name):
+    """DESIGN §3: a constant's layout is chosen at compile time, every layout it is read in."""
+    out, _ = built[name]
+    assert constant_restickifies(out) == []

@@ -4,6 +4,9 @@ Reads: buffer shapes and dtypes, op accesses, `--layouts` pins for program input
 Writes: `Buffer.layout` for every buffer; `ReStickifyOpHBM` copies (one per buffer and target
 layout, shared by every consumer that needs it) placed before their first consumer; copies of
 views that no layout can fix (a slice starting inside a stick); the `restickify` report.
+A constant (a value the compiler writes) read in a second layout is never copied on the device:
+it gets a second constant buffer in that layout holding the same value (`constant_layouts` in
+the report), free in the search.
 Guarantees: every compute op reads operands that are stick-compatible with it (A-layout §4.1),
 or the pass fails with one message naming the op, its source line and the blocking tensor.
 
@@ -11,7 +14,8 @@ The search (`search.py` in this package) visits ops in program order, branching 
 op's candidate output layouts (A-layout §4.3) and keeping the `beam_width` cheapest states
 (`optimizer: greedy` keeps one). Cost: device element slots moved, padding and sparse blow-up
 included (A-layout §4.5). Constants, fills and — with `input_layouts: free` — program inputs take the
-layout their first consumer needs, at no device cost.
+layout their first consumer needs, at no device cost; a constant's later readers get the layout
+they need at no device cost too.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.layout import default_layout
 from spyrec.indexing.sticks import stick_info
 from spyrec.passes.registry import CompileContext, Pass, register_pass
-from spyrec.passes.stick_layout.search import Decision, LayoutSearch
+from spyrec.passes.stick_layout.search import (Decision, LayoutSearch,
+                                              is_laid_out_at_compile_time)
 from spyrec.plan.layouts import layout_with_stick
 
 INPUT_LAYOUTS = ("free", "default")
@@ -48,6 +53,8 @@ class StickLayout(Pass):
         commit = _Commit(graph, best.layouts, best.decisions)
         commit.apply()
         ctx.report["restickify"] = restickify_report(graph, commit.inserted)
+        ctx.report["restickify"]["constant_layouts"] = constant_layouts_report(
+            graph, commit.constant_layouts)
         ctx.report["layout_search"] = {"optimizer": self.optimizer, "beam_width": width,
                                        "estimated_elements": best.cost}
 
@@ -87,6 +94,7 @@ class _Commit:
         self.decisions = decisions
         self.copies: dict[tuple, str] = {}
         self.inserted: set[str] = set()
+        self.constant_layouts: list[tuple[str, str]] = []   # (constant, its re-laid copy)
 
     def apply(self) -> None:
         for name, buf in self.graph.buffers.items():
@@ -109,6 +117,8 @@ class _Commit:
         return self._materialize(op, access, d.order, new_ops)
 
     def _restickify(self, name: str, layout, op: Operation, new_ops: list) -> str:
+        if is_laid_out_at_compile_time(self.graph, name):
+            return self._constant_layout(name, layout)
         src = self.graph.buffers[name]
         copy = self.graph.add_buffer(Buffer(self.graph.fresh_name(f"{name}__restick"),
                                             src.host_size, src.host_dtype, "intermediate",
@@ -118,6 +128,18 @@ class _Commit:
         new_ops.append(Operation(copy.name, "ReStickifyOpHBM", ranges, (Access(name, index),),
                                  Access(copy.name, index), source=op.source, loops=op.loops, node=op.node, scope=op.scope))
         self.inserted.add(copy.name)
+        return copy.name
+
+    def _constant_layout(self, name: str, layout) -> str:
+        """A constant read in a second layout gets a second constant holding the same value in
+        that layout (DESIGN §3: the compiler lays constants out, so the layout is free): no
+        device op, and the weights file writes each from the one value (a lazy reader)."""
+        src = self.graph.buffers[name]
+        copy = self.graph.add_buffer(Buffer(self.graph.fresh_name(f"{name}__layout"),
+                                            src.host_size, src.host_dtype, "constant",
+                                            source=src.source, layout=layout))
+        self.graph.constants[copy.name] = self.graph.constants[name]
+        self.constant_layouts.append((name, copy.name))
         return copy.name
 
     def _materialize(self, op: Operation, access: Access, order: tuple, new_ops: list) -> Access:
@@ -173,6 +195,15 @@ def restickify_report(graph: Graph, inserted: set[str]) -> dict:
                      "elements": elements, "op": op.name,
                      "consumers": consumers.get(dst.name, [])})
     return {"count": count, "elements": total, "list": rows}
+
+
+def constant_layouts_report(graph: Graph, made: list[tuple[str, str]]) -> list[dict]:
+    """The constants written in a second layout (no device op: not in the restickify count),
+    with the bytes each adds to the weights file."""
+    return [{"tensor": name, "constant": copy,
+             "from_stick_dim": _stick_dim(graph.buffers[name]),
+             "to_stick_dim": _stick_dim(graph.buffers[copy]),
+             "bytes": graph.buffers[copy].layout.device_bytes} for name, copy in made]
 
 
 def _consumer_names(graph: Graph) -> dict[str, list[str]]:

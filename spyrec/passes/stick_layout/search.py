@@ -5,10 +5,10 @@ so far (shared by later consumers at no extra cost), the per-input decisions, an
 device element slots moved. Ops are visited in program order; each state branches over the
 op's candidate output layouts (A-layout §4.3); for each candidate every operand is read
 directly when stick-compatible, else through an existing copy, else through a new restickified
-copy (cost: the source's device slots), else through a copy of just the accessed view. States
-with the same layouts and copies for every buffer still to be read are merged; the cheapest
-`beam_width` survive, ties broken by first-found (candidate order), so the result is
-deterministic.
+copy (cost: the source's device slots; none for a constant, which gets the layout at compile
+time), else through a copy of just the accessed view. States with the same layouts and copies
+for every buffer still to be read are merged; the cheapest `beam_width` survive, ties broken by
+(cost, copies made), then first-found (candidate order), so the result is deterministic.
 
 Cost per op is independent of the program's length (issue 26: 800-3,000-op programs), so the
 search is linear in the op count:
@@ -38,6 +38,12 @@ from spyrec.indexing.sticks import compatible, stick_info
 from spyrec.plan.layouts import layout_with_stick
 
 COPY_OPS = ("identity", "ReStickifyOpHBM")
+
+
+def is_laid_out_at_compile_time(graph: Graph, name: str) -> bool:
+    """A constant with a value: the compiler writes it in any layout (DESIGN §3), as many
+    layouts as its readers want, so re-laying it out runs nothing on the device."""
+    return graph.buffers[name].role == "constant" and name in graph.constants
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class LayoutSearch:
         self.graph = graph
         self.beam_width = beam_width
         self.free = {n for n, b in graph.buffers.items() if b.role == "constant"}
+        self.constant_values = {n for n in self.free if is_laid_out_at_compile_time(graph, n)}
         self.free |= {op.output.buffer for op in graph.ops if op.op == "fill"}
         # one object per distinct layout in every state (`_canonical`)
         self._canon: dict[DeviceLayout, DeviceLayout] = {}
@@ -364,14 +371,16 @@ class LayoutSearch:
         # A copy of the accessed view (an identity op, which reads any layout element by
         # element: the compact op of A-layout §7) always works, sparse sources included.
         view = self._view_copy(op, access, target)
-        if not source.is_sparse:  # a restickify cannot gather a sparse tensor's sticks
+        # a constant gets a second layout at compile time: no device op, no slots moved
+        constant = access.buffer in self.constant_values
+        if constant or not source.is_sparse:  # a restickify cannot gather sparse sticks
             buf = self.graph.buffers[access.buffer]
             for layout in self._candidates(buf, access, target, op):
                 if layout != source and self._fits(op, access, layout, target):
-                    if view is not None and view[1] < source.device_elems:
+                    if not constant and view is not None and view[1] < source.device_elems:
                         break     # the view is smaller than the tensor (k of a fused qkv)
                     self._add_copy(i, s, (access.buffer, layout))
-                    s.cost += source.device_elems
+                    s.cost += 0 if constant else source.device_elems
                     s.inserted += 1
                     return Decision("copy", layout)
         if view is not None:  # from a sparse source it reads every (mostly padding) stick
