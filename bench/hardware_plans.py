@@ -69,7 +69,7 @@ def export(work: Path, model: str, phase: str, depth: int, reuse: bool) -> tuple
 def compulsory_bytes(manifest: dict, report: dict) -> int:
     """Bytes every program input, output and constant moves once; a constant that is another
     one's compile-time copy (a second layout, padding) counts once."""
-    copies = {row["copy"] for row in report.get("restickify", {}).get("constant_layouts", [])}
+    copies = {row["constant"] for row in report.get("restickify", {}).get("constant_layouts", [])}
     copies |= {row["padded"] for row in report.get("split_padding", {}).get("list", [])
                if row.get("constant")}
     return sum(t["device_bytes"] for t in manifest["tensors"]
@@ -94,8 +94,11 @@ def repriced_us(out: Path) -> dict[str, float]:
 
 
 def narrow_matmuls(report: dict) -> list[str]:
-    """Matmuls reading at least BIG_WEIGHT bytes from HBM on fewer than 32 cores."""
-    return [f"{row['name']}:{row['cores_used']}" for row in report["cost"]["ops"]
+    """Matmuls reading at least BIG_WEIGHT bytes from HBM on fewer than 32 cores, with the
+    reason work division gives (report.json `work_division.ops[].fewer_cores`)."""
+    why = {row["op"]: row.get("fewer_cores", "-") for row in report["work_division"]["ops"]}
+    return [f"{row['name']} on {row['cores_used']}: {why.get(row['name'], '-')}"
+            for row in report["cost"]["ops"]
             if row["op"] == "batchmatmul" and row["cores_used"] < 32
             and row["hbm_read_bytes"] >= BIG_WEIGHT]
 
@@ -139,8 +142,8 @@ def table(rows: list[dict]) -> str:
                     f"{name:>{len(fmt.format(rows[0][name]))}}" for name, fmt in COLUMNS)
     lines = [head] + [" ".join(fmt.format(r[name]) for name, fmt in COLUMNS) for r in rows]
     for r in rows:
-        if r["narrow"]:
-            lines.append(f"  {r['program']}: matmuls on < 32 cores: {', '.join(r['narrow'])}")
+        for line in r["narrow"]:
+            lines.append(f"  {r['program']}: {line}")
     return "\n".join(lines)
 
 

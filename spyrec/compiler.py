@@ -306,6 +306,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "layout_search": ctx.report.get("layout_search"),
         "matmul_padding": ctx.report.get("matmul_padding",
                                          {"count": 0, "elements": 0, "list": []}),
+        "split_padding": ctx.report.get("split_padding"),
         "gather_coordinates": ctx.report.get("gather_coordinates"),
         "split_outputs": ctx.report.get("split_outputs"),
         "superdsc_legalize": ctx.report.get("superdsc_legalize"),
@@ -318,6 +319,18 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
         "memory_planning": ctx.report.get("memory_planning"),
     }
+
+
+def _split_padding_text(padding: dict | None) -> list[str]:
+    """The matmuls whose N was padded so that more cores split it (split_padding)."""
+    if not padding or not padding["count"]:
+        return []
+    lines = ["", f"matmul N padding: {padding['count']} matmuls"]
+    lines += [f"  {row['op']}: N {row['n']} -> {row['n_padded']} ({row['weight']} -> "
+              f"{row['padded']}): {row['time_us']:.3f} us split {row['split']}, against "
+              f"{row['unpadded_time_us']:.3f} us split {row['unpadded_split']} unpadded"
+              for row in padding["list"]]
+    return lines
 
 
 def _work_division_text(plan: dict | None) -> list[str]:
@@ -379,6 +392,7 @@ def report_text(report: dict) -> str:
     lines += ["", f"matmul K padding: {pad['count']} operands, {pad['elements']} device elements"]
     lines += [f"  {row['tensor']} -> {row['padded']}: K {row['k']} -> {row['k_padded']} for "
               f"{row['op']}" for row in pad["list"]]
+    lines += _split_padding_text(report.get("split_padding"))
     gat = report.get("gather_coordinates")
     if gat:
         lines += ["", f"gathers: {gat['gathers']} ({gat['fused']} fused, {gat['unfused']} "

@@ -90,6 +90,12 @@ PASSES: dict[str, PassLoader] = dict([
            writes=("ops", "buffers", "Operation.op", "Operation.ranges", "Operation.reduced",
                    "Operation.constants", "Operation.loops", "Operation.inputs",
                    "Operation.output", "Buffer.host_size", "Buffer.layout", "Buffer.per_tile")),
+    # Reads layouts; pads a matmul's N (a constant weight's zero rows, a padded output and
+    # a copy of its real columns) when the padded op splits over more cores for less time.
+    _entry("split_padding", "SplitPadding", requires=("layouts",),
+           invalidates=("core_splits", "hbm_addresses"),
+           writes=("ops", "buffers", "Operation.ranges", "Operation.inputs",
+                   "Operation.output")),
     # Reads the output's layout to split whole sticks across cores; may replicate an op (its
     # declared copies, split over cores) so its readers find their slices in LX.
     _entry("work_division", "WorkDivision", requires=("layouts",), provides=("core_splits",),

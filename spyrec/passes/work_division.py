@@ -37,6 +37,9 @@ class WorkDivision(SplitOptions, Pass):
         if self.strategy not in ("cost", "greedy"):
             raise ConfigError(f"work_division.strategy must be cost or greedy, got "
                               f"{self.strategy!r}")
+        if not 0 <= self.spread_within < 1:
+            raise ConfigError(f"work_division.spread_within must be at least 0 and below 1, "
+                              f"got {self.spread_within}")
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import CORES
 from spyrec.ir import Graph, Operation
 from spyrec.ir.lx import data_writer, set_core_ranges
@@ -42,7 +43,13 @@ from spyrec.plan.lx_placement import lx_slices_problem
 from spyrec.plan.split_candidates import (
     candidates, greedy_split, replica_candidates, split_text, stick_vars,
 )
-from spyrec.plan.split_estimate import Producers, estimate_key, split_estimate
+from spyrec.plan.split_estimate import Producers, SplitCost, estimate_key, split_estimate
+
+
+# the cost model with each core at its share of the card's bandwidth: how a plan fares if a
+# core's own bandwidth is no more than that (`divide_work` weighs plans under both)
+FAIR_SHARE = replace(DEFAULT_PARAMS,
+                     core_bytes_per_s=DEFAULT_PARAMS.hbm_bytes_per_s / DEFAULT_PARAMS.cores)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ class SplitOptions:
     # (its serial time, compute + memory, grows): off by default, since such a move wins by
     # adding HBM traffic the estimate hides (the MLP's hidden through HBM to use 32 cores)
     overlap_moves: bool = False
+    # among splits estimated within this fraction of the cheapest, take one on the most
+    # cores: nearly as fast under the default per-core bandwidth, and much faster if a core's
+    # own bandwidth is lower (costmodel.CostParams.core_bytes_per_s is a low-confidence figure)
+    spread_within: float = 0.02
 
 
 def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
@@ -76,19 +87,48 @@ def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
 
     K-splits are chosen op by op, and one op's K-split re-splits its producers (to keep
     their slices in LX) in ways its own estimate does not see; so when the plan takes any,
-    the plan without K-splits is made too and the cheaper whole plan is kept
-    (`_whole_plan_us`): K-splits never make a program slower."""
+    the plan without K-splits is made too and the two whole plans (`_whole_plan_us`) are
+    compared as single splits are (`near_best`): the cheaper, unless the other is within
+    `spread_within` of it and cheaper when each core gets only its share of the card's
+    bandwidth (the plan less exposed to the per-core figure)."""
     start = [op.core_ranges for op in graph.ops]       # before any replica is added
+    plan = _choose_plan(graph, options, start)
+    if options.strategy == "cost":
+        _explain_fewer_cores(graph, plan["ops"], options)
+    return plan
+
+
+def _explain_fewer_cores(graph: Graph, rows: list[dict], options: SplitOptions) -> None:
+    """Say in each row of an op taking 1 us or more on fewer than all the cores why:
+    no split uses them all, or the estimate of the best that does (the op alone: chain moves
+    and the whole-plan choice weigh its neighbours too)."""
+    producers = Producers(graph, options.lx_intermediates)
+    by_name = {op.name: op for op in graph.ops}
+    for row in rows:
+        op = by_name.get(row["op"])
+        if op is None or row["cores"] >= options.cores or row["time_us"] < 1.0:
+            row.pop("fewer_cores", None)
+            continue
+        priced = [(split_estimate(graph, op, c, producers), c)
+                  for c in candidates(op, stick_vars(graph, op), options.cores,
+                                      options.k_split)]
+        chosen = split_estimate(graph, op, op.core_splits, producers)
+        row["fewer_cores"] = _why_fewer(op, priced, chosen, options.cores)
+
+
+def _choose_plan(graph: Graph, options: SplitOptions, start: list) -> dict:
+    """The plan with K-splits, or without them (`divide_work`)."""
     plan = _divide(graph, options)
     if not (options.k_split and options.strategy == "cost" and options.lx_intermediates
             and _has_k_split(graph)):
         return plan
     with_k = [(op.core_splits, op.core_ranges) for op in graph.ops]
-    with_k_us = _whole_plan_us(graph)
+    with_k_us = _whole_plan_us(graph), _whole_plan_us(graph, FAIR_SHARE)
     for op, ranges in zip(graph.ops, start):
         set_core_ranges(op, ranges)
     without = _divide(graph, replace(options, k_split=False))
-    if _whole_plan_us(graph) <= with_k_us:
+    without_us = _whole_plan_us(graph), _whole_plan_us(graph, FAIR_SHARE)
+    if not _better(with_k_us, without_us, options.spread_within):
         return without
     for op, (splits, ranges) in zip(graph.ops, with_k):
         set_core_ranges(op, ranges)
@@ -96,7 +136,17 @@ def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
     return plan
 
 
-def _whole_plan_us(graph: Graph) -> float:
+def _better(a: tuple[float, float], b: tuple[float, float], spread_within: float) -> bool:
+    """Is the plan with (time, fair-share time) `a` better than `b`: cheaper by more than
+    `spread_within`, or within it and cheaper at the fair share."""
+    if a[0] > b[0] * (1 + spread_within):
+        return False
+    if b[0] > a[0] * (1 + spread_within):
+        return True
+    return (a[1], a[0]) < (b[1], b[0])
+
+
+def _whole_plan_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
     """The plan's time as the ops' estimates sum it once every split is known: an
     intermediate whose users do not all keep its writer's slices is priced in HBM (the ops
     were priced as they were chosen, when later readers' splits were assumptions), and each
@@ -109,7 +159,7 @@ def _whole_plan_us(graph: Graph) -> float:
     producers.lx_candidates = {
         name for name in producers.lx_candidates
         if lx_slices_problem(graph, graph.buffers[name], uses.get(name, [])) is None}
-    return sum(split_estimate(graph, op, op.core_splits, producers, penalties=False).time_us
+    return sum(split_estimate(graph, op, op.core_splits, producers, p, penalties=False).time_us
                for op in graph.ops)
 
 
@@ -231,13 +281,16 @@ def _split(graph: Graph, op: Operation, producers: Producers, memo: dict,
     greedy = greedy_split(op, sticks, options.cores)
     if options.strategy == "greedy":
         return greedy, {}
-    return choose(graph, op, sticks, greedy, options.cores, producers, memo, options.k_split)
+    return choose(graph, op, sticks, greedy, options.cores, producers, memo, options.k_split,
+                  options.spread_within)
 
 
 def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str, int],
            cores: int, producers: Producers, memo: dict | None = None,
-           k_split: bool = False) -> tuple[dict[str, int], dict]:
-    """The cheapest candidate; ties: the greedy split, then one matching the producers'.
+           k_split: bool = False, spread_within: float = 0.0) -> tuple[dict[str, int], dict]:
+    """The cheapest candidate, or within `spread_within` of it the one on the most cores
+    (`_pick`); ties: the greedy split, then one matching the producers'. A row for an op on
+    fewer cores than `cores` says why (`fewer_cores`).
 
     `memo` shares the estimates between ops that differ only in buffer names (the layers of a
     decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
@@ -251,19 +304,57 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
                  for c in candidates(op, sticks, cores, k_split) if c != greedy]
         if memo is not None and key is not None:
             memo[key] = base, costs
-    least = min([base.time_us] + [cost.time_us for cost, _ in costs])
-    ties = [(cost, c) for cost, c in costs if cost.time_us == least]
-    if base.time_us == least or not ties:
-        best_cost, best = base, greedy
-    else:
-        best_cost, best = next(((cost, c) for cost, c in ties if producers.matches(op, c)),
-                               ties[0])
+    best_cost, best = _pick(op, [(base, greedy)] + costs, producers, spread_within)
     row = {"op": op.name, "node": op.node, "split": split_text(best),
            "greedy_split": split_text(greedy),
            "time_us": best_cost.time_us, "greedy_time_us": base.time_us,
            "hbm_bytes_per_core": best_cost.hbm_bytes_per_core,
            "greedy_hbm_bytes_per_core": base.hbm_bytes_per_core, "cores": best_cost.cores}
     return best, row
+
+
+def _pick(op: Operation, priced: list[tuple[SplitCost, dict]], producers: Producers,
+          spread_within: float) -> tuple[SplitCost, dict]:
+    """`near_best` of the (estimate, split) pairs, the greedy one first; ties: the greedy
+    split, then one keeping its producers' slices."""
+    ties = near_best(priced, spread_within)
+    if ties[0] is priced[0] or len(ties) == 1:
+        return ties[0]
+    return next(((cost, c) for cost, c in ties if producers.matches(op, c)), ties[0])
+
+
+def near_best(priced: list[tuple[SplitCost, dict]], spread_within: float
+              ) -> list[tuple[SplitCost, dict]]:
+    """Among the pairs estimated within `spread_within` of the cheapest, those on the most
+    cores (the least exposed to a core's own bandwidth, the model's least certain parameter:
+    bench/hardware_plans.py prices plans under card/32 .. card), and of those the cheapest,
+    in the order given."""
+    least = min(cost.time_us for cost, _ in priced)
+    near = [(cost, c) for cost, c in priced if cost.time_us <= least * (1 + spread_within)]
+    most = max(cost.cores for cost, _ in near)
+    low = min(cost.time_us for cost, _ in near if cost.cores == most)
+    return [(cost, c) for cost, c in near if cost.cores == most and cost.time_us == low]
+
+
+def pick_split(priced: list[tuple[SplitCost, dict]], spread_within: float
+               ) -> tuple[SplitCost, dict]:
+    """The first of `near_best`: work_division's rule without producers to match."""
+    return near_best(priced, spread_within)[0]
+
+
+def _why_fewer(op: Operation, priced: list[tuple[SplitCost, dict]], chosen: SplitCost,
+               cores: int) -> str:
+    """Why `op` runs on fewer than `cores` cores: no split uses them all (its ranges in
+    split units), or the estimate of the best that does."""
+    full = [(cost, c) for cost, c in priced if cost.cores == cores]
+    if not full:
+        ranges = ", ".join(f"{v}<{n}" for v, n in op.core_ranges)
+        return (f"no split of [{ranges}] uses {cores} cores (a split divides its range, a "
+                f"stick var in whole sticks)")
+    cost, c = min(full, key=lambda x: x[0].time_us)
+    return (f"its best split on {cores} cores, {split_text(c)}, is estimated "
+            f"{cost.time_us:.3f} us against {chosen.time_us:.3f} us on {chosen.cores} (the op "
+            f"alone; the plan weighs its neighbours too)")
 
 
 def summary(rows: list[dict]) -> dict:

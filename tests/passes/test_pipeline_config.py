@@ -10,17 +10,19 @@ def test_default_pipeline_reads():
     entries, where = read_pipeline_file(None)
     names = [p.name for p in build_pipeline(entries, where=where)]
     assert names == ["gather_coordinates", "split_outputs", "stick_layout", "matmul_padding",
-                     "coarse_tiling", "work_division", "superdsc_legalize", "stage_inputs",
+                     "coarse_tiling", "split_padding", "work_division", "superdsc_legalize",
+                     "stage_inputs",
                      "scratchpad_planning", "memory_planning"]
 
 
 def test_set_overrides_one_option():
     entries, _ = read_pipeline_file(None)
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
-    assert describe(pipeline)[5] == {"pass": "work_division",
+    assert describe(pipeline)[6] == {"pass": "work_division",
                                      "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True,
                                                  "chain_moves": True, "k_split": True,
-                                                 "replicas": True, "overlap_moves": False}}
+                                                 "replicas": True, "overlap_moves": False,
+                                                 "spread_within": 0.02}}
 
 
 def test_unknown_pass_lists_valid_names():

@@ -63,6 +63,7 @@ def test_list_passes_shows_options_defaults_types_and_docs():
            "    lx_intermediates: bool = True\n" \
            "    chain_moves: bool = True\n    k_split: bool = True\n" \
            "    replicas: bool = True\n    overlap_moves: bool = False\n" \
+           "    spread_within: float = 0.02\n" \
            "    needs: a device layout for every buffer\n" \
            "    provides: core splits for every op" in text
     assert "matmul_padding — zero-pad K of the matmul operand that carries N " \

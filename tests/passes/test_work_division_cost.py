@@ -126,7 +126,11 @@ def test_reference_case_numbers():
     GB/s = 661.76 us. N split 32 ways (1 stick each): x whole (8192 sticks, 32 readers: 1024),
     w 8192 x 1, out 64 x 1: 9,280 sticks -> 185.6 us. Ours splits N 8 ways (4 sticks each): x
     8192 / 8 + w 8192 x 4 + out 64 x 4 = 34,048 sticks x 8 cores -> 170.24 us, above its
-    compute of 64 x 256 x 8192 MACs / 1.536 TMAC/s (64 rows: full efficiency) = 87.38 us."""
+    compute of 64 x 256 x 8192 MACs / 1.536 TMAC/s (64 rows: full efficiency) = 87.38 us.
+    M 4 x N 8 costs the same on all 32 cores, so it wins (work_division's spread_within): x
+    16 rows x 128 sticks read by the 8 N-cores alike (1/8: 256) + w 8192 x 4 read by the 4
+    M-cores alike (1/4: 8,192) + out 16 x 4 = 8,512 sticks x 128 B at 204.8 / 32 GB/s =
+    170.24 us. (Every core here moves at its share of the card, below its own 36 GB/s.)"""
     graph = parse(ir(matmul_text(64, 8192, 2048)).replace("\\\n", ""))
     (op,) = graph.ops
     assert split_estimate(graph, op, {"c0": 32, "c1": 1, "r0": 1}).time_us == 661.76
@@ -138,7 +142,8 @@ def test_reference_case_numbers():
     WorkDivision().run(graph, ctx)
     (row,) = ctx.report["work_division"]["ops"]
     assert (row["split"], row["time_us"], row["greedy_time_us"]) == \
-        ("[c0:1, c1:8, r0:1]", 170.24, 661.76)
+        ("[c0:4, c1:8, r0:1]", 170.24, 661.76)
+    assert split_estimate(graph, op, {"c0": 1, "c1": 8, "r0": 1}).time_us == 170.24
 
 
 def test_tiled_decoder_mlp_reads_each_weight_once_not_once_per_core_or_tile(tmp_path):
@@ -198,12 +203,15 @@ def test_tiled_decoder_mlp_reads_each_weight_once_not_once_per_core_or_tile(tmp_
             assert rows[spec["name"]]["time_us"] == costs[spec["name"]]["time_us"], spec["name"]
 
 
-@pytest.mark.parametrize("name, hbm_bytes", [("mlp_fp16", (853_504, 722_432)),
-                                             ("layernorm_fp16", (1_639_168, 617_472))])
+@pytest.mark.parametrize("name, hbm_bytes", [("mlp_fp16", (722_432, 722_432)),
+                                             ("layernorm_fp16", (617_472, 617_472))])
 def test_pricing_intermediates_as_lx_keeps_them_there(tmp_path, name, hbm_bytes):
     """work_division prices an intermediate as LX (scratchpad_planning places every one whose
     slice fits and whose readers keep the writer's slices), so it picks splits that keep the
-    writer's slices: less HBM traffic, and every output still equal to eager."""
+    writer's slices, and every output still equal to eager. Priced as HBM, the splits of
+    the mlp moved 853,504 bytes and the layernorm's 1,639,168 while a core could use the
+    card's whole bandwidth; with each core at its own 36 GB/s, work division spreads both
+    over more cores (spread_within) and lands on the same slices either way."""
     import torch
 
     from samples.models import SAMPLES

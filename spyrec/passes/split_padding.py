@@ -1,0 +1,237 @@
+"""split_padding — pad a matmul's N to a count the cores divide, when the estimate says so.
+
+A SuperDSC core split must divide the split dim (reference/F-superdsc.md §2.9), in whole sticks
+when the dim is a stick dim. Granite's vocabulary of 49,155 is 769 sticks, a prime: its
+lm_head can split N over one core only and must split K instead, paying the ring; a
+12,800-wide MLP (200 sticks) runs on 25 cores or splits K to reach 32. A constant weight's
+layout is free (DESIGN §3), so its N can be padded at compile time with zero rows: the matmul
+then computes N' = N rounded up to a multiple of d sticks (d in 2, 4, ..., the cores) into a
+padded intermediate, and an `identity` copy moves the N real columns into the output. The
+padding columns are computed (x · 0) and never read as data: the copy reads only the real
+ones, and no reduction crosses N.
+
+Reads: batchmatmul ops outside loops whose second operand (the one carrying N) is a constant
+(`graph.constants`), layouts (after stick_layout and matmul_padding).
+Writes: per padded matmul a constant `<w>__npad` (the weight's values, zero-padded when the
+weights are written: `ir/values.py`), an intermediate `<out>__npad`, the matmul's N range and
+accesses, and the copy op after it; the `split_padding` report (per matmul: N, N', the
+estimates that chose it).
+Choice: for each padding (none included) the cheapest split of the matmul by the split
+estimate (`plan/split_estimate.py`, as work_division prices it, K-splits included) plus, when
+padded, the cheapest split of the copy; the cheapest wins, no padding on a tie. Guarantees:
+values unchanged (the real columns are the same dot products); an op whose accesses are not
+plain strided (no floor/mod, no gather) is left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from spyrec.device import CORES
+from spyrec.indexing import Lin, Var
+from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.ir.values import PaddedConstant
+from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.plan.layouts import layout_with_stick
+from spyrec.plan.core_splits import pick_split
+from spyrec.plan.split_candidates import candidates, split_text, stick_vars
+from spyrec.plan.split_estimate import split_estimate
+
+
+@register_pass("split_padding")
+@dataclass(frozen=True)
+class SplitPadding(Pass):
+    enabled: bool = True
+    cores: int = CORES
+    # work_division's rule for near ties (SplitOptions.spread_within)
+    spread_within: float = 0.02
+
+    def run(self, graph: Graph, ctx: CompileContext) -> None:
+        rows: list[dict] = []
+        if self.enabled:
+            new_ops: list[Operation] = []
+            for op in graph.ops:
+                new_ops.extend(self._pad(graph, op, rows))
+            graph.ops = new_ops
+            _drop_unread(graph, {row["weight"] for row in rows})
+        ctx.report["split_padding"] = {"count": len(rows), "list": rows}
+
+    def _pad(self, graph: Graph, op: Operation, rows: list) -> list[Operation]:
+        site = _padding_site(graph, op)
+        if site is None:
+            return [op]
+        n_var, unit = site
+        count = dict(op.ranges)[n_var] // unit        # whole units (sticks) of N
+        if count * unit != dict(op.ranges)[n_var]:
+            count += 1                              # a partial last stick: padded anyway
+        n_real = dict(op.ranges)[n_var]
+        options = {n_real: _estimate(graph, op, n_var, n_real, self.cores, self.spread_within)}
+        for d in _divisors_up_to(self.cores):
+            padded = -(-count // d) * d * unit
+            if padded not in options:
+                options[padded] = _estimate(graph, op, n_var, padded, self.cores,
+                                            self.spread_within)
+        best = _pick(options, self.spread_within)
+        plain = options[n_real]
+        if best == n_real:
+            return [op]
+        weight = op.inputs[1].buffer
+        padded = _rewrite(graph, op, n_var, best, (graph.fresh_name(f"{weight}__npad"),
+                                                   graph.fresh_name(f"{op.output.buffer}__npad")))
+        graph.add_buffer(padded.weight)
+        graph.add_buffer(padded.out)
+        graph.constants[padded.weight.name] = PaddedConstant(graph.constants[weight], padded.pad)
+        rows.append({"op": op.name, "source": op.source, "weight": weight,
+                     "n": dict(op.ranges)[n_var], "n_padded": best,
+                     "padded": padded.weight.name, "constant": True,
+                     "time_us": options[best][0], "split": options[best][1],
+                     "unpadded_time_us": plain[0], "unpadded_split": plain[1]})
+        return padded.ops
+
+
+def _pick(options: dict[int, tuple[float, str, int]], spread_within: float) -> int:
+    """The N to compute, by work_division's rule (`plan/core_splits.py _pick`): among the
+    options estimated within `spread_within` of the cheapest, the ones whose matmul runs on
+    the most cores, then the cheapest, then the smallest N (no padding on a tie)."""
+    least = min(t for t, _, _ in options.values())
+    near = {n: o for n, o in options.items() if o[0] <= least * (1 + spread_within)}
+    most = max(cores for _, _, cores in near.values())
+    return min((o[0], n) for n, o in near.items() if o[2] == most)[1]
+
+
+def _drop_unread(graph: Graph, names: set[str]) -> None:
+    """Drop the constants among `names` that no op reads any more (a weight only the padded
+    matmul read: weights.bin would otherwise hold it beside its padded copy)."""
+    read = {a.buffer for op in graph.ops for _, a in op.accesses()}
+    for name in names - read:
+        del graph.buffers[name]
+        graph.constants.pop(name, None)
+
+
+def _padding_site(graph: Graph, op: Operation) -> tuple[str, int] | None:
+    """(N var, the elements one split unit of N holds) of a matmul split_padding may pad:
+    outside loops, its second operand a constant with a value, N a var of that operand the
+    first does not read, every access plain strided; None otherwise."""
+    if op.op != "batchmatmul" or op.loops or op.index_inputs or len(op.inputs) != 2:
+        return None
+    x, y = op.inputs
+    if y.buffer not in graph.constants or graph.buffers[y.buffer].role != "constant":
+        return None
+    if any(_dims_of(graph.buffers[a.buffer], a.index) is None for _, a in op.accesses()):
+        return None
+    free = [v for v, _ in op.ranges if v not in op.reduced
+            and v in _vars(y) - _vars(x) and v in _vars(op.output)]
+    if len(free) != 1:
+        return None
+    n_var = free[0]
+    sticks = stick_vars(graph, op)
+    return n_var, sticks.get(n_var, 1)
+
+
+def _estimate(graph: Graph, op: Operation, n_var: str, n: int, cores: int,
+              spread_within: float) -> tuple[float, str, int]:
+    """(µs, splits, cores of the matmul) of the cheapest splits of `op` with N = `n` (plus
+    its copy when padded), each op's by work_division's rule; the padded buffers are in
+    `graph` only while they are priced."""
+    if n == dict(op.ranges)[n_var]:
+        ops, added = [op], []
+    else:
+        padded = _rewrite(graph, op, n_var, n, ("split_padding?w", "split_padding?out"))
+        ops, added = padded.ops, [padded.weight, padded.out]
+    for buf in added:
+        graph.buffers[buf.name] = buf
+    try:
+        total, splits, used = 0.0, [], []
+        for t in ops:
+            priced = [(split_estimate(graph, t, c), c)
+                      for c in candidates(t, stick_vars(graph, t), cores,
+                                          k_split=t.op == "batchmatmul")]
+            cost, split = pick_split(priced, spread_within)
+            total += cost.time_us
+            splits.append(split_text(split))
+            used.append(cost.cores)
+        return round(total, 6), " + ".join(splits), used[0]
+    finally:
+        for buf in added:
+            del graph.buffers[buf.name]
+
+
+@dataclass(frozen=True)
+class _Padded:
+    ops: list[Operation]        # the matmul into the padded buffer, the copy out of it
+    weight: Buffer              # the padded weight (a constant)
+    out: Buffer                 # the padded output (an intermediate)
+    pad: tuple[int, ...]        # zeros after the weight's end, per host dim
+
+
+def _rewrite(graph: Graph, op: Operation, n_var: str, n: int, names: tuple[str, str]
+             ) -> _Padded:
+    """The matmul computing N = `n` into a padded buffer from the padded weight, and the copy
+    of its real columns into the output (`graph` is not changed)."""
+    x, y = op.inputs
+    weight, out = graph.buffers[y.buffer], graph.buffers[op.output.buffer]
+    w_dims, o_dims = _dims_of(weight, y.index), _dims_of(out, op.output.index)
+    new_w = _padded_buffer(weight, names[0], w_dims[n_var], n, "constant")
+    new_out = _padded_buffer(out, names[1], o_dims[n_var], n, "intermediate")
+    matmul = replace(op, ranges=tuple((v, n if v == n_var else k) for v, k in op.ranges),
+                     inputs=(x, Access(new_w.name, _index(new_w, w_dims))),
+                     output=Access(new_out.name, _index(new_out, o_dims)))
+    copy = Operation(f"{op.name}__unpad", "identity",
+                     tuple((v, k) for v, k in op.ranges if v in o_dims),
+                     (Access(new_out.name, _index(new_out, o_dims)),), op.output,
+                     source=op.source, node=op.node, scope=op.scope)
+    pad = tuple(n - k if d == w_dims[n_var] else 0 for d, k in enumerate(weight.host_size))
+    return _Padded([matmul, copy], new_w, new_out, pad)
+
+
+def _padded_buffer(buf: Buffer, name: str, dim: int, n: int, role: str) -> Buffer:
+    """`buf` with host dim `dim` grown to `n`, laid out with the stick on the same host dim."""
+    size = tuple(n if d == dim else k for d, k in enumerate(buf.host_size))
+    new = Buffer(name, size, buf.host_dtype, role, source=buf.source)
+    new.layout = layout_with_stick(new, _stick_dim(buf))
+    return new
+
+
+def _stick_dim(buf: Buffer) -> int | None:
+    """The host dim in `buf`'s lanes (None: stick-sparse)."""
+    lane = buf.layout.stride_map[-1]
+    if lane == -1:
+        return None
+    dims = [d for d, (k, s) in enumerate(zip(buf.host_size, buf.host_strides))
+            if s == lane and k > 1]
+    return dims[0] if dims else len(buf.host_size) - 1
+
+
+def _dims_of(buf: Buffer, index: Lin) -> dict[str, int] | None:
+    """Var -> the host dim it steps in a plain strided `index` (each var's coefficient one of
+    the buffer's strides of a dim longer than 1, no constant, no floor/mod or gather), or
+    None."""
+    if index.const:
+        return None
+    dims = {}
+    for atom, coeff in index.terms:
+        if not isinstance(atom, Var):
+            return None
+        hits = [d for d, (k, s) in enumerate(zip(buf.host_size, buf.host_strides))
+                if s == coeff and k > 1]
+        if len(hits) != 1:
+            return None
+        dims[atom.name] = hits[0]
+    return dims
+
+
+def _index(buf: Buffer, dims: dict[str, int]) -> Lin:
+    return Lin({Var(v): buf.host_strides[d] for v, d in dims.items()})
+
+
+def _vars(access: Access) -> set[str]:
+    return {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+
+
+def _divisors_up_to(cores: int) -> list[int]:
+    """2, 4, ... up to `cores` (the powers of two, and `cores` itself)."""
+    out, d = [], 2
+    while d <= cores:
+        out.append(d)
+        d *= 2
+    return out + ([cores] if cores not in out else [])

@@ -1,0 +1,101 @@
+"""split_padding (issue 28 §4): a matmul whose N no core count divides gets N padded with zero
+weight rows at compile time, when the padded matmul splits over more cores for less time.
+
+The lm_head of Granite's vocabulary (49,155 = 768 sticks + 3 elements) cannot split N at all:
+a split of a stick var needs whole sticks. Here V = 97 * 64 + 3 = 6,211 (98 sticks, the last
+partial), K = 512, fp16: a 6.4 MB weight. Unpadded, N stays on one core and only K (8 sticks)
+splits; padded to whole sticks that more cores divide, N splits too. At 8 tokens the
+unpadded matmul splits M over 8 cores that share each weight read (the broadcast cohort) and
+padding does not pay; at 64 it does (M over 32 cores would read the weight 4 times).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.differential.harness import run_and_compare
+from tests.programs import load_json
+
+V, K = 97 * 64 + 3, 512
+
+
+class Head(torch.nn.Module):
+    def __init__(self, n: int = V, tied: bool = False) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.embed = torch.nn.Embedding(n, K)
+        self.embed.weight.data = torch.randn(n, K, generator=g) * 0.05
+        self.head = torch.nn.Linear(K, n, bias=False)
+        self.head.weight.data = torch.randn(n, K, generator=g) * 0.05
+        if tied:
+            self.head.weight = self.embed.weight
+        self.half()
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+
+def _ids(tokens: int) -> torch.Tensor:
+    return torch.randint(0, V, (1, tokens), generator=torch.Generator().manual_seed(1))
+
+
+def _report(out) -> dict:
+    return load_json(out / "report.json")
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("tokens", [1, 64])
+def test_the_lm_head_pads_its_vocab_splits_it_and_equals_eager(tmp_path, tied, tokens):
+    out = run_and_compare(tmp_path, Head(tied=tied), (_ids(tokens),))
+    report = _report(out)
+    (row,) = report["split_padding"]["list"]
+    assert row["n"] == V and row["n_padded"] % 64 == 0 and row["n_padded"] > V
+    sticks = row["n_padded"] // 64
+    assert row["time_us"] < row["unpadded_time_us"]
+    assert "c2:1," in row["unpadded_split"]         # N unsplit: its last stick is partial
+    tensors = {t["name"]: t for t in load_json(out / "manifest.json")["tensors"]}
+    padded = tensors[row["padded"]]
+    assert padded["role"] == "constant" and padded["host_shape"] == [row["n_padded"], K]
+    assert padded["device_bytes"] == sticks * K * 128         # whole sticks of N, K rows each
+    # the weight only the padded matmul read is not written beside its padded copy
+    assert row["weight"] not in tensors
+    (matmul,) = [r for r in report["cost"]["ops"] if r["op"] == "batchmatmul"]
+    assert matmul["cores_used"] >= 8
+    split = dict(kv.split(":") for kv in row["split"].split(" + ")[0][1:-1].split(", "))
+    assert sticks % int(split["c2"]) == 0 and int(split["c2"]) > 1
+
+
+def test_padding_rows_are_zero_in_the_weights_file(tmp_path):
+    out = run_and_compare(tmp_path, Head(), (_ids(1),))
+    (row,) = _report(out)["split_padding"]["list"]
+    manifest = load_json(out / "manifest.json")
+    entry = next(t for t in manifest["weights"]["tensors"] if t["name"] == row["padded"])
+    blob = np.fromfile(out / manifest["weights"]["file"], dtype=np.uint8,
+                       count=entry["bytes"], offset=entry["offset"]).view(np.float16)
+    sticks = row["n_padded"] // 64
+    device = blob.reshape(entry["device_size"])               # [N sticks, K, 64]
+    assert list(device.shape) == [sticks, K, 64]
+    # element (n, k) of the padded weight sits at [n // 64, k, n % 64]: rows n >= V are zero
+    host = np.moveaxis(device, 1, 2).reshape(sticks * 64, K)
+    assert np.all(host[V:] == 0) and np.any(host[:V] != 0)
+    weights = Head().head.weight.detach().numpy()
+    assert np.array_equal(host[:V], weights)
+
+
+def test_an_n_the_cores_divide_is_not_padded(tmp_path):
+    out = run_and_compare(tmp_path, Head(n=32 * 64), (_ids(1).clamp(max=32 * 64 - 1),))
+    assert _report(out)["split_padding"] == {"count": 0, "list": []}
+
+
+def test_padding_is_left_out_where_it_does_not_pay(tmp_path):
+    out = run_and_compare(tmp_path, Head(), (_ids(8),))
+    assert _report(out)["split_padding"]["count"] == 0
+
+
+def test_the_pass_can_be_turned_off(tmp_path):
+    out = run_and_compare(tmp_path, Head(), (_ids(1),), sets=["split_padding.enabled=false"])
+    assert _report(out)["split_padding"]["count"] == 0
+    (matmul,) = [r for r in _report(out)["cost"]["ops"] if r["op"] == "batchmatmul"]
+    assert matmul["cores_used"] <= K // 64          # N on one core: only K's 8 sticks split
