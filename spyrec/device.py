@@ -23,6 +23,11 @@ CORES = 32
 LX_BYTES_PER_CORE = 2 * 2**20
 LX_USABLE_BYTES_PER_CORE = 1_625_344
 
+# Each core of an op addresses at most a 256 MiB span of device memory per argument
+# (`MAX_SPAN_BYTES` in the reference's work division; reference/A-layout.md §1 and §5.6): work
+# division keeps every core under it, the verifier checks it (ir/span.py).
+MAX_SPAN_BYTES = 256 * 2**20
+
 # Every HBM and LX allocation starts on a stick boundary.
 ALIGN_BYTES = STICK_BYTES
 

@@ -43,7 +43,8 @@ def test_compile_an_exported_program_and_run_it(compiled):
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"pass": "work_division", "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True,
                                                  "chain_moves": True, "k_split": True,
-                                                 "replicas": True, "overlap_moves": False}} in \
+                                                 "replicas": True, "overlap_moves": False,
+                                                 "spread_within": 0.02}} in \
         manifest["pipeline"]
     x, y = inputs()
     result = spyrec.run(out, {"x": x, "y": y.numpy()}, check=True)

@@ -18,7 +18,8 @@ that finds a problem is the one reported (later checks assume what earlier ones 
   (layouts consistent across the op: stick_layout's guarantee); core splits divide their
   core ranges (a replicated op's copies split over all of them, its output not in HBM),
   split a reduced var only where partials combine (outside loops, output in HBM), give each
-  core whole output sticks and use at most the device's cores;
+  core whole output sticks and use at most the device's cores; each core addresses at most
+  the 256 MiB span of device memory per argument (`check_span`, ir/span.py);
   loops (`check_loops`: keys, tiled vars, full-buffer
   accesses inside the buffer on every iteration and, where the loops translate them, equal
   to the untiled access on every trip: `tiled_access_problem`);
@@ -47,6 +48,7 @@ from spyrec.ir.lx import (
 )
 from spyrec.ir.ops import DEVICE_OPS, PARTIAL_SUMS
 from spyrec.ir.printer import format_access
+from spyrec.ir.span import span_problem
 from spyrec.layout.dtypes import HOST_TO_DEVICE
 from spyrec.indexing.sticks import access_coordinates, compatible, stick_info
 
@@ -351,6 +353,22 @@ def _whole_sticks(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterat
                f"gives cores partial sticks of {format_access(op.output)} ({e} per stick)")
 
 
+def check_span(graph: Graph, op: Operation) -> Iterator[str]:
+    """Each core addresses at most 256 MiB of device memory per argument (DESIGN §3,
+    `ir/span.py`). An op without core splits runs on one core in the emitted program, but
+    before work division its split is still to come: it is checked as one core once memory
+    planning has placed every buffer it touches."""
+    bufs = [graph.buffers.get(a.buffer) for _, a in op.accesses()]
+    if any(b is None or b.layout is None or b.numel == 0 or not _tiles(b) for b in bufs):
+        return
+    splits = op.core_splits
+    if splits is None and any(b.hbm_address is None and b.lx_address is None for b in bufs):
+        return
+    problem = span_problem(graph, op, splits or {})
+    if problem is not None:
+        yield f"cores {_splits(splits) if splits is not None else 'none (one core)'}: {problem}"
+
+
 def _splits(splits: dict[str, int]) -> str:
     return "[" + ", ".join(f"{v}:{k}" for v, k in splits.items()) + "]"
 
@@ -504,7 +522,7 @@ def _evaluate_trips(op: Operation, diff: Lin, trips: dict, levels: list) -> str 
 
 OP_CHECKS: tuple[Callable[[Graph, Operation], Iterator[str]], ...] = (
     check_kind, check_ranges, check_accesses, check_stick_compatible, check_core_splits,
-    check_loops)
+    check_span, check_loops)
 
 
 # --- the whole graph ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@ plain strided (no floor/mod, no gather) is left alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from spyrec.device import CORES
@@ -144,8 +145,10 @@ def _estimate(graph: Graph, op: Operation, n_var: str, n: int, cores: int,
         total, splits, used = 0.0, [], []
         for t in ops:
             priced = [(split_estimate(graph, t, c), c)
-                      for c in candidates(t, stick_vars(graph, t), cores,
+                      for c in candidates(graph, t, stick_vars(graph, t), cores,
                                           k_split=t.op == "batchmatmul")]
+            if not priced:        # no split keeps each core within the span limit
+                return math.inf, "-", 0
             cost, split = pick_split(priced, spread_within)
             total += cost.time_us
             splits.append(split_text(split))

@@ -11,7 +11,10 @@ every split divides its range evenly; a reduced var is split (a K-split: each co
 part, the partials meet in HBM at the ring's cost) only by the cost strategy, only for ops
 whose partials combine (`ir.ops.PARTIAL_SUMS`) outside loops, and never with its output in LX;
 a split of any arg's stick variable gives each core whole sticks of that arg (a SuperDSC core
-starts at a stick boundary of every tensor: its start address has no lane offset).
+starts at a stick boundary of every tensor: its start address has no lane offset); each core
+addresses at most 256 MiB of device memory per argument (`ir/span.py`; checked on the chosen
+splits at the end, since a normal compile runs no verifier), and an op no split can bring
+under it is refused (UnsupportedProgram, `split_candidates.span_refusal`).
 
 Choice (issue 10 §2): every split meeting those rules is a candidate
 (`plan/split_candidates.py`), each is estimated with the cost model's formulas
@@ -36,12 +39,14 @@ from dataclasses import dataclass, replace
 
 from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import CORES
+from spyrec.errors import InternalError, UnsupportedProgram
 from spyrec.ir import Graph, Operation
 from spyrec.ir.lx import data_writer, set_core_ranges
+from spyrec.ir.span import span_problem
 from spyrec.plan.chain_moves import ChainMoves
 from spyrec.plan.lx_placement import lx_slices_problem
 from spyrec.plan.split_candidates import (
-    candidates, greedy_split, replica_candidates, split_text, stick_vars,
+    candidates, greedy_split, replica_candidates, span_refusal, split_text, stick_vars,
 )
 from spyrec.plan.split_estimate import Producers, SplitCost, estimate_key, split_estimate
 
@@ -90,7 +95,11 @@ def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
     the plan without K-splits is made too and the two whole plans (`_whole_plan_us`) are
     compared as single splits are (`near_best`): the cheaper, unless the other is within
     `spread_within` of it and cheaper when each core gets only its share of the card's
-    bandwidth (the plan less exposed to the per-core figure)."""
+    bandwidth (the plan less exposed to the per-core figure). An op no split keeps within
+    the span limit is refused first (every such op, one line each)."""
+    refused = [m for m in (span_refusal(graph, op, options.cores) for op in graph.ops) if m]
+    if refused:
+        raise UnsupportedProgram("\n".join(refused))
     start = [op.core_ranges for op in graph.ops]       # before any replica is added
     plan = _choose_plan(graph, options, start)
     if options.strategy == "cost":
@@ -110,7 +119,7 @@ def _explain_fewer_cores(graph: Graph, rows: list[dict], options: SplitOptions) 
             row.pop("fewer_cores", None)
             continue
         priced = [(split_estimate(graph, op, c, producers), c)
-                  for c in candidates(op, stick_vars(graph, op), options.cores,
+                  for c in candidates(graph, op, stick_vars(graph, op), options.cores,
                                       options.k_split)]
         chosen = split_estimate(graph, op, op.core_splits, producers)
         row["fewer_cores"] = _why_fewer(op, priced, chosen, options.cores)
@@ -183,7 +192,20 @@ def _divide(graph: Graph, options: SplitOptions) -> dict:
         if options.chain_moves:
             _move_chains(graph, producers, rows, options)
         _align_cowriters(graph, producers, rows, options)
+    _check_spans(graph)
     return summary([row for _, row in rows if row])
+
+
+def _check_spans(graph: Graph) -> None:
+    """The span guarantee, checked on the splits chosen (normal compiles verify nothing
+    else): every split came from the candidates, which all fit, so a core over the limit
+    here is a planner's bug."""
+    for op in graph.ops:
+        problem = span_problem(graph, op, op.core_splits)
+        if problem is not None:
+            raise InternalError(f"work division left op {op.name!r} with cores "
+                                f"{split_text(op.core_splits)}: {problem}; this is a spyrec "
+                                f"bug, please report it with the command and input")
 
 
 def _align_cowriters(graph: Graph, producers: Producers, rows: list,
@@ -240,7 +262,7 @@ def _move_chains(graph: Graph, producers: Producers, rows: list,
         key = (op.name, op.core_ranges)        # a move may replicate op (ir/lx.py)
         if key not in cache:
             # no K-splits: a move keeps chains in LX, where partial sums cannot live
-            cache[key] = candidates(op, stick_vars(graph, op), options.cores)
+            cache[key] = candidates(graph, op, stick_vars(graph, op), options.cores)
         return cache[key]
     moves = ChainMoves(graph, producers, options_of, options.replicas, options.overlap_moves)
     if not moves.run():
@@ -278,7 +300,7 @@ def _split(graph: Graph, op: Operation, producers: Producers, memo: dict,
            options: SplitOptions) -> tuple[dict, dict]:
     """One op's split and its report row (the producers' splits are already chosen)."""
     sticks = stick_vars(graph, op)
-    greedy = greedy_split(op, sticks, options.cores)
+    greedy = greedy_split(graph, op, sticks, options.cores)
     if options.strategy == "greedy":
         return greedy, {}
     return choose(graph, op, sticks, greedy, options.cores, producers, memo, options.k_split,
@@ -301,7 +323,7 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
     else:
         base = split_estimate(graph, op, greedy, producers)
         costs = [(split_estimate(graph, op, c, producers), c)
-                 for c in candidates(op, sticks, cores, k_split) if c != greedy]
+                 for c in candidates(graph, op, sticks, cores, k_split) if c != greedy]
         if memo is not None and key is not None:
             memo[key] = base, costs
     best_cost, best = _pick(op, [(base, greedy)] + costs, producers, spread_within)

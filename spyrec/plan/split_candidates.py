@@ -10,7 +10,9 @@ Rules: per var a divisor of its range (of its sticks for a stick var, so a core 
 stick boundary of every tensor; 1 for a stick var whose range is not whole sticks, and for a
 reduced var unless K-splits are allowed and the op's partials combine outside loops,
 `ir.ops.PARTIAL_SUMS`); a replicated op's copies (ir/lx.py) split over all of them; the product
-at most the cores.
+at most the cores; each core within the 256 MiB span limit (`ir/span.py`: a split that
+leaves a core addressing more of an argument is no candidate; an embedding gather then splits
+its table's stick var, a decode LM head its K or N).
 
 Greedy: output vars outermost first, vars that are no arg's stick dim before stick vars (a
 core then gets whole rows of sticks, as the reference's work division does: the published
@@ -23,11 +25,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator
 
+from spyrec.device import MAX_SPAN_BYTES
+from spyrec.errors import UnsupportedProgram
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import REPLICA_VAR
 from spyrec.ir.lx import replica_fields, replica_ranges
 from spyrec.ir.ops import PARTIAL_SUMS
+from spyrec.ir.span import fits, op_span, outermost
 
 
 def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
@@ -42,15 +47,63 @@ def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
     return sticks
 
 
-def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
-    """The fixed-order split (module docstring): the tie-breaker and the report's baseline."""
+def greedy_split(graph: Graph, op: Operation, sticks: dict[str, int], cores: int
+                 ) -> dict[str, int]:
+    """The fixed-order split (module docstring): the tie-breaker and the report's baseline.
+    One that leaves a core over the span limit gives way to the fitting candidate that
+    splits the earliest vars of that order most (a K-split only when nothing else fits: the
+    limit is the hardware's); UnsupportedProgram when no valid split fits."""
+    greedy = _greedy(op, sticks, cores)
+    if fits(graph, op, greedy):
+        return greedy
+    fitting = [s for s in _valid(op, sticks, cores, k_split=True) if fits(graph, op, s)]
+    if not fitting:
+        raise UnsupportedProgram(span_refusal(graph, op, cores))
+    order = _greedy_order(op, sticks)
+    return max(fitting, key=lambda s: (not any(s[v] > 1 for v in op.reduced),
+                                       tuple(s[v] for v, _ in order)))
+
+
+def candidates(graph: Graph, op: Operation, sticks: dict[str, int], cores: int,
+               k_split: bool = False) -> list[dict[str, int]]:
+    """Every valid split (module docstring) that keeps each core within the span limit,
+    product <= cores; a reduced var is split only with `k_split`. A split never widens a
+    core's span, so when the whole op fits on one core every split does (the common case,
+    answered without asking per split)."""
+    valid = _valid(op, sticks, cores, k_split)
+    if fits(graph, op, {}):
+        return valid
+    return [s for s in valid if fits(graph, op, s)]
+
+
+def span_refusal(graph: Graph, op: Operation, cores: int) -> str | None:
+    """Why no valid split of `op` (a K-split included) keeps each core within the span
+    limit — the op, its source line, the tensor, the smallest span a split reaches, the limit
+    and what to do — or None when one does."""
+    if fits(graph, op, {}):
+        return None
+    valid = _valid(op, stick_vars(graph, op), cores, k_split=True)
+    if any(fits(graph, op, s) for s in valid):
+        return None
+    best = min(valid, key=lambda s: op_span(graph, op, s)[0])
+    span, access = op_span(graph, op, best)
+    _, dim, extent = outermost(graph, op, access, best)
+    size = list(graph.buffers[access.buffer].layout.device_size)
+    where = f"op {op.name!r}" + (f" ({op.source})" if op.source else "")
+    return (f"{where}: no core split keeps each core within the {MAX_SPAN_BYTES >> 20} MiB "
+            f"per-core span limit: at best (cores {split_text(best)}) a core addresses "
+            f"{span / 2**20:.1f} MiB of {access.buffer!r}, {extent} steps of device dim {dim} "
+            f"of {size} and everything inside them; tile the op with --tiling FILE.yaml "
+            f"(examples in configs/tiling/) so that each tile spans less")
+
+
+def _greedy(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
+    """The fixed-order split, whatever its span."""
     splits = {v: 1 for v, _ in op.core_ranges}
     copies = op.replicas
     splits.update({REPLICA_VAR: copies} if copies > 1 else {})
     left = cores // copies
-    order = [(v, n) for v, n in op.core_ranges if v not in sticks] + \
-        [(v, n) for v, n in op.core_ranges if v in sticks]
-    for v, n in order:
+    for v, n in _greedy_order(op, sticks):
         if v in op.reduced or v == REPLICA_VAR or left == 1:
             continue
         e = sticks.get(v, 1)
@@ -62,10 +115,15 @@ def greedy_split(op: Operation, sticks: dict[str, int], cores: int) -> dict[str,
     return splits
 
 
-def candidates(op: Operation, sticks: dict[str, int], cores: int,
-               k_split: bool = False) -> list[dict[str, int]]:
-    """Every valid split (module docstring), product <= cores; a reduced var is split only
-    with `k_split`."""
+def _greedy_order(op: Operation, sticks: dict[str, int]) -> list[tuple[str, int]]:
+    """Vars that are no arg's stick dim first, then stick vars, each in core order."""
+    return [(v, n) for v, n in op.core_ranges if v not in sticks] + \
+        [(v, n) for v, n in op.core_ranges if v in sticks]
+
+
+def _valid(op: Operation, sticks: dict[str, int], cores: int,
+           k_split: bool = False) -> list[dict[str, int]]:
+    """Every split the rules allow (module docstring), whatever its span."""
     options = []
     partial = k_split and op.op in PARTIAL_SUMS and not op.loops
     for v, n in op.core_ranges:
@@ -92,7 +150,7 @@ def replica_candidates(graph: Graph, op: Operation, copies: int, cores: int
     for first in (False, True) if copies > 1 else (False,):
         ranges = replica_ranges(op, copies, first)
         shaped = op if ranges == op.core_ranges else replace(op, **replica_fields(ranges))
-        for split in candidates(shaped, stick_vars(graph, shaped), cores):
+        for split in candidates(graph, shaped, stick_vars(graph, shaped), cores):
             yield ranges, split
 
 

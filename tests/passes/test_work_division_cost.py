@@ -84,9 +84,10 @@ def test_the_choice_is_the_cheapest_candidate_and_the_greedy_one_on_ties(text):
     producers = Producers(graph, intermediates=True)     # as WorkDivision() prices them
     for op, row in zip(graph.ops, ctx.report["work_division"]["ops"]):
         sticks = stick_vars(graph, op)
-        times = [split_estimate(graph, op, c, producers).time_us for c in candidates(op, sticks, 32)]
+        times = [split_estimate(graph, op, c, producers).time_us
+                 for c in candidates(graph, op, sticks, 32)]
         assert row["time_us"] == min(times)
-        greedy = greedy_split(op, sticks, 32)
+        greedy = greedy_split(graph, op, sticks, 32)
         if split_estimate(graph, op, greedy, producers).time_us == min(times):
             assert op.core_splits == greedy
 
@@ -344,7 +345,7 @@ def test_one_estimate_key_means_one_estimate(tmp_path, name):
         if key is None:
             continue
         names.setdefault(key, set()).add(op.name)
-        for split in candidates(op, stick_vars(graph, op), 32):
+        for split in candidates(graph, op, stick_vars(graph, op), 32):
             for penalties in (True, False):
                 cost = split_estimate(graph, op, split, producers, penalties=penalties)
                 groups.setdefault((key, tuple(sorted(split.items())), penalties),
