@@ -42,7 +42,7 @@ from spyrec.device import CORES
 from spyrec.errors import InternalError, UnsupportedProgram
 from spyrec.ir import Graph, Operation
 from spyrec.ir.lx import data_writer, set_core_ranges
-from spyrec.ir.span import span_problem
+from spyrec.ir.span import op_span, span_problem
 from spyrec.plan.chain_moves import ChainMoves
 from spyrec.plan.lx_placement import lx_slices_problem
 from spyrec.plan.split_candidates import (
@@ -104,6 +104,8 @@ def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
     plan = _choose_plan(graph, options, start)
     if options.strategy == "cost":
         _explain_fewer_cores(graph, plan["ops"], options)
+    spans = [(op_span(graph, op, op.core_splits)[0], op.name) for op in graph.ops]
+    plan["max_span_bytes"], plan["max_span_op"] = max(spans, default=(0, None))
     return plan
 
 

@@ -63,6 +63,7 @@ def test_the_lm_head_pads_its_vocab_splits_it_and_equals_eager(tmp_path, tied, t
     assert row["weight"] not in tensors
     (matmul,) = [r for r in report["cost"]["ops"] if r["op"] == "batchmatmul"]
     assert matmul["cores_used"] >= 8
+    assert 0 < report["work_division"]["max_span_bytes"] <= 256 << 20
     split = dict(kv.split(":") for kv in row["split"].split(" + ")[0][1:-1].split(", "))
     assert sticks % int(split["c2"]) == 0 and int(split["c2"]) > 1
 
@@ -99,3 +100,6 @@ def test_the_pass_can_be_turned_off(tmp_path):
     assert _report(out)["split_padding"]["count"] == 0
     (matmul,) = [r for r in _report(out)["cost"]["ops"] if r["op"] == "batchmatmul"]
     assert matmul["cores_used"] <= K // 64          # N on one core: only K's 8 sticks split
+    (row,) = [r for r in _report(out)["work_division"]["ops"] if r["op"] == "linear"]
+    assert row["fewer_cores"] == (f"no split of [c2<{V}, r0<{K}] uses 32 cores (a split "
+                                  f"divides its range, a stick var in whole sticks)")
