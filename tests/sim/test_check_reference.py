@@ -91,6 +91,86 @@ def test_a_miscompile_deep_in_the_model_fails_naming_both_errors(deep, capsys):
     assert c["reference"]["rms_err"] > 3 * c["reference"]["allowed_rms_err"]
 
 
+class Gated(torch.nn.Module):
+    """48 layers of `layer_norm(x + tanh(2 * a) * sigmoid(b))`, `a, b = (x @ W).chunk(2)`,
+    W 64 x 128: the compiler splits `x @ W` into two column matmuls (`matmul_<i>__cols0_64`
+    and `__cols64_128`), each reading one 64-column stick group of W [2, 64, 64]."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.ws = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(WIDTH, 2 * WIDTH, generator=g) / WIDTH ** 0.5,
+                                requires_grad=False) for _ in range(DEPTH)])
+
+    def forward(self, x):
+        for w in self.ws:
+            a, b = (x @ w).chunk(2, dim=-1)
+            x = torch.nn.functional.layer_norm(x + torch.tanh(GAIN * a) * torch.sigmoid(b),
+                                               (WIDTH,))
+        return x
+
+
+def _shift_weight_read_one_stick(out, op: str, weight: str) -> tuple[int, int]:
+    """Move the HBM start address of op `op`'s KERNEL arg one stick (128 bytes) forward, on
+    every core, in its `sdsc_<n>.json` (what the simulator executes; opspecs.json, which it
+    never reads, keeps the compiled plan). Returns (old start, new start)."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    (tensor,) = [t for t in manifest["tensors"] if t["name"] == weight]
+    (path,) = [p for p in sorted(out.glob("sdsc_*.json"))
+               if next(iter(json.loads(p.read_text()).values()))["debug_handle_"]
+               .startswith(f"{op} (")]
+    doc = json.loads(path.read_text())
+    dsc = next(iter(next(iter(doc.values()))["dscs_"][0].values()))
+    (i,) = [i for i, lds in enumerate(dsc["labeledDs_"]) if lds["dsType_"] == "KERNEL"]
+    node = dsc["scheduleTree_"][i]
+    assert node["component_"] == "hbm"
+    starts = node["startAddressCoreCorelet_"]["data_"]
+    (old,) = {int(a) for a in starts.values()}       # every core reads the whole half
+    assert old == tensor["hbm_address"]              # the first stick group starts W
+    for core in starts:
+        starts[core] = str(old + 128)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return old, tensor["hbm_address"] + tensor["device_bytes"]
+
+
+def test_an_access_one_stick_off_deep_in_the_model_fails(tmp_path, capsys):
+    """The off-by-one-stick miscompile: layer DEPTH-8's first column matmul reads W's first
+    stick group from one stick (128 bytes, 64 fp16) past its start, i.e. row k+1 of W[:, :64]
+    for row k, and for the last row W[0, 64:] from the second group.
+
+    Not `Deep`: every arg of a deep `Deep` op reads its whole tensor (each core's LX window is
+    exactly its slice, each weight is read whole), so any stick shift leaves the tensor and
+    the simulator refuses the directory (exit 2: "not inside one tensor of manifest.json")
+    before --check compares anything. In `Gated` the half matmul reads 64 of W's 128 sticks,
+    so the shifted read stays inside W: the program runs and gives wrong numbers, which only
+    --check can catch. The unedited directory passes."""
+    x = _inputs(tmp_path)
+    good = compile_pt2(export(tmp_path, Gated().half(), (x,), "gated"), tmp_path / "good",
+                       self_contained=True)
+    off = tmp_path / "off"
+    shutil.copytree(good, off)
+    layer = DEPTH - 8
+    start, weight_end = _shift_weight_read_one_stick(off, f"matmul_{layer}__cols0_64",
+                                                     f"p_ws_{layer}")
+    assert start + 128 + WIDTH * 128 <= weight_end    # in range: 64 rows of one stick each
+    inputs = tmp_path / "in.npz"
+    code, out, err = cli(capsys, "run", good, "--inputs", inputs, "--check", "-q",
+                         "-o", tmp_path / "good_out.npz")
+    assert code == 0, err
+    code, out, err = cli(capsys, "run", off, "--inputs", inputs, "--check", "-q",
+                         "-o", tmp_path / "off_out.npz")
+    assert code == 1, err              # not 2: the simulator ran it; --check rejected it
+    assert "Traceback" not in err and "MISMATCH: worse than eager vs fp32" in out
+    assert "output_0" in err and "vs fp32 reference spyrec rms" in err and "eager rms" in err
+    code, out, _ = cli(capsys, "run", off, "--inputs", inputs, "--check", "--json", "-q",
+                       "-o", tmp_path / "off_out.npz")
+    (c,) = json.loads(out)["check"]
+    assert code == 1 and not c["ok"] and c["rule"] == "reference"
+    assert c["mismatches"] > c["total"] // 2
+    assert c["reference"]["rms_err"] > 10 * c["reference"]["allowed_rms_err"]
+
+
 def _check(sim, eager, reference, dtype="float16"):
     return compare(0, "y", dtype, np.asarray(sim, np.float16 if dtype == "float16" else None),
                    np.asarray(eager, np.float64), np.asarray(reference, np.float64))
