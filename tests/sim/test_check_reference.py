@@ -23,13 +23,18 @@ from tests.programs import cli, compile_pt2, export
 DEPTH, WIDTH, GAIN = 48, 64, 2.0
 
 
+def _weights(columns: int) -> torch.nn.ParameterList:
+    """DEPTH fixed random WIDTH x `columns` weights, scaled to keep activations O(1)."""
+    g = torch.Generator().manual_seed(0)
+    return torch.nn.ParameterList(
+        [torch.nn.Parameter(torch.randn(WIDTH, columns, generator=g) / WIDTH ** 0.5,
+                            requires_grad=False) for _ in range(DEPTH)])
+
+
 class Deep(torch.nn.Module):
     def __init__(self, wrong_layer: int | None = None):
         super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.ws = torch.nn.ParameterList(
-            [torch.nn.Parameter(torch.randn(WIDTH, WIDTH, generator=g) / WIDTH ** 0.5,
-                                requires_grad=False) for _ in range(DEPTH)])
+        self.ws = _weights(WIDTH)
         self.wrong_layer = wrong_layer
 
     def forward(self, x):
@@ -98,10 +103,7 @@ class Gated(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.ws = torch.nn.ParameterList(
-            [torch.nn.Parameter(torch.randn(WIDTH, 2 * WIDTH, generator=g) / WIDTH ** 0.5,
-                                requires_grad=False) for _ in range(DEPTH)])
+        self.ws = _weights(2 * WIDTH)
 
     def forward(self, x):
         for w in self.ws:
