@@ -131,16 +131,14 @@ def bench_one(work: Path, model: str, phase: str, depth: int, reuse: bool,
     return row
 
 
-COLUMNS = [("program", "{:<20}"), ("compile_s", "{:>9.1f}"), ("compile_gb", "{:>10.2f}"),
+COLUMNS = [("program", "{:<22}"), ("compile_s", "{:>9.1f}"), ("compile_gb", "{:>10.2f}"),
            ("est_us", "{:>10.1f}"), ("roof_us", "{:>10.1f}"), ("ratio", "{:>6.3f}"),
            *((f"est_{label}", "{:>12.1f}") for label, _ in CAPS),
            ("span_mib", "{:>8.1f}"), ("const_restick", "{:>13}")]
 
 
 def table(rows: list[dict]) -> str:
-    head = " ".join(f"{name:<20}" if name == "program" else
-                    f"{name:>{len(fmt.format(rows[0][name]))}}" for name, fmt in COLUMNS)
-    lines = [head] + [" ".join(fmt.format(r[name]) for name, fmt in COLUMNS) for r in rows]
+    lines = scale.table(rows, COLUMNS).splitlines()
     for r in rows:
         for line in r["narrow"]:
             lines.append(f"  {r['program']}: {line}")

@@ -226,11 +226,12 @@ COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f
            ("ops", "{:>5}"), ("est_us", "{:>10.1f}")]
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:
+    """`rows` as a fixed-width table of `columns` ((key, format) pairs), a header first."""
     head = " ".join(f"{name:>{len(fmt.format(rows[0][name])) if rows else 8}}"
-                    if name != "program" else f"{name:<22}" for name, fmt in COLUMNS)
+                    if name != "program" else f"{name:<22}" for name, fmt in columns)
     lines = [head]
-    lines += [" ".join(fmt.format(r[name]) for name, fmt in COLUMNS) for r in rows]
+    lines += [" ".join(fmt.format(r[name]) for name, fmt in columns) for r in rows]
     return "\n".join(lines)
 
 
