@@ -16,7 +16,8 @@ Writes: per padded matmul a constant `<w>__npad` (the weight's values, zero-padd
 weights are written: `ir/values.py`), an intermediate `<out>__npad`, the matmul's N range and
 accesses, and the copy op after it; the `split_padding` report (per matmul: N, N', the
 estimates that chose it).
-Choice: for each padding (none included) the cheapest split of the matmul by the split
+Choice: for each padding (none included; at most MAX_GROWTH more units of N, and none when N's
+units already divide over every core or the unpadded matmul is on every core) the cheapest split of the matmul by the split
 estimate (`plan/split_estimate.py`, as work_division prices it, K-splits included) plus, when
 padded, the cheapest split of the copy; the cheapest wins, no padding on a tie. Guarantees:
 values unchanged (the real columns are the same dot products); an op whose accesses are not
@@ -37,6 +38,12 @@ from spyrec.plan.layouts import layout_with_stick
 from spyrec.plan.core_splits import pick_split
 from spyrec.plan.split_candidates import candidates, split_text, stick_vars
 from spyrec.plan.split_estimate import split_estimate
+
+
+# the most padding tried, as a fraction of N's units: a memory-bound matmul reads its padded
+# weight whole, so more than 1/8 more bytes cannot be won back by spreading further (the
+# split's estimate still decides within it)
+MAX_GROWTH = 0.125
 
 
 @register_pass("split_padding")
@@ -66,9 +73,16 @@ class SplitPadding(Pass):
         if count * unit != dict(op.ranges)[n_var]:
             count += 1                              # a partial last stick: padded anyway
         n_real = dict(op.ranges)[n_var]
+        if count % self.cores == 0:
+            return [op]                 # N alone divides over every core count
         options = {n_real: _estimate(graph, op, n_var, n_real, self.cores, self.spread_within)}
+        if options[n_real][2] == self.cores:
+            return [op]                 # already on every core
         for d in _divisors_up_to(self.cores):
-            padded = -(-count // d) * d * unit
+            padded_units = -(-count // d) * d
+            padded = padded_units * unit
+            if padded_units > count * (1 + MAX_GROWTH):
+                continue                # more padding than a split can win back
             if padded not in options:
                 options[padded] = _estimate(graph, op, n_var, padded, self.cores,
                                             self.spread_within)

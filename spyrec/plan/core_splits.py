@@ -129,17 +129,20 @@ def _explain_fewer_cores(graph: Graph, rows: list[dict], options: SplitOptions) 
 
 def _choose_plan(graph: Graph, options: SplitOptions, start: list) -> dict:
     """The plan with K-splits, or without them (`divide_work`)."""
-    plan = _divide(graph, options)
+    memo: dict = {}
+    plan = _divide(graph, options, memo)
     if not (options.k_split and options.strategy == "cost" and options.lx_intermediates
             and _has_k_split(graph)):
         return plan
     with_k = [(op.core_splits, op.core_ranges) for op in graph.ops]
-    with_k_us = _whole_plan_us(graph), _whole_plan_us(graph, FAIR_SHARE)
+    with_k_us, with_k_fair = _whole_plan_us(graph), _whole_plan_us(graph, FAIR_SHARE)
     for op, ranges in zip(graph.ops, start):
         set_core_ranges(op, ranges)
-    without = _divide(graph, replace(options, k_split=False))
-    without_us = _whole_plan_us(graph), _whole_plan_us(graph, FAIR_SHARE)
-    if not _better(with_k_us, without_us, options.spread_within):
+    without = _divide(graph, replace(options, k_split=False), memo)
+    without_us = _whole_plan_us(graph)
+    if not _better((with_k_us, with_k_fair),
+                   (without_us, lambda: _whole_plan_us(graph, FAIR_SHARE)),
+                   options.spread_within):
         return without
     for op, (splits, ranges) in zip(graph.ops, with_k):
         set_core_ranges(op, ranges)
@@ -147,14 +150,15 @@ def _choose_plan(graph: Graph, options: SplitOptions, start: list) -> dict:
     return plan
 
 
-def _better(a: tuple[float, float], b: tuple[float, float], spread_within: float) -> bool:
-    """Is the plan with (time, fair-share time) `a` better than `b`: cheaper by more than
-    `spread_within`, or within it and cheaper at the fair share."""
+def _better(a: tuple[float, float], b: tuple[float, object], spread_within: float) -> bool:
+    """Is the plan with (time, fair-share time) `a` better than `b` (its fair-share time
+    computed only if needed): cheaper by more than `spread_within`, or within it and cheaper
+    at the fair share."""
     if a[0] > b[0] * (1 + spread_within):
         return False
     if b[0] > a[0] * (1 + spread_within):
         return True
-    return (a[1], a[0]) < (b[1], b[0])
+    return (a[1], a[0]) < (b[1](), b[0])
 
 
 def _whole_plan_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
@@ -179,9 +183,10 @@ def _has_k_split(graph: Graph) -> bool:
                for v, k in (op.core_splits or {}).items())
 
 
-def _divide(graph: Graph, options: SplitOptions) -> dict:
-    """`divide_work` with K-splits as `options` say."""
-    producers, memo = Producers(graph, options.lx_intermediates), {}
+def _divide(graph: Graph, options: SplitOptions, memo: dict) -> dict:
+    """`divide_work` with K-splits as `options` say (`memo`: `choose`'s, shared by the plans
+    with and without K-splits: an op that reduces nothing has the same candidates in both)."""
+    producers = Producers(graph, options.lx_intermediates)
     for op in graph.ops:
         op.core_splits = None
     # first in program order, assuming an intermediate's readers will keep its slices
@@ -319,7 +324,7 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
     `memo` shares the estimates between ops that differ only in buffer names (the layers of a
     decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
     same = estimate_key(graph, op, producers)
-    key = None if same is None else (same, cores)
+    key = None if same is None else (same, cores, k_split and bool(op.reduced))
     if memo is not None and key is not None and key in memo:
         base, costs = memo[key]
     else:
