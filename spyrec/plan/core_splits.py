@@ -128,26 +128,28 @@ def _explain_fewer_cores(graph: Graph, rows: list[dict], options: SplitOptions) 
 
 
 def _choose_plan(graph: Graph, options: SplitOptions, start: list) -> dict:
-    """The plan with K-splits, or without them (`divide_work`)."""
+    """The plan with K-splits, or without them (`divide_work`), compared as each op chose
+    its split; chain moves then improve the one taken (moving chains in both would double
+    work division's time)."""
     memo: dict = {}
-    plan = _divide(graph, options, memo)
+    producers, rows = _divide(graph, options, memo)
     if not (options.k_split and options.strategy == "cost" and options.lx_intermediates
             and _has_k_split(graph)):
-        return plan
+        return _finish(graph, producers, rows, options)
     with_k = [(op.core_splits, op.core_ranges) for op in graph.ops]
     with_k_us, with_k_fair = _whole_plan_us(graph), _whole_plan_us(graph, FAIR_SHARE)
     for op, ranges in zip(graph.ops, start):
         set_core_ranges(op, ranges)
-    without = _divide(graph, replace(options, k_split=False), memo)
-    without_us = _whole_plan_us(graph)
+    plain = replace(options, k_split=False)
+    producers_plain, rows_plain = _divide(graph, plain, memo)
     if not _better((with_k_us, with_k_fair),
-                   (without_us, lambda: _whole_plan_us(graph, FAIR_SHARE)),
+                   (_whole_plan_us(graph), lambda: _whole_plan_us(graph, FAIR_SHARE)),
                    options.spread_within):
-        return without
+        return _finish(graph, producers_plain, rows_plain, plain)
     for op, (splits, ranges) in zip(graph.ops, with_k):
         set_core_ranges(op, ranges)
         op.core_splits = splits
-    return plan
+    return _finish(graph, Producers(graph, options.lx_intermediates), rows, options)
 
 
 def _better(a: tuple[float, float], b: tuple[float, object], spread_within: float) -> bool:
@@ -183,9 +185,10 @@ def _has_k_split(graph: Graph) -> bool:
                for v, k in (op.core_splits or {}).items())
 
 
-def _divide(graph: Graph, options: SplitOptions, memo: dict) -> dict:
-    """`divide_work` with K-splits as `options` say (`memo`: `choose`'s, shared by the plans
-    with and without K-splits: an op that reduces nothing has the same candidates in both)."""
+def _divide(graph: Graph, options: SplitOptions, memo: dict) -> tuple[Producers, list]:
+    """Each op's split as `options` say, chosen in program order and revisited (chain moves
+    are `_finish`'s); `memo`: `choose`'s, shared by the plans with and without K-splits (an
+    op that reduces nothing has the same candidates in both). The producers and the rows."""
     producers = Producers(graph, options.lx_intermediates)
     for op in graph.ops:
         op.core_splits = None
@@ -196,6 +199,12 @@ def _divide(graph: Graph, options: SplitOptions, memo: dict) -> dict:
         rows.append((op.core_splits, row))
     if options.strategy == "cost" and options.lx_intermediates:
         _revisit(graph, producers, memo, rows, options)
+    return producers, rows
+
+
+def _finish(graph: Graph, producers: Producers, rows: list, options: SplitOptions) -> dict:
+    """The plan taken, its chains moved and co-writers aligned; the report section."""
+    if options.strategy == "cost" and options.lx_intermediates:
         if options.chain_moves:
             _move_chains(graph, producers, rows, options)
         _align_cowriters(graph, producers, rows, options)
