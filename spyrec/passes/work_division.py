@@ -7,7 +7,10 @@ greedy split's).
 Guarantees: the product of splits is at most `cores`; every split divides its range evenly;
 a reduced var is split only by the cost strategy, for ops whose partials combine outside
 loops, never with its output in LX; a split of an arg's stick variable gives each core whole
-sticks of that arg.
+sticks of that arg; each core addresses at most 256 MiB of device memory per op (`ir/span.py`:
+only splits that fit are candidates, an op none fits is refused with its span). Among splits
+estimated within `spread_within` of the cheapest, the one on the most cores wins; a row of an
+op on fewer cores says why (`fewer_cores`).
 
 A thin driver: the choice is `plan/core_splits.py divide_work` (candidates, the split
 estimate, chain moves, replicas, co-writers), shared with `--tiling auto`, which plans its
