@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, replace
 
 from spyrec.device import CORES
+from spyrec.errors import ConfigError
 from spyrec.indexing import Lin, Var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.ir.values import PaddedConstant
@@ -54,7 +55,17 @@ class SplitPadding(Pass):
     # work_division's rule for near ties (SplitOptions.spread_within)
     spread_within: float = 0.02
 
+    def check_options(self) -> None:
+        """Called when the pipeline is built, before the model is loaded."""
+        if not 1 <= self.cores <= CORES:
+            raise ConfigError(f"split_padding.cores must be between 1 and {CORES}, got "
+                              f"{self.cores}")
+        if not 0 <= self.spread_within < 1:
+            raise ConfigError(f"split_padding.spread_within must be at least 0 and below 1, "
+                              f"got {self.spread_within}")
+
     def run(self, graph: Graph, ctx: CompileContext) -> None:
+        self.check_options()
         rows: list[dict] = []
         if self.enabled:
             new_ops: list[Operation] = []

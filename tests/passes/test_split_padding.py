@@ -103,3 +103,16 @@ def test_the_pass_can_be_turned_off(tmp_path):
     (row,) = [r for r in _report(out)["work_division"]["ops"] if r["op"] == "linear"]
     assert row["fewer_cores"] == (f"no split of [c2<{V}, r0<{K}] uses 32 cores (a split "
                                   f"divides its range, a stick var in whole sticks)")
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("split_padding.cores=64", "split_padding.cores must be between 1 and 32, got 64"),
+    ("split_padding.spread_within=5",
+     "split_padding.spread_within must be at least 0 and below 1, got 5")])
+def test_options_out_of_range_are_one_message(tmp_path, setting, message, capsys):
+    from tests.programs import cli, export
+
+    pt2 = export(tmp_path, Head(n=64), (_ids(1).clamp(max=63),))
+    code, _, err = cli(capsys, "compile", pt2, "-o", tmp_path / "out", "--set", setting)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
