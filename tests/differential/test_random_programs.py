@@ -190,6 +190,12 @@ def test_fresh_seed_random_program_matches_eager(tmp_path, index):
     print(f"random program seed {seed}: {program}")  # shown by pytest when the test fails
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(data_seed)).to(dtype)
     try:
+        with torch.no_grad():
+            StepProgram(steps).eval()(x)
+    except Exception as e:  # noqa: BLE001 - eager's own refusal: not a program to compile
+        pytest.skip(f"random program seed {seed}: eager itself rejects it "
+                    f"({type(e).__name__}: {str(e)[:80]})")
+    try:
         run_and_compare(tmp_path, StepProgram(steps), (x,))
     except BaseException as e:
         raise AssertionError(f"random program seed {seed} failed ({type(e).__name__}: {e}); "
