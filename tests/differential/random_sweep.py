@@ -26,8 +26,9 @@ def classify(seed: int, workdir: Path) -> tuple[str, str]:
     import torch
 
     from spyrec.errors import UnsupportedProgram
-    from tests.differential.harness import run_and_compare
-    from tests.differential.test_random_programs import StepProgram, random_program
+    from tests.differential.test_random_programs import (
+        StepProgram, compare_conditioned, random_program,
+    )
 
     shape, dtype, steps, data_seed = random_program(random.Random(seed))
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(data_seed)).to(dtype)
@@ -36,7 +37,7 @@ def classify(seed: int, workdir: Path) -> tuple[str, str]:
     except Exception as e:  # noqa: BLE001 - torch's export errors
         return "unexportable", f"{type(e).__name__}: {str(e)[:80]}"
     try:
-        run_and_compare(workdir, StepProgram(steps), (x,))
+        compare_conditioned(workdir, StepProgram(steps), x)
     except UnsupportedProgram as e:
         return "refused", _cause(str(e))
     except BaseException as e:  # noqa: BLE001 - every other outcome is a failure to report
