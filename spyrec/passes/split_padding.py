@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from spyrec.device import CORES
-from spyrec.errors import ConfigError
 from spyrec.indexing import Lin, Var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.ir.values import PaddedConstant
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 from spyrec.plan.layouts import layout_with_stick
-from spyrec.plan.core_splits import pick_split
+from spyrec.plan.core_splits import check_split_options, near_best, pick_split
 from spyrec.plan.split_candidates import candidates, split_text, stick_vars
 from spyrec.plan.split_estimate import split_estimate
 
@@ -57,12 +57,7 @@ class SplitPadding(Pass):
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
-        if not 1 <= self.cores <= CORES:
-            raise ConfigError(f"split_padding.cores must be between 1 and {CORES}, got "
-                              f"{self.cores}")
-        if not 0 <= self.spread_within < 1:
-            raise ConfigError(f"split_padding.spread_within must be at least 0 and below 1, "
-                              f"got {self.spread_within}")
+        check_split_options("split_padding", self.cores, self.spread_within)
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()
@@ -80,14 +75,12 @@ class SplitPadding(Pass):
         if site is None:
             return [op]
         n_var, unit = site
-        count = dict(op.ranges)[n_var] // unit        # whole units (sticks) of N
-        if count * unit != dict(op.ranges)[n_var]:
-            count += 1                              # a partial last stick: padded anyway
         n_real = dict(op.ranges)[n_var]
+        count = -(-n_real // unit)           # units (sticks) of N, a partial last one whole
         if count % self.cores == 0:
             return [op]                 # N alone divides over every core count
         options = {n_real: _estimate(graph, op, n_var, n_real, self.cores, self.spread_within)}
-        if options[n_real][2] == self.cores:
+        if options[n_real].cores == self.cores:
             return [op]                 # already on every core
         for d in _divisors_up_to(self.cores):
             padded_units = -(-count // d) * d
@@ -97,8 +90,8 @@ class SplitPadding(Pass):
             if padded not in options:
                 options[padded] = _estimate(graph, op, n_var, padded, self.cores,
                                             self.spread_within)
-        best = _pick(options, self.spread_within)
-        plain = options[n_real]
+        # work_division's rule (plan/core_splits.py near_best); the smallest N on a tie
+        best = near_best([(options[n], n) for n in sorted(options)], self.spread_within)[0][1]
         if best == n_real:
             return [op]
         weight = op.inputs[1].buffer
@@ -107,22 +100,21 @@ class SplitPadding(Pass):
         graph.add_buffer(padded.weight)
         graph.add_buffer(padded.out)
         graph.constants[padded.weight.name] = PaddedConstant(graph.constants[weight], padded.pad)
+        chosen, plain = options[best], options[n_real]
         rows.append({"op": op.name, "source": op.source, "weight": weight,
-                     "n": dict(op.ranges)[n_var], "n_padded": best,
-                     "padded": padded.weight.name, "constant": True,
-                     "time_us": options[best][0], "split": options[best][1],
-                     "unpadded_time_us": plain[0], "unpadded_split": plain[1]})
+                     "n": n_real, "n_padded": best, "padded": padded.weight.name,
+                     "constant": True, "time_us": chosen.time_us, "split": chosen.splits,
+                     "unpadded_time_us": plain.time_us, "unpadded_split": plain.splits})
         return padded.ops
 
 
-def _pick(options: dict[int, tuple[float, str, int]], spread_within: float) -> int:
-    """The N to compute, by work_division's rule (`plan/core_splits.py _pick`): among the
-    options estimated within `spread_within` of the cheapest, the ones whose matmul runs on
-    the most cores, then the cheapest, then the smallest N (no padding on a tie)."""
-    least = min(t for t, _, _ in options.values())
-    near = {n: o for n, o in options.items() if o[0] <= least * (1 + spread_within)}
-    most = max(cores for _, _, cores in near.values())
-    return min((o[0], n) for n, o in near.items() if o[2] == most)[1]
+class _Priced(NamedTuple):
+    """One N's estimate: what `near_best` compares (time, cores of the matmul) and the
+    splits it was priced with."""
+
+    time_us: float
+    cores: int
+    splits: str
 
 
 def _drop_unread(graph: Graph, names: set[str]) -> None:
@@ -155,8 +147,8 @@ def _padding_site(graph: Graph, op: Operation) -> tuple[str, int] | None:
 
 
 def _estimate(graph: Graph, op: Operation, n_var: str, n: int, cores: int,
-              spread_within: float) -> tuple[float, str, int]:
-    """(µs, splits, cores of the matmul) of the cheapest splits of `op` with N = `n` (plus
+              spread_within: float) -> _Priced:
+    """The time, the matmul's cores and the splits of the cheapest splits of `op` with N = `n` (plus
     its copy when padded), each op's by work_division's rule; the padded buffers are in
     `graph` only while they are priced."""
     if n == dict(op.ranges)[n_var]:
@@ -173,12 +165,12 @@ def _estimate(graph: Graph, op: Operation, n_var: str, n: int, cores: int,
                       for c in candidates(graph, t, stick_vars(graph, t), cores,
                                           k_split=t.op == "batchmatmul")]
             if not priced:        # no split keeps each core within the span limit
-                return math.inf, "-", 0
+                return _Priced(math.inf, 0, "-")
             cost, split = pick_split(priced, spread_within)
             total += cost.time_us
             splits.append(split_text(split))
             used.append(cost.cores)
-        return round(total, 6), " + ".join(splits), used[0]
+        return _Priced(round(total, 6), used[0], " + ".join(splits))
     finally:
         for buf in added:
             del graph.buffers[buf.name]

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spyrec.device import CORES
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
-from spyrec.plan.core_splits import SplitOptions, divide_work
+from spyrec.plan.core_splits import SplitOptions, check_split_options, divide_work
 
 
 @register_pass("work_division")
@@ -34,15 +33,10 @@ from spyrec.plan.core_splits import SplitOptions, divide_work
 class WorkDivision(SplitOptions, Pass):
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
-        if not 1 <= self.cores <= CORES:
-            raise ConfigError(f"work_division.cores must be between 1 and {CORES}, got "
-                              f"{self.cores}")
+        check_split_options("work_division", self.cores, self.spread_within)
         if self.strategy not in ("cost", "greedy"):
             raise ConfigError(f"work_division.strategy must be cost or greedy, got "
                               f"{self.strategy!r}")
-        if not 0 <= self.spread_within < 1:
-            raise ConfigError(f"work_division.spread_within must be at least 0 and below 1, "
-                              f"got {self.spread_within}")
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import CORES
-from spyrec.errors import InternalError, UnsupportedProgram
+from spyrec.errors import ConfigError, InternalError, UnsupportedProgram
 from spyrec.ir import Graph, Operation
 from spyrec.ir.lx import data_writer, set_core_ranges
 from spyrec.ir.span import op_span, span_problem
@@ -85,6 +85,16 @@ class SplitOptions:
     # cores: nearly as fast under the default per-core bandwidth, and much faster if a core's
     # own bandwidth is lower (costmodel.CostParams.core_bytes_per_s is a low-confidence figure)
     spread_within: float = 0.02
+
+
+def check_split_options(pass_name: str, cores: int, spread_within: float) -> None:
+    """The checks of the options a pass shares with work division (`cores`,
+    `spread_within`): ConfigError naming `pass_name`'s option."""
+    if not 1 <= cores <= CORES:
+        raise ConfigError(f"{pass_name}.cores must be between 1 and {CORES}, got {cores}")
+    if not 0 <= spread_within < 1:
+        raise ConfigError(f"{pass_name}.spread_within must be at least 0 and below 1, got "
+                          f"{spread_within}")
 
 
 def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
@@ -366,7 +376,8 @@ def near_best(priced: list[tuple[SplitCost, dict]], spread_within: float
     """Among the pairs estimated within `spread_within` of the cheapest, those on the most
     cores (the least exposed to a core's own bandwidth, the model's least certain parameter:
     bench/hardware_plans.py prices plans under card/32 .. card), and of those the cheapest,
-    in the order given."""
+    in the order given. Only an estimate's `time_us` and `cores` are read (split_padding
+    ranks its paddings with it too)."""
     least = min(cost.time_us for cost, _ in priced)
     near = [(cost, c) for cost, c in priced if cost.time_us <= least * (1 + spread_within)]
     most = max(cost.cores for cost, _ in near)
