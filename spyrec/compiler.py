@@ -313,6 +313,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "stage_inputs": ctx.report.get("stage_inputs"),
         "scratchpad": ctx.report.get("scratchpad"),
         "tiling": ctx.report.get("tiling"),
+        "attention": ctx.report.get("attention"),
         "work_division": ctx.report.get("work_division"),
         "layouts": {b.name: b.layout.to_json() for b in graph.buffers.values()},
         "ops": len(graph.ops),

@@ -29,6 +29,7 @@ from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 MODES = ("config", "auto")
+ATTENTION = ("auto", "always", "off")
 
 
 @register_pass("coarse_tiling")
@@ -37,6 +38,11 @@ class CoarseTiling(Pass):
     config: str = ""        # tiling YAML (set by --tiling); empty: no loops
     unroll: bool = False    # emit the flat, unrolled form
     mode: str = "config"    # "config": apply `config`; "auto": choose one (--tiling auto)
+    # attention as counted K/V loops with an online softmax (flash.py): "auto" where the
+    # scores do not fit on chip, "always", or "off"; tiles 0: chosen by the cost model
+    attention: str = "auto"
+    query_tile: int = 0
+    key_tile: int = 0
 
     def _check_options(self) -> None:
         """Read and shape-check the config before the model is loaded (exit 2 on error)."""
@@ -52,6 +58,12 @@ class CoarseTiling(Pass):
             read_tiling_file(Path(self.config))
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
+        if self.attention != "off":
+            from spyrec.passes.coarse_tiling.attention import tile_attention
+
+            rows = tile_attention(graph, self.attention, self.query_tile, self.key_tile)
+            if rows:
+                ctx.report["attention"] = rows
         if self.mode == "auto":
             self._run_auto(graph, ctx)
             return

@@ -1,0 +1,425 @@
+"""Attention as counted loops with an online softmax (flash attention; issue 29).
+
+`softmax(scores) @ v`, the scores computed from `q @ kᵀ` and elementwise ops (scale, masks),
+is what the front end makes of `scaled_dot_product_attention` and what a model's own
+`softmax(q @ k.T * scale + mask) @ v` lowers to. Materialized, the scores are
+heads × S × L fp32: 4 GB at 8 heads and 32K tokens. This rewrite keeps them on chip:
+
+    for each query tile (level 0, Tq rows):          m = -FLT_MAX, l = 0, acc = 0
+        for each key tile (level 1, Tk keys):
+            x  = the score chain on the tile          (q @ kᵀ, scale, mask: the program's ops)
+            mn = max(m, rowmax(x));  α = exp(m − mn)
+            p  = exp(x − mn);        l = l·α + rowsum(p)
+            acc = acc·α + p @ v_tile;  m = mn
+        out = acc / l                                (max(l, 1) for the safe softmax)
+
+The running statistics and the fp32 accumulator are per-tile buffers (one query tile, fixed
+LX address), refilled at the start of every query tile; q, k, v, the masks and the output stay
+full buffers whose tiles move by a constant device-address step per trip — exactly the coarse
+tiling contract (DESIGN §4–5), so the loops, LoopSpecs, codegen, simulator and cost model are
+coarse tiling's own. The query tile is copied once per query tile into a per-tile buffer, so
+the key loop reads q from LX instead of from HBM on every trip.
+
+Numerics: every op computes in fp32 as the materialized form does; the result differs from it
+only by the order of the row sums (and the rescaling by α, exact for α = 1). A row whose
+every score is −inf (a fully masked query) keeps m at −FLT_MAX, so every p is exp(−inf) = 0:
+the plain softmax gives 0/0 = NaN there, as eager's does, and the safe one (sdpa with a mask
+that may mask whole rows) gives 0, as eager's sdpa.
+
+The matcher (`find_sites`) accepts only the shape it can rewrite exactly and leaves anything
+else materialized: every intermediate read only inside the pattern, one reduced var per
+reduction, scores [..., S, L] with the max/sum kept as [..., S, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from spyrec.indexing import Lin, Var, var
+from spyrec.indexing.coordinates import host_coordinates
+from spyrec.indexing.simplify import simplify_lin
+from spyrec.ir import Access, Buffer, Graph, Loop, Operation
+from spyrec.plan.tiles import retile_index, tile_buffer_layout
+
+FLT_MAX = float(np.finfo(np.float32).max)
+# elementwise ops that may sit between q @ kᵀ and the softmax (scale, masks, casts)
+CHAIN_OPS = ("mul", "add", "sub", "realdiv", "where3", "identity", "maximum", "minimum")
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One matched `softmax(chain(q @ kᵀ)) @ v`: its ops by role (names), in program order
+    in `ops`, and its sizes."""
+
+    ops: tuple[str, ...]
+    scores: str                 # q @ kᵀ (batchmatmul)
+    chain: tuple[str, ...]      # elementwise ops from the scores to x, in order
+    row_max: str                # max(x) over the keys
+    max_guard: str | None       # maximum(row max, -FLT_MAX) of the safe softmax
+    shifted: str                # x - max
+    exp: str
+    row_sum: str
+    sum_guard: str | None       # maximum(row sum, 1) of the safe softmax
+    probs: str                  # exp / sum
+    out: str                    # probs @ v (batchmatmul)
+    queries: int                # S
+    keys: int                   # L
+    head_dim: int               # E of q @ kᵀ
+    value_dim: int              # Ev of probs @ v
+
+    @property
+    def safe(self) -> bool:
+        return self.sum_guard is not None
+
+
+# --- matching -------------------------------------------------------------------------------
+
+
+def find_sites(graph: Graph) -> list[AttentionSite]:
+    """Every attention pattern of the untiled program that the rewrite can take."""
+    writer = {op.output.buffer: op for op in graph.ops}
+    readers: dict[str, list[Operation]] = {}
+    for op in graph.ops:
+        for a in op.reads():
+            readers.setdefault(a.buffer, [])
+            if op not in readers[a.buffer]:
+                readers[a.buffer].append(op)
+    kept = set(graph.outputs) | set(graph.mutated_buffers.values())
+    sites = []
+    for op in graph.ops:
+        site = _match(graph, op, writer, readers, kept)
+        if site is not None:
+            sites.append(site)
+    return sites
+
+
+def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
+    """The site whose last op is `out` (probs @ v), or None."""
+    def only(buf: str, *users: Operation) -> bool:
+        """`buf` is an intermediate read by exactly `users`."""
+        return buf not in kept and graph.buffers[buf].role == "intermediate" and \
+            {id(o) for o in readers.get(buf, [])} == {id(u) for u in users}
+
+    def made_by(buf: str, kind: str) -> Operation | None:
+        op = writer.get(buf)
+        return op if op is not None and op.op == kind and not op.loops and \
+            not op.index_inputs else None
+
+    def guarded(buf: str, scalar: float) -> tuple[Operation | None, Operation | None]:
+        """(the guard maximum(x, scalar) writing `buf`, or None; the op under it)."""
+        op = writer.get(buf)
+        if op is not None and op.op == "maximum" and _scalar(op) == scalar:
+            return op, writer.get(op.inputs[0].buffer)
+        return None, op
+
+    if out.op != "batchmatmul" or out.loops or len(out.reduced) != 1 or out.index_inputs:
+        return None
+    probs = made_by(out.inputs[0].buffer, "realdiv")
+    if probs is None or len(probs.inputs) != 2 or not only(probs.output.buffer, out):
+        return None
+    exp = made_by(probs.inputs[0].buffer, "exp")
+    sum_guard, total = guarded(probs.inputs[1].buffer, 1.0)
+    if exp is None or total is None or total.op != "sum" or len(total.reduced) != 1 or \
+            total.inputs[0].buffer != exp.output.buffer:
+        return None
+    shifted = made_by(exp.inputs[0].buffer, "sub")
+    if shifted is None or len(shifted.inputs) != 2:
+        return None
+    x_buf = shifted.inputs[0].buffer
+    max_guard, top = guarded(shifted.inputs[1].buffer, -FLT_MAX)
+    if top is None or top.op != "max" or len(top.reduced) != 1 or \
+            top.inputs[0].buffer != x_buf:
+        return None
+    uses_ok = (only(exp.output.buffer, total, probs) and only(shifted.output.buffer, exp)
+               and only(x_buf, top, shifted)
+               and only(total.output.buffer, sum_guard or probs)
+               and (sum_guard is None or only(sum_guard.output.buffer, probs))
+               and only(top.output.buffer, max_guard or shifted)
+               and (max_guard is None or only(max_guard.output.buffer, shifted)))
+    if not uses_ok:
+        return None
+    chain, scores = _chain_back(graph, writer.get(x_buf), writer, only)
+    if scores is None:
+        return None
+    x = graph.buffers[x_buf]
+    out_buf = graph.buffers[out.output.buffer]
+    rows = x.host_size[:-1] + (1,)
+    if len(x.host_size) < 2 or graph.buffers[top.output.buffer].host_size != rows or \
+            graph.buffers[total.output.buffer].host_size != rows or \
+            out_buf.host_size[:-1] != x.host_size[:-1]:
+        return None
+    members = [scores, *chain, top, *([max_guard] if max_guard else []), shifted, exp,
+               total, *([sum_guard] if sum_guard else []), probs, out]
+    if not all(_dim_vars(graph.buffers[op.output.buffer], op) is not None
+               for op in members):
+        return None
+    order = {id(op): i for i, op in enumerate(graph.ops)}
+    return AttentionSite(
+        tuple(m.name for m in sorted(members, key=lambda m: order[id(m)])), scores.name,
+        tuple(c.name for c in chain), top.name, max_guard.name if max_guard else None,
+        shifted.name, exp.name, total.name, sum_guard.name if sum_guard else None,
+        probs.name, out.name, x.host_size[-2], x.host_size[-1],
+        dict(scores.ranges)[scores.reduced[0]], out_buf.host_size[-1])
+
+
+def _scalar(op: Operation) -> float | None:
+    """The scalar of a one-input binary op (`scalar` constant), else None."""
+    if len(op.inputs) != 1 or "scalar" not in op.constants:
+        return None
+    return float(op.constants["scalar"])
+
+
+def _chain_back(graph, op, writer, only) -> tuple[list[Operation], Operation | None]:
+    """From the op writing x back to q @ kᵀ: the elementwise ops in program order and the
+    batchmatmul; (…, None) when the path holds anything else."""
+    chain: list[Operation] = []
+    x_shape = graph.buffers[op.output.buffer].host_size if op is not None else None
+    while op is not None and not op.loops:
+        if op.op == "batchmatmul":
+            if len(op.reduced) != 1 or op.index_inputs or \
+                    graph.buffers[op.output.buffer].host_size != x_shape:
+                return chain, None
+            return chain[::-1], op
+        if op.op not in CHAIN_OPS or op.reduced or op.index_inputs:
+            return chain, None
+        carried = [a for a in op.inputs if a.buffer in writer and
+                   graph.buffers[a.buffer].host_size == x_shape and
+                   writer[a.buffer].op in CHAIN_OPS + ("batchmatmul",)]
+        if len(carried) != 1 or not only(carried[0].buffer, op):
+            return chain, None
+        chain.append(op)
+        op = writer[carried[0].buffer]
+    return chain, None
+
+
+def _dim_vars(buf: Buffer, op: Operation) -> tuple[str | None, ...] | None:
+    """Per host dim of `buf` (written by `op`), the var the output index walks it with
+    (None: a size-1 dim), or None when a dim is not one plain var."""
+    out = []
+    coords = host_coordinates(buf.host_size, buf.host_strides, op.output.index)
+    for size, c in zip(buf.host_size, coords):
+        c = simplify_lin(c, op.var_ranges)
+        atom = c.as_atom()
+        if size == 1 and c.is_const:
+            out.append(None)
+        elif isinstance(atom, Var):
+            out.append(atom.name)
+        else:
+            return None
+    return tuple(out)
+
+
+# --- the rewrite ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlashTiles:
+    """Rows of a query tile and keys of a key tile."""
+
+    queries: int
+    keys: int
+
+    def counts(self, site: AttentionSite) -> tuple[int, int]:
+        return site.queries // self.queries, site.keys // self.keys
+
+
+def rewrite(graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str) -> dict:
+    """Replace `site` by its flash form in `graph` (loop keys `<key>.0` for the query tiles,
+    `<key>.1` for the key tiles); returns the report row."""
+    return _Rewrite(graph, site, tiles, key).run()
+
+
+class _Rewrite:
+    """One site's rewrite. Depth 1 is the query-tile level (no loop when there is one query
+    tile: a decode step), depth 2 the key loop inside it."""
+
+    def __init__(self, graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str):
+        self.g, self.site, self.tiles, self.key = graph, site, tiles, key
+        self.ops = {op.name: op for op in graph.ops if op.name in site.ops}
+        self.nq, self.nk = tiles.counts(site)
+        self.tile_of: dict[str, Buffer] = {}     # full buffer -> the per-tile buffer replacing it
+        self.added: list[str] = []
+
+    # --- loops, tiles and indices -------------------------------------------------------------
+
+    def loops(self, qv: str | None, kv: str | None, depth: int) -> tuple[Loop, ...]:
+        outer = (Loop(self.nq, (qv,), f"{self.key}.0"),) if self.nq > 1 else ()
+        inner = (Loop(self.nk, (kv,) if kv else (), f"{self.key}.1"),) if depth == 2 else ()
+        return outer + inner
+
+    def tiled(self, op: Operation, qv: str | None, kv: str | None) -> Operation:
+        """`op` over one (query, key) tile inside both loops, its accesses to the site's
+        intermediates moved to their per-tile buffers."""
+        ranges = tuple((v, self.tiles.queries if v == qv else self.tiles.keys if v == kv
+                        else n) for v, n in op.ranges)
+        return self.retarget(replace(op, ranges=ranges, loops=self.loops(qv, kv, 2)))
+
+    def retarget(self, op: Operation) -> Operation:
+        def move(a: Access) -> Access:
+            tile = self.tile_of.get(a.buffer)
+            if tile is None:
+                return a
+            full = self.g.buffers[a.buffer]
+            return Access(tile.name, retile_index(full, (0,) * len(full.host_size),
+                                                  tile.host_size, a.index, op.var_ranges))
+        return replace(op, inputs=tuple(map(move, op.inputs)), output=move(op.output))
+
+    def tile_buffer(self, base: str, like: Buffer, shape: tuple[int, ...],
+                    dtype: str) -> Buffer:
+        buf = Buffer(self.g.fresh_name(base), shape, dtype, "intermediate", source=like.source,
+                     layout=tile_buffer_layout(like, shape, dtype), per_tile=True)
+        self.added.append(buf.name)
+        return self.g.add_buffer(buf)
+
+    def op(self, name: str, kind: str, inputs, output: Access, ranges, depth: int,
+           qv: str | None, constants: dict | None = None) -> Operation:
+        out = self.ops[self.site.out]
+        return Operation(name, kind, ranges, tuple(inputs), output, constants=constants or {},
+                         source=out.source, node=out.node, scope=out.scope,
+                         loops=self.loops(qv, None, depth))
+
+    # --- the whole rewrite --------------------------------------------------------------------
+
+    def run(self) -> dict:
+        g, s, ops = self.g, self.site, self.ops
+        out = ops[s.out]
+        out_buf = g.buffers[out.output.buffer]
+        *lead, qv, dv = _dim_vars(out_buf, out)
+        sizes = dict(zip((*lead, qv, dv), out_buf.host_size))
+        rows = (*lead, qv)
+        row_ranges = tuple((v, self.tiles.queries if v == qv else sizes[v])
+                           for v in rows if v is not None)
+        acc_ranges = row_ranges + (((dv, sizes[dv]),) if dv else ())
+        row_buf = g.buffers[ops[s.row_max].output.buffer]
+        scores_buf = g.buffers[ops[s.scores].output.buffer]
+        for n in (s.scores, *s.chain, s.shifted, s.exp):        # [.., Tq, Tk] tiles
+            full = g.buffers[ops[n].output.buffer]
+            self.tile_of[full.name] = self.tile_buffer(
+                f"{full.name}__tile", full,
+                (*full.host_size[:-2], self.tiles.queries, self.tiles.keys), full.host_dtype)
+        for n in (s.row_max, s.row_sum):                         # [.., Tq, 1] tiles
+            full = g.buffers[ops[n].output.buffer]
+            self.tile_of[full.name] = self.tile_buffer(
+                f"{full.name}__tile", full, (*full.host_size[:-2], self.tiles.queries, 1),
+                "float32")
+        f32 = "float32"
+        state = (*row_buf.host_size[:-2], self.tiles.queries, 1)
+        wide = (*out_buf.host_size[:-2], self.tiles.queries, out_buf.host_size[-1])
+        base = out.name
+
+        def row_tile(name: str) -> Buffer:
+            return self.tile_buffer(f"{base}__flash_{name}", row_buf, state, f32)
+
+        def wide_tile(name: str) -> Buffer:
+            return self.tile_buffer(f"{base}__flash_{name}", out_buf, wide, f32)
+
+        m, l, mn, dm, alpha, lt = (row_tile(n) for n in
+                                   ("max", "sum", "newmax", "maxstep", "rescale", "sumscaled"))
+        acc, pv, at = (wide_tile(n) for n in ("acc", "pv", "accscaled"))
+
+        def at_rows(buf: Buffer) -> Access:
+            return Access(buf.name, _tile_index(buf, (*rows, None)))
+
+        def at_wide(buf: Buffer) -> Access:
+            return Access(buf.name, _tile_index(buf, (*rows, dv)))
+
+        def row_op(name, kind, inputs, output, depth=2, constants=None):
+            return self.op(name, kind, inputs, output, row_ranges, depth, qv, constants)
+
+        def wide_op(name, kind, inputs, output, depth=2, constants=None):
+            return self.op(name, kind, inputs, output, acc_ranges, depth, qv, constants)
+
+        seq = [row_op(f"{m.name}.fill", "fill", (), at_rows(m), 1, {"value": -FLT_MAX}),
+               row_op(f"{l.name}.fill", "fill", (), at_rows(l), 1, {"value": 0.0}),
+               wide_op(f"{acc.name}.fill", "fill", (), at_wide(acc), 1, {"value": 0.0})]
+        scores = ops[s.scores]
+        s_dims = _dim_vars(scores_buf, scores)
+        sq, sk = s_dims[-2], s_dims[-1]
+        copy, scores = self.query_copy(scores, s_dims, scores_buf)
+        seq.append(copy)
+        seq.append(self.tiled(scores, sq, sk))
+        for n in s.chain:
+            o = ops[n]
+            d = _dim_vars(g.buffers[o.output.buffer], o)
+            seq.append(self.tiled(o, d[-2], d[-1]))
+        top = ops[s.row_max]
+        seq.append(self.tiled(top, _dim_vars(row_buf, top)[-2], top.reduced[0]))
+        tm = self.tile_of[top.output.buffer]
+        seq += [row_op(mn.name, "maximum", (at_rows(m), at_rows(tm)), at_rows(mn)),
+                row_op(dm.name, "sub", (at_rows(m), at_rows(mn)), at_rows(dm)),
+                row_op(alpha.name, "exp", (at_rows(dm),), at_rows(alpha))]
+        # x - max reads the running max instead of this tile's (or the guarded) max
+        shifted = ops[s.shifted]
+        d = _dim_vars(g.buffers[shifted.output.buffer], shifted)
+        self.tile_of[shifted.inputs[1].buffer] = mn
+        seq.append(self.tiled(shifted, d[-2], d[-1]))
+        e = ops[s.exp]
+        seq.append(self.tiled(e, d[-2], d[-1]))
+        total = ops[s.row_sum]
+        seq.append(self.tiled(total, _dim_vars(g.buffers[total.output.buffer], total)[-2], total.reduced[0]))
+        ts = self.tile_of[total.output.buffer]
+        seq += [row_op(lt.name, "mul", (at_rows(l), at_rows(alpha)), at_rows(lt)),
+                row_op(f"{l.name}.update", "add", (at_rows(lt), at_rows(ts)), at_rows(l))]
+        # probs @ v becomes exp @ v into an fp32 tile (the division waits for the end)
+        self.tile_of[out_buf.name] = pv
+        product = replace(out, name=pv.name, inputs=(Access(e.output.buffer,
+                                                            out.inputs[0].index),
+                                                     *out.inputs[1:]))
+        seq.append(self.tiled(product, qv, out.reduced[0]))
+        del self.tile_of[out_buf.name]
+        seq += [wide_op(at.name, "mul", (at_wide(acc), at_rows(alpha)), at_wide(at)),
+                wide_op(f"{acc.name}.update", "add", (at_wide(at), at_wide(pv)), at_wide(acc)),
+                row_op(f"{m.name}.update", "identity", (at_rows(mn),), at_rows(m))]
+        divisor = l
+        if s.safe:
+            divisor = row_tile("sumsafe")
+            seq.append(row_op(divisor.name, "maximum", (at_rows(l),), at_rows(divisor), 1,
+                              {"scalar": 1.0, "scalar_side": "rhs"}))
+        seq.append(wide_op(out.name, "realdiv", (at_wide(acc), at_rows(divisor)), out.output, 1))
+        self.splice(seq)
+        return {"op": out.name, "node": out.node, "source": out.source,
+                "queries": s.queries, "keys": s.keys, "query_tile": self.tiles.queries,
+                "key_tile": self.tiles.keys, "loops": [self.nq, self.nk],
+                "safe_softmax": s.safe, "per_tile": list(self.added)}
+
+    def query_copy(self, scores: Operation, dims, scores_buf: Buffer
+                   ) -> tuple[Operation, Operation]:
+        """One query tile of q copied once per query tile into a per-tile buffer (so the key
+        loop reads it from LX), and q @ kᵀ reading that copy."""
+        *lead, qv, kv = dims
+        (ev,) = scores.reduced
+        sizes = dict(scores.ranges)
+        q_tile = self.tile_buffer(f"{scores.inputs[0].buffer}__qtile", scores_buf,
+                                  (*scores_buf.host_size[:-2], self.tiles.queries, sizes[ev]),
+                                  self.g.buffers[scores.inputs[0].buffer].host_dtype)
+        index = _tile_index(q_tile, (*lead, qv, ev))
+        ranges = tuple((v, self.tiles.queries if v == qv else n) for v, n in scores.ranges
+                       if v != kv)
+        copy = self.op(f"{q_tile.name}.copy", "identity", (scores.inputs[0],),
+                       Access(q_tile.name, index), ranges, 1, qv)
+        return copy, replace(scores, inputs=(Access(q_tile.name, index), *scores.inputs[1:]))
+
+    def splice(self, seq: list[Operation]) -> None:
+        """The site's ops leave `graph.ops`; `seq` takes the place of the last of them (every
+        operand the site reads from outside is written before it). The full intermediates
+        they wrote are dropped."""
+        g, names = self.g, set(self.site.ops)
+        at = max(i for i, op in enumerate(g.ops) if op.name in names)
+        dropped = {op.output.buffer for op in g.ops if op.name in names} - \
+            {self.ops[self.site.out].output.buffer}
+        before = [op for op in g.ops[:at] if op.name not in names]
+        g.ops = before + seq + g.ops[at + 1:]
+        for name in dropped:
+            del g.buffers[name]
+
+
+def _tile_index(buf: Buffer, dims: tuple[str | None, ...]) -> Lin:
+    """The contiguous host index of `buf` walked by one var per dim (None: a size-1 dim or a
+    broadcast one)."""
+    total = Lin()
+    for v, stride, size in zip(dims, buf.host_strides, buf.host_size):
+        if v is not None and size > 1:
+            total = total + var(v).scale(stride)
+    return total

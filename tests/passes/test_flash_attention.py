@@ -1,0 +1,98 @@
+"""Flash attention (issue 29 §1): attention as a query-tile loop around a key-tile loop with an
+online softmax (passes/coarse_tiling/flash.py), equal to eager, with the scores never
+materialized whole: at these sizes the rewrite is forced (`attention=always`) with small tiles,
+so the same code path the long-context programs take runs in seconds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.differential.harness import run_and_compare
+from tests.programs import Lambda, load_json
+
+
+def _flash(tq: int, tk: int) -> dict:
+    return {"sets": ["coarse_tiling.attention=always", f"coarse_tiling.query_tile={tq}",
+                     f"coarse_tiling.key_tile={tk}"]}
+
+
+def _qkv(b, h, hk, s, l, e, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, s, e, generator=g).to(dtype)
+    k = torch.randn(b, hk, l, e, generator=g).to(dtype)
+    v = torch.randn(b, hk, l, e, generator=g).to(dtype)
+    return q, k, v
+
+
+def _rows(out) -> list[dict]:
+    return load_json(out / "report.json")["attention"]
+
+
+def _no_full_scores(out, queries: int, keys: int) -> None:
+    """No intermediate of the program holds a [.., S, L] block of scores whole."""
+    for t in load_json(out / "manifest.json")["tensors"]:
+        shape = t["host_shape"]
+        if t["role"] != "intermediate":
+            continue
+        assert not (len(shape) >= 2 and shape[-2:] == [queries, keys]), t["name"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_equals_eager_and_keeps_scores_in_tiles(tmp_path, causal):
+    q, k, v = _qkv(1, 2, 2, 256, 256, 64)
+    out = run_and_compare(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=causal)), (q, k, v), **_flash(64, 64))
+    (row,) = _rows(out)
+    assert row["loops"] == [4, 4] and row["query_tile"] == 64 and row["key_tile"] == 64
+    assert not row["safe_softmax"]
+    _no_full_scores(out, 256, 256)
+
+
+def test_gqa_fp32_and_a_boolean_mask_with_fully_masked_rows(tmp_path):
+    """8 query heads over 2 K/V heads; rows 0..7 of the mask keep no key: eager's sdpa gives 0
+    there (the safe softmax), and so must the flash form (m stays -FLT_MAX, l = 0)."""
+    q, k, v = _qkv(1, 8, 2, 128, 192, 32, torch.float32)
+    mask = torch.rand(1, 1, 128, 192, generator=torch.Generator().manual_seed(3)) > 0.3
+    mask[..., :8, :] = False
+    fn = Lambda(lambda m, q, k, v, mask: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=True))
+    out = run_and_compare(tmp_path, fn, (q, k, v, mask), **_flash(32, 64))
+    (row,) = _rows(out)
+    assert row["safe_softmax"] and row["loops"] == [4, 3]
+
+
+def test_additive_mask_and_scale(tmp_path):
+    q, k, v = _qkv(2, 2, 2, 64, 128, 64)
+    bias = torch.randn(2, 1, 64, 128).to(torch.float16)
+    fn = Lambda(lambda m, q, k, v, bias: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias, scale=0.3))
+    out = run_and_compare(tmp_path, fn, (q, k, v, bias), **_flash(32, 64))
+    assert _rows(out)[0]["loops"] == [2, 2]
+
+
+def test_decode_step_has_one_query_and_loops_over_the_cache(tmp_path):
+    """One new token over 512 cache slots, a boolean mask of the filled ones: no query loop,
+    one key loop of 8 tiles."""
+    q, k, v = _qkv(1, 4, 4, 1, 512, 64)
+    filled = torch.arange(512).reshape(1, 1, 1, 512) < 300
+    fn = Lambda(lambda m, q, k, v, mask: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask))
+    out = run_and_compare(tmp_path, fn, (q, k, v, filled), **_flash(1, 64))
+    (row,) = _rows(out)
+    assert row["loops"] == [1, 8]
+
+
+def test_the_decomposed_pattern_is_rewritten_too(tmp_path):
+    """softmax(q @ kᵀ · scale + mask) @ v written out by a model, in fp32."""
+    q, k, v = _qkv(1, 2, 2, 128, 128, 32, torch.float32)
+    mask = torch.triu(torch.full((128, 128), -math.inf), 1)
+
+    def attend(m, q, k, v, mask):
+        scores = q @ k.transpose(-1, -2) * (1 / math.sqrt(32)) + mask
+        return torch.softmax(scores, dim=-1) @ v
+    out = run_and_compare(tmp_path, Lambda(attend), (q, k, v, mask), **_flash(32, 32))
+    assert _rows(out)[0]["loops"] == [4, 4]
