@@ -35,6 +35,7 @@ can live in LX.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from spyrec.costmodel import DEFAULT_PARAMS, CostParams
@@ -174,10 +175,24 @@ def _better(a: tuple[float, float], b: tuple[float, object], spread_within: floa
 
 
 def _whole_plan_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
-    """The plan's time as the ops' estimates sum it once every split is known: an
-    intermediate whose users do not all keep its writer's slices is priced in HBM (the ops
-    were priced as they were chosen, when later readers' splits were assumptions), and each
-    op's neighbours' traffic counts in their own estimates (no penalties)."""
+    """The plan's time as the ops' estimates sum it once every split is known (one
+    execution of each op): an intermediate whose users do not all keep its writer's slices
+    is priced in HBM (the ops were priced as they were chosen, when later readers' splits
+    were assumptions), and each op's neighbours' traffic counts in their own estimates (no
+    penalties)."""
+    return sum(cost.time_us for _, cost in planned_estimates(graph, p))
+
+
+def planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
+    """A planned graph's estimated time: `_whole_plan_us` with each op times its executions
+    (the trips of its loops)."""
+    return sum(cost.time_us * math.prod(loop.count for loop in op.loops)
+               for op, cost in planned_estimates(graph, p))
+
+
+def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS
+                      ) -> list[tuple[Operation, SplitCost]]:
+    """Each op's estimate under the splits work division chose (`_whole_plan_us`)."""
     producers = Producers(graph, intermediates=True)
     uses: dict[str, list[int]] = {}
     for i, op in enumerate(graph.ops):
@@ -186,8 +201,8 @@ def _whole_plan_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
     producers.lx_candidates = {
         name for name in producers.lx_candidates
         if lx_slices_problem(graph, graph.buffers[name], uses.get(name, [])) is None}
-    return sum(split_estimate(graph, op, op.core_splits, producers, p, penalties=False).time_us
-               for op in graph.ops)
+    return [(op, split_estimate(graph, op, op.core_splits, producers, p, penalties=False))
+            for op in graph.ops]
 
 
 def _has_k_split(graph: Graph) -> bool:

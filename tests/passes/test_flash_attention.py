@@ -96,3 +96,33 @@ def test_the_decomposed_pattern_is_rewritten_too(tmp_path):
         return torch.softmax(scores, dim=-1) @ v
     out = run_and_compare(tmp_path, Lambda(attend), (q, k, v, mask), **_flash(32, 32))
     assert _rows(out)[0]["loops"] == [4, 4]
+
+
+def test_auto_takes_flash_where_the_scores_exceed_lx_with_tiles_that_fit(tmp_path):
+    """2 heads x 1,024 tokens: 8 MiB of fp32 scores, more than a core's LX. The pass prices
+    tile sizes with the cost model and keeps every per-tile buffer in LX; the estimate it
+    chose by is the simulator's cost of the program (less the one bundle launch)."""
+    q, k, v = _qkv(1, 2, 2, 1024, 1024, 64)
+    out = run_and_compare(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True)), (q, k, v))
+    (row,) = _rows(out)
+    assert 1024 % row["query_tile"] == 0 and row["key_tile"] in (64, 128, 256, 512)
+    report = load_json(out / "report.json")
+    placed = {b["buffer"]: b["placed"] for b in report["scratchpad"]["buffers"]}
+    assert all(placed[name] for name in row["per_tile"])
+    cost = report["cost"]["totals"]["time_us"] - report["cost"]["totals"]["overhead_us"]
+    assert row["estimated_us"] == pytest.approx(cost, rel=0.05)
+    _no_full_scores(out, 1024, 1024)
+
+
+def test_given_tiles_that_do_not_divide_are_refused(tmp_path):
+    from spyrec.errors import ConfigError
+    from tests.programs import compile_pt2, export
+
+    q, k, v = _qkv(1, 2, 2, 256, 256, 64)
+    pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
+                 (q, k, v))
+    with pytest.raises(ConfigError, match=r"attention query_tile=96 does not divide the 256 "
+                                          r"queries of op scaled_dot_product_attention; "
+                                          r"choose a divisor of 256"):
+        compile_pt2(pt2, tmp_path / "out", **_flash(96, 64))

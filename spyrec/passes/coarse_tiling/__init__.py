@@ -29,7 +29,7 @@ from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 MODES = ("config", "auto")
-ATTENTION = ("auto", "always", "off")
+ATTENTION = ("auto", "always", "never")
 
 
 @register_pass("coarse_tiling")
@@ -39,7 +39,7 @@ class CoarseTiling(Pass):
     unroll: bool = False    # emit the flat, unrolled form
     mode: str = "config"    # "config": apply `config`; "auto": choose one (--tiling auto)
     # attention as counted K/V loops with an online softmax (flash.py): "auto" where the
-    # scores do not fit on chip, "always", or "off"; tiles 0: chosen by the cost model
+    # scores do not fit on chip, "always", or "never"; tiles 0: chosen by the cost model
     attention: str = "auto"
     query_tile: int = 0
     key_tile: int = 0
@@ -58,7 +58,7 @@ class CoarseTiling(Pass):
             read_tiling_file(Path(self.config))
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
-        if self.attention != "off":
+        if self.attention != "never":
             from spyrec.passes.coarse_tiling.attention import tile_attention
 
             rows = tile_attention(graph, self.attention, self.query_tile, self.key_tile)

@@ -319,7 +319,12 @@ def subgraph(graph: Graph, nodes: set[str]) -> Graph:
     """The ops of `nodes` with copies of the buffers they touch: buffers they read but do not
     write are its inputs, buffers they write that anything else reads (or the program
     returns) its outputs — so tiling never makes those per-tile."""
-    ops = [replace(op, core_splits=None) for op in graph.ops if op.node in nodes]
+    return subgraph_of(graph, lambda op: op.node in nodes)
+
+
+def subgraph_of(graph: Graph, member: Callable[[Operation], bool]) -> Graph:
+    """`subgraph` of the ops `member` selects."""
+    ops = [replace(op, core_splits=None) for op in graph.ops if member(op)]
     members = {op.name for op in ops}
     touched = {a.buffer for op in ops for _, a in op.accesses()}
     written = {op.output.buffer for op in ops}
