@@ -89,7 +89,8 @@ PASSES: dict[str, PassLoader] = dict([
            invalidates=("core_splits", "hbm_addresses"),
            writes=("ops", "buffers", "Operation.op", "Operation.ranges", "Operation.reduced",
                    "Operation.constants", "Operation.loops", "Operation.inputs",
-                   "Operation.output", "Buffer.host_size", "Buffer.layout", "Buffer.per_tile")),
+                   "Operation.output", "Operation.index_inputs", "Buffer.host_size",
+                   "Buffer.layout", "Buffer.per_tile")),
     # Reads layouts; pads a matmul's N (a constant weight's zero rows, a padded output and
     # a copy of its real columns) when the padded op splits over more cores for less time.
     _entry("split_padding", "SplitPadding", requires=("layouts",),

@@ -126,3 +126,38 @@ def test_given_tiles_that_do_not_divide_are_refused(tmp_path):
                                           r"queries of op scaled_dot_product_attention; "
                                           r"choose a divisor of 256"):
         compile_pt2(pt2, tmp_path / "out", **_flash(96, 64))
+
+
+class PagedDecode(torch.nn.Module):
+    """One new token over a paged K/V cache, as vLLM-style paged attention exports it: the
+    pages of the sequence gathered from a pool by a block table, then sdpa."""
+
+    def __init__(self, kv_heads: int, page: int, pages: int) -> None:
+        super().__init__()
+        self.kv_heads, self.page, self.pages = kv_heads, page, pages
+
+    def forward(self, q, k_pool, v_pool, table):
+        def seq(pool):
+            return pool.index_select(0, table).permute(1, 0, 2, 3).reshape(
+                1, self.kv_heads, self.pages * self.page, pool.shape[-1])
+        return F.scaled_dot_product_attention(q, seq(k_pool), seq(v_pool), enable_gqa=True)
+
+
+def test_paged_decode_gathers_each_key_tiles_pages_inside_the_loop(tmp_path):
+    """16 pages of 64 tokens picked from a pool of 64 by a block table; 4 query heads over 2
+    K/V heads. Each key tile of 128 gathers its 2 pages into LX: the gathered cache is never
+    written to HBM whole (the materialized form writes it, 2 x 256 KB)."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 1, 64, generator=g).half()
+    k_pool, v_pool = (torch.randn(64, 2, 64, 64, generator=g).half() for _ in range(2))
+    table = torch.randperm(64, generator=g)[:16]
+    out = run_and_compare(tmp_path, PagedDecode(2, 64, 16), (q, k_pool, v_pool, table),
+                          **_flash(1, 128))
+    (row,) = _rows(out)
+    assert row["loops"] == [1, 8]
+    report = load_json(out / "report.json")
+    assert report["cost"]["totals"]["hbm_write_bytes"] == 1 * 4 * 64 * 2 + 2048   # out + table
+    tiles = [n for n in row["per_tile"] if n.startswith("index_select")]
+    assert len(tiles) == 2
+    shapes = {t["name"]: t["host_shape"] for t in load_json(out / "manifest.json")["tensors"]}
+    assert all(shapes[n] == [2, 2, 64, 64] for n in tiles)

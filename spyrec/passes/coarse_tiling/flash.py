@@ -37,11 +37,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spyrec.indexing import Lin, Var, var
+from spyrec.indexing import Indirect, Lin, Var, indirect, substitute, var
 from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
-from spyrec.plan.tiles import retile_index, tile_buffer_layout
+from spyrec.errors import ConfigError
+from spyrec.layout.device_layout import SPARSE, stick_layout
+from spyrec.plan.tiles import host_advance, host_box, retile_index, tile_buffer_layout
 
 FLT_MAX = float(np.finfo(np.float32).max)
 # elementwise ops that may sit between q @ kᵀ and the softmax (scale, masks, casts)
@@ -68,6 +70,9 @@ class AttentionSite:
     keys: int                   # L
     head_dim: int               # E of q @ kᵀ
     value_dim: int              # Ev of probs @ v
+    # copies gathering K or V (pages of a paged cache through a block table) read only by
+    # q @ kᵀ or probs @ v: each key tile gathers its own pages inside the key loop
+    gathers: tuple[str, ...] = ()
 
     @property
     def safe(self) -> bool:
@@ -155,13 +160,28 @@ def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
     if not all(_dim_vars(graph.buffers[op.output.buffer], op) is not None
                for op in members):
         return None
+    gathers = [g for g in (_gather_of(graph, scores, writer, only),
+                           _gather_of(graph, out, writer, only)) if g is not None]
+    members += gathers
     order = {id(op): i for i, op in enumerate(graph.ops)}
     return AttentionSite(
         tuple(m.name for m in sorted(members, key=lambda m: order[id(m)])), scores.name,
         tuple(c.name for c in chain), top.name, max_guard.name if max_guard else None,
         shifted.name, exp.name, total.name, sum_guard.name if sum_guard else None,
         probs.name, out.name, x.host_size[-2], x.host_size[-1],
-        dict(scores.ranges)[scores.reduced[0]], out_buf.host_size[-1])
+        dict(scores.ranges)[scores.reduced[0]], out_buf.host_size[-1],
+        tuple(g.name for g in gathers))
+
+
+def _gather_of(graph, matmul: Operation, writer, only) -> Operation | None:
+    """The gathering copy (an `identity` reading through index tensors) that writes the
+    second operand of `matmul` and nothing else reads, or None."""
+    op = writer.get(matmul.inputs[1].buffer)
+    if op is None or op.op != "identity" or not op.index_inputs or op.loops or \
+            not only(op.output.buffer, matmul) or \
+            _dim_vars(graph.buffers[op.output.buffer], op) is None:
+        return None
+    return op
 
 
 def _scalar(op: Operation) -> float | None:
@@ -240,12 +260,14 @@ class _Rewrite:
         self.ops = {op.name: op for op in graph.ops if op.name in site.ops}
         self.nq, self.nk = tiles.counts(site)
         self.tile_of: dict[str, Buffer] = {}     # full buffer -> the per-tile buffer replacing it
+        self.sparse: dict[str, str] = {}         # block table -> its one-entry-per-stick copy
+        self.before: list[Operation] = []        # ops ahead of the loops (those copies)
         self.added: list[str] = []
 
     # --- loops, tiles and indices -------------------------------------------------------------
 
     def loops(self, qv: str | None, kv: str | None, depth: int) -> tuple[Loop, ...]:
-        outer = (Loop(self.nq, (qv,), f"{self.key}.0"),) if self.nq > 1 else ()
+        outer = (Loop(self.nq, (qv,) if qv else (), f"{self.key}.0"),) if self.nq > 1 else ()
         inner = (Loop(self.nk, (kv,) if kv else (), f"{self.key}.1"),) if depth == 2 else ()
         return outer + inner
 
@@ -339,6 +361,10 @@ class _Rewrite:
         sq, sk = s_dims[-2], s_dims[-1]
         copy, scores = self.query_copy(scores, s_dims, scores_buf)
         seq.append(copy)
+        for name, reader, kv in ((n, c, k) for n in s.gathers
+                                 for c, k in ((scores, sk), (out, out.reduced[0]))
+                                 if c.inputs[1].buffer == ops[n].output.buffer):
+            seq.append(self.gather_tile(ops[name], reader, kv))
         seq.append(self.tiled(scores, sq, sk))
         for n in s.chain:
             o = ops[n]
@@ -378,11 +404,84 @@ class _Rewrite:
             seq.append(row_op(divisor.name, "maximum", (at_rows(l),), at_rows(divisor), 1,
                               {"scalar": 1.0, "scalar_side": "rhs"}))
         seq.append(wide_op(out.name, "realdiv", (at_wide(acc), at_rows(divisor)), out.output, 1))
-        self.splice(seq)
+        self.splice(self.before + seq)
         return {"op": out.name, "node": out.node, "source": out.source,
                 "queries": s.queries, "keys": s.keys, "query_tile": self.tiles.queries,
                 "key_tile": self.tiles.keys, "loops": [self.nq, self.nk],
                 "safe_softmax": s.safe, "per_tile": list(self.added)}
+
+    def gather_tile(self, gather: Operation, reader: Operation, kv: str) -> Operation:
+        """The pages one key tile of `reader` reads, gathered into a per-tile buffer inside
+        the key loop (its index tensor's tile moves with the loop; the pool stays put): the
+        tile's box of the gathered buffer must be whole along every dim but one, which
+        advances by its own extent per trip, and the gather's var of that dim is tiled."""
+        full = self.g.buffers[gather.output.buffer]
+        ranges = tuple((v, self.tiles.queries if v == _dim_vars(
+            self.g.buffers[reader.output.buffer], reader)[-2] else
+            self.tiles.keys if v == kv else n) for v, n in reader.ranges)
+        probe = replace(reader, ranges=ranges)
+        index = reader.inputs[1].index
+        box = host_box(full, probe, index)
+        step = host_advance(full, probe, index, kv, self.tiles.keys)
+        moving = [d for d, a in enumerate(step or ()) if a]
+        dims = _dim_vars(full, gather)
+        if step is None or len(moving) != 1 or any(
+                (lo, hi) != (0, n) for d, ((lo, hi), n) in enumerate(zip(box, full.host_size))
+                if d != moving[0]):
+            raise ConfigError(f"attention of op {self.site.out}: its key tiles of "
+                              f"{self.tiles.keys} do not read whole pages of "
+                              f"'{full.name}'; choose a key tile that is a multiple of the "
+                              f"page size")
+        d = moving[0]
+        extent = box[d][1] - box[d][0]
+        if box[d][0] != 0 or step[d] != extent or full.host_size[d] != extent * self.nk:
+            raise ConfigError(f"attention of op {self.site.out}: its key tiles of "
+                              f"{self.tiles.keys} do not read whole pages of "
+                              f"'{full.name}'; choose a key tile that is a multiple of the "
+                              f"page size")
+        tile = self.tile_buffer(f"{full.name}__tile", full,
+                                tuple(extent if i == d else n
+                                      for i, n in enumerate(full.host_size)),
+                                full.host_dtype)
+        self.tile_of[full.name] = tile
+        gather = self.one_index_per_stick(gather, extent)
+        gv = dims[d]
+        tiled = replace(gather, ranges=tuple((v, extent if v == gv else n)
+                                             for v, n in gather.ranges),
+                        loops=self.loops(None, gv, 2))
+        return self.retarget(tiled)
+
+    def one_index_per_stick(self, gather: Operation, per_trip: int) -> Operation:
+        """`gather` reading, in place of each block table whose key-tile slice (`per_trip`
+        entries) is not whole sticks, a stick-sparse copy of it (one entry per 128-byte
+        stick, made once before the loops): a loop's tiles move by whole sticks (DESIGN §5)."""
+        inputs, renames = [], {}
+        for a in gather.index_inputs:
+            buf = self.g.buffers[a.buffer]
+            if per_trip % buf.layout.elems_per_stick == 0:
+                inputs.append(a)
+                continue
+            if a.buffer not in self.sparse:
+                copy = Buffer(self.g.fresh_name(f"{a.buffer}__per_stick"), buf.host_size,
+                              buf.host_dtype, "intermediate", source=buf.source,
+                              layout=stick_layout(buf.host_size, buf.host_strides,
+                                                  buf.host_dtype,
+                                                  [*range(len(buf.host_size)), SPARSE]))
+                self.g.add_buffer(copy)
+                whole = _tile_index(buf, tuple(f"c{i}" for i in range(len(buf.host_size))))
+                ranges = tuple((f"c{i}", n) for i, n in enumerate(buf.host_size) if n > 1)
+                self.before.append(Operation(copy.name, "ReStickifyOpHBM", ranges,
+                                             (Access(buf.name, whole),),
+                                             Access(copy.name, whole), source=gather.source,
+                                             node=gather.node, scope=gather.scope))
+                self.sparse[a.buffer] = copy.name
+            inputs.append(Access(self.sparse[a.buffer], a.index))
+            renames[Indirect(a.buffer)] = indirect(self.sparse[a.buffer])
+        if not renames:
+            return gather
+        return replace(gather, index_inputs=tuple(inputs),
+                       inputs=tuple(Access(x.buffer, substitute(x.index, renames))
+                                    for x in gather.inputs))
 
     def query_copy(self, scores: Operation, dims, scores_buf: Buffer
                    ) -> tuple[Operation, Operation]:
