@@ -161,3 +161,29 @@ def test_paged_decode_gathers_each_key_tiles_pages_inside_the_loop(tmp_path):
     assert len(tiles) == 2
     shapes = {t["name"]: t["host_shape"] for t in load_json(out / "manifest.json")["tensors"]}
     assert all(shapes[n] == [2, 2, 64, 64] for n in tiles)
+
+
+def test_tiles_from_the_tiling_file_and_the_file_auto_writes(tmp_path):
+    """`attention:` entries in a tiling file set the tiles of the attentions they name; the
+    file `--tiling auto` writes records the tiles it chose, and compiling with that file
+    gives the same bundle."""
+    from tests.programs import compile_pt2, export
+
+    q, k, v = _qkv(1, 2, 2, 1024, 1024, 64)
+    pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True)), (q, k, v))
+    config = tmp_path / "t.yaml"
+    config.write_text("attention:\n  - ops: [scaled_dot_product_*]\n    query_tile: 256\n"
+                      "    key_tile: 128\n")
+    (row,) = _rows(compile_pt2(pt2, tmp_path / "given", tiling=config))
+    assert (row["query_tile"], row["key_tile"], row["loops"]) == (256, 128, [4, 8])
+    config.write_text("attention:\n  - ops: [other]\n    query_tile: 256\n")
+    (row,) = _rows(compile_pt2(pt2, tmp_path / "unmatched", tiling=config))
+    assert row["query_tile"] != 256 or row["key_tile"] != 128     # the cost model's own
+    auto = compile_pt2(pt2, tmp_path / "auto", tiling="auto")
+    written = (auto / "tiling.yaml").read_text()
+    (chosen,) = _rows(auto)
+    assert (f"  - ops: [scaled_dot_product_attention]\n    query_tile: {chosen['query_tile']}\n"
+            f"    key_tile: {chosen['key_tile']}\n") in written
+    again = compile_pt2(pt2, tmp_path / "again", tiling=auto / "tiling.yaml")
+    assert (again / "bundle.mlir").read_text() == (auto / "bundle.mlir").read_text()

@@ -371,8 +371,14 @@ def test_a_group_that_is_not_contiguous(graph):
     (None, "t.yaml: the tiling file is empty; a tiling file is "),
     ([1], "t.yaml: a tiling file is a mapping "),
     ({"dims": {"a": ["A"]}, "group": []},
-     "t.yaml: unknown key 'group' (did you mean 'groups'?); a tiling file has only dims and "
-     "groups"),
+     "t.yaml: unknown key 'group' (did you mean 'groups'?); a tiling file has dims and "
+     "groups, and optionally attention"),
+    ({"attention": {"query_tile": -1}}, "t.yaml: attention entry 1: query_tile must be a "
+     "positive integer (or 0: the cost model's choice), got -1"),
+    ({"attention": [{"ops": "sdpa"}]}, "t.yaml: attention entry 1: ops must be a non-empty "
+     "list of node name globs, got 'sdpa'"),
+    ({"attention": {"query": 64}}, "t.yaml: attention entry 1: unknown key 'query' (did you "
+     "mean 'query_tile'?)"),
     ({"dims": {"a": ["A"]}}, "t.yaml: no 'groups'; a tiling file is "),
     ({"dims": {"a": ["A"]}, "groups": []}, "t.yaml: groups must be a non-empty list"),
     ({"dims": [], "groups": [{}]}, "t.yaml: dims must map input names or parameter FQNs"),

@@ -46,6 +46,13 @@ class CoarseTiling(Pass):
 
     def _check_options(self) -> None:
         """Read and shape-check the config before the model is loaded (exit 2 on error)."""
+        if self.attention not in ATTENTION:
+            raise ConfigError(f"coarse_tiling.attention must be one of {', '.join(ATTENTION)}, "
+                              f"got {self.attention!r}")
+        for name in ("query_tile", "key_tile"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"coarse_tiling.{name} must be 0 (chosen) or a positive "
+                                  f"number of rows/keys, got {getattr(self, name)}")
         if self.mode not in MODES:
             raise ConfigError(f"coarse_tiling.mode must be one of {', '.join(MODES)}, got "
                               f"{self.mode!r}")
@@ -59,11 +66,7 @@ class CoarseTiling(Pass):
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         if self.attention != "never":
-            from spyrec.passes.coarse_tiling.attention import tile_attention
-
-            rows = tile_attention(graph, self.attention, self.query_tile, self.key_tile)
-            if rows:
-                ctx.report["attention"] = rows
+            self._run_attention(graph, ctx)
         if self.mode == "auto":
             self._run_auto(graph, ctx)
             return
@@ -79,6 +82,23 @@ class CoarseTiling(Pass):
         ctx.report["tiling"] = {"config": str(self.config), "unrolled": self.unroll,
                                 "unrolled_ops_added": added, "groups": groups}
 
+    def _run_attention(self, graph: Graph, ctx: CompileContext) -> None:
+        """Flash attention (attention.py) with the tiles the options, then the tiling file's
+        `attention` entries, give."""
+        from spyrec.passes.coarse_tiling.attention import tile_attention
+        from spyrec.passes.coarse_tiling.spec import AttentionSpec, check_shape
+
+        given = []
+        if self.query_tile or self.key_tile:
+            given.append(AttentionSpec(None, self.query_tile, self.key_tile))
+        if self.config:
+            from spyrec.passes.coarse_tiling.config import read_tiling_file
+
+            given += check_shape(read_tiling_file(Path(self.config)), self.config).attention
+        rows = tile_attention(graph, self.attention, given)
+        if rows:
+            ctx.report["attention"] = rows
+
     def _run_auto(self, graph: Graph, ctx: CompileContext) -> None:
         """Choose a config (auto.py), then tile exactly as a `--tiling` file would."""
         from spyrec.passes.coarse_tiling.auto import WHERE, choose
@@ -91,4 +111,18 @@ class CoarseTiling(Pass):
         added = unroll(graph) if self.unroll and groups else 0
         ctx.report["tiling"] = {"config": "auto", "unrolled": self.unroll,
                                 "unrolled_ops_added": added, "groups": groups,
-                                "auto": choice.to_json(), "auto_config": choice.yaml_text}
+                                "auto": choice.to_json(),
+                                "auto_config": choice.yaml_text +
+                                _attention_yaml(ctx.report.get("attention") or [])}
+
+
+def _attention_yaml(rows: list[dict]) -> str:
+    """The flash tiles chosen, as the tiling file's `attention` entries (so that the file
+    `--tiling auto` writes rebuilds the same program)."""
+    if not rows:
+        return ""
+    lines = ["# flash attention: query and key tiles chosen by the cost model", "attention:"]
+    for row in rows:
+        lines += [f"  - ops: [{row['node']}]", f"    query_tile: {row['query_tile']}",
+                  f"    key_tile: {row['key_tile']}"]
+    return "\n".join(lines) + "\n"

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from spyrec.device import LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph
 from spyrec.passes.coarse_tiling.auto import subgraph_of
+from spyrec.passes.coarse_tiling.spec import AttentionSpec
 from spyrec.passes.coarse_tiling.flash import AttentionSite, FlashTiles, find_sites, rewrite
 from spyrec.plan.core_splits import divide_work, planned_time_us
 from spyrec.plan.lx_placement import apply_lx, place_lx
@@ -41,20 +43,25 @@ class Priced:
     lx_peak: int = 0
 
 
-def tile_attention(graph: Graph, mode: str, query_tile: int = 0, key_tile: int = 0,
+def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
                    budget: int = LX_USABLE_BYTES_PER_CORE) -> list[dict]:
-    """Rewrite every site `mode` ("auto" or "always") selects; one report row per site."""
+    """Rewrite every site `mode` ("auto" or "always") selects, with the tiles of the first
+    `given` entry matching its node (a tile it leaves 0 is chosen); one report row per
+    site."""
     rows, memo = [], {}
     for n, site in enumerate(find_sites(graph)):
-        if query_tile or key_tile:
-            tiles = given_tiles(site, query_tile, key_tile)
-            choice = Priced(tiles, math.nan)
+        spec = _given_for(graph, site, given)
+        if spec is not None and spec.query_tile and spec.key_tile:
+            choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile), math.nan)
         else:
-            if mode == "auto" and _scores_bytes(graph, site) <= budget:
+            if mode == "auto" and spec is None and _scores_bytes(graph, site) <= budget:
                 continue
-            key = _signature(graph, site)
+            fixed = (spec.query_tile, spec.key_tile) if spec is not None else (0, 0)
+            if any(fixed):
+                given_tiles(site, *fixed)            # a given tile must divide its size
+            key = (_signature(graph, site), fixed)
             if key not in memo:
-                memo[key] = _choose(graph, site, mode, budget)
+                memo[key] = _choose(graph, site, "always" if spec else mode, budget, fixed)
             choice = memo[key]
             if choice.tiles is None:
                 continue
@@ -62,6 +69,12 @@ def tile_attention(graph: Graph, mode: str, query_tile: int = 0, key_tile: int =
         rows.append(row | {"estimated_us": None if math.isnan(choice.time_us)
                            else round(choice.time_us, 3)})
     return rows
+
+
+def _given_for(graph: Graph, site: AttentionSite, given) -> AttentionSpec | None:
+    node = next(o.node for o in graph.ops if o.name == site.out) or ""
+    return next((g for g in given if g.ops is None or
+                 any(fnmatchcase(node, glob) for glob in g.ops)), None)
 
 
 def given_tiles(site: AttentionSite, query_tile: int, key_tile: int) -> FlashTiles:
@@ -98,7 +111,8 @@ def _signature(graph: Graph, site: AttentionSite) -> tuple:
                    graph.buffers[b].layout, str(i)) for b, i in outside))
 
 
-def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int) -> Priced:
+def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
+            fixed: tuple[int, int] = (0, 0)) -> Priced:
     """The cheapest flash form of `site` (ties: the larger query tile, which re-reads K and V
     fewer times), or `Priced(None, …)` when none fits LX or (mode auto) the site
     materialized is cheaper. Query tiles are tried from the largest down and the search
@@ -107,9 +121,9 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int) -> Priced
     fit LX is not priced."""
     best = None
     too_big: list[FlashTiles] = []
-    for queries in _query_tiles(site):
+    for queries in [fixed[0]] if fixed[0] else _query_tiles(site):
         row = None
-        for keys in _key_tiles(site):
+        for keys in [fixed[1]] if fixed[1] else _key_tiles(site):
             tiles = FlashTiles(queries, keys)
             if any(queries >= t.queries and keys >= t.keys for t in too_big):
                 continue

@@ -5,6 +5,10 @@ dims: {a: [A, B], fc1.weight: [_, K]}     # program inputs or parameter FQNs: on
 groups:
   - ops: [add, mul]                       # FX node name globs, or `scope: "layers.0.mlp*"`
     loops: [{A: 2}, {B: 4}]               # outermost first: one dim per level, a count each
+attention:                                # optional: flash attention tiles (issue 29)
+  - ops: [scaled_dot_product_attention]   # FX node globs of the attention; omitted: every one
+    query_tile: 512                       # rows of q per query tile (0 or omitted: chosen)
+    key_tile: 128                         # keys per key tile
 ```
 Everything the file alone can get wrong (keys, types, a dim twice in one group, a count that
 is not a positive integer) is one `ConfigError` here, naming the file and the group; what needs
@@ -22,7 +26,8 @@ from spyrec.errors import ConfigError
 from spyrec.yamlfile import read_yaml_file
 
 TILING_FORM = ("{dims: {INPUT: [NAME|_, ...]}, groups: [{ops: [GLOB, ...] | scope: GLOB, "
-               "loops: [{NAME: COUNT}, ...]}]}")
+               "loops: [{NAME: COUNT}, ...]}], attention: [{ops: [GLOB, ...], query_tile: N, "
+               "key_tile: N}]}")
 UNNAMED = "_"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -37,9 +42,20 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
+class AttentionSpec:
+    """One entry of `attention`: the flash tiles of the attentions whose FX node matches one
+    of `ops` (every attention when None); 0 leaves a tile to the cost model."""
+
+    ops: tuple[str, ...] | None
+    query_tile: int
+    key_tile: int
+
+
+@dataclass(frozen=True)
 class TilingSpec:
     dims: dict[str, tuple[str | None, ...]]   # tensor -> name per dim (None for `_`)
     groups: tuple[GroupSpec, ...]
+    attention: tuple[AttentionSpec, ...] = ()
 
 
 def read_tiling_file(path: Path) -> dict:
@@ -68,21 +84,65 @@ def check_shape(data, where: str) -> TilingSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a tiling file is a mapping {TILING_FORM}, got "
                           f"{type(data).__name__}")
+    keys = ("dims", "groups", "attention")
     for key in data:
-        if key not in ("dims", "groups"):
-            raise ConfigError(f"{where}: unknown key {key!r}{near(str(key), ['dims', 'groups'])}"
-                              f"; a tiling file has only dims and groups: {TILING_FORM}")
+        if key not in keys:
+            raise ConfigError(f"{where}: unknown key {key!r}{near(str(key), keys)}; a tiling "
+                              f"file has dims and groups, and optionally attention: "
+                              f"{TILING_FORM}")
+    attention = _attention(data.get("attention"), where)
+    if "attention" in data and "dims" not in data and "groups" not in data:
+        return TilingSpec({}, (), attention)      # flash tiles only
     for key in ("dims", "groups"):
         if key not in data:
             raise ConfigError(f"{where}: no {key!r}; a tiling file is {TILING_FORM}")
     groups = data["groups"]
     if groups == [] and data["dims"] in ({}, None):
-        return TilingSpec({}, ())      # no group, no loops: what auto writes when nothing pays
+        return TilingSpec({}, (), attention)   # no group, no loops: auto's "nothing pays"
     dims = _dims(data["dims"], where)
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"{where}: groups must be a non-empty list of {{ops: [...] | scope: "
                           f"..., loops: [...]}}, got {groups!r}")
-    return TilingSpec(dims, tuple(_group(g, group_where(where, i)) for i, g in enumerate(groups)))
+    return TilingSpec(dims, tuple(_group(g, group_where(where, i)) for i, g in enumerate(groups)),
+                      attention)
+
+
+ATTENTION_FORM = ("attention: [{ops: [GLOB, ...], query_tile: N, key_tile: N}] (ops optional: "
+                  "every attention; a tile left out or 0: the cost model's choice)")
+
+
+def _attention(entries, where: str) -> tuple[AttentionSpec, ...]:
+    """The flash-attention tiles of a tiling file (a mapping is one entry)."""
+    if entries is None:
+        return ()
+    if isinstance(entries, dict):
+        entries = [entries]
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{where}: attention must be a non-empty list; {ATTENTION_FORM}")
+    out = []
+    for i, entry in enumerate(entries):
+        at = f"{where}: attention entry {i + 1}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at}: expected a mapping, got {entry!r}; {ATTENTION_FORM}")
+        known = ("ops", "query_tile", "key_tile")
+        for key in entry:
+            if key not in known:
+                raise ConfigError(f"{at}: unknown key {key!r}{near(str(key), known)}; "
+                                  f"{ATTENTION_FORM}")
+        ops = entry.get("ops")
+        if ops is not None and (not isinstance(ops, list) or not ops or
+                                not all(isinstance(o, str) and o for o in ops)):
+            raise ConfigError(f"{at}: ops must be a non-empty list of node name globs, got "
+                              f"{ops!r}")
+        tiles = []
+        for key in ("query_tile", "key_tile"):
+            value = entry.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{at}: {key} must be a positive integer (or 0: the cost "
+                                  f"model's choice), got {value!r}")
+            tiles.append(value)
+        out.append(AttentionSpec(tuple(ops) if ops else None, *tiles))
+    return tuple(out)
 
 
 def _dims(dims, where: str) -> dict[str, tuple[str | None, ...]]:
