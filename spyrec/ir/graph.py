@@ -125,8 +125,10 @@ def loop_identity(loops: tuple[Loop, ...]) -> tuple:
 @lru_cache(maxsize=1 << 12)
 def nest_trips(loops: tuple[Loop, ...]) -> int:
     """How often a body inside `loops` (outermost first) runs: the product of the counts for
-    rectangular loops, else the sum over the enclosing iterations of each span's trips (exact,
-    so planners that price an op once per trip price the trips actually run)."""
+    rectangular loops, else the sum over the enclosing iterations of each span's trips. This
+    is the one number per op the planners take (an op priced per trip costs this many): exact,
+    the innermost loop's mean trips per run times the runs, so a causal loop of n tiles
+    counts n(n+1)/2, not n²."""
     if all(loop.span is None for loop in loops):
         return math.prod(loop.count for loop in loops)
     runs = {0: 1}       # index of the level so far -> how often it runs (level 0: no span)
