@@ -8,10 +8,10 @@ byte-identical to those written before loops existed).
 Inside loops (issue 8 contract §2) the body nests `scf.for` per loop level, with constant
 bounds, except that a loop with a trip span (`ir.graph.TripSpan`) runs from `%lo_<k>` to
 `%hi_<k>`: each `affine.min` of its line a*i + b in the enclosing loop's var and the count,
-then `arith.maxsi` with 0 (`_span_bounds`); each symbolic start address of an op (codegen/symbols.py) is an `affine.apply` of its
-map (one `#map_<k>` per distinct vector of byte advances, `d_l` = the loop var of level l,
-outermost first) to `%sym_<n>`, its address at iteration 0, and the execute lists the ids its
-operands bind (`symbol_ids`).
+then `arith.maxsi` with 0 (`_span_bounds`). Each symbolic start address of an op
+(codegen/symbols.py) is an `affine.apply` of its map (one `#map_<k>` per distinct vector of
+byte advances, `d_l` = the loop var of level l, outermost first) to `%sym_<n>`, its address at
+iteration 0, and the execute lists the ids its operands bind (`symbol_ids`).
 
 Beside the text, `bundle_file` gives the executions the text runs, as data (each trip a loop
 runs unrolled, each operand evaluated), for the cost estimate `spyrec compile` writes into
