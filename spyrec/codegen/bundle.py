@@ -6,13 +6,15 @@ spec, so the body is one `sdscbundle.sdsc_execute` per op (and nothing else: unt
 byte-identical to those written before loops existed).
 
 Inside loops (issue 8 contract §2) the body nests `scf.for` per loop level, with constant
-bounds; each symbolic start address of an op (codegen/symbols.py) is an `affine.apply` of its
-map (one `#map_<k>` per distinct vector of byte advances, `d_l` = the loop var of level l,
-outermost first) to `%sym_<n>`, its address at iteration 0, and the execute lists the ids its
-operands bind (`symbol_ids`).
+bounds, except that a loop with a trip span (`ir.graph.TripSpan`) runs from `%lo_<k>` to
+`%hi_<k>`: each `affine.min` of its line a*i + b in the enclosing loop's var and the count,
+then `arith.maxsi` with 0 (`_span_bounds`). Each symbolic start address of an op
+(codegen/symbols.py) is an `affine.apply` of its map (one `#map_<k>` per distinct vector of
+byte advances, `d_l` = the loop var of level l, outermost first) to `%sym_<n>`, its address at
+iteration 0, and the execute lists the ids its operands bind (`symbol_ids`).
 
-Beside the text, `bundle_file` gives the executions the text runs, as data (each loop trip
-unrolled, each operand evaluated), for the cost estimate `spyrec compile` writes into
+Beside the text, `bundle_file` gives the executions the text runs, as data (each trip a loop
+runs unrolled, each operand evaluated), for the cost estimate `spyrec compile` writes into
 report.json: the compiler hands what it rendered rather than have the simulator parse it back.
 
 The template is package data (`spyrec/templates` is a symlink to the repository's
@@ -31,6 +33,7 @@ import jinja2
 
 from spyrec.codegen.symbols import Symbol
 from spyrec.ir import Loop
+from spyrec.ir.graph import loop_identity
 
 TEMPLATE = resources.files("spyrec") / "templates" / "bundle.mlir.j2"
 _INDENT = "  "
@@ -99,15 +102,20 @@ class _Builder:
                 nodes.append(_Run(name, tuple(syms), len(self.body) - 1, len(pad)))
                 i += 1
                 continue
-            ident = _loop_ids(loops[:depth + 1])
+            ident = loop_identity(loops[:depth + 1])
             j = i
-            while j < len(items) and _loop_ids(items[j][1][:depth + 1]) == ident:
+            while j < len(items) and loop_identity(items[j][1][:depth + 1]) == ident:
                 j += 1
+            loop = loops[depth]
             bound = len(self.bounds)
-            self.bounds.append(loops[depth].count)
-            self.body.append(f"{pad}scf.for %i_{depth} = %c0 to %loop_bound_{bound} "
-                             f"step %c1 {{")
-            nodes.append(_For(loops[depth].count, self.nest(items[i:j], depth + 1)))
+            self.bounds.append(loop.count)
+            if loop.span is None:
+                lo, hi = "%c0", f"%loop_bound_{bound}"
+            else:
+                lo, hi = f"%lo_{bound}", f"%hi_{bound}"
+                self.body += [pad + line for line in _span_bounds(loop, bound, depth)]
+            self.body.append(f"{pad}scf.for %i_{depth} = {lo} to {hi} step %c1 {{")
+            nodes.append(_For(loop, self.nest(items[i:j], depth + 1)))
             self.body.append(f"{pad}}}")
             i = j
         return nodes
@@ -140,10 +148,30 @@ class _Run:
 
 @dataclass(frozen=True)
 class _For:
-    """One `scf.for` of `count` trips around `body`."""
+    """One `scf.for` of `loop`'s trips around `body`."""
 
-    count: int
+    loop: Loop
     body: list
+
+
+def _span_bounds(loop: Loop, bound: int, depth: int) -> list[str]:
+    """The statements computing `%lo_<bound>` and `%hi_<bound>` of a loop with a trip span at
+    `depth` (>= 1): each end's line in the enclosing loop's var, clamped to 0..count
+    (`TripSpan.trips`). xDSL has no `affine.max`, so the lower clamp is an `arith.maxsi`."""
+    lines = []
+    for name, (a, b) in (("lo", loop.span.start), ("hi", loop.span.stop)):
+        lines += [f"%{name}_raw_{bound} = affine.min affine_map<(d0)[s0] -> "
+                  f"({_affine_line(a, b)}, s0)>(%i_{depth - 1})[%loop_bound_{bound}]",
+                  f"%{name}_{bound} = arith.maxsi %{name}_raw_{bound}, %c0 : index"]
+    return lines
+
+
+def _affine_line(a: int, b: int) -> str:
+    """a*d0 + b as an affine expression (`d0 * -1 + 4`, `d0 + 1`, `3`)."""
+    if a == 0:
+        return str(b)
+    text = "d0" if a == 1 else f"d0 * {a}"
+    return text + (f" + {b}" if b > 0 else f" - {-b}" if b < 0 else "")
 
 
 def _unroll(nodes: list, first_line: int, column: int, trips: tuple[int, ...]):
@@ -154,7 +182,7 @@ def _unroll(nodes: list, first_line: int, column: int, trips: tuple[int, ...]):
     loop = tuple((f"i_{depth}", i) for depth, i in enumerate(trips))
     for node in nodes:
         if isinstance(node, _For):
-            for i in range(node.count):
+            for i in node.loop.trips(trips[-1] if trips else 0):
                 yield from _unroll(node.body, first_line, column, trips + (i,))
             continue
         operands = tuple(s.address + sum(a * i for a, i in zip(s.advance_bytes, trips))
@@ -171,11 +199,6 @@ def _body_start() -> tuple[int, int]:
     text = render_bundle({"maps": [], "body": [mark]})
     before = text[:text.index(mark)]
     return before.count("\n") + 1, len(before) - before.rfind("\n")
-
-
-def _loop_ids(loops: tuple[Loop, ...]) -> tuple:
-    """What makes two ops share a loop: its key and count (their tiled vars may differ)."""
-    return tuple((loop.key, loop.count) for loop in loops)
 
 
 @lru_cache(maxsize=1)

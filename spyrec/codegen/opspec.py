@@ -10,7 +10,8 @@ import numpy as np
 
 from spyrec.codegen.symbols import level_advances_bytes
 from spyrec.indexing import Indirect, Lin, evaluate
-from spyrec.ir import Access, Graph, Operation
+from spyrec.ir import Access, Graph, Loop, Operation
+from spyrec.ir.graph import loop_identity
 from spyrec.ir.lx import core_slices
 from spyrec.indexing.sticks import access_coordinates
 
@@ -102,7 +103,8 @@ def _start_addresses(graph: Graph, arg: dict, env: dict, n: int) -> list:
 def spec_tree(ops: list[Operation], specs: list[dict]) -> list[dict]:
     """Nest op specs in LoopSpecs by their enclosing loops (DESIGN §4).
 
-    Consecutive ops sharing an outer loop share one `{"loop": {count, tiled_symbols, body}}`;
+    Consecutive ops sharing an outer loop share one `{"loop": {count, tiled_symbols, body}}`
+    (plus `start` and `stop` for a loop with a trip span: `loop_spec`);
     a LoopSpec's `tiled_symbols` are the vars divided at that level, and each OpSpec's
     `tiled_symbols` lists all levels, outermost first.
     """
@@ -120,16 +122,22 @@ def _nest(items: list[tuple[Operation, dict]], depth: int) -> list[dict]:
             i += 1
             continue
         loop = op.loops[depth]
+        ident = loop_identity(op.loops[:depth + 1])
         j = i
         while j < len(items) and len(items[j][0].loops) > depth and \
-                _loop_ids(items[j][0].loops[:depth + 1]) == _loop_ids(op.loops[:depth + 1]):
+                loop_identity(items[j][0].loops[:depth + 1]) == ident:
             j += 1
-        out.append({"loop": {"count": loop.count, "tiled_symbols": list(loop.tiled),
-                             "body": _nest(items[i:j], depth + 1)}})
+        out.append({"loop": loop_spec(loop, _nest(items[i:j], depth + 1))})
         i = j
     return out
 
 
-def _loop_ids(loops) -> tuple:
-    """What makes two ops share a loop: its key and count (their tiled vars may differ)."""
-    return tuple((loop.key, loop.count) for loop in loops)
+def loop_spec(loop: Loop, body: list[dict]) -> dict:
+    """A LoopSpec's content: count, tiled symbols, and for a loop with a trip span its
+    `start` and `stop` [a, b] (a*i + b of the enclosing loop's index, clamped to 0..count),
+    then the body. Rectangular loops write no range (their files are unchanged)."""
+    spec: dict = {"count": loop.count, "tiled_symbols": list(loop.tiled)}
+    if loop.span is not None:
+        spec["start"], spec["stop"] = list(loop.span.start), list(loop.span.stop)
+    spec["body"] = body
+    return spec

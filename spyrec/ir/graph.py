@@ -72,17 +72,73 @@ class Access:
 
 
 @dataclass(frozen=True)
+class TripSpan:
+    """The iterations a loop runs as a function of the directly enclosing loop's index i:
+    j in [lo(i), hi(i)), lo(i) = clamp(a*i + b, 0, count) for `start` = (a, b), hi(i) likewise
+    for `stop`. A causal K/V loop runs the key tiles j <= i (`TripSpan((0, 0), (1, 1))`), a
+    sliding window of w tiles also starts at i + 1 - w. An empty range (hi <= lo) runs
+    nothing. Tile j still sits where trip j of the rectangular loop does (`advance * j`), so
+    `Loop.count` stays the static maximum that allocations and address proofs use."""
+
+    start: tuple[int, int]
+    stop: tuple[int, int]
+
+    def trips(self, outer: int, count: int) -> range:
+        """The iterations run while the enclosing loop is at `outer`."""
+        return range(_clamped(self.start, outer, count), _clamped(self.stop, outer, count))
+
+
+def _clamped(line: tuple[int, int], i: int, count: int) -> int:
+    return min(max(line[0] * i + line[1], 0), count)
+
+
+@dataclass(frozen=True)
 class Loop:
     """One level of a counted loop around ops (coarse tiling): `count` iterations, dividing
-    the op's vars `tiled` (the op's ranges are then one tile's extents).
+    the op's vars `tiled` (the op's ranges are then one tile's extents); with a `span`, only
+    the iterations it gives for the enclosing loop's index (None: all `count`).
 
     `key` names the loop itself ("g0.1": group 0, level 1): ops of one loop share it, while
     each op lists its own tiled vars (ops of one loop may call the tiled dim c0 and c1;
-    reference/G §5 P5), so nesting compares keys, never var lists."""
+    reference/G §5 P5), so nesting compares `identity`, never var lists."""
 
     count: int
     tiled: tuple[str, ...]
     key: str = ""
+    span: TripSpan | None = None
+
+    @property
+    def identity(self) -> tuple:
+        """What makes two ops share this loop: key, count and span (not their tiled vars)."""
+        return self.key, self.count, self.span
+
+    def trips(self, outer: int) -> range:
+        """The iterations run while the directly enclosing loop is at `outer`."""
+        return range(self.count) if self.span is None else self.span.trips(outer, self.count)
+
+
+def loop_identity(loops: tuple[Loop, ...]) -> tuple:
+    """What makes two ops share a nest of loops (outermost first): each level's identity."""
+    return tuple(loop.identity for loop in loops)
+
+
+@lru_cache(maxsize=1 << 12)
+def nest_trips(loops: tuple[Loop, ...]) -> int:
+    """How often a body inside `loops` (outermost first) runs: the product of the counts for
+    rectangular loops, else the sum over the enclosing iterations of each span's trips. This
+    is the one number per op the planners take (an op priced per trip costs this many): exact,
+    the innermost loop's mean trips per run times the runs, so a causal loop of n tiles
+    counts n(n+1)/2, not n²."""
+    if all(loop.span is None for loop in loops):
+        return math.prod(loop.count for loop in loops)
+    runs = {0: 1}       # index of the level so far -> how often it runs (level 0: no span)
+    for loop in loops:
+        here: dict[int, int] = {}
+        for outer, times in runs.items():
+            for j in loop.trips(outer):
+                here[j] = here.get(j, 0) + times
+        runs = here
+    return sum(runs.values())
 
 
 # The name of a replicated op's copies dim in `Operation.core_ranges` and core splits: no
@@ -206,7 +262,7 @@ class Operation:
 
 def outer_loop_spans(ops: list[Operation]) -> list[tuple[int, int]]:
     """Per op, the first and last op index of the outermost loop instance it runs in (a run
-    of consecutive ops sharing their outermost loop's key and count, as codegen nests them);
+    of consecutive ops sharing their outermost loop's identity, as codegen nests them);
     (i, i) for an op outside loops. A buffer touched inside a loop is live over the whole
     span, since every iteration runs the whole body."""
     spans = [(i, i) for i in range(len(ops))]
@@ -215,10 +271,9 @@ def outer_loop_spans(ops: list[Operation]) -> list[tuple[int, int]]:
         if not ops[i].loops:
             i += 1
             continue
-        head = (ops[i].loops[0].key, ops[i].loops[0].count)
+        head = ops[i].loops[0].identity
         j = i
-        while j + 1 < len(ops) and ops[j + 1].loops and \
-                (ops[j + 1].loops[0].key, ops[j + 1].loops[0].count) == head:
+        while j + 1 < len(ops) and ops[j + 1].loops and ops[j + 1].loops[0].identity == head:
             j += 1
         spans[i:j + 1] = [(i, j)] * (j + 1 - i)
         i = j + 1

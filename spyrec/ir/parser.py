@@ -16,11 +16,12 @@ import json
 import re
 
 from spyrec.indexing.parser import ExprSyntaxError, parse_expr
-from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Loop, Operation
+from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Loop, Operation, TripSpan
 from spyrec.layout.device_layout import DeviceLayout
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _INT = re.compile(r"-?\d+")
+_SIGNED = re.compile(r"[+-]\d+")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -233,7 +234,23 @@ class _Line:
     def loop(self) -> Loop:
         count = self.integer()
         tiled = tuple(self.bracketed(self.name, "(", ")"))
-        return Loop(count, tiled, self.name() if self.accept("@") else "")
+        key = self.name() if self.accept("@") else ""
+        span = None
+        if self.keyword("span"):
+            self.expect("(")
+            start = self.trip_line()
+            self.expect(",")
+            stop = self.trip_line()
+            self.expect(")")
+            span = TripSpan(start, stop)
+        return Loop(count, tiled, key, span)
+
+    def trip_line(self) -> tuple[int, int]:
+        """`A*i+B` or `A*i-B` -> (a, b): a span end in the enclosing loop's index i."""
+        a = self.integer()
+        self.expect("*i")
+        self.skip()
+        return a, int(self.match(_SIGNED, "a signed integer (+B or -B)"))
 
     def attrs(self) -> dict:
         return self.json_value("{", dict, "a JSON object")

@@ -16,7 +16,9 @@ clauses in this order: `replicas N` or `replicas N fastest` (a replicated op's c
 slowest or fastest dim of its core order, named `rep` in `cores`; ir/lx.py), `reduce [VARS]`,
 `gather [IDX[INDEX], ...]` (index tensors read first), `bounds [LOW..HIGH, ...]` (per index
 tensor, the values it may hold), `attrs {JSON}` (op constants), `cores [VAR:SLICES, ...]`,
-`loops [COUNT(VARS)@KEY, ...]` (outermost first), `node NAME` (the FX node), `scope "..."`
+`loops [COUNT(VARS)@KEY, ...]` (outermost first; a loop whose trips depend on the enclosing
+loop's index i adds `span(A*i+B, C*i+D)`: it runs j in [A*i+B, C*i+D), each end clamped to
+0..COUNT), `node NAME` (the FX node), `scope "..."`
 (its module path), `source "..."`. Buffers add `per_tile` (one tile of a loop body's
 intermediate) and `@lx OFFSET` (per-core LX) when set. Names that are not plain identifiers,
 and all source lines, are JSON strings. Constant *values* are not printed (weights are data,
@@ -29,7 +31,7 @@ import json
 import re
 
 from spyrec.indexing.printer import format_expr
-from spyrec.ir.graph import Access, Buffer, Graph, Operation, constants_text
+from spyrec.ir.graph import Access, Buffer, Graph, Loop, Operation, constants_text
 
 PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
@@ -89,15 +91,28 @@ def format_op(op: Operation) -> str:
         splits = ", ".join(f"{format_name(v)}:{k}" for v, k in op.core_splits.items())
         text += f" cores [{splits}]"
     if op.loops:
-        loops = ", ".join(f"{loop.count}({', '.join(map(format_name, loop.tiled))})"
-                          f"{'@' + format_name(loop.key) if loop.key else ''}"
-                          for loop in op.loops)
-        text += f" loops [{loops}]"
+        text += f" loops [{', '.join(map(format_loop, op.loops))}]"
     if op.node is not None:
         text += f" node {format_name(op.node)}"
     if op.scope:
         text += f" scope {_quote(op.scope)}"
     return text + _source(op.source)
+
+
+def format_loop(loop: Loop) -> str:
+    """`COUNT(VARS)@KEY`, then `span(A*i+B, C*i+D)` for a loop running j in [A*i+B, C*i+D)
+    of the enclosing loop's index i (each clamped to 0..COUNT)."""
+    text = f"{loop.count}({', '.join(map(format_name, loop.tiled))})"
+    if loop.key:
+        text += f"@{format_name(loop.key)}"
+    if loop.span is not None:
+        text += f" span({_line(loop.span.start)}, {_line(loop.span.stop)})"
+    return text
+
+
+def _line(line: tuple[int, int]) -> str:
+    a, b = line
+    return f"{a}*i{'+' if b >= 0 else '-'}{abs(b)}"
 
 
 def _ints(values) -> str:

@@ -20,12 +20,13 @@ that finds a problem is the one reported (later checks assume what earlier ones 
   split a reduced var only where partials combine (outside loops, output in HBM), give each
   core whole output sticks and use at most the device's cores; each core addresses at most
   the 256 MiB span of device memory per argument (`check_span`, ir/span.py);
-  loops (`check_loops`: keys, tiled vars, full-buffer
+  loops (`check_loops`: keys, tiled vars, trip spans only inside another loop, full-buffer
   accesses inside the buffer on every iteration and, where the loops translate them, equal
   to the untiled access on every trip: `tiled_access_problem`);
 - `GRAPH_CHECKS` (whole graph): the signature and constants, nothing read before it is
-  written, the facts established by earlier passes (registry contracts) hold everywhere, and
-  buffers that are live at the same time do not share device memory.
+  written, the facts established by earlier passes (registry contracts) hold everywhere,
+  buffers that are live at the same time do not share device memory, and the ops of one loop
+  key agree on its count and trip span.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from spyrec.indexing import Indirect, Lin, Ranges, Var, evaluate, substitute, va
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.indexing.coordinates import device_dim_sources
 from spyrec.ir.graph import (
-    REPLICA_VAR, ROLES, Access, Buffer, Graph, Operation, outer_loop_spans,
+    REPLICA_VAR, ROLES, Access, Buffer, Graph, Loop, Operation, outer_loop_spans,
 )
 from spyrec.ir.lx import (
     box_bytes, core_boxes, keeps_lx_slices, moves_with_loops, slice_boxes,
@@ -385,6 +386,8 @@ def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
             yield f"loop {depth} counts {loop.count} iterations"
         if not loop.key:
             yield f"loop {depth} has no key (coarse_tiling names every loop g<G>.<L>)"
+        if loop.span is not None:
+            yield from _span_problems(depth, loop)
         for v in loop.tiled:
             if v not in names:
                 yield f"loop {depth} tiles {v}, not an iteration variable of the op"
@@ -410,6 +413,19 @@ def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
         problem = _translates(buf, op, access) and tiled_access_problem(buf, op, access)
         if problem:
             yield f"{format_access(access)}: {problem}"
+
+
+def _span_problems(depth: int, loop: Loop) -> Iterator[str]:
+    """A trip span is a function of the directly enclosing loop's index: none at level 0,
+    and each end a pair of integers (a, b) meaning a*i + b."""
+    if depth == 0:
+        yield (f"loop 0 ({loop.key}) has a trip span, but only a loop inside another may: its "
+               f"trips are a function of the enclosing loop's index")
+    ends = (loop.span.start, loop.span.stop)
+    if not all(isinstance(end, tuple) and len(end) == 2 and
+               all(type(x) is int for x in end) for end in ends):
+        yield (f"loop {depth} ({loop.key}) has a malformed trip span {ends}: each end is a "
+               f"pair of integers (a, b) meaning a*i + b")
 
 
 def _translates(buf: Buffer, op: Operation, access: Access) -> bool:
@@ -651,5 +667,21 @@ def check_lx_slices(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
                            f"unlike its writer {writer.name!r}")
 
 
+def check_loop_keys(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    """Ops naming one loop key agree on its count and trip span: they run one loop, so one
+    number of trips (codegen would otherwise nest them as two loops of one name)."""
+    seen: dict[str, tuple[str, Loop]] = {}
+    for op in graph.ops:
+        for loop in op.loops:
+            if not loop.key:
+                continue                    # check_loops reports it
+            first = seen.setdefault(loop.key, (op.name, loop))
+            if (first[1].count, first[1].span) != (loop.count, loop.span):
+                yield (f"loop {loop.key}: op {op.name!r} gives it {loop.count} iterations and "
+                       f"span {loop.span}, op {first[0]!r} {first[1].count} and span "
+                       f"{first[1].span}; the ops of one loop share its count and span")
+
+
 GRAPH_CHECKS: tuple[Callable[[Graph, tuple[str, ...]], Iterator[str]], ...] = (
-    check_signature, check_def_use, check_facts, check_memory, check_lx_slices)
+    check_signature, check_def_use, check_facts, check_memory, check_lx_slices,
+    check_loop_keys)

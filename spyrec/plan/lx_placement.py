@@ -58,7 +58,7 @@ from spyrec.indexing.sticks import access_coordinates
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
-from spyrec.ir.graph import REPLICA_VAR
+from spyrec.ir.graph import REPLICA_VAR, loop_identity
 from spyrec.ir.lx import (
     box_bytes, core_boxes, core_slices, keeps_lx_slices, keeps_slices, moves_with_loops,
     set_replicas, slice_boxes, tile_problem,
@@ -397,7 +397,7 @@ def _loop_spans(ops: list[Operation]) -> list[tuple[int, int]]:
 
 
 def _ids(op: Operation, depth: int) -> tuple:
-    return tuple((loop.key, loop.count) for loop in op.loops[:depth + 1])
+    return loop_identity(op.loops[:depth + 1])
 
 
 def _place(graph: Graph, sizes: dict[str, int], live: dict[str, tuple[int, int]],

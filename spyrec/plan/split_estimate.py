@@ -56,7 +56,7 @@ from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
 from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
-from spyrec.ir.graph import REPLICA_VAR, Access
+from spyrec.ir.graph import REPLICA_VAR, Access, nest_trips
 from spyrec.ir.lx import core_boxes, data_writer, keeps_slices, moves_with_loops
 from spyrec.plan.staging import stageable_inputs
 
@@ -345,13 +345,14 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
 
 def _staged_trips(op: Operation, access: Access, sticks: int,
                   producers: Producers | None) -> int:
-    """The loop trips one HBM read of `access` serves: its op's trip count for a program
+    """The loop trips one HBM read of `access` serves: its op's trips (`nest_trips`: those a
+    trip span runs, exactly, not the counts' product) for a program
     input or constant that stage_inputs may copy into LX once before the loop (every read of
     it in place: `plan/staging.py read_in_place`; this one not gathered, its core slice within
     LX) — a tiled MLP's weights — else 1. Charging such a read per trip would price a split
     by traffic the program never moves. Optimistic where stage_inputs then does not serve
     this access (disabled, `max_fraction`, no LX room, or another slicing read more often)."""
-    trips = math.prod(loop.count for loop in op.loops)
+    trips = nest_trips(op.loops)
     if trips == 1 or producers is None or access.buffer not in producers.stageable or \
             sticks * STICK_BYTES > LX_USABLE_BYTES_PER_CORE or \
             any(isinstance(leaf, Indirect) for leaf in access.index.free_atoms()):
@@ -364,8 +365,8 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | N
     of a decoder stack share it, so work division and chain moves memoize estimates on it);
     None when it touches a per-tile buffer (priced by its producer's loop). Per access: the
     buffer's sizes, strides, layout, whether stage_inputs may stage it, the index (a gather's
-    index tensor by name); per loop its count and tiled vars. An intermediate that may live
-    in LX adds what decides whether a split keeps its writer's slices (the writer's ranges,
+    index tensor by name); per loop its count, tiled vars and trip span. An intermediate that
+    may live in LX adds what decides whether a split keeps its writer's slices (the writer's ranges,
     reduced vars, split and output access) and, for op's output, its readers'."""
     accesses = [a for _, a in op.accesses()]
     bufs = [graph.buffers[a.buffer] for a in accesses]
@@ -380,7 +381,8 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | N
         lx.append(() if writer is None else (writer.core_ranges, writer.reduced,
                                             writer.output.index,
                                             tuple(sorted(writer.core_splits.items()))))
-    return (op.op, op.core_ranges, op.reduced, tuple((lp.count, lp.tiled) for lp in op.loops),
+    return (op.op, op.core_ranges, op.reduced,
+            tuple((lp.count, lp.tiled, lp.span) for lp in op.loops),
             tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs),
             tuple((b.host_size, b.host_strides, b.layout, b.name in producers.stageable,
                    a.index) for a, b in zip(accesses, bufs)),

@@ -38,14 +38,13 @@ time to the estimate (the tiled decoder MLP: 46.2 -> 48.5 us for 4.73 -> 2.37 MB
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.indexing import Indirect, const, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
-from spyrec.ir.graph import outer_loop_spans
+from spyrec.ir.graph import nest_trips, outer_loop_spans
 from spyrec.ir.lx import (box_bytes, core_boxes, keeps_slices, moves_with_loops,
                           replica_fields, tile_problem)
 from spyrec.layout import contiguous_strides
@@ -195,9 +194,8 @@ def _loop_span_start(ops: list[Operation], i: int) -> int:
     run of ops sharing op i's outermost loop (i itself outside loops)."""
     if not ops[i].loops:
         return i
-    head = (ops[i].loops[0].key, ops[i].loops[0].count)
-    while i > 0 and ops[i - 1].loops and \
-            (ops[i - 1].loops[0].key, ops[i - 1].loops[0].count) == head:
+    head = ops[i].loops[0].identity
+    while i > 0 and ops[i - 1].loops and ops[i - 1].loops[0].identity == head:
         i -= 1
     return i
 
@@ -224,13 +222,13 @@ def stageable_inputs(graph: Graph) -> set[str]:
 
 
 def _trips(reads: list) -> int:
-    """How often `reads` fetch their slices: once per access, times its loops' counts."""
-    return sum(math.prod(loop.count for loop in op.loops) for op, _ in reads)
+    """How often `reads` fetch their slices: once per access, times the trips its loops run."""
+    return sum(nest_trips(op.loops) for op, _ in reads)
 
 
 def _tile_key(buf: Buffer, op: Operation, access: Access, span: tuple[int, int]) -> tuple | None:
-    """(loop instance, host box of one trip, per loop level its key, count and the host dim
-    the tile steps along) of an access that reads a whole tile every trip and steps by the
+    """(loop instance, host box of one trip, per loop level its key, count, trip span and the
+    host dim the tile steps along) of an access that reads a whole tile every trip and steps by the
     tile's own extent along at most one dim per level; None for anything else."""
     box = host_box(buf, op, access.index)
     ranges = dict(op.ranges)
@@ -245,7 +243,7 @@ def _tile_key(buf: Buffer, op: Operation, access: Access, span: tuple[int, int])
             if len(dims) > 1 or dims and advance[dims[0]] != box[dims[0]][1] - box[dims[0]][0]:
                 return None
             step = dims[0] if dims else None
-        moves.append((loop.key, loop.count, step))
+        moves.append((*loop.identity, step))
     return span, box, tuple(moves)
 
 
@@ -257,8 +255,8 @@ def _tile_copy(buf: Buffer, tile: Buffer, lo: tuple[int, ...], moves: tuple,
               const(0))
     dst = sum((var(v) * s for (v, _), s in zip(dims, contiguous_strides(tile.host_size))),
               const(0))
-    loops = tuple(Loop(count, (f"c{step}",) if step is not None else (), key)
-                  for key, count, step in moves)
+    loops = tuple(Loop(count, (f"c{step}",) if step is not None else (), key, span)
+                  for key, count, span, step in moves)
     return Operation(name=tile.name, op="identity", ranges=tuple(dims),
                      inputs=(Access(buf.name, src),), output=Access(tile.name, dst),
                      loops=loops, node=lead.node, scope=lead.scope, source=lead.source)

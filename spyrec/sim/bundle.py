@@ -1,7 +1,9 @@
 """Read `bundle.mlir`: parse and verify it with xDSL, then flatten it into an execution list.
 
 The bundle is a tiny program (docs/formats.md, DESIGN §5): `arith.constant`/`arith.addi` for
-addresses, nested `scf.for` with constant bounds, `affine.apply` for per-iteration tile bases,
+addresses, nested `scf.for` with constant bounds or, for a loop whose trips depend on the
+enclosing loop's index, bounds computed by `affine.min` and `arith.maxsi` (a clamped line in
+that index), `affine.apply` for per-iteration tile bases,
 and one `sdscbundle.sdsc_execute` per device op. Interpreting it up front gives the simulator a
 flat list of `Execute(file, operands, symbol_ids, loop indices)` in execution order; the data
 work happens elsewhere.
@@ -163,6 +165,18 @@ def _affine_apply(op: Operation, st: _State) -> None:
     amap = op.map.data  # type: ignore[attr-defined]
     values = [st.env[v] for v in op.operands]          # dims first, then symbols
     (st.env[op.results[0]],) = amap.eval(values[:amap.num_dims], values[amap.num_dims:])
+
+
+@_handles("arith.maxsi")
+def _maxsi(op: Operation, st: _State) -> None:
+    st.env[op.results[0]] = max(st.env[op.operands[0]], st.env[op.operands[1]])
+
+
+@_handles("affine.min")
+def _affine_min(op: Operation, st: _State) -> None:
+    amap = op.map.data  # type: ignore[attr-defined]
+    values = [st.env[v] for v in op.operands]          # dims first, then symbols
+    st.env[op.results[0]] = min(amap.eval(values[:amap.num_dims], values[amap.num_dims:]))
 
 
 @_handles("scf.for")

@@ -412,9 +412,10 @@ def _full_ranges(op: Operation) -> Ranges:
 
 
 def unroll(graph: Graph) -> int:
-    """Replace every loop nest by its iterations, in order: one op per iteration, indices of
-    full buffers shifted to the iteration's tile, per-tile buffers reused (the reference's
-    unroller; DESIGN §5 "must simulate to the same result"). Returns the ops added."""
+    """Replace every loop nest by the iterations it runs (a trip span's range only), in
+    order: one op per iteration, indices of full buffers shifted to the iteration's tile,
+    per-tile buffers reused (the reference's unroller; DESIGN §5 "must simulate to the same
+    result"). Returns the ops added."""
     out: list[Operation] = []
     i, ops = 0, graph.ops
     while i < len(ops):
@@ -431,18 +432,19 @@ def unroll(graph: Graph) -> int:
 
 
 def _run_end(ops: list[Operation], i: int, depth: int) -> int:
-    key = (ops[i].loops[depth].key, ops[i].loops[depth].count)
+    key = ops[i].loops[depth].identity
     j = i
-    while j < len(ops) and len(ops[j].loops) > depth and \
-            (ops[j].loops[depth].key, ops[j].loops[depth].count) == key:
+    while j < len(ops) and len(ops[j].loops) > depth and ops[j].loops[depth].identity == key:
         j += 1
     return j
 
 
 def _unroll_run(graph: Graph, run: list[Operation], depth: int,
                 iters: tuple[int, ...]) -> list[Operation]:
+    """The ops of `run` (sharing their loop at `depth`) for each trip that loop runs inside
+    the enclosing iterations `iters` (a trip span runs only its range)."""
     out: list[Operation] = []
-    for it in range(run[0].loops[depth].count):
+    for it in run[0].loops[depth].trips(iters[-1] if iters else 0):
         here = iters + (it,)
         k = 0
         while k < len(run):
