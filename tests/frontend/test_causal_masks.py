@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from spyrec.frontend.fold import MAX_GROWN_CONSTANT_BYTES
+from spyrec.frontend.host_dtypes import ITEMSIZE
 from tests.differential.harness import run_and_compare
 from tests.differential.test_masked_attention import _count
 from tests.programs import Lambda, load_json
@@ -66,3 +68,49 @@ def test_is_causal_with_a_mask_applies_both_as_eager(tmp_path, additive):
     assert (expected[:, :, 2] == 0).all() and not expected.isnan().any()
     out = run_and_compare(tmp_path, module, (q, k, v, mask), frontend="fast")
     assert _count(out, "maximum") == 2
+
+
+def _large_constants(out) -> dict[str, int]:
+    """Constant buffers (weights excluded) of at least the folding cap, in host bytes."""
+    sizes = {t["name"]: int(np.prod(t["host_shape"], dtype=np.int64)) * ITEMSIZE[t["host_dtype"]]
+             for t in load_json(out / "manifest.json")["tensors"]
+             if t["role"] == "constant" and not t["name"].startswith("p_")}
+    return {name: n for name, n in sizes.items() if n >= MAX_GROWN_CONSTANT_BYTES}
+
+
+class PositionMasks(torch.nn.Module):
+    """A causal sliding-window mask built as Hugging Face builds it: comparisons of aranges,
+    `&`, a broadcast to [B, 1, S, S], then sdpa with the boolean mask."""
+
+    def forward(self, q, k, v):
+        pos = torch.arange(q.shape[-2])
+        keep = (pos[None, :] <= pos[:, None]) & (pos[:, None] - pos[None, :] < 300)
+        mask = keep[None, None].expand(q.shape[0], 1, -1, -1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_a_position_mask_above_the_folding_cap_is_computed_not_stored(tmp_path):
+    """At 1,024 tokens the sliding-window mask (1 MiB of bool, 8 MiB of int64 differences)
+    stays device ops over the arange: no constant reaches the cap, and the result is eager's."""
+    out = run_and_compare(tmp_path, PositionMasks(), _qkv(1024, 1024, torch.float16, 2, 2, 8),
+                          frontend="fast")
+    assert _large_constants(out) == {}
+    assert _count(out, "lesserequal") == 1 and _count(out, "lesserthan") == 1
+
+
+def test_tiny_llama_prefill_of_1024_tokens_stores_no_mask_table(tmp_path):
+    """transformers' own mask code (arange, index, eq, le, `&`, expand) at 1,024 tokens: the
+    1 MiB causal mask is computed on the device from position vectors, and the logits equal
+    eager's (2 layers, hidden 128, 4 heads over 2 KV heads, as tests/models/hf.py)."""
+    pytest.importorskip("transformers")
+    import transformers
+
+    from tests.models import hf
+
+    tokens = 1024
+    config = hf._llama_like(transformers.LlamaConfig, max_position_embeddings=tokens)
+    model = hf.LogitsOnly(hf._build(transformers.LlamaForCausalLM, config, torch.float32))
+    ids = torch.randint(0, hf.VOCAB, (1, tokens), generator=torch.Generator().manual_seed(0))
+    out = run_and_compare(tmp_path, model, (ids,), frontend="fast")
+    assert _large_constants(out) == {}
+    assert _count(out, "lesserequal") == 1
