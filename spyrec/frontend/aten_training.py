@@ -67,8 +67,9 @@ def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
           enable_gqa=False):
     """softmax(q @ kᵀ · scale + mask) @ v, as torch's math reference: scores, mask and softmax
     in fp32, one rounding of the result. A boolean mask keeps where True; `is_causal` keeps
-    key j <= query i (top-left aligned); grouped-query attention repeats each key/value head
-    for its group of query heads (a view, never a copy)."""
+    key j <= query i (top-left aligned; given a mask too, eager applies both); grouped-query
+    attention repeats each key/value head for its group of query heads (a view, never a
+    copy)."""
     if dropout_p:
         raise UnsupportedProgram(f"{node.name}: scaled_dot_product_attention with dropout_p="
                                  f"{dropout_p} ({source_for_message(node)}); "
@@ -82,20 +83,24 @@ def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
                            constants={"scalar": factor, "scalar_side": "rhs"})
     length, keys = q.shape[-2], k.shape[-2]
     if is_causal:
-        causal = np.where(np.tril(np.ones((length, keys), dtype=bool)), 0.0, -np.inf)
-        scores = binary(ctx, "add", scores, _constant(ctx, "causal_mask", causal), out_dtype=FP32)
-    if attn_mask is not None and attn_mask.dtype == "bool":
-        minus_inf = _constant(ctx, "minus_inf", np.full((1,), -np.inf, dtype=np.float32))
-        scores = ctx.pointwise("where3", [attn_mask, scores, minus_inf], out_dtype=FP32,
-                               shape=scores.shape)
-    elif attn_mask is not None:
-        scores = binary(ctx, "add", scores, attn_mask, out_dtype=FP32)
-    if attn_mask is not None and _may_mask_whole_rows(ctx, attn_mask, (length, keys)):
+        scores = _apply_mask(ctx, scores, _causal_keep(ctx, length, keys))
+    if attn_mask is not None:
+        scores = _apply_mask(ctx, scores, attn_mask)
+    # causal alone masks no whole row; with a user mask too, the two together may
+    if attn_mask is not None and (is_causal or _may_mask_whole_rows(ctx, attn_mask)):
         probs = _safe_softmax(ctx, scores)
     else:
         _, e, z = shifted_exp_sum(ctx, scores, scores.rank - 1)
         probs = ctx.pointwise("realdiv", [e, z], out_dtype=FP32)
     return matmul(ctx, probs, v, dtype)
+
+
+def _apply_mask(ctx, scores, mask):
+    """Scores where a boolean mask keeps, else -inf; an additive mask is added."""
+    if mask.dtype != "bool":
+        return binary(ctx, "add", scores, mask, out_dtype=FP32)
+    minus_inf = _constant(ctx, "minus_inf", np.full((1,), -np.inf, dtype=np.float32))
+    return ctx.pointwise("where3", [mask, scores, minus_inf], out_dtype=FP32, shape=scores.shape)
 
 
 def _safe_softmax(ctx, scores):
@@ -117,7 +122,19 @@ def _safe_softmax(ctx, scores):
     return ctx.pointwise("realdiv", [e, z], out_dtype=FP32)
 
 
-def _may_mask_whole_rows(ctx, mask, rows_keys: tuple[int, int]) -> bool:
+def _causal_keep(ctx, length: int, keys: int):
+    """`is_causal`'s mask without a (length, keys) table: keep[i, j] = j <= i (top-left
+    aligned, as eager, also when length != keys), one compare on the device of two position
+    vectors viewed as [length, 1] and [1, keys]. The constants are length + keys fp32
+    numbers (exact up to 2**24 positions); a table would be length * keys, 4 GB at 32K
+    tokens, and streaming it would cost attention as many bytes as the scores. Key 0 is kept
+    by every row, so no row is fully masked and the plain softmax stays exact."""
+    rows = _constant(ctx, "query_positions", np.arange(length)).unsqueeze(1)
+    cols = _constant(ctx, "key_positions", np.arange(keys)).unsqueeze(0)
+    return ctx.pointwise("lesserequal", [cols, rows], out_dtype="bool", shape=(length, keys))
+
+
+def _may_mask_whole_rows(ctx, mask) -> bool:
     """Whether `mask` can leave a query row with no key: always for a runtime mask; for a
     compile-time mask (folded from shapes: a causal or sliding-window table), only if one of
     its rows masks every key, so the common folded masks keep the plain softmax."""

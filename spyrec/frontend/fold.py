@@ -21,7 +21,10 @@ What is folded (works on the flat node list; no higher-order op is looked into):
     while the lowering expresses views as index maps for free. `linear`'s `t(weight)` stays;
   - a broadcasting view (`expand`) of a folded value, or one of several views of the same
     folded value (each layer's `unsqueeze` of the rotary `cos`): the value is materialized once
-    and the views stay views of it.
+    and the views stay views of it;
+  - a result of at least `MAX_GROWN_CONSTANT_BYTES` grown from much smaller inputs (a mask
+    comparing position vectors, and what is computed from it at its size): it stays device
+    ops over its small folded inputs, so no (queries × keys) table is stored.
 - a parameter, buffer or constant read only by folded nodes is dropped from the program.
 
 Dtype rules follow eager (`folders.py` says how; the rules themselves are `host_dtypes.py`).
@@ -45,6 +48,21 @@ from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, Program, Ref, TensorMeta, refs_in
 
 MAX_FOLD_BYTES = 16 * 1024 * 1024
+MAX_GROWN_CONSTANT_BYTES = 1024 * 1024
+"""The largest constant folding makes out of inputs much smaller than itself (GROWTH). Such a
+result (a mask from comparing two position vectors, a broadcast, a `full`) stays as device
+ops over its small folded inputs instead, so a causal or sliding-window mask never becomes a
+(queries × keys) table: 4 GB at 32K tokens, which attention streaming K/V tiles would read
+as many bytes as the scores themselves, where the compare reads two position vectors. 1 MiB
+is the bool causal mask of 1,024 tokens, so tests at that size (fast enough for `make test`)
+take the path 32K tokens take; the tiny models' masks (KiB) stay constants, as do tables
+linear in the sequence (see GROWTH)."""
+GROWTH = 256
+"""How much larger than all its constant inputs together (in elements) a result must be to
+be `MAX_GROWN_CONSTANT_BYTES`-capped: comparing positions [n, 1] with [1, n] grows n / 2 times
+(so every mask of 512 or more positions), while the tables linear in the sequence (rotary
+cos/sin: head_dim / 2 values per position, at most 128 for head dims up to 256) grow less
+and stay constants: recomputing them would put cos/sin of large angles on the device."""
 FOLDED_PREFIX = "_folded."
 ASSERTS = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"}
 # ops that read only the dtype/device/shape of their first operand, never its values
@@ -110,13 +128,14 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
     metas = {n.name: n.meta.get("val") for n in program.nodes}
     values = _StateValues(program, roots)
     const: set[str] = set()  # constant call nodes, evaluated (asserts: checked, no value)
+    reads: dict[str, list[str]] = {}  # a constant node -> the nodes whose values it reads
     for node in program.nodes:
         if node.op != "call_function":
             continue
         args = node.args
         if node.target in LIKE_OPS and args and isinstance(args[0], Ref):
             args = (None,) + tuple(args[1:])  # only its metadata is read
-        refs = [r.name for r in refs_in((args, node.kwargs))]
+        refs = reads[node.name] = [r.name for r in refs_in((args, node.kwargs))]
         if not all(r in roots or r in const for r in refs):
             continue
         if node.target in ASSERTS:
@@ -143,6 +162,7 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
     if not const:
         return program, 0
 
+    grown = _grown(program, const, reads, metas)
     by_name = {n.name: n for n in program.nodes}
     users: dict[str, list[Node]] = {}
     for node in program.nodes:
@@ -180,7 +200,8 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
                 continue
             if node.target in ASSERTS:
                 continue
-            if lowerable(node.target) and (pure_view_of_state(name) or view_worth_keeping(node)):
+            if lowerable(node.target) and (name in grown or pure_view_of_state(name)
+                                           or view_worth_keeping(node)):
                 keep.add(name)
                 changed = True
         for name in sorted(const - keep):
@@ -196,6 +217,26 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
     if not removed:
         return program, 0
     return _rewrite(program, materialize, removed, values, roots, users, keep), len(removed)
+
+
+def _grown(program: Program, const: set[str], reads: dict[str, list[str]],
+           metas: dict[str, TensorMeta]) -> set[str]:
+    """The constant nodes that stay device ops (when something left in the graph reads them):
+    a lowerable result of at least `MAX_GROWN_CONSTANT_BYTES` that is `GROWTH` times larger
+    than its constant inputs together, or that reads such a result (the `&` of two masks,
+    their broadcast). Their small inputs are materialized instead; a small result computed
+    from them (a reduction) keeps its folded value."""
+    grown: set[str] = set()
+    for node in program.nodes:
+        name = node.name
+        if name not in const or node.target in ASSERTS or not lowerable(node.target) \
+                or _nbytes(metas[name]) < MAX_GROWN_CONSTANT_BYTES:
+            continue
+        inputs = reads[name]
+        if any(r in grown for r in inputs) or \
+                GROWTH * sum(_numel(metas[r]) for r in inputs) <= _numel(metas[name]):
+            grown.add(name)
+    return grown
 
 
 def _rewrite(program: Program, materialize: list[Node], removed: set[str], values, roots,

@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spyrec.bf16 import bf16_bits_to_float32
-from spyrec.frontend.fold import MAX_FOLD_BYTES, fold_constants
+from spyrec.frontend.fold import (
+    GROWTH, MAX_FOLD_BYTES, MAX_GROWN_CONSTANT_BYTES, fold_constants,
+)
 from spyrec.frontend.folders import FOLDERS, Call
 from spyrec.frontend.host_dtypes import NotFoldable
 from spyrec.frontend.load import load_program
@@ -594,3 +596,63 @@ def test_real_hugging_face_models_compile_and_match_eager(tmp_path, family):
     module, inputs = prefill(family)
     out = run_and_compare(tmp_path, module, inputs, frontend="fast")
     assert load_json(out / "report.json")["constant_folding"]["folded"] >= 20
+
+
+def _causal_mask_program(n: int, reduce_rows: bool = False) -> Program:
+    """An HF-style causal mask: le(arange[1, n], arange[n, 1]) selecting from a user input;
+    `reduce_rows`: the program reads only any(mask, dim=-1), a small result of the mask."""
+    x = placeholder("x", [n, n])
+    nodes = [x,
+             call("ar", "aten.arange.default", [n], [n]),
+             call("u0", "aten.unsqueeze.default", [Ref("ar"), 0], [1, n]),
+             call("u1", "aten.unsqueeze.default", [Ref("ar"), 1], [n, 1]),
+             call("le", "aten.le.Tensor", [Ref("u0"), Ref("u1")], [n, n], "bool")]
+    if reduce_rows:
+        nodes += [call("rows", "aten.any.dim", [Ref("le"), -1], [n], "bool"),
+                  call("y", "aten.where.self", [Ref("rows"), Ref("x"), 0.0], [n, n], "float32")]
+    else:
+        nodes.append(call("y", "aten.where.self", [Ref("le"), Ref("x"), 0.0], [n, n], "float32"))
+    return program(nodes, [InputSpec("user_input", "x")], [OutputSpec("user_output", "y")])
+
+
+def _folded_bytes(p: Program) -> dict[str, int]:
+    return {fqn: v.nbytes for fqn, v in p.state.items() if fqn.startswith("_folded.")}
+
+
+def test_a_mask_grown_from_positions_stays_a_compare_above_the_cap():
+    """At 1,024 positions the bool causal mask is 1 MiB (the cap) and 512 times as many
+    elements as its two position vectors: `le` stays a device op over the folded arange (one
+    constant of n, its two views stay views); at 511 positions it is folded into a table."""
+    assert 1024 * 1024 == MAX_GROWN_CONSTANT_BYTES and 1024 * 1024 >= GROWTH * 2 * 1024
+    q, _ = fold_constants(_causal_mask_program(1024))
+    assert [(n.name, n.op) for n in q.nodes] == [
+        ("x", "placeholder"), ("ar", "placeholder"), ("u0", "call_function"),
+        ("u1", "call_function"), ("le", "call_function"), ("y", "call_function"),
+        ("output", "output")]
+    assert _folded_bytes(q) == {"_folded.ar": 1024 * 8}
+    q, _ = fold_constants(_causal_mask_program(511))
+    assert _folded_bytes(q) == {"_folded.le": 511 * 511}
+
+
+def test_a_small_result_of_a_grown_mask_keeps_its_folded_value():
+    """any(mask, -1) is n values: folded from the mask's value; the mask itself is not needed."""
+    q, _ = fold_constants(_causal_mask_program(1024, reduce_rows=True))
+    assert [n.name for n in q.nodes] == ["x", "rows", "y", "output"]
+    assert _folded_bytes(q) == {"_folded.rows": 1024}
+    assert q.state["_folded.rows"].all()
+
+
+def test_a_grown_table_that_cannot_be_lowered_is_still_folded():
+    """Only a lowerable op stays on the device; any other (fmin has a folder, no lowering) is
+    folded as before: a big table, but a program that compiles."""
+    n = 1024
+    nodes = [placeholder("x", [n, n], "int64"),
+             call("ar", "aten.arange.default", [n], [n]),
+             call("u0", "aten.unsqueeze.default", [Ref("ar"), 0], [1, n]),
+             call("u1", "aten.unsqueeze.default", [Ref("ar"), 1], [n, 1]),
+             call("m", "aten.fmin.default", [Ref("u0"), Ref("u1")], [n, n]),
+             call("y", "aten.add.Tensor", [Ref("m"), Ref("x")], [n, n])]
+    assert not lowerable("aten.fmin.default")
+    q, _ = fold_constants(program(nodes, [InputSpec("user_input", "x")],
+                                  [OutputSpec("user_output", "y")]))
+    assert _folded_bytes(q) == {"_folded.m": n * n * 8}
