@@ -35,13 +35,13 @@ can live in LX.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import CORES
 from spyrec.errors import ConfigError, InternalError, UnsupportedProgram
 from spyrec.ir import Graph, Operation
+from spyrec.ir.graph import nest_trips
 from spyrec.ir.lx import data_writer, set_core_ranges
 from spyrec.ir.span import op_span, span_problem
 from spyrec.plan.chain_moves import ChainMoves
@@ -186,8 +186,7 @@ def _whole_plan_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
 def planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
     """A planned graph's estimated time: `_whole_plan_us` with each op times its executions
     (the trips of its loops)."""
-    return sum(cost.time_us * math.prod(loop.count for loop in op.loops)
-               for op, cost in planned_estimates(graph, p))
+    return sum(cost.time_us * nest_trips(op.loops) for op, cost in planned_estimates(graph, p))
 
 
 def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS

@@ -99,6 +99,6 @@ def _count(out, op: str) -> int:
 
     def walk(specs):
         for s in specs:
-            yield from walk(s["body"]) if "body" in s else [s["op"]]
+            yield from walk(s["loop"]["body"]) if "loop" in s else [s["op"]]
     kernels = load_json(out / "opspecs.json")["kernels"]
     return sum(o == op for k in kernels for o in walk(k["specs"]))

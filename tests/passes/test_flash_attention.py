@@ -50,6 +50,23 @@ def test_sdpa_equals_eager_and_keeps_scores_in_tiles(tmp_path, causal):
     assert row["loops"] == [4, 4] and row["query_tile"] == 64 and row["key_tile"] == 64
     assert not row["safe_softmax"]
     _no_full_scores(out, 256, 256)
+    # causal: query tile i runs key tiles 0..i only (10 of 16 tile pairs), none masked
+    # whole. Per query tile 5 ops (3 fills, the q copy, the division), per key tile 15
+    # (+ the mask's compare and where3), and once stage_inputs' copy of the -inf scalar
+    assert row["key_span"] == ({"start": [0, 0], "stop": [1, 1]} if causal else None)
+    executions = load_json(out / "report.json")["cost"]["totals"]["executions"]
+    assert executions == (4 * 5 + 17 * 10 + 1 if causal else 4 * 5 + 15 * 16)
+
+
+def test_a_head_loop_outside_the_query_loop(tmp_path):
+    """head_tile 2 of 8 heads: a loop of 4 head groups around the query and key loops."""
+    q, k, v = _qkv(1, 8, 8, 128, 128, 32)
+    out = run_and_compare(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True)), (q, k, v),
+        sets=["coarse_tiling.attention=always", "coarse_tiling.query_tile=64",
+              "coarse_tiling.key_tile=64", "coarse_tiling.head_tile=2"])
+    (row,) = _rows(out)
+    assert (row["head_tile"], row["head_loop"], row["loops"]) == (2, 4, [2, 2])
 
 
 def test_gqa_fp32_and_a_boolean_mask_with_fully_masked_rows(tmp_path):

@@ -43,13 +43,14 @@ class CoarseTiling(Pass):
     attention: str = "auto"
     query_tile: int = 0
     key_tile: int = 0
+    head_tile: int = 0
 
     def _check_options(self) -> None:
         """Read and shape-check the config before the model is loaded (exit 2 on error)."""
         if self.attention not in ATTENTION:
             raise ConfigError(f"coarse_tiling.attention must be one of {', '.join(ATTENTION)}, "
                               f"got {self.attention!r}")
-        for name in ("query_tile", "key_tile"):
+        for name in ("query_tile", "key_tile", "head_tile"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"coarse_tiling.{name} must be 0 (chosen) or a positive "
                                   f"number of rows/keys, got {getattr(self, name)}")
@@ -89,8 +90,8 @@ class CoarseTiling(Pass):
         from spyrec.passes.coarse_tiling.spec import AttentionSpec, check_shape
 
         given = []
-        if self.query_tile or self.key_tile:
-            given.append(AttentionSpec(None, self.query_tile, self.key_tile))
+        if self.query_tile or self.key_tile or self.head_tile:
+            given.append(AttentionSpec(None, self.query_tile, self.key_tile, self.head_tile))
         if self.config:
             from spyrec.passes.coarse_tiling.config import read_tiling_file
 
@@ -124,5 +125,5 @@ def _attention_yaml(rows: list[dict]) -> str:
     lines = ["# flash attention: query and key tiles chosen by the cost model", "attention:"]
     for row in rows:
         lines += [f"  - ops: [{row['node']}]", f"    query_tile: {row['query_tile']}",
-                  f"    key_tile: {row['key_tile']}"]
+                  f"    key_tile: {row['key_tile']}", f"    head_tile: {row['head_tile']}"]
     return "\n".join(lines) + "\n"

@@ -16,11 +16,11 @@ tiling YAML); they must divide the sizes, and are checked like the chosen ones.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
-from spyrec.device import LX_USABLE_BYTES_PER_CORE
-from spyrec.errors import ConfigError
+from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
+from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
 from spyrec.passes.coarse_tiling.auto import subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
@@ -30,17 +30,22 @@ from spyrec.plan.lx_placement import apply_lx, place_lx
 from spyrec.plan.staging import stage_inputs
 
 MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
-KEY_TILES = (64, 128, 256, 512)   # key columns per tile: whole fp16 sticks
-MAX_QUERY_TILES = 6               # query tile sizes priced per site (the largest divisors)
+KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
+MAX_QUERY_TILES = 4               # query tile sizes priced per site (the largest divisors)
+# a query row holds at least its q (fp16) and fp32 accumulator rows and its row statistics
+# in LX: about 1 KB at head dim 128, so no core fits more than this many
+MAX_ROWS_PER_CORE = 2048
 
 
 @dataclass(frozen=True)
 class Priced:
-    """One candidate: its tiles (None: materialized), estimated µs, LX peak per core."""
+    """One candidate: its tiles (None: materialized), estimated µs, LX peak per core, and the
+    next cheapest candidates (taken in order when the proof of a cheaper one fails)."""
 
     tiles: FlashTiles | None
     time_us: float
     lx_peak: int = 0
+    runners_up: tuple["Priced", ...] = ()
 
 
 def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
@@ -52,11 +57,13 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
     for n, site in enumerate(find_sites(graph)):
         spec = _given_for(graph, site, given)
         if spec is not None and spec.query_tile and spec.key_tile:
-            choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile), math.nan)
+            choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile, spec.head_tile),
+                            math.nan)
         else:
             if mode == "auto" and spec is None and _scores_bytes(graph, site) <= budget:
                 continue
-            fixed = (spec.query_tile, spec.key_tile) if spec is not None else (0, 0)
+            fixed = (spec.query_tile, spec.key_tile, spec.head_tile) if spec is not None \
+                else (0, 0, 0)
             if any(fixed):
                 given_tiles(site, *fixed)            # a given tile must divide its size
             key = (_signature(graph, site), fixed)
@@ -65,10 +72,23 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
             choice = memo[key]
             if choice.tiles is None:
                 continue
-        row = rewrite(graph, site, choice.tiles, f"fa{n}")
-        rows.append(row | {"estimated_us": None if math.isnan(choice.time_us)
-                           else round(choice.time_us, 3)})
+        row, choice = _rewrite_first_proven(graph, site, choice, f"fa{n}")
+        if row is not None:
+            rows.append(row | {"estimated_us": None if math.isnan(choice.time_us)
+                               else round(choice.time_us, 3)})
     return rows
+
+
+def _rewrite_first_proven(graph: Graph, site: AttentionSite, choice: Priced, key: str):
+    """Rewrite with the cheapest candidate whose tiles the proof accepts (candidates are
+    priced unproven: the proof is the expensive part); given tiles are refused outright."""
+    for option in (choice, *choice.runners_up):
+        try:
+            return rewrite(graph, site, option.tiles, key), option
+        except ConfigError:
+            if math.isnan(choice.time_us):
+                raise
+    return None, choice
 
 
 def _given_for(graph: Graph, site: AttentionSite, given) -> AttentionSpec | None:
@@ -77,9 +97,13 @@ def _given_for(graph: Graph, site: AttentionSite, given) -> AttentionSpec | None
                  any(fnmatchcase(node, glob) for glob in g.ops)), None)
 
 
-def given_tiles(site: AttentionSite, query_tile: int, key_tile: int) -> FlashTiles:
+def given_tiles(site: AttentionSite, query_tile: int, key_tile: int,
+                head_tile: int = 0) -> FlashTiles:
     """The tiles a user gave (0: the whole dim), checked against the site's sizes."""
-    tiles = FlashTiles(query_tile or site.queries, key_tile or site.keys)
+    tiles = FlashTiles(query_tile or site.queries, key_tile or site.keys, head_tile)
+    if head_tile and site.heads % head_tile:
+        raise ConfigError(f"attention head_tile={head_tile} does not divide the {site.heads} "
+                          f"heads of op {site.out}; choose a divisor of {site.heads}")
     for what, size, tile in (("query_tile", site.queries, tiles.queries),
                              ("key_tile", site.keys, tiles.keys)):
         if tile < 1 or size % tile:
@@ -112,45 +136,72 @@ def _signature(graph: Graph, site: AttentionSite) -> tuple:
 
 
 def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
-            fixed: tuple[int, int] = (0, 0)) -> Priced:
-    """The cheapest flash form of `site` (ties: the larger query tile, which re-reads K and V
+            fixed: tuple[int, int, int] = (0, 0, 0)) -> Priced:
+    """The cheapest flash form of `site` (ties: the larger tiles, which re-read K and V
     fewer times), or `Priced(None, …)` when none fits LX or (mode auto) the site
-    materialized is cheaper. Query tiles are tried from the largest down and the search
-    stops at the first whose best is no faster than a larger one's (smaller query tiles only
-    re-read K and V more often); a tile at least as large in both dims as one that did not
-    fit LX is not priced."""
+    materialized is cheaper. For each head tile (all heads first), query tiles are tried
+    from the largest down and that search stops at the first whose best is no faster than
+    a larger one's (smaller query tiles only re-read K and V more often); a tile at least as
+    large in every dim as one that did not fit LX is not priced."""
     best = None
     too_big: list[FlashTiles] = []
-    for queries in [fixed[0]] if fixed[0] else _query_tiles(site):
-        row = None
-        for keys in [fixed[1]] if fixed[1] else _key_tiles(site):
-            tiles = FlashTiles(queries, keys)
-            if any(queries >= t.queries and keys >= t.keys for t in too_big):
+    priced_all: list[Priced] = []
+    for heads in [fixed[2]] if fixed[2] else _head_tiles(graph, site):
+        before = best
+        for queries in [fixed[0]] if fixed[0] else _query_tiles(site, heads):
+            row = None
+            for keys in [fixed[1]] if fixed[1] else _key_tiles(site):
+                tiles = FlashTiles(queries, keys, heads)
+                if any(queries >= t.queries and keys >= t.keys and heads >= t.heads
+                       for t in too_big):
+                    continue
+                priced = _price(graph, site, tiles, budget)
+                if priced is None:
+                    too_big.append(tiles)
+                    continue
+                priced_all.append(priced)
+                if row is None or round(priced.time_us, 3) < round(row.time_us, 3):
+                    row = priced
+            if row is None:
                 continue
-            priced = _price(graph, site, tiles, budget)
-            if priced is None:
-                too_big.append(tiles)
-            elif row is None or round(priced.time_us, 3) < round(row.time_us, 3):
-                row = priced
-        if row is None:
-            continue
-        if best is not None and round(row.time_us, 3) >= round(best.time_us, 3):
-            break
-        if best is None or round(row.time_us, 3) < round(best.time_us, 3):
-            best = row
+            if best is not None and round(row.time_us, 3) >= round(best.time_us, 3) \
+                    and best.tiles.heads == heads:
+                break
+            if best is None or round(row.time_us, 3) < round(best.time_us, 3):
+                best = row
+        if before is not None and best is before:
+            break                  # fewer heads per tile did not pay: fewer still will not
     if best is None:
         return Priced(None, math.inf)
+    best = replace(best, runners_up=tuple(sorted((p for p in priced_all if p is not best),
+                                                 key=lambda p: p.time_us)))
     if mode == "auto":
-        plain = _price(graph, site, None, budget)
+        try:
+            plain = _price(graph, site, None, budget)
+        except UnsupportedProgram:
+            plain = None                 # materialized, no split fits the per-core span
         if plain is not None and plain.time_us <= best.time_us:
             return plain
     return best
 
 
-def _query_tiles(site: AttentionSite) -> list[int]:
-    """Divisors of the queries whose loop the hardware can count, the largest first."""
+def _head_tiles(graph: Graph, site: AttentionSite) -> list[int]:
+    """All heads (no head loop), then halves down to a quarter; none with gathered K/V."""
+    op = next(o for o in graph.ops if o.name == site.scores)
+    shape = graph.buffers[op.output.buffer].host_size
+    heads = shape[-3] if len(shape) >= 3 else 1
+    if site.gathers or heads == 1:
+        return [heads]
+    return [h for h in (heads, heads // 2, heads // 4)
+            if h >= 1 and heads % h == 0]
+
+
+def _query_tiles(site: AttentionSite, heads: int) -> list[int]:
+    """Divisors of the queries whose loop the hardware can count and whose tile gives each
+    core at most `MAX_ROWS_PER_CORE` query rows (more cannot fit LX), the largest first."""
     divisors = [d for d in range(1, site.queries + 1)
-                if site.queries % d == 0 and site.queries // d <= MAX_TRIPS]
+                if site.queries % d == 0 and site.queries // d <= MAX_TRIPS
+                and heads * d <= MAX_ROWS_PER_CORE * CORES]
     return divisors[::-1][:MAX_QUERY_TILES]
 
 
@@ -167,7 +218,10 @@ def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     names = set(site.ops)
     sub = subgraph_of(graph, lambda op: op.name in names)
     if tiles is not None:
-        rewrite(sub, site, tiles, "price")
+        try:
+            rewrite(sub, site, tiles, "price", check=False)
+        except ConfigError:
+            return None                      # tiles that do not move by whole sticks
     divide_work(sub)
     stage_inputs(sub)
     placement = place_lx(sub, budget)

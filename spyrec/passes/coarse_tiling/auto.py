@@ -49,6 +49,7 @@ import yaml
 from spyrec.costmodel import DEFAULT_PARAMS
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
+from spyrec.ir.graph import nest_trips
 from spyrec.ir.lx import box_bytes, core_boxes, core_slices
 from spyrec.passes.coarse_tiling.config import resolve
 from spyrec.passes.coarse_tiling.dimnames import DimNames, propagate
@@ -358,7 +359,7 @@ def hbm_bytes(graph: Graph) -> int:
                 moved *= DEFAULT_PARAMS.read_share(
                     readers_of_access(op, access, op.core_splits or {}))
             per_run += moved
-        total += per_run * math.prod(loop.count for loop in op.loops)
+        total += per_run * nest_trips(op.loops)
     return round(total)
 
 

@@ -33,17 +33,22 @@ reduction, scores [..., S, L] with the max/sum kept as [..., S, 1].
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spyrec.indexing import Indirect, Lin, Var, indirect, substitute, var
+from spyrec.indexing import Indirect, Lin, Ranges, Var, indirect, substitute, var
 from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
+from spyrec.ir.graph import TripSpan
 from spyrec.errors import ConfigError
 from spyrec.layout.device_layout import SPARSE, stick_layout
-from spyrec.plan.tiles import host_advance, host_box, retile_index, tile_buffer_layout
+from spyrec.ir.verify import tiled_access_problem
+from spyrec.plan.tiles import (
+    device_advance, host_advance, host_box, retile_index, tile_buffer_layout,
+)
 
 FLT_MAX = float(np.finfo(np.float32).max)
 # elementwise ops that may sit between q @ kᵀ and the softmax (scale, masks, casts)
@@ -68,11 +73,16 @@ class AttentionSite:
     out: str                    # probs @ v (batchmatmul)
     queries: int                # S
     keys: int                   # L
+    heads: int                  # H (the scores' dim -3; 1 without one)
     head_dim: int               # E of q @ kᵀ
     value_dim: int              # Ev of probs @ v
     # copies gathering K or V (pages of a paged cache through a block table) read only by
     # q @ kᵀ or probs @ v: each key tile gathers its own pages inside the key loop
     gathers: tuple[str, ...] = ()
+    # elementwise ops computing a [.., S, L] mask operand of the chain (a causal or window
+    # mask compared from position vectors): recomputed per tile inside the key loop, so the
+    # mask is never written whole
+    masks: tuple[str, ...] = ()
 
     @property
     def safe(self) -> bool:
@@ -160,6 +170,8 @@ def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
     if not all(_dim_vars(graph.buffers[op.output.buffer], op) is not None
                for op in members):
         return None
+    masks = _mask_ops(graph, chain, writer, only, x.host_size[-2:])
+    members += masks
     gathers = [g for g in (_gather_of(graph, scores, writer, only),
                            _gather_of(graph, out, writer, only)) if g is not None]
     members += gathers
@@ -169,8 +181,27 @@ def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
         tuple(c.name for c in chain), top.name, max_guard.name if max_guard else None,
         shifted.name, exp.name, total.name, sum_guard.name if sum_guard else None,
         probs.name, out.name, x.host_size[-2], x.host_size[-1],
-        dict(scores.ranges)[scores.reduced[0]], out_buf.host_size[-1],
-        tuple(g.name for g in gathers))
+        x.host_size[-3] if len(x.host_size) >= 3 else 1, dict(scores.ranges)[scores.reduced[0]], out_buf.host_size[-1],
+        tuple(g.name for g in gathers), tuple(m.name for m in masks))
+
+
+def _mask_ops(graph, chain: list[Operation], writer, only, rows_keys) -> list[Operation]:
+    """The elementwise ops that compute the chain's [.., S, L] operands (and theirs), each
+    read by one op of the site only; smaller operands (position vectors) stay outside."""
+    found: list[Operation] = []
+    todo = list(chain)
+    while todo:
+        user = todo.pop()
+        for a in user.inputs:
+            op = writer.get(a.buffer)
+            buf = graph.buffers[a.buffer]
+            if op is None or op in chain or op in found or op.reduced or op.index_inputs \
+                    or op.loops or op.op == "batchmatmul" or buf.host_size[-2:] != rows_keys \
+                    or not only(a.buffer, user) or _dim_vars(buf, op) is None:
+                continue
+            found.append(op)
+            todo.append(op)
+    return found
 
 
 def _gather_of(graph, matmul: Operation, writer, only) -> Operation | None:
@@ -231,24 +262,187 @@ def _dim_vars(buf: Buffer, op: Operation) -> tuple[str | None, ...] | None:
     return tuple(out)
 
 
+# --- which key tiles a query tile needs -----------------------------------------------------
+
+
+def key_spans(graph: Graph, site: AttentionSite, tiles: "FlashTiles"
+              ) -> list[range] | None:
+    """Per query tile, the key tiles holding any key its queries attend to, when the chain
+    masks by `where3(keep, x, -inf)` with `keep` a comparison of a key-position vector with a
+    query-position vector (is_causal's lowering) or a constant; None when that is not known
+    at compile time (every key tile is then needed). A tile outside the range masks every
+    score of it to -inf, so skipping it changes no max, sum or product: exact."""
+    ops = {op.name: op for op in graph.ops if op.name in site.ops}
+    writer = {ops[n].output.buffer: ops[n] for n in site.masks}
+    nq, nk = tiles.counts(site)
+    for n in site.chain:
+        op = ops[n]
+        keep = _masked_by(graph, op, writer, tiles, nq, nk)
+        if keep is None:
+            continue
+        if keep is False:
+            return None
+        spans = []
+        for row in keep:
+            needed = np.flatnonzero(row)
+            lo, hi = (int(needed[0]), int(needed[-1]) + 1) if needed.size else (0, 0)
+            if needed.size and needed.size != hi - lo:
+                return None                  # a gap: not one range
+            spans.append(range(lo, hi))
+        return spans
+    return None
+
+
+def _masked_by(graph, op: Operation, writer, tiles, nq: int, nk: int):
+    """[nq, nk] keep-by-tile of a masking op of the chain; None for an op that masks
+    nothing; False for a mask not known at compile time."""
+    if op.op == "where3" and len(op.inputs) == 3 and \
+            _constant_scalar(graph, op.inputs[2].buffer) == -math.inf:
+        cond = op.inputs[0].buffer
+        keep = _keep_by_tile(graph, writer.get(cond), cond, tiles, nq, nk)
+        return False if keep is None else keep
+    if op.op == "add" and len(op.inputs) == 2:
+        constant = [a.buffer for a in op.inputs if a.buffer in graph.constants]
+        if not constant:
+            return False                        # a runtime additive mask
+        values = np.asarray(graph.constants[constant[0]])
+        if values.ndim < 2:
+            return None                         # a scalar bias masks nothing
+        keep = _keep_by_tile(graph, None, constant[0], tiles, nq, nk,
+                             values=values != -np.inf)
+        return False if keep is None else keep
+    return None
+
+
+def _constant_scalar(graph: Graph, name: str) -> float | None:
+    values = graph.constants.get(name)
+    if values is None or np.asarray(values).size != 1:
+        return None
+    return float(np.asarray(values).reshape(()))
+
+
+def _keep_by_tile(graph, op, cond: str, tiles, nq: int, nk: int,
+                  values=None) -> np.ndarray | None:
+    """[nq, nk]: whether tile (i, j) keeps any score, from a constant mask (`values`, else
+    the constant `cond`) or a comparison of two position vectors (each read along one of
+    the mask's two trailing dims)."""
+    if op is None:
+        values = graph.constants.get(cond) if values is None else values
+        if values is None:
+            return None
+        keep = np.asarray(values).astype(bool)
+        if keep.ndim < 2:
+            return None
+        keep = keep.reshape(-1, *keep.shape[-2:]).any(axis=0)
+        s, l = keep.shape
+        if (s, l) != (nq * tiles.queries, nk * tiles.keys):
+            return None
+        return keep.reshape(nq, tiles.queries, nk, tiles.keys).any(axis=(1, 3))
+    compare = _COMPARE.get(op.op)
+    if compare is None or len(op.inputs) != 2:
+        return None
+    dims = _dim_vars(graph.buffers[op.output.buffer], op)
+    qv, kv = dims[-2], dims[-1]
+    sides = [_positions(graph, a, qv, kv) for a in op.inputs]
+    if any(side is None for side in sides):
+        return None
+    (a_axis, a), (b_axis, b) = sides
+    if {a_axis, b_axis} != {"q", "k"}:
+        return None
+    per_q = {"q": tiles.queries, "k": tiles.keys}
+    lo_a, hi_a = _tile_bounds(a, per_q[a_axis])
+    lo_b, hi_b = _tile_bounds(b, per_q[b_axis])
+    # any a <op> b in the tile pair: the best case of each side
+    best = compare(lo_a[:, None], hi_b[None, :]) | compare(hi_a[:, None], lo_b[None, :]) | \
+        compare(lo_a[:, None], lo_b[None, :]) | compare(hi_a[:, None], hi_b[None, :])
+    return best if a_axis == "q" else best.T
+
+
+_COMPARE = {"lesserequal": np.less_equal, "lesserthan": np.less,
+            "greaterequal": np.greater_equal, "greaterthan": np.greater}
+
+
+def _positions(graph, access: Access, qv: str, kv: str):
+    """("q" | "k", the constant vector) of an operand read along one var only, or None."""
+    values = graph.constants.get(access.buffer)
+    atoms = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
+    if values is None or len(atoms) != 1 or access.index != var(next(iter(atoms))):
+        return None
+    axis = "q" if atoms == {qv} else "k" if atoms == {kv} else None
+    vector = np.asarray(values).reshape(-1)
+    return None if axis is None else (axis, vector)
+
+
+def _tile_bounds(vector: np.ndarray, tile: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tile of `tile` entries, the least and greatest value: a comparison with a
+    monotone bound holds somewhere in the tile iff it holds at one of them."""
+    tiled = vector.reshape(-1, tile)
+    return tiled.min(axis=1), tiled.max(axis=1)
+
+
+def span_of(spans: list[range], nk: int) -> "TripSpan | None":
+    """The affine trip span (start a·i + b, stop c·i + d, clamped to [0, nk]) that gives
+    exactly `spans` per query tile i, or None (rectangular) when every tile is needed or no
+    affine line fits."""
+    if all(sp == range(0, nk) for sp in spans):
+        return None
+    lines = []
+    for ends in ([sp.start for sp in spans], [sp.stop for sp in spans]):
+        line = _fit(ends, nk)
+        if line is None:
+            return None
+        lines.append(line)
+    span = TripSpan(*lines)
+    if any(span.trips(i, nk) != sp and not (len(sp) == 0 and len(span.trips(i, nk)) == 0)
+           for i, sp in enumerate(spans)):
+        return None
+    return span
+
+
+def _fit(ends: list[int], nk: int) -> tuple[int, int] | None:
+    """A line a·i + b that clamped to [0, nk] gives `ends`, from two points where the ends
+    are strictly inside (or a constant)."""
+    inside = [(i, e) for i, e in enumerate(ends) if 0 < e < nk]
+    if len(inside) < 2:
+        b = ends[0] if len(set(ends)) == 1 else None
+        if b is not None:
+            return 0, b
+        if len(inside) == 1:           # one free point: a slope of 1 tile per tile
+            i, e = inside[0]
+            return 1, e - i
+        return None
+    (i0, e0), (i1, e1) = inside[0], inside[1]
+    if (e1 - e0) % (i1 - i0):
+        return None
+    a = (e1 - e0) // (i1 - i0)
+    return a, e0 - a * i0
+
+
 # --- the rewrite ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class FlashTiles:
-    """Rows of a query tile and keys of a key tile."""
+    """Rows of a query tile, keys of a key tile, and heads of a head tile (0: every head, no
+    head loop). A head loop outside the query loop lets a query tile hold more rows of fewer
+    heads: the cores sharing a head then read each K/V tile once between them (the broadcast
+    cohort), so K and V are re-read once per query tile of S / query rows, not of the LX."""
 
     queries: int
     keys: int
+    heads: int = 0
 
     def counts(self, site: AttentionSite) -> tuple[int, int]:
         return site.queries // self.queries, site.keys // self.keys
 
 
-def rewrite(graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str) -> dict:
-    """Replace `site` by its flash form in `graph` (loop keys `<key>.0` for the query tiles,
-    `<key>.1` for the key tiles); returns the report row."""
-    return _Rewrite(graph, site, tiles, key).run()
+def rewrite(graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str,
+            check: bool = True) -> dict:
+    """Replace `site` by its flash form in `graph` (loop keys `<key>.h`, `<key>.0`, `<key>.1`
+    for the head, query and key tiles); returns the report row. `check`: prove every full
+    buffer's tiles move by constant whole-stick steps (ConfigError if not); pricing a
+    candidate skips it and the rewrite that keeps one proves it."""
+    return _Rewrite(graph, site, tiles, key).run(check)
 
 
 class _Rewrite:
@@ -259,6 +453,18 @@ class _Rewrite:
         self.g, self.site, self.tiles, self.key = graph, site, tiles, key
         self.ops = {op.name: op for op in graph.ops if op.name in site.ops}
         self.nq, self.nk = tiles.counts(site)
+        scores = graph.buffers[self.ops[site.scores].output.buffer].host_size
+        self.H = scores[-3] if len(scores) >= 3 else 1
+        self.heads = tiles.heads or self.H
+        self.nh = self.H // self.heads
+        if self.nh > 1 and site.gathers:
+            raise ConfigError(f"attention of op {site.out}: a head tile of {self.heads} "
+                              f"needs K and V read in place, and they are gathered (paged); "
+                              f"leave heads out")
+        # the key tiles each query tile needs (causal: those up to the diagonal), when the
+        # masks say so at compile time; None: all of them
+        spans = key_spans(graph, site, tiles) if self.nq > 1 else None
+        self.span = span_of(spans, self.nk) if spans is not None else None
         self.tile_of: dict[str, Buffer] = {}     # full buffer -> the per-tile buffer replacing it
         self.sparse: dict[str, str] = {}         # block table -> its one-entry-per-stick copy
         self.before: list[Operation] = []        # ops ahead of the loops (those copies)
@@ -266,17 +472,37 @@ class _Rewrite:
 
     # --- loops, tiles and indices -------------------------------------------------------------
 
-    def loops(self, qv: str | None, kv: str | None, depth: int) -> tuple[Loop, ...]:
+    def loops(self, qv: str | None, kv: str | None, depth: int,
+              hv: str | None = None) -> tuple[Loop, ...]:
+        """An op's loops: the head tiles (when more than one), the query tiles (when more
+        than one), and at depth 2 the key tiles, whose trip span follows the query loop."""
+        heads = (Loop(self.nh, (hv,) if hv else (), f"{self.key}.h"),) if self.nh > 1 else ()
         outer = (Loop(self.nq, (qv,) if qv else (), f"{self.key}.0"),) if self.nq > 1 else ()
-        inner = (Loop(self.nk, (kv,) if kv else (), f"{self.key}.1"),) if depth == 2 else ()
-        return outer + inner
+        inner = (Loop(self.nk, (kv,) if kv else (), f"{self.key}.1", self.span),) \
+            if depth == 2 else ()
+        return heads + outer + inner
+
+    def head_var(self, op: Operation) -> str | None:
+        """The var `op` walks the heads with (its output's dim -3), if the site has heads."""
+        buf = self.g.buffers[op.output.buffer]
+        if self.H == 1 or len(buf.host_size) < 3 or buf.host_size[-3] != self.H:
+            return None
+        return _dim_vars(buf, op)[-3]
+
+    def shape(self, full: tuple[int, ...], last: int) -> tuple[int, ...]:
+        """One tile of a [.., H, S, X] buffer: a head tile, a query tile, `last`."""
+        lead = list(full[:-2])
+        if len(lead) >= 1 and len(full) >= 3 and full[-3] == self.H:
+            lead[-1] = self.heads
+        return (*lead, self.tiles.queries, last)
 
     def tiled(self, op: Operation, qv: str | None, kv: str | None) -> Operation:
-        """`op` over one (query, key) tile inside both loops, its accesses to the site's
-        intermediates moved to their per-tile buffers."""
+        """`op` over one (head, query, key) tile inside the loops, its accesses to the
+        site's intermediates moved to their per-tile buffers."""
+        hv = self.head_var(op)
         ranges = tuple((v, self.tiles.queries if v == qv else self.tiles.keys if v == kv
-                        else n) for v, n in op.ranges)
-        return self.retarget(replace(op, ranges=ranges, loops=self.loops(qv, kv, 2)))
+                        else self.heads if v == hv else n) for v, n in op.ranges)
+        return self.retarget(replace(op, ranges=ranges, loops=self.loops(qv, kv, 2, hv)))
 
     def retarget(self, op: Operation) -> Operation:
         def move(a: Access) -> Access:
@@ -300,35 +526,35 @@ class _Rewrite:
         out = self.ops[self.site.out]
         return Operation(name, kind, ranges, tuple(inputs), output, constants=constants or {},
                          source=out.source, node=out.node, scope=out.scope,
-                         loops=self.loops(qv, None, depth))
+                         loops=self.loops(qv, None, depth, self.head_var(out)))
 
     # --- the whole rewrite --------------------------------------------------------------------
 
-    def run(self) -> dict:
+    def run(self, check: bool = True) -> dict:
         g, s, ops = self.g, self.site, self.ops
         out = ops[s.out]
         out_buf = g.buffers[out.output.buffer]
         *lead, qv, dv = _dim_vars(out_buf, out)
         sizes = dict(zip((*lead, qv, dv), out_buf.host_size))
         rows = (*lead, qv)
-        row_ranges = tuple((v, self.tiles.queries if v == qv else sizes[v])
-                           for v in rows if v is not None)
+        hv = self.head_var(out)
+        row_ranges = tuple((v, self.tiles.queries if v == qv else self.heads if v == hv
+                            else sizes[v]) for v in rows if v is not None)
         acc_ranges = row_ranges + (((dv, sizes[dv]),) if dv else ())
         row_buf = g.buffers[ops[s.row_max].output.buffer]
         scores_buf = g.buffers[ops[s.scores].output.buffer]
         for n in (s.scores, *s.chain, s.shifted, s.exp):        # [.., Tq, Tk] tiles
             full = g.buffers[ops[n].output.buffer]
             self.tile_of[full.name] = self.tile_buffer(
-                f"{full.name}__tile", full,
-                (*full.host_size[:-2], self.tiles.queries, self.tiles.keys), full.host_dtype)
+                f"{full.name}__tile", full, self.shape(full.host_size, self.tiles.keys),
+                full.host_dtype)
         for n in (s.row_max, s.row_sum):                         # [.., Tq, 1] tiles
             full = g.buffers[ops[n].output.buffer]
             self.tile_of[full.name] = self.tile_buffer(
-                f"{full.name}__tile", full, (*full.host_size[:-2], self.tiles.queries, 1),
-                "float32")
+                f"{full.name}__tile", full, self.shape(full.host_size, 1), "float32")
         f32 = "float32"
-        state = (*row_buf.host_size[:-2], self.tiles.queries, 1)
-        wide = (*out_buf.host_size[:-2], self.tiles.queries, out_buf.host_size[-1])
+        state = self.shape(row_buf.host_size, 1)
+        wide = self.shape(out_buf.host_size, out_buf.host_size[-1])
         base = out.name
 
         def row_tile(name: str) -> Buffer:
@@ -365,6 +591,16 @@ class _Rewrite:
                                  for c, k in ((scores, sk), (out, out.reduced[0]))
                                  if c.inputs[1].buffer == ops[n].output.buffer):
             seq.append(self.gather_tile(ops[name], reader, kv))
+        for n in s.masks:
+            o = ops[n]
+            full = g.buffers[o.output.buffer]
+            self.tile_of[full.name] = self.tile_buffer(
+                f"{full.name}__tile", full, self.shape(full.host_size, self.tiles.keys),
+                full.host_dtype)
+        for n in sorted(s.masks, key=list(s.ops).index):
+            o = ops[n]
+            d = _dim_vars(g.buffers[o.output.buffer], o)
+            seq.append(self.tiled(o, d[-2], d[-1]))
         seq.append(self.tiled(scores, sq, sk))
         for n in s.chain:
             o = ops[n]
@@ -404,10 +640,15 @@ class _Rewrite:
             seq.append(row_op(divisor.name, "maximum", (at_rows(l),), at_rows(divisor), 1,
                               {"scalar": 1.0, "scalar_side": "rhs"}))
         seq.append(wide_op(out.name, "realdiv", (at_wide(acc), at_rows(divisor)), out.output, 1))
+        if check:
+            self.check_moves(seq)
         self.splice(self.before + seq)
         return {"op": out.name, "node": out.node, "source": out.source,
                 "queries": s.queries, "keys": s.keys, "query_tile": self.tiles.queries,
-                "key_tile": self.tiles.keys, "loops": [self.nq, self.nk],
+                "key_tile": self.tiles.keys, "head_tile": self.heads,
+                "loops": [self.nq, self.nk], "head_loop": self.nh,
+                "key_span": None if self.span is None else
+                {"start": list(self.span.start), "stop": list(self.span.stop)},
                 "safe_softmax": s.safe, "per_tile": list(self.added)}
 
     def gather_tile(self, gather: Operation, reader: Operation, kv: str) -> Operation:
@@ -491,14 +732,48 @@ class _Rewrite:
         (ev,) = scores.reduced
         sizes = dict(scores.ranges)
         q_tile = self.tile_buffer(f"{scores.inputs[0].buffer}__qtile", scores_buf,
-                                  (*scores_buf.host_size[:-2], self.tiles.queries, sizes[ev]),
+                                  self.shape(scores_buf.host_size, sizes[ev]),
                                   self.g.buffers[scores.inputs[0].buffer].host_dtype)
         index = _tile_index(q_tile, (*lead, qv, ev))
-        ranges = tuple((v, self.tiles.queries if v == qv else n) for v, n in scores.ranges
-                       if v != kv)
-        copy = self.op(f"{q_tile.name}.copy", "identity", (scores.inputs[0],),
-                       Access(q_tile.name, index), ranges, 1, qv)
+        hv = self.head_var(scores)
+        ranges = tuple((v, self.tiles.queries if v == qv else self.heads if v == hv else n)
+                       for v, n in scores.ranges if v != kv)
+        copy = Operation(f"{q_tile.name}.copy", "identity", ranges, (scores.inputs[0],),
+                         Access(q_tile.name, index), source=scores.source, node=scores.node,
+                         scope=scores.scope, loops=self.loops(qv, None, 1, hv))
         return copy, replace(scores, inputs=(Access(q_tile.name, index), *scores.inputs[1:]))
+
+    def check_moves(self, seq: list[Operation]) -> None:
+        """Every full buffer the loops read or write moves by one constant device-address
+        step per trip and each trip's tile is exactly the untiled access there (DESIGN §5;
+        coarse tiling's own proofs); else the tiles are refused (a head tile that splits a
+        K/V group, a key tile that splits a stick)."""
+        full_ranges = {}
+        for op in seq:
+            if not op.loops:
+                continue
+            mult = {v: loop.count for loop in op.loops for v in loop.tiled}
+            full_ranges = Ranges({Var(v): (0, n * mult.get(v, 1) - 1) for v, n in op.ranges})
+            for _, a in op.accesses():
+                buf = self.g.buffers[a.buffer]
+                if buf.per_tile or any(isinstance(leaf, Indirect)
+                                       for leaf in a.index.free_atoms()):
+                    continue
+                for loop in op.loops:
+                    if loop.tiled and device_advance(
+                            buf, op, a.index, full_ranges, loop.tiled[0],
+                            dict(op.ranges)[loop.tiled[0]], loop.count) is None:
+                        self.refuse(op, buf, "moves by other than one constant step per trip")
+                problem = tiled_access_problem(buf, op, a)
+                if problem is not None:
+                    self.refuse(op, buf, problem)
+
+    def refuse(self, op: Operation, buf: Buffer, why: str) -> None:
+        t = self.tiles
+        raise ConfigError(f"attention of op {self.site.out}: with tiles of {t.queries} "
+                          f"queries x {t.keys} keys x {self.heads} heads, '{buf.name}' in op "
+                          f"{op.name} {why}; choose tiles of whole sticks and whole groups of "
+                          f"heads")
 
     def splice(self, seq: list[Operation]) -> None:
         """The site's ops leave `graph.ops`; `seq` takes the place of the last of them (every

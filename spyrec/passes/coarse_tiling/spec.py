@@ -9,6 +9,7 @@ attention:                                # optional: flash attention tiles (iss
   - ops: [scaled_dot_product_attention]   # FX node globs of the attention; omitted: every one
     query_tile: 512                       # rows of q per query tile (0 or omitted: chosen)
     key_tile: 128                         # keys per key tile
+    head_tile: 8                          # heads per head tile (a loop over head groups)
 ```
 Everything the file alone can get wrong (keys, types, a dim twice in one group, a count that
 is not a positive integer) is one `ConfigError` here, naming the file and the group; what needs
@@ -49,6 +50,7 @@ class AttentionSpec:
     ops: tuple[str, ...] | None
     query_tile: int
     key_tile: int
+    head_tile: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,9 @@ def check_shape(data, where: str) -> TilingSpec:
                       attention)
 
 
-ATTENTION_FORM = ("attention: [{ops: [GLOB, ...], query_tile: N, key_tile: N}] (ops optional: "
-                  "every attention; a tile left out or 0: the cost model's choice)")
+ATTENTION_FORM = ("attention: [{ops: [GLOB, ...], query_tile: N, key_tile: N, head_tile: N}] "
+                  "(ops optional: every attention; a tile left out or 0: the cost model's "
+                  "choice; head_tile 0 with both other tiles given: every head)")
 
 
 def _attention(entries, where: str) -> tuple[AttentionSpec, ...]:
@@ -124,7 +127,7 @@ def _attention(entries, where: str) -> tuple[AttentionSpec, ...]:
         at = f"{where}: attention entry {i + 1}"
         if not isinstance(entry, dict):
             raise ConfigError(f"{at}: expected a mapping, got {entry!r}; {ATTENTION_FORM}")
-        known = ("ops", "query_tile", "key_tile")
+        known = ("ops", "query_tile", "key_tile", "head_tile")
         for key in entry:
             if key not in known:
                 raise ConfigError(f"{at}: unknown key {key!r}{near(str(key), known)}; "
@@ -135,7 +138,7 @@ def _attention(entries, where: str) -> tuple[AttentionSpec, ...]:
             raise ConfigError(f"{at}: ops must be a non-empty list of node name globs, got "
                               f"{ops!r}")
         tiles = []
-        for key in ("query_tile", "key_tile"):
+        for key in ("query_tile", "key_tile", "head_tile"):
             value = entry.get(key, 0)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{at}: {key} must be a positive integer (or 0: the cost "
