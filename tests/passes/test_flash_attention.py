@@ -204,3 +204,31 @@ def test_tiles_from_the_tiling_file_and_the_file_auto_writes(tmp_path):
             f"    key_tile: {chosen['key_tile']}\n") in written
     again = compile_pt2(pt2, tmp_path / "again", tiling=auto / "tiling.yaml")
     assert (again / "bundle.mlir").read_text() == (auto / "bundle.mlir").read_text()
+
+
+class SlidingWindow(torch.nn.Module):
+    """A causal window of `window` keys built from positions, as Mistral-style models build
+    it: (k <= q) & (q - k < window)."""
+
+    def __init__(self, window: int) -> None:
+        super().__init__()
+        self.window = window
+
+    def forward(self, q, k, v):
+        pos = torch.arange(q.shape[-2])
+        keep = (pos[None, :] <= pos[:, None]) & (pos[:, None] - pos[None, :] < self.window)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep[None, None])
+
+
+def test_a_sliding_window_runs_only_the_key_tiles_inside_it(tmp_path):
+    """1,024 tokens, a window of 256, tiles of 128: query tile i needs key tiles i-2..i
+    (the first of them partly), so the key loop's span is [i - 2, i + 1): 21 of 64 tile
+    pairs. The mask is computed per tile from the positions, and the result is eager's."""
+    q, k, v = _qkv(1, 2, 2, 1024, 1024, 64)
+    out = run_and_compare(tmp_path, SlidingWindow(256), (q, k, v), **_flash(128, 128))
+    (row,) = _rows(out)
+    assert row["key_span"] == {"start": [1, -2], "stop": [1, 1]}
+    ops = load_json(out / "report.json")["cost"]["ops"]
+    assert {o["executions"] for o in ops if o["name"] == "scaled_dot_product_attention__1"} \
+        == {1 + 2 + 3 * 6}
+    _no_full_scores(out, 1024, 1024)

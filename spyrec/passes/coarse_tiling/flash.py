@@ -299,7 +299,7 @@ def _masked_by(graph, op: Operation, writer, tiles, nq: int, nk: int):
     if op.op == "where3" and len(op.inputs) == 3 and \
             _constant_scalar(graph, op.inputs[2].buffer) == -math.inf:
         cond = op.inputs[0].buffer
-        keep = _keep_by_tile(graph, writer.get(cond), cond, tiles, nq, nk)
+        keep = _keep_by_tile(graph, writer.get(cond), cond, tiles, nq, nk, writer=writer)
         return False if keep is None else keep
     if op.op == "add" and len(op.inputs) == 2:
         constant = [a.buffer for a in op.inputs if a.buffer in graph.constants]
@@ -308,8 +308,7 @@ def _masked_by(graph, op: Operation, writer, tiles, nq: int, nk: int):
         values = np.asarray(graph.constants[constant[0]])
         if values.ndim < 2:
             return None                         # a scalar bias masks nothing
-        keep = _keep_by_tile(graph, None, constant[0], tiles, nq, nk,
-                             values=values != -np.inf)
+        keep = _constant_by_tile(values != -np.inf, tiles, nq, nk)
         return False if keep is None else keep
     return None
 
@@ -322,60 +321,92 @@ def _constant_scalar(graph: Graph, name: str) -> float | None:
 
 
 def _keep_by_tile(graph, op, cond: str, tiles, nq: int, nk: int,
-                  values=None) -> np.ndarray | None:
-    """[nq, nk]: whether tile (i, j) keeps any score, from a constant mask (`values`, else
-    the constant `cond`) or a comparison of two position vectors (each read along one of
-    the mask's two trailing dims)."""
+                  values=None, writer=None) -> np.ndarray | None:
+    """[nq, nk]: whether tile (i, j) may keep a score (`_may_hold`'s interval evaluation of
+    the mask), or None when the mask is not known at compile time. A tile shown to keep
+    nothing is skipped; one that may keep something is run (masked, which is exact)."""
     if op is None:
         values = graph.constants.get(cond) if values is None else values
-        if values is None:
+        return None if values is None else _constant_by_tile(np.asarray(values), tiles, nq, nk)
+    value = _Intervals(graph, writer or {}, tiles, nq, nk).of(cond)
+    return value if value is None or value.dtype == bool else None
+
+
+def _constant_by_tile(values: np.ndarray, tiles, nq: int, nk: int) -> np.ndarray | None:
+    keep = values.astype(bool)
+    if keep.ndim < 2:
+        return None
+    keep = keep.reshape(-1, *keep.shape[-2:]).any(axis=0)
+    if keep.shape != (nq * tiles.queries, nk * tiles.keys):
+        return None
+    return keep.reshape(nq, tiles.queries, nk, tiles.keys).any(axis=(1, 3))
+
+
+class _Intervals:
+    """Per (query tile, key tile), the interval of a mask expression's values: a position
+    vector read along the query or key var (its least and greatest value in the tile), sums
+    and differences of such, comparisons (bool: may it hold anywhere in the tile), and /
+    or of those (`minimum` / `maximum` of bools). Values are [nq, nk] arrays: (lo, hi) for
+    numbers, may-hold for bools (dtype bool)."""
+
+    def __init__(self, graph, writer, tiles, nq: int, nk: int):
+        self.g, self.writer, self.tiles, self.nq, self.nk = graph, writer, tiles, nq, nk
+
+    def of(self, name: str):
+        op = self.writer.get(name)
+        if op is None:
             return None
-        keep = np.asarray(values).astype(bool)
-        if keep.ndim < 2:
+        qv, kv = _dim_vars(self.g.buffers[op.output.buffer], op)[-2:]
+        args = [self.operand(a, qv, kv) for a in op.inputs]
+        if any(x is None for x in args):
             return None
-        keep = keep.reshape(-1, *keep.shape[-2:]).any(axis=0)
-        s, l = keep.shape
-        if (s, l) != (nq * tiles.queries, nk * tiles.keys):
+        if "scalar" in op.constants:
+            c = float(op.constants["scalar"])
+            scalar = (np.full((self.nq, self.nk), c),) * 2
+            args = [scalar, *args] if op.constants.get("scalar_side") == "lhs" else \
+                [*args, scalar]
+        if len(args) != 2:
             return None
-        return keep.reshape(nq, tiles.queries, nk, tiles.keys).any(axis=(1, 3))
-    compare = _COMPARE.get(op.op)
-    if compare is None or len(op.inputs) != 2:
+        a, b = args
+        if op.op in _COMPARE and not _is_bool(a) and not _is_bool(b):
+            return _COMPARE[op.op](a, b)
+        if op.op in ("minimum", "maximum") and _is_bool(a) and _is_bool(b):
+            return a & b if op.op == "minimum" else a | b
+        if op.op in ("add", "sub") and not _is_bool(a) and not _is_bool(b) and \
+                "alpha" not in op.constants:
+            if op.op == "add":
+                return a[0] + b[0], a[1] + b[1]
+            return a[0] - b[1], a[1] - b[0]
         return None
-    dims = _dim_vars(graph.buffers[op.output.buffer], op)
-    qv, kv = dims[-2], dims[-1]
-    sides = [_positions(graph, a, qv, kv) for a in op.inputs]
-    if any(side is None for side in sides):
+
+    def operand(self, access: Access, qv: str, kv: str):
+        if access.buffer in self.writer:
+            return self.of(access.buffer)
+        values = self.g.constants.get(access.buffer)
+        atoms = {x.name for x in access.index.free_atoms() if isinstance(x, Var)}
+        if values is None or len(atoms) != 1 or access.index != var(next(iter(atoms))):
+            return None
+        vector = np.asarray(values).reshape(-1).astype(np.float64)
+        if atoms == {qv}:
+            lo, hi = _tile_bounds(vector, self.tiles.queries)
+            return np.repeat(lo[:, None], self.nk, 1), np.repeat(hi[:, None], self.nk, 1)
+        if atoms == {kv}:
+            lo, hi = _tile_bounds(vector, self.tiles.keys)
+            return np.repeat(lo[None, :], self.nq, 0), np.repeat(hi[None, :], self.nq, 0)
         return None
-    (a_axis, a), (b_axis, b) = sides
-    if {a_axis, b_axis} != {"q", "k"}:
-        return None
-    per_q = {"q": tiles.queries, "k": tiles.keys}
-    lo_a, hi_a = _tile_bounds(a, per_q[a_axis])
-    lo_b, hi_b = _tile_bounds(b, per_q[b_axis])
-    # any a <op> b in the tile pair: the best case of each side
-    best = compare(lo_a[:, None], hi_b[None, :]) | compare(hi_a[:, None], lo_b[None, :]) | \
-        compare(lo_a[:, None], lo_b[None, :]) | compare(hi_a[:, None], hi_b[None, :])
-    return best if a_axis == "q" else best.T
 
 
-_COMPARE = {"lesserequal": np.less_equal, "lesserthan": np.less,
-            "greaterequal": np.greater_equal, "greaterthan": np.greater}
+def _is_bool(x) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype == bool
 
 
-def _positions(graph, access: Access, qv: str, kv: str):
-    """("q" | "k", the constant vector) of an operand read along one var only, or None."""
-    values = graph.constants.get(access.buffer)
-    atoms = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
-    if values is None or len(atoms) != 1 or access.index != var(next(iter(atoms))):
-        return None
-    axis = "q" if atoms == {qv} else "k" if atoms == {kv} else None
-    vector = np.asarray(values).reshape(-1)
-    return None if axis is None else (axis, vector)
+# may `a <op> b` hold for some pair of values in the two intervals
+_COMPARE = {"lesserequal": lambda a, b: a[0] <= b[1], "lesserthan": lambda a, b: a[0] < b[1],
+            "greaterequal": lambda a, b: a[1] >= b[0], "greaterthan": lambda a, b: a[1] > b[0]}
 
 
 def _tile_bounds(vector: np.ndarray, tile: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per tile of `tile` entries, the least and greatest value: a comparison with a
-    monotone bound holds somewhere in the tile iff it holds at one of them."""
+    """Per tile of `tile` entries, the least and greatest value."""
     tiled = vector.reshape(-1, tile)
     return tiled.min(axis=1), tiled.max(axis=1)
 
