@@ -232,3 +232,27 @@ def test_a_sliding_window_runs_only_the_key_tiles_inside_it(tmp_path):
     assert {o["executions"] for o in ops if o["name"] == "scaled_dot_product_attention__1"} \
         == {1 + 2 + 3 * 6}
     _no_full_scores(out, 1024, 1024)
+
+
+def test_given_tiles_over_lx_or_the_loop_limit_are_refused(tmp_path):
+    """Tiles a user gives are held to the hardware: their per-tile buffers must fit one
+    core's LX (the need is named), and no loop may count more than 65,535 trips."""
+    from spyrec.errors import ConfigError
+    from spyrec.passes.coarse_tiling.attention import given_tiles
+    from spyrec.passes.coarse_tiling.flash import AttentionSite
+    from tests.programs import compile_pt2, export
+
+    q, k, v = _qkv(1, 8, 8, 1024, 1024, 64)
+    pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
+                 (q, k, v))
+    with pytest.raises(ConfigError, match=r"attention tiles of 1024 queries x 1024 keys x 8 "
+                                          r"heads of op scaled_dot_product_attention need "
+                                          r"[\d,]+ bytes of LX per core for their per-tile "
+                                          r"buffers, over the 1,625,344 a core has"):
+        compile_pt2(pt2, tmp_path / "out", **_flash(1024, 1024))
+    assert not (tmp_path / "out").exists()
+    site = AttentionSite(("o",), "s", (), "m", None, "d", "e", "z", None, "p", "o",
+                         queries=131072, keys=131072, heads=1, head_dim=64, value_dim=64)
+    with pytest.raises(ConfigError, match=r"attention tiles 1x128 of op o make a loop of "
+                                          r"131072 trips, over the hardware's 65535"):
+        given_tiles(site, 1, 128)

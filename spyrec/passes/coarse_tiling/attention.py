@@ -59,6 +59,7 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
         if spec is not None and spec.query_tile and spec.key_tile:
             choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile, spec.head_tile),
                             math.nan)
+            check_fits(graph, site, choice.tiles, budget)
         else:
             if mode == "auto" and spec is None and _scores_bytes(graph, site) <= budget:
                 continue
@@ -215,18 +216,48 @@ def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
            budget: int) -> Priced | None:
     """The site alone, rewritten with `tiles` (None: as it is), planned and priced; None when
     a per-tile buffer does not fit LX."""
+    planned = _planned(graph, site, tiles, check=False)
+    if planned is None:
+        return None                          # tiles that do not move by whole sticks
+    placement = place_lx(planned, budget)
+    if _spilled(planned, placement):
+        return None
+    apply_lx(planned, placement)
+    return Priced(tiles, planned_time_us(planned), placement.peak)
+
+
+def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int) -> None:
+    """Given tiles whose per-tile buffers cannot all be in LX are refused, with the bytes
+    per core they need (a per-tile buffer left in HBM would be re-read every trip)."""
+    planned = _planned(graph, site, tiles, check=True)
+    placement = place_lx(planned, budget)
+    if not _spilled(planned, placement):
+        return
+    need = place_lx(planned, 1 << 40).peak
+    raise ConfigError(f"attention tiles of {tiles.queries} queries x {tiles.keys} keys x "
+                      f"{tiles.heads or site.heads} heads of op {site.out} need {need:,} bytes "
+                      f"of LX per core for their per-tile buffers, over the {budget:,} a core "
+                      f"has; choose smaller tiles (or leave them to the cost model)")
+
+
+def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
+             check: bool) -> Graph | None:
+    """A copy of the site alone, rewritten with `tiles` (None: as it is) and planned as the
+    pipeline plans it (work division, staging); None when `tiles` fail their proof."""
     names = set(site.ops)
     sub = subgraph_of(graph, lambda op: op.name in names)
     if tiles is not None:
         try:
-            rewrite(sub, site, tiles, "price", check=False)
+            rewrite(sub, site, tiles, "price", check=check)
         except ConfigError:
-            return None                      # tiles that do not move by whole sticks
+            if check:
+                raise
+            return None
     divide_work(sub)
     stage_inputs(sub)
-    placement = place_lx(sub, budget)
-    if any(not row["placed"] for name, row in placement.rows.items()
-           if sub.buffers[name].per_tile):
-        return None
-    apply_lx(sub, placement)
-    return Priced(tiles, planned_time_us(sub), placement.peak)
+    return sub
+
+
+def _spilled(graph: Graph, placement) -> bool:
+    return any(not row["placed"] for name, row in placement.rows.items()
+               if graph.buffers[name].per_tile)
