@@ -103,16 +103,19 @@ def test_decode_step_has_one_query_and_loops_over_the_cache(tmp_path):
     assert row["loops"] == [1, 8]
 
 
-def test_the_decomposed_pattern_is_rewritten_too(tmp_path):
-    """softmax(q @ kᵀ · scale + mask) @ v written out by a model, in fp32."""
-    q, k, v = _qkv(1, 2, 2, 128, 128, 32, torch.float32)
-    mask = torch.triu(torch.full((128, 128), -math.inf), 1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_decomposed_pattern_is_rewritten_too(tmp_path, dtype):
+    """softmax(q @ kᵀ · scale + mask) @ v written out by a model (the mask a runtime input:
+    every key tile runs)."""
+    q, k, v = _qkv(1, 2, 2, 128, 128, 32, dtype)
+    mask = torch.triu(torch.full((128, 128), -math.inf), 1).to(dtype)
 
     def attend(m, q, k, v, mask):
         scores = q @ k.transpose(-1, -2) * (1 / math.sqrt(32)) + mask
         return torch.softmax(scores, dim=-1) @ v
-    out = run_and_compare(tmp_path, Lambda(attend), (q, k, v, mask), **_flash(32, 32))
-    assert _rows(out)[0]["loops"] == [4, 4]
+    tile = 32 if dtype == torch.float32 else 64     # whole sticks of k
+    out = run_and_compare(tmp_path, Lambda(attend), (q, k, v, mask), **_flash(tile, tile))
+    assert _rows(out)[0]["loops"] == [128 // tile] * 2
 
 
 def test_auto_takes_flash_where_the_scores_exceed_lx_with_tiles_that_fit(tmp_path):
