@@ -22,7 +22,7 @@ from fnmatch import fnmatchcase
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
-from spyrec.passes.coarse_tiling.auto import subgraph_of
+from spyrec.passes.coarse_tiling.auto import hbm_bytes, subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
 from spyrec.passes.coarse_tiling.flash import AttentionSite, FlashTiles, find_sites, rewrite
 from spyrec.plan.core_splits import divide_work, planned_time_us
@@ -31,10 +31,12 @@ from spyrec.plan.staging import stage_inputs
 
 MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
-MAX_QUERY_TILES = 4               # query tile sizes priced per site (the largest divisors)
-# a query row holds at least its q (fp16) and fp32 accumulator rows and its row statistics
-# in LX: about 1 KB at head dim 128, so no core fits more than this many
-MAX_ROWS_PER_CORE = 2048
+MAX_QUERY_TILES = 3               # query tile sizes priced per site (the largest divisors)
+NEAR = 0.02                       # estimates this close are a tie: the least traffic wins
+# a query row takes about 2.4 KB of LX per core with key tiles of 128 and head dim 128 (q,
+# the fp32 accumulator and its two temporaries, eight row statistics of a stick each, the
+# score tiles): query tiles that give a core more rows than this are not priced
+MAX_ROWS_PER_CORE = 1024
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Priced:
     time_us: float
     lx_peak: int = 0
     runners_up: tuple["Priced", ...] = ()
+    hbm_bytes: int = 0
 
 
 def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
@@ -165,15 +168,18 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                     row = priced
             if row is None:
                 continue
-            if best is not None and round(row.time_us, 3) >= round(best.time_us, 3) \
+            if best is not None and row.time_us > best.time_us * (1 + NEAR) \
                     and best.tiles.heads == heads:
                 break
             if best is None or round(row.time_us, 3) < round(best.time_us, 3):
                 best = row
-        if before is not None and best is before:
+        if before is not None and best is before and \
+                min(p.time_us for p in priced_all if p.tiles.heads == heads) > \
+                before.time_us * (1 + NEAR):
             break                  # fewer heads per tile did not pay: fewer still will not
     if best is None:
         return Priced(None, math.inf)
+    best = _least_traffic_near(priced_all, best.time_us)
     best = replace(best, runners_up=tuple(sorted((p for p in priced_all if p is not best),
                                                  key=lambda p: p.time_us)))
     if mode == "auto":
@@ -186,14 +192,23 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
     return best
 
 
+def _least_traffic_near(priced: list[Priced], fastest_us: float) -> Priced:
+    """Among the candidates within `NEAR` of the fastest, the one moving the fewest HBM bytes
+    (then the faster): when the estimates are that close, a plan that re-reads K and V less
+    is the one least exposed to the bandwidth figures the cost model is least sure of (the
+    rule work division applies to core counts)."""
+    near = [p for p in priced if p.time_us <= fastest_us * (1 + NEAR)]
+    return min(near, key=lambda p: (p.hbm_bytes, p.time_us))
+
+
 def _head_tiles(graph: Graph, site: AttentionSite) -> list[int]:
-    """All heads (no head loop), then halves down to a quarter; none with gathered K/V."""
+    """All heads (no head loop), then halves down to an eighth; none with gathered K/V."""
     op = next(o for o in graph.ops if o.name == site.scores)
     shape = graph.buffers[op.output.buffer].host_size
     heads = shape[-3] if len(shape) >= 3 else 1
     if site.gathers or heads == 1:
         return [heads]
-    return [h for h in (heads, heads // 2, heads // 4)
+    return [h for h in (heads, heads // 2, heads // 4, heads // 8)
             if h >= 1 and heads % h == 0]
 
 
@@ -223,7 +238,7 @@ def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     if _spilled(planned, placement):
         return None
     apply_lx(planned, placement)
-    return Priced(tiles, planned_time_us(planned), placement.peak)
+    return Priced(tiles, planned_time_us(planned), placement.peak, hbm_bytes=hbm_bytes(planned))
 
 
 def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int) -> None:
