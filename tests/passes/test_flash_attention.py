@@ -143,7 +143,8 @@ def test_given_tiles_that_do_not_divide_are_refused(tmp_path):
     pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
                  (q, k, v))
     with pytest.raises(ConfigError, match=r"attention query_tile=96 does not divide the 256 "
-                                          r"queries of op scaled_dot_product_attention; "
+                                          r"queries of op scaled_dot_product_attention "
+                                          r"\(programs.py:\d+ in forward\); "
                                           r"choose a divisor of 256"):
         compile_pt2(pt2, tmp_path / "out", **_flash(96, 64))
 
@@ -249,7 +250,8 @@ def test_given_tiles_over_lx_or_the_loop_limit_are_refused(tmp_path):
     pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
                  (q, k, v))
     with pytest.raises(ConfigError, match=r"attention tiles of 1024 queries x 1024 keys x 8 "
-                                          r"heads of op scaled_dot_product_attention need "
+                                          r"heads of op scaled_dot_product_attention "
+                                          r"\(programs.py:\d+ in forward\) need "
                                           r"[\d,]+ bytes of LX per core for their per-tile "
                                           r"buffers, over the 1,625,344 a core has"):
         compile_pt2(pt2, tmp_path / "out", **_flash(1024, 1024))

@@ -107,16 +107,16 @@ def given_tiles(site: AttentionSite, query_tile: int, key_tile: int,
     tiles = FlashTiles(query_tile or site.queries, key_tile or site.keys, head_tile)
     if head_tile and site.heads % head_tile:
         raise ConfigError(f"attention head_tile={head_tile} does not divide the {site.heads} "
-                          f"heads of op {site.out}; choose a divisor of {site.heads}")
+                          f"heads of {site.named}; choose a divisor of {site.heads}")
     for what, size, tile in (("query_tile", site.queries, tiles.queries),
                              ("key_tile", site.keys, tiles.keys)):
         if tile < 1 or size % tile:
             raise ConfigError(f"attention {what}={tile} does not divide the "
                               f"{size} {'queries' if what == 'query_tile' else 'keys'} of "
-                              f"op {site.out}; choose a divisor of {size}")
+                              f"{site.named}; choose a divisor of {size}")
     trips = max(tiles.counts(site))
     if trips > MAX_TRIPS:
-        raise ConfigError(f"attention tiles {tiles.queries}x{tiles.keys} of op {site.out} "
+        raise ConfigError(f"attention tiles {tiles.queries}x{tiles.keys} of {site.named} "
                           f"make a loop of {trips} trips, over the hardware's {MAX_TRIPS}; "
                           f"choose larger tiles")
     return tiles
@@ -250,7 +250,7 @@ def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int
         return
     need = place_lx(planned, 1 << 40).peak
     raise ConfigError(f"attention tiles of {tiles.queries} queries x {tiles.keys} keys x "
-                      f"{tiles.heads or site.heads} heads of op {site.out} need {need:,} bytes "
+                      f"{tiles.heads or site.heads} heads of {site.named} need {need:,} bytes "
                       f"of LX per core for their per-tile buffers, over the {budget:,} a core "
                       f"has; choose smaller tiles (or leave them to the cost model)")
 

@@ -79,6 +79,7 @@ class AttentionSite:
     # copies gathering K or V (pages of a paged cache through a block table) read only by
     # q @ kᵀ or probs @ v: each key tile gathers its own pages inside the key loop
     gathers: tuple[str, ...] = ()
+    source: str = ""            # the attention's source line, for messages
     # elementwise ops computing a [.., S, L] mask operand of the chain (a causal or window
     # mask compared from position vectors): recomputed per tile inside the key loop, so the
     # mask is never written whole
@@ -87,6 +88,11 @@ class AttentionSite:
     @property
     def safe(self) -> bool:
         return self.sum_guard is not None
+
+    @property
+    def named(self) -> str:
+        """How messages name the attention: its op and source line."""
+        return f"op {self.out}" + (f" ({self.source})" if self.source else "")
 
 
 # --- matching -------------------------------------------------------------------------------
@@ -182,7 +188,7 @@ def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
         shifted.name, exp.name, total.name, sum_guard.name if sum_guard else None,
         probs.name, out.name, x.host_size[-2], x.host_size[-1],
         x.host_size[-3] if len(x.host_size) >= 3 else 1, dict(scores.ranges)[scores.reduced[0]], out_buf.host_size[-1],
-        tuple(g.name for g in gathers), tuple(m.name for m in masks))
+        tuple(g.name for g in gathers), out.source or "", tuple(m.name for m in masks))
 
 
 def _mask_ops(graph, chain: list[Operation], writer, only, rows_keys) -> list[Operation]:
@@ -489,7 +495,7 @@ class _Rewrite:
         self.heads = tiles.heads or self.H
         self.nh = self.H // self.heads
         if self.nh > 1 and site.gathers:
-            raise ConfigError(f"attention of op {site.out}: a head tile of {self.heads} "
+            raise ConfigError(f"attention of {site.named}: a head tile of {self.heads} "
                               f"needs K and V read in place, and they are gathered (paged); "
                               f"leave heads out")
         # the key tiles each query tile needs (causal: those up to the diagonal), when the
@@ -700,14 +706,14 @@ class _Rewrite:
         if step is None or len(moving) != 1 or any(
                 (lo, hi) != (0, n) for d, ((lo, hi), n) in enumerate(zip(box, full.host_size))
                 if d != moving[0]):
-            raise ConfigError(f"attention of op {self.site.out}: its key tiles of "
+            raise ConfigError(f"attention of {self.site.named}: its key tiles of "
                               f"{self.tiles.keys} do not read whole pages of "
                               f"'{full.name}'; choose a key tile that is a multiple of the "
                               f"page size")
         d = moving[0]
         extent = box[d][1] - box[d][0]
         if box[d][0] != 0 or step[d] != extent or full.host_size[d] != extent * self.nk:
-            raise ConfigError(f"attention of op {self.site.out}: its key tiles of "
+            raise ConfigError(f"attention of {self.site.named}: its key tiles of "
                               f"{self.tiles.keys} do not read whole pages of "
                               f"'{full.name}'; choose a key tile that is a multiple of the "
                               f"page size")
@@ -801,7 +807,7 @@ class _Rewrite:
 
     def refuse(self, op: Operation, buf: Buffer, why: str) -> None:
         t = self.tiles
-        raise ConfigError(f"attention of op {self.site.out}: with tiles of {t.queries} "
+        raise ConfigError(f"attention of {self.site.named}: with tiles of {t.queries} "
                           f"queries x {t.keys} keys x {self.heads} heads, '{buf.name}' in op "
                           f"{op.name} {why}; choose tiles of whole sticks and whole groups of "
                           f"heads")
