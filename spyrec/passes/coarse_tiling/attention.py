@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
-from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
+from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE, STICK_BYTES
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
 from spyrec.passes.coarse_tiling.auto import hbm_bytes, subgraph_of
@@ -159,7 +159,8 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                 if any(queries >= t.queries and keys >= t.keys and heads >= t.heads
                        for t in too_big):
                     continue
-                priced = _price(graph, site, tiles, budget)
+                priced = None if _lx_floor(site, tiles) > budget else \
+                    _price(graph, site, tiles, budget)
                 if priced is None:
                     too_big.append(tiles)
                     continue
@@ -190,6 +191,16 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
         if plain is not None and plain.time_us <= best.time_us:
             return plain
     return best
+
+
+def _lx_floor(site: AttentionSite, tiles: FlashTiles) -> int:
+    """LX bytes per core that the tiles need at the least, without planning them: what lives
+    across the whole key loop (the fp32 accumulator, the query tile, the running max and sum
+    at a stick per row) and two fp32 score tiles (a score op's input and output), spread
+    evenly over the cores."""
+    rows = (tiles.heads or site.heads) * tiles.queries
+    per_row = 4 * site.value_dim + 2 * site.head_dim + 2 * STICK_BYTES + 2 * 4 * tiles.keys
+    return rows * per_row // CORES
 
 
 def _least_traffic_near(priced: list[Priced], fastest_us: float) -> Priced:
