@@ -50,12 +50,17 @@ def test_sdpa_equals_eager_and_keeps_scores_in_tiles(tmp_path, causal):
     assert row["loops"] == [4, 4] and row["query_tile"] == 64 and row["key_tile"] == 64
     assert not row["safe_softmax"]
     _no_full_scores(out, 256, 256)
-    # causal: query tile i runs key tiles 0..i only (10 of 16 tile pairs), none masked
-    # whole. Per query tile 5 ops (3 fills, the q copy, the division), per key tile 15
-    # (+ the mask's compare and where3), and once stage_inputs' copy of the -inf scalar
+    # causal: query tile i runs key tiles 0..i only (10 of 16 tile pairs): tiles 0..i-1 keep
+    # every score and run without the mask (a loop of 15 ops per key tile), the diagonal
+    # tile runs masked (17: the compare and the where3 too). Per query tile 5 ops (3 fills,
+    # the q copy, the division), and once stage_inputs' copy of the -inf scalar
     assert row["key_span"] == ({"start": [0, 0], "stop": [1, 1]} if causal else None)
     executions = load_json(out / "report.json")["cost"]["totals"]["executions"]
-    assert executions == (4 * 5 + 17 * 10 + 1 if causal else 4 * 5 + 15 * 16)
+    assert executions == (4 * 5 + 15 * 6 + 17 * 4 + 1 if causal else 4 * 5 + 15 * 16)
+    if causal:
+        assert row["key_loops"] == [
+            {"loop": "fa0.1.whole", "masked": False, "span": {"start": [0, 0], "stop": [1, 0]}},
+            {"loop": "fa0.1.edge1", "masked": True, "span": {"start": [1, 0], "stop": [1, 1]}}]
 
 
 def test_a_head_loop_outside_the_query_loop(tmp_path):
@@ -233,8 +238,11 @@ def test_a_sliding_window_runs_only_the_key_tiles_inside_it(tmp_path):
     (row,) = _rows(out)
     assert row["key_span"] == {"start": [1, -2], "stop": [1, 1]}
     ops = load_json(out / "report.json")["cost"]["ops"]
-    assert {o["executions"] for o in ops if o["name"] == "scaled_dot_product_attention__1"} \
-        == {1 + 2 + 3 * 6}
+    assert sum(o["executions"] for o in ops
+               if o["name"].startswith("scaled_dot_product_attention__1.")) == 1 + 2 + 3 * 6
+    # the first and last tile of each window are masked, the one between keeps every score
+    assert [(k["loop"], k["masked"]) for k in row["key_loops"]] == [
+        ("fa0.1.edge0", True), ("fa0.1.whole", False), ("fa0.1.edge1", True)]
     _no_full_scores(out, 1024, 1024)
 
 

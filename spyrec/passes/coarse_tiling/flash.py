@@ -327,25 +327,30 @@ def _constant_scalar(graph: Graph, name: str) -> float | None:
 
 
 def _keep_by_tile(graph, op, cond: str, tiles, nq: int, nk: int,
-                  values=None, writer=None) -> np.ndarray | None:
+                  values=None, writer=None, must: bool = False) -> np.ndarray | None:
     """[nq, nk]: whether tile (i, j) may keep a score (`_may_hold`'s interval evaluation of
     the mask), or None when the mask is not known at compile time. A tile shown to keep
     nothing is skipped; one that may keep something is run (masked, which is exact)."""
     if op is None:
         values = graph.constants.get(cond) if values is None else values
-        return None if values is None else _constant_by_tile(np.asarray(values), tiles, nq, nk)
-    value = _Intervals(graph, writer or {}, tiles, nq, nk).of(cond)
+        return None if values is None else \
+            _constant_by_tile(np.asarray(values), tiles, nq, nk, must)
+    value = _Intervals(graph, writer or {}, tiles, nq, nk, must).of(cond)
     return value if value is None or value.dtype == bool else None
 
 
-def _constant_by_tile(values: np.ndarray, tiles, nq: int, nk: int) -> np.ndarray | None:
+def _constant_by_tile(values: np.ndarray, tiles, nq: int, nk: int,
+                      must: bool = False) -> np.ndarray | None:
+    """Whether each tile pair of a constant mask keeps any score (`must`: every score)."""
     keep = values.astype(bool)
     if keep.ndim < 2:
         return None
-    keep = keep.reshape(-1, *keep.shape[-2:]).any(axis=0)
+    keep = keep.reshape(-1, *keep.shape[-2:])
+    keep = keep.all(axis=0) if must else keep.any(axis=0)
     if keep.shape != (nq * tiles.queries, nk * tiles.keys):
         return None
-    return keep.reshape(nq, tiles.queries, nk, tiles.keys).any(axis=(1, 3))
+    tiled = keep.reshape(nq, tiles.queries, nk, tiles.keys)
+    return tiled.all(axis=(1, 3)) if must else tiled.any(axis=(1, 3))
 
 
 class _Intervals:
@@ -355,8 +360,9 @@ class _Intervals:
     or of those (`minimum` / `maximum` of bools). Values are [nq, nk] arrays: (lo, hi) for
     numbers, may-hold for bools (dtype bool)."""
 
-    def __init__(self, graph, writer, tiles, nq: int, nk: int):
+    def __init__(self, graph, writer, tiles, nq: int, nk: int, must: bool = False):
         self.g, self.writer, self.tiles, self.nq, self.nk = graph, writer, tiles, nq, nk
+        self.must = must       # bools say whether a comparison holds everywhere in the tile
 
     def of(self, name: str):
         op = self.writer.get(name)
@@ -375,7 +381,7 @@ class _Intervals:
             return None
         a, b = args
         if op.op in _COMPARE and not _is_bool(a) and not _is_bool(b):
-            return _COMPARE[op.op](a, b)
+            return (_COMPARE_ALL if self.must else _COMPARE)[op.op](a, b)
         if op.op in ("minimum", "maximum") and _is_bool(a) and _is_bool(b):
             return a & b if op.op == "minimum" else a | b
         if op.op in ("add", "sub") and not _is_bool(a) and not _is_bool(b) and \
@@ -400,6 +406,12 @@ class _Intervals:
             lo, hi = _tile_bounds(vector, self.tiles.keys)
             return np.repeat(lo[None, :], self.nq, 0), np.repeat(hi[None, :], self.nq, 0)
         return None
+
+
+# does `a <op> b` hold for every pair of values in the two intervals
+_COMPARE_ALL = {"lesserequal": lambda a, b: a[1] <= b[0], "lesserthan": lambda a, b: a[1] < b[0],
+                "greaterequal": lambda a, b: a[0] >= b[1],
+                "greaterthan": lambda a, b: a[0] > b[1]}
 
 
 def _is_bool(x) -> bool:
@@ -433,6 +445,69 @@ def span_of(spans: list[range], nk: int) -> "TripSpan | None":
     if any(span.trips(i, nk) != sp and not (len(sp) == 0 and len(span.trips(i, nk)) == 0)
            for i, sp in enumerate(spans)):
         return None
+    return span
+
+
+def masking_ops(graph: Graph, site: AttentionSite) -> list[str]:
+    """The chain's `where3(keep, x, -inf)` ops (the ops that apply a boolean mask)."""
+    ops = {op.name: op for op in graph.ops if op.name in site.chain}
+    return [n for n in site.chain if ops[n].op == "where3" and len(ops[n].inputs) == 3
+            and _constant_scalar(graph, ops[n].inputs[2].buffer) == -math.inf]
+
+
+def _split_bodies(graph, site: AttentionSite, tiles, span, nq: int, nk: int) -> list[tuple]:
+    """The key loops of a masked attention: the tiles each query tile needs split into those
+    its mask keeps whole (run without the mask ops) and the edges before and after them
+    (run masked), each family a loop with its own affine span; one masked loop over the
+    needed tiles when the families are not affine (or with paged K/V, whose gathers share
+    the key loop with their readers)."""
+    single = [("", span, False)]
+    masking = masking_ops(graph, site)
+    if len(masking) != 1 or site.gathers:
+        return single
+    op = next(o for o in graph.ops if o.name == masking[0])
+    writer = {o.output.buffer: o for o in graph.ops if o.name in site.masks}
+    cond = op.inputs[0].buffer
+    some = _keep_by_tile(graph, writer.get(cond), cond, tiles, nq, nk, writer=writer)
+    every = _keep_by_tile(graph, writer.get(cond), cond, tiles, nq, nk, writer=writer,
+                          must=True)
+    if some is None or every is None or not every.any():
+        return single
+    families: list[list[range]] = [[], [], []]
+    for i in range(nq):
+        needed = np.flatnonzero(some[i])
+        lo, hi = (int(needed[0]), int(needed[-1]) + 1) if needed.size else (0, 0)
+        whole = np.flatnonzero(every[i][lo:hi]) + lo
+        f_lo, f_hi = (int(whole[0]), int(whole[-1]) + 1) if whole.size else (lo, lo)
+        if whole.size and whole.size != f_hi - f_lo:
+            return single
+        for family, r in zip(families, (range(lo, f_lo), range(f_lo, f_hi), range(f_hi, hi))):
+            family.append(r)
+    bodies = []
+    for suffix, family, elide in zip((".edge0", ".whole", ".edge1"), families,
+                                     (False, True, False)):
+        if all(len(r) == 0 for r in family):
+            continue
+        fitted = _fit_span(family, nk)
+        if fitted is None:
+            return single
+        bodies.append((suffix, fitted, elide))
+    return bodies
+
+
+def _fit_span(ranges: list[range], nk: int) -> "TripSpan | None":
+    """The affine trip span giving exactly `ranges` (an empty range: no trips), or None."""
+    lines = []
+    for ends in ([r.start for r in ranges], [r.stop for r in ranges]):
+        line = _fit(ends, nk)
+        if line is None:
+            return None
+        lines.append(line)
+    span = TripSpan(*lines)
+    for i, r in enumerate(ranges):
+        got = span.trips(i, nk)
+        if (list(got) if len(got) else []) != list(r):
+            return None
     return span
 
 
@@ -502,7 +577,14 @@ class _Rewrite:
         # masks say so at compile time; None: all of them
         spans = key_spans(graph, site, tiles) if self.nq > 1 else None
         self.span = span_of(spans, self.nk) if spans is not None else None
+        self.needed = self.span
+        # the where3 ops of the chain that apply a mask, and the key loops to emit: (op name
+        # suffix, span, whether its tiles keep every score so the masking is left out)
+        self.masking = masking_ops(graph, site)
+        self.bodies = _split_bodies(graph, site, tiles, self.span, self.nq, self.nk) \
+            if spans is not None and self.masking else [("", self.span, False)]
         self.tile_of: dict[str, Buffer] = {}     # full buffer -> the per-tile buffer replacing it
+        self.body_key = ""                       # the key loop being emitted (`bodies`)
         self.sparse: dict[str, str] = {}         # block table -> its one-entry-per-stick copy
         self.before: list[Operation] = []        # ops ahead of the loops (those copies)
         self.added: list[str] = []
@@ -515,8 +597,8 @@ class _Rewrite:
         than one), and at depth 2 the key tiles, whose trip span follows the query loop."""
         heads = (Loop(self.nh, (hv,) if hv else (), f"{self.key}.h"),) if self.nh > 1 else ()
         outer = (Loop(self.nq, (qv,) if qv else (), f"{self.key}.0"),) if self.nq > 1 else ()
-        inner = (Loop(self.nk, (kv,) if kv else (), f"{self.key}.1", self.span),) \
-            if depth == 2 else ()
+        inner = (Loop(self.nk, (kv,) if kv else (), f"{self.key}.1{self.body_key}",
+                      self.span),) if depth == 2 else ()
         return heads + outer + inner
 
     def head_var(self, op: Operation) -> str | None:
@@ -634,43 +716,62 @@ class _Rewrite:
             self.tile_of[full.name] = self.tile_buffer(
                 f"{full.name}__tile", full, self.shape(full.host_size, self.tiles.keys),
                 full.host_dtype)
-        for n in sorted(s.masks, key=list(s.ops).index):
-            o = ops[n]
-            d = _dim_vars(g.buffers[o.output.buffer], o)
-            seq.append(self.tiled(o, d[-2], d[-1]))
-        seq.append(self.tiled(scores, sq, sk))
-        for n in s.chain:
-            o = ops[n]
-            d = _dim_vars(g.buffers[o.output.buffer], o)
-            seq.append(self.tiled(o, d[-2], d[-1]))
-        top = ops[s.row_max]
-        seq.append(self.tiled(top, _dim_vars(row_buf, top)[-2], top.reduced[0]))
-        tm = self.tile_of[top.output.buffer]
-        seq += [row_op(mn.name, "maximum", (at_rows(m), at_rows(tm)), at_rows(mn)),
-                row_op(dm.name, "sub", (at_rows(m), at_rows(mn)), at_rows(dm)),
-                row_op(alpha.name, "exp", (at_rows(dm),), at_rows(alpha))]
-        # x - max reads the running max instead of this tile's (or the guarded) max
-        shifted = ops[s.shifted]
-        d = _dim_vars(g.buffers[shifted.output.buffer], shifted)
-        self.tile_of[shifted.inputs[1].buffer] = mn
-        seq.append(self.tiled(shifted, d[-2], d[-1]))
-        e = ops[s.exp]
-        seq.append(self.tiled(e, d[-2], d[-1]))
-        total = ops[s.row_sum]
-        seq.append(self.tiled(total, _dim_vars(g.buffers[total.output.buffer], total)[-2], total.reduced[0]))
-        ts = self.tile_of[total.output.buffer]
-        seq += [row_op(lt.name, "mul", (at_rows(l), at_rows(alpha)), at_rows(lt)),
-                row_op(f"{l.name}.update", "add", (at_rows(lt), at_rows(ts)), at_rows(l))]
-        # probs @ v becomes exp @ v into an fp32 tile (the division waits for the end)
-        self.tile_of[out_buf.name] = pv
-        product = replace(out, name=pv.name, inputs=(Access(e.output.buffer,
-                                                            out.inputs[0].index),
-                                                     *out.inputs[1:]))
-        seq.append(self.tiled(product, qv, out.reduced[0]))
-        del self.tile_of[out_buf.name]
-        seq += [wide_op(at.name, "mul", (at_wide(acc), at_rows(alpha)), at_wide(at)),
-                wide_op(f"{acc.name}.update", "add", (at_wide(at), at_wide(pv)), at_wide(acc)),
-                row_op(f"{m.name}.update", "identity", (at_rows(mn),), at_rows(m))]
+        def inner_ops(elide: bool) -> list[Operation]:
+            """One key loop's ops; `elide`: its tiles keep every score, so the masks and
+            the where3 applying them are left out (x is the unmasked scores)."""
+            ops_ = []
+            masking = set(self.masking) if elide else set()
+            saved = dict(self.tile_of)
+            for n in masking:
+                w = ops[n]
+                self.tile_of[w.output.buffer] = self.tile_of[w.inputs[1].buffer]
+            if not elide:
+                for n in sorted(s.masks, key=list(s.ops).index):
+                    o = ops[n]
+                    d = _dim_vars(g.buffers[o.output.buffer], o)
+                    ops_.append(self.tiled(o, d[-2], d[-1]))
+            ops_.append(self.tiled(scores, sq, sk))
+            for n in s.chain:
+                if n in masking:
+                    continue
+                o = ops[n]
+                d = _dim_vars(g.buffers[o.output.buffer], o)
+                ops_.append(self.tiled(o, d[-2], d[-1]))
+            top = ops[s.row_max]
+            ops_.append(self.tiled(top, _dim_vars(row_buf, top)[-2], top.reduced[0]))
+            tm = self.tile_of[top.output.buffer]
+            ops_ += [row_op(mn.name, "maximum", (at_rows(m), at_rows(tm)), at_rows(mn)),
+                     row_op(dm.name, "sub", (at_rows(m), at_rows(mn)), at_rows(dm)),
+                     row_op(alpha.name, "exp", (at_rows(dm),), at_rows(alpha))]
+            # x - max reads the running max instead of this tile's (or the guarded) max
+            shifted = ops[s.shifted]
+            d = _dim_vars(g.buffers[shifted.output.buffer], shifted)
+            self.tile_of[shifted.inputs[1].buffer] = mn
+            ops_.append(self.tiled(shifted, d[-2], d[-1]))
+            e = ops[s.exp]
+            ops_.append(self.tiled(e, d[-2], d[-1]))
+            total = ops[s.row_sum]
+            ops_.append(self.tiled(total, _dim_vars(g.buffers[total.output.buffer],
+                                                    total)[-2], total.reduced[0]))
+            ts = self.tile_of[total.output.buffer]
+            ops_ += [row_op(lt.name, "mul", (at_rows(l), at_rows(alpha)), at_rows(lt)),
+                     row_op(f"{l.name}.update", "add", (at_rows(lt), at_rows(ts)), at_rows(l))]
+            # probs @ v becomes exp @ v into an fp32 tile (the division waits for the end)
+            self.tile_of[out_buf.name] = pv
+            product = replace(out, name=pv.name, inputs=(Access(e.output.buffer,
+                                                                out.inputs[0].index),
+                                                         *out.inputs[1:]))
+            ops_.append(self.tiled(product, qv, out.reduced[0]))
+            ops_ += [wide_op(at.name, "mul", (at_wide(acc), at_rows(alpha)), at_wide(at)),
+                     wide_op(f"{acc.name}.update", "add", (at_wide(at), at_wide(pv)),
+                             at_wide(acc)),
+                     row_op(f"{m.name}.update", "identity", (at_rows(mn),), at_rows(m))]
+            self.tile_of = saved
+            return ops_
+
+        for suffix, span, elide in self.bodies:
+            self.span, self.body_key = span, suffix
+            seq += [replace(o, name=o.name + suffix) for o in inner_ops(elide)]
         divisor = l
         if s.safe:
             divisor = row_tile("sumsafe")
@@ -684,8 +785,12 @@ class _Rewrite:
                 "queries": s.queries, "keys": s.keys, "query_tile": self.tiles.queries,
                 "key_tile": self.tiles.keys, "head_tile": self.heads,
                 "loops": [self.nq, self.nk], "head_loop": self.nh,
-                "key_span": None if self.span is None else
-                {"start": list(self.span.start), "stop": list(self.span.stop)},
+                "key_span": None if self.needed is None else
+                {"start": list(self.needed.start), "stop": list(self.needed.stop)},
+                "key_loops": [{"loop": f"{self.key}.1{suffix}", "masked": not elide,
+                               "span": None if span is None else
+                               {"start": list(span.start), "stop": list(span.stop)}}
+                              for suffix, span, elide in self.bodies],
                 "safe_softmax": s.safe, "per_tile": list(self.added)}
 
     def gather_tile(self, gather: Operation, reader: Operation, kv: str) -> Operation:
