@@ -251,7 +251,7 @@ def test_given_tiles_over_lx_or_the_loop_limit_are_refused(tmp_path):
     core's LX (the need is named), and no loop may count more than 65,535 trips."""
     from spyrec.errors import ConfigError
     from spyrec.passes.coarse_tiling.attention import given_tiles
-    from spyrec.passes.coarse_tiling.flash import AttentionSite
+    from spyrec.passes.coarse_tiling.flash_site import AttentionSite
     from tests.programs import compile_pt2, export
 
     q, k, v = _qkv(1, 8, 8, 1024, 1024, 64)

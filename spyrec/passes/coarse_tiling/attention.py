@@ -24,7 +24,8 @@ from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
 from spyrec.passes.coarse_tiling.auto import hbm_bytes, subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
-from spyrec.passes.coarse_tiling.flash import AttentionSite, FlashTiles, find_sites, rewrite
+from spyrec.passes.coarse_tiling.flash import rewrite
+from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, find_sites
 from spyrec.plan.core_splits import divide_work, planned_time_us
 from spyrec.plan.lx_placement import apply_lx, place_lx
 from spyrec.plan.staging import stage_inputs

@@ -1,0 +1,257 @@
+"""The attention pattern the flash rewrite takes (flash.py), found in the untiled IR.
+
+`softmax(chain(q @ kᵀ)) @ v`: what the front end makes of `scaled_dot_product_attention`
+and what a model's own `softmax(q @ k.T * scale + mask) @ v` lowers to. The matcher accepts
+only the shape the rewrite can take exactly and leaves anything else materialized: every
+intermediate read only inside the pattern, one reduced var per reduction, scores
+[..., S, L] with the max and sum kept as [..., S, 1]. With it come the ops computing a
+[.., S, L] mask operand of the chain (recomputed per tile) and the copies gathering K or V
+pages through a block table (gathered per key tile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spyrec.indexing import Var
+from spyrec.indexing.coordinates import host_coordinates
+from spyrec.indexing.simplify import simplify_lin
+from spyrec.ir import Buffer, Graph, Operation
+
+FLT_MAX = float(np.finfo(np.float32).max)
+# elementwise ops that may sit between q @ kᵀ and the softmax (scale, masks, casts)
+CHAIN_OPS = ("mul", "add", "sub", "realdiv", "where3", "identity", "maximum", "minimum")
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One matched `softmax(chain(q @ kᵀ)) @ v`: its ops by role (names), in program order
+    in `ops`, and its sizes."""
+
+    ops: tuple[str, ...]
+    scores: str                 # q @ kᵀ (batchmatmul)
+    chain: tuple[str, ...]      # elementwise ops from the scores to x, in order
+    row_max: str                # max(x) over the keys
+    max_guard: str | None       # maximum(row max, -FLT_MAX) of the safe softmax
+    shifted: str                # x - max
+    exp: str
+    row_sum: str
+    sum_guard: str | None       # maximum(row sum, 1) of the safe softmax
+    probs: str                  # exp / sum
+    out: str                    # probs @ v (batchmatmul)
+    queries: int                # S
+    keys: int                   # L
+    heads: int                  # H (the scores' dim -3; 1 without one)
+    head_dim: int               # E of q @ kᵀ
+    value_dim: int              # Ev of probs @ v
+    # copies gathering K or V (pages of a paged cache through a block table) read only by
+    # q @ kᵀ or probs @ v: each key tile gathers its own pages inside the key loop
+    gathers: tuple[str, ...] = ()
+    source: str = ""            # the attention's source line, for messages
+    # elementwise ops computing a [.., S, L] mask operand of the chain (a causal or window
+    # mask compared from position vectors): recomputed per tile inside the key loop, so the
+    # mask is never written whole
+    masks: tuple[str, ...] = ()
+
+    @property
+    def safe(self) -> bool:
+        return self.sum_guard is not None
+
+    @property
+    def named(self) -> str:
+        """How messages name the attention: its op and source line."""
+        return f"op {self.out}" + (f" ({self.source})" if self.source else "")
+
+
+# --- matching -------------------------------------------------------------------------------
+
+
+def find_sites(graph: Graph) -> list[AttentionSite]:
+    """Every attention pattern of the untiled program that the rewrite can take."""
+    writer = {op.output.buffer: op for op in graph.ops}
+    readers: dict[str, list[Operation]] = {}
+    for op in graph.ops:
+        for a in op.reads():
+            readers.setdefault(a.buffer, [])
+            if op not in readers[a.buffer]:
+                readers[a.buffer].append(op)
+    kept = set(graph.outputs) | set(graph.mutated_buffers.values())
+    sites = []
+    for op in graph.ops:
+        site = _match(graph, op, writer, readers, kept)
+        if site is not None:
+            sites.append(site)
+    return sites
+
+
+def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
+    """The site whose last op is `out` (probs @ v), or None."""
+    def only(buf: str, *users: Operation) -> bool:
+        """`buf` is an intermediate read by exactly `users`."""
+        return buf not in kept and graph.buffers[buf].role == "intermediate" and \
+            {id(o) for o in readers.get(buf, [])} == {id(u) for u in users}
+
+    def made_by(buf: str, kind: str) -> Operation | None:
+        op = writer.get(buf)
+        return op if op is not None and op.op == kind and not op.loops and \
+            not op.index_inputs else None
+
+    def guarded(buf: str, scalar: float) -> tuple[Operation | None, Operation | None]:
+        """(the guard maximum(x, scalar) writing `buf`, or None; the op under it)."""
+        op = writer.get(buf)
+        if op is not None and op.op == "maximum" and _scalar(op) == scalar:
+            return op, writer.get(op.inputs[0].buffer)
+        return None, op
+
+    if out.op != "batchmatmul" or out.loops or len(out.reduced) != 1 or out.index_inputs:
+        return None
+    probs = made_by(out.inputs[0].buffer, "realdiv")
+    if probs is None or len(probs.inputs) != 2 or not only(probs.output.buffer, out):
+        return None
+    exp = made_by(probs.inputs[0].buffer, "exp")
+    sum_guard, total = guarded(probs.inputs[1].buffer, 1.0)
+    if exp is None or total is None or total.op != "sum" or len(total.reduced) != 1 or \
+            total.inputs[0].buffer != exp.output.buffer:
+        return None
+    shifted = made_by(exp.inputs[0].buffer, "sub")
+    if shifted is None or len(shifted.inputs) != 2:
+        return None
+    x_buf = shifted.inputs[0].buffer
+    max_guard, top = guarded(shifted.inputs[1].buffer, -FLT_MAX)
+    if top is None or top.op != "max" or len(top.reduced) != 1 or \
+            top.inputs[0].buffer != x_buf:
+        return None
+    uses_ok = (only(exp.output.buffer, total, probs) and only(shifted.output.buffer, exp)
+               and only(x_buf, top, shifted)
+               and only(total.output.buffer, sum_guard or probs)
+               and (sum_guard is None or only(sum_guard.output.buffer, probs))
+               and only(top.output.buffer, max_guard or shifted)
+               and (max_guard is None or only(max_guard.output.buffer, shifted)))
+    if not uses_ok:
+        return None
+    chain, scores = _chain_back(graph, writer.get(x_buf), writer, only)
+    if scores is None:
+        return None
+    x = graph.buffers[x_buf]
+    out_buf = graph.buffers[out.output.buffer]
+    rows = x.host_size[:-1] + (1,)
+    if len(x.host_size) < 2 or graph.buffers[top.output.buffer].host_size != rows or \
+            graph.buffers[total.output.buffer].host_size != rows or \
+            out_buf.host_size[:-1] != x.host_size[:-1]:
+        return None
+    members = [scores, *chain, top, *([max_guard] if max_guard else []), shifted, exp,
+               total, *([sum_guard] if sum_guard else []), probs, out]
+    if not all(dim_vars(graph.buffers[op.output.buffer], op) is not None
+               for op in members):
+        return None
+    masks = _mask_ops(graph, chain, writer, only, x.host_size[-2:])
+    members += masks
+    gathers = [g for g in (_gather_of(graph, scores, writer, only),
+                           _gather_of(graph, out, writer, only)) if g is not None]
+    members += gathers
+    order = {id(op): i for i, op in enumerate(graph.ops)}
+    return AttentionSite(
+        tuple(m.name for m in sorted(members, key=lambda m: order[id(m)])), scores.name,
+        tuple(c.name for c in chain), top.name, max_guard.name if max_guard else None,
+        shifted.name, exp.name, total.name, sum_guard.name if sum_guard else None,
+        probs.name, out.name, x.host_size[-2], x.host_size[-1],
+        x.host_size[-3] if len(x.host_size) >= 3 else 1,
+        dict(scores.ranges)[scores.reduced[0]], out_buf.host_size[-1],
+        tuple(g.name for g in gathers), out.source or "", tuple(m.name for m in masks))
+
+
+def _mask_ops(graph, chain: list[Operation], writer, only, rows_keys) -> list[Operation]:
+    """The elementwise ops that compute the chain's [.., S, L] operands (and theirs), each
+    read by one op of the site only; smaller operands (position vectors) stay outside."""
+    found: list[Operation] = []
+    todo = list(chain)
+    while todo:
+        user = todo.pop()
+        for a in user.inputs:
+            op = writer.get(a.buffer)
+            buf = graph.buffers[a.buffer]
+            if op is None or op in chain or op in found or op.reduced or op.index_inputs \
+                    or op.loops or op.op == "batchmatmul" or buf.host_size[-2:] != rows_keys \
+                    or not only(a.buffer, user) or dim_vars(buf, op) is None:
+                continue
+            found.append(op)
+            todo.append(op)
+    return found
+
+
+def _gather_of(graph, matmul: Operation, writer, only) -> Operation | None:
+    """The gathering copy (an `identity` reading through index tensors) that writes the
+    second operand of `matmul` and nothing else reads, or None."""
+    op = writer.get(matmul.inputs[1].buffer)
+    if op is None or op.op != "identity" or not op.index_inputs or op.loops or \
+            not only(op.output.buffer, matmul) or \
+            dim_vars(graph.buffers[op.output.buffer], op) is None:
+        return None
+    return op
+
+
+def _scalar(op: Operation) -> float | None:
+    """The scalar of a one-input binary op (`scalar` constant), else None."""
+    if len(op.inputs) != 1 or "scalar" not in op.constants:
+        return None
+    return float(op.constants["scalar"])
+
+
+def _chain_back(graph, op, writer, only) -> tuple[list[Operation], Operation | None]:
+    """From the op writing x back to q @ kᵀ: the elementwise ops in program order and the
+    batchmatmul; (…, None) when the path holds anything else."""
+    chain: list[Operation] = []
+    x_shape = graph.buffers[op.output.buffer].host_size if op is not None else None
+    while op is not None and not op.loops:
+        if op.op == "batchmatmul":
+            if len(op.reduced) != 1 or op.index_inputs or \
+                    graph.buffers[op.output.buffer].host_size != x_shape:
+                return chain, None
+            return chain[::-1], op
+        if op.op not in CHAIN_OPS or op.reduced or op.index_inputs:
+            return chain, None
+        carried = [a for a in op.inputs if a.buffer in writer and
+                   graph.buffers[a.buffer].host_size == x_shape and
+                   writer[a.buffer].op in CHAIN_OPS + ("batchmatmul",)]
+        if len(carried) != 1 or not only(carried[0].buffer, op):
+            return chain, None
+        chain.append(op)
+        op = writer[carried[0].buffer]
+    return chain, None
+
+
+def dim_vars(buf: Buffer, op: Operation) -> tuple[str | None, ...] | None:
+    """Per host dim of `buf` (written by `op`), the var the output index walks it with
+    (None: a size-1 dim), or None when a dim is not one plain var."""
+    out = []
+    coords = host_coordinates(buf.host_size, buf.host_strides, op.output.index)
+    for size, c in zip(buf.host_size, coords):
+        c = simplify_lin(c, op.var_ranges)
+        atom = c.as_atom()
+        if size == 1 and c.is_const:
+            out.append(None)
+        elif isinstance(atom, Var):
+            out.append(atom.name)
+        else:
+            return None
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class FlashTiles:
+    """Rows of a query tile, keys of a key tile, and heads of a head tile (0: every head, no
+    head loop). A head loop outside the query loop lets a query tile hold more rows of fewer
+    heads: the cores sharing a head then read each K/V tile once between them (the broadcast
+    cohort), so K and V are re-read once per query tile of S / query rows, not of the LX."""
+
+    queries: int
+    keys: int
+    heads: int = 0
+
+    def counts(self, site: AttentionSite) -> tuple[int, int]:
+        return site.queries // self.queries, site.keys // self.keys
+
+
+__all__ = ["AttentionSite", "FlashTiles", "find_sites", "dim_vars", "FLT_MAX"]
