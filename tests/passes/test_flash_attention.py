@@ -28,6 +28,14 @@ def _qkv(b, h, hk, s, l, e, dtype=torch.float16, seed=0):
     return q, k, v
 
 
+def _sdpa_pt2(tmp_path, q, k, v):
+    """An exported plain sdpa of q, k, v."""
+    from tests.programs import export
+
+    return export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
+                  (q, k, v))
+
+
 def _rows(out) -> list[dict]:
     return load_json(out / "report.json")["attention"]
 
@@ -142,11 +150,9 @@ def test_auto_takes_flash_where_the_scores_exceed_lx_with_tiles_that_fit(tmp_pat
 
 def test_given_tiles_that_do_not_divide_are_refused(tmp_path):
     from spyrec.errors import ConfigError
-    from tests.programs import compile_pt2, export
+    from tests.programs import compile_pt2
 
-    q, k, v = _qkv(1, 2, 2, 256, 256, 64)
-    pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
-                 (q, k, v))
+    pt2 = _sdpa_pt2(tmp_path, *_qkv(1, 2, 2, 256, 256, 64))
     with pytest.raises(ConfigError, match=r"attention query_tile=96 does not divide the 256 "
                                           r"queries of op scaled_dot_product_attention "
                                           r"\(programs.py:\d+ in forward\); "
@@ -252,11 +258,9 @@ def test_given_tiles_over_lx_or_the_loop_limit_are_refused(tmp_path):
     from spyrec.errors import ConfigError
     from spyrec.passes.coarse_tiling.attention import given_tiles
     from spyrec.passes.coarse_tiling.flash_site import AttentionSite
-    from tests.programs import compile_pt2, export
+    from tests.programs import compile_pt2
 
-    q, k, v = _qkv(1, 8, 8, 1024, 1024, 64)
-    pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
-                 (q, k, v))
+    pt2 = _sdpa_pt2(tmp_path, *_qkv(1, 8, 8, 1024, 1024, 64))
     with pytest.raises(ConfigError, match=r"attention tiles of 1024 queries x 1024 keys x 8 "
                                           r"heads of op scaled_dot_product_attention "
                                           r"\(programs.py:\d+ in forward\) need "
