@@ -273,7 +273,7 @@ COLUMNS = [("program", "{:<22}"), ("ops", "{:>5}"), ("compile_s", "{:>9.1f}"),
            ("hbm_bytes", "{:>16,.0f}"), ("compulsory", "{:>14,.0f}"),
            ("traffic_ratio", "{:>13.2f}")]
 SIMULATE_COLUMNS = [("run_s", "{:>7.1f}"), ("check", "{:>5}")]
-VERDICT_COLUMNS = [("target", "{:<45}"), ("status", "{}")]
+VERDICT_COLUMNS = [("target", "{:<45}"), ("status", "{:<}")]
 
 
 def table(rows: list[dict], simulate: bool = False) -> str:

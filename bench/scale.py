@@ -257,9 +257,14 @@ COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f
 
 
 def table(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:
-    """`rows` as a fixed-width table of `columns` ((key, format) pairs), a header first."""
-    head = " ".join(f"{name:>{len(fmt.format(rows[0][name])) if rows else 8}}"
-                    if name != "program" else f"{name:<22}" for name, fmt in columns)
+    """`rows` as a fixed-width table of `columns` ((key, format) pairs), a header first, each
+    name aligned as its column's values ("{:<...}" left, else right)."""
+    def title(name: str, fmt: str) -> str:
+        if name == "program":
+            return f"{name:<22}"
+        width = len(fmt.format(rows[0][name])) if rows else 8
+        return name.ljust(width) if fmt.startswith("{:<") else name.rjust(width)
+    head = " ".join(title(name, fmt) for name, fmt in columns)
     lines = [head]
     lines += [" ".join(fmt.format(r[name]) for name, fmt in columns) for r in rows]
     return "\n".join(lines)
