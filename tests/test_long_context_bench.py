@@ -47,4 +47,5 @@ def test_a_process_past_its_time_limit_is_a_cause():
 def test_a_failed_compile_is_a_row_with_the_errors_line():
     row = long_context.empty_row(long_context.Program("prefill", 32768, 32), "compile: timeout 60 s")
     assert row["program"] == "prefill_32k" and row["status"] == "compile: timeout 60 s"
+    assert row["target"] == "est<=1.3x roof, traffic<=1.5x comp, compile<=5s"
     assert "prefill_32k" in long_context.table([row])
