@@ -33,7 +33,7 @@ row, with the cause in the last column (a failed `--simulate` run: in the check 
 
 Usage: `python bench/long_context.py [--sizes 4096,8192,32768] [--decode-sizes 8192,32768]
 [--paged-sizes 32768] [--pages 64,128] [--kinds prefill,gqa,decode,paged] [--timeout 600]
-[--simulate] [--tiling auto] [--keep DIR] [--json FILE]`. `--simulate` also runs
+[--simulate] [--max-rss-gb 8] [--tiling auto] [--keep DIR] [--json FILE]`. `--simulate` also runs
 `spyrec run --check` on the programs whose fp32 scores fit a quarter of `--max-rss-gb`.
 Exports of 32K tokens are large (each input 268 MB): they live in a temporary directory,
 deleted at the end unless `--keep DIR`.
@@ -288,8 +288,8 @@ def table(rows: list[dict], simulate: bool = False) -> str:
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Export, compile and measure every program of `args`; the rows, in order."""
-    todo = programs(args.kinds.split(","), sizes(args.sizes), sizes(args.decode_sizes),
-                    sizes(args.paged_sizes), sizes(args.pages))
+    todo = programs(args.kinds.split(","), int_list(args.sizes), int_list(args.decode_sizes),
+                    int_list(args.paged_sizes), int_list(args.pages))
     work = args.keep or Path(tempfile.mkdtemp(prefix="spyrec-long-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -310,7 +310,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def sizes(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s]
 
 
