@@ -25,6 +25,8 @@ compile_s); report.json and manifest.json give:
   and its output written once (bench/hardware_plans.py's count, less the constants the
   lowering makes, such as the causal-mask table: the programs have no weights), and for
   paged decode only the pages the block table selects (plus the table), not the pools;
+- attention: "flash QxK" (the query and key tiles) where coarse_tiling made the attention
+  counted tile loops with an online softmax (report.json `attention`), else "materialized";
 - target: issue 29's, judged against roof_us (the issue's bound): prefill est <= 1.3 x roof
   and traffic <= 1.5 x compulsory (and compile <= 5 s at 32K); decode est <= 1.2 x roof;
   paged traffic <= 1.2 x compulsory.
@@ -33,8 +35,10 @@ row, with the cause in the last column (a failed `--simulate` run: in the check 
 
 Usage: `python bench/long_context.py [--sizes 4096,8192,32768] [--decode-sizes 8192,32768]
 [--paged-sizes 32768] [--pages 64,128] [--kinds prefill,gqa,decode,paged] [--timeout 600]
-[--simulate] [--max-rss-gb 8] [--tiling auto] [--keep DIR] [--json FILE]`. `--simulate` also runs
-`spyrec run --check` on the programs whose fp32 scores fit a quarter of `--max-rss-gb`.
+[--simulate] [--max-rss-gb 8] [--tiling auto] [--set PASS.OPTION=VALUE] [--keep DIR]
+[--json FILE]`. `--simulate` also runs `spyrec run --check` (run_s, check) on the programs
+whose device memory (manifest.json `hbm_bytes`, what the simulator allocates) fits a quarter
+of `--max-rss-gb`.
 Exports of 32K tokens are large (each input 268 MB): they live in a temporary directory,
 deleted at the end unless `--keep DIR`.
 """
@@ -60,7 +64,6 @@ import scale  # noqa: E402
 
 PY = sys.executable
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
-FP32_BYTES = 4
 TARGETS = {"prefill": (1.3, 1.5), "decode": (1.2, None), "paged": (None, 1.2)}
 PREFILL_COMPILE_S = 5.0      # the issue's compile target, at 32K tokens
 COMPILE_TARGET_TOKENS = 32768
@@ -93,10 +96,6 @@ class Program:
         """The share of the scores on or under the diagonal: all of a decode step's."""
         n = self.tokens
         return (n + 1) / (2 * n) if self.kind == "prefill" else 1.0
-
-    def scores_bytes(self) -> int:
-        """The fp32 scores the simulator materializes (the whole [heads, queries, keys])."""
-        return HEADS * self.queries * self.tokens * FP32_BYTES
 
 
 def programs(kinds: list[str], sizes: list[int], decode_sizes: list[int],
@@ -218,7 +217,7 @@ def empty_row(program: Program, status: str) -> dict:
     return {"program": program.name, "ops": nan, "compile_s": nan, "est_us": nan,
             "roof_us": nan, "causal_us": nan, "est_roof": nan, "est_causal": nan,
             "hbm_bytes": nan, "compulsory": nan, "traffic_ratio": nan, "run_s": nan,
-            "check": "-", "target": target_text(program), "status": status}
+            "check": "-", "attention": "-", "footprint": nan, "target": target_text(program), "status": status}
 
 
 def measure(program: Program, out: Path, compile_s: float) -> dict:
@@ -233,9 +232,18 @@ def measure(program: Program, out: Path, compile_s: float) -> dict:
     row = {**empty_row(program, ""), "ops": report["ops"], "compile_s": compile_s,
            "est_us": totals["time_us"], "roof_us": roof, "causal_us": causal,
            "est_roof": totals["time_us"] / roof, "est_causal": totals["time_us"] / causal,
-           "hbm_bytes": hbm, "compulsory": need, "traffic_ratio": hbm / need}
+           "hbm_bytes": hbm, "compulsory": need, "traffic_ratio": hbm / need,
+           "attention": attention_form(report), "footprint": manifest["hbm_bytes"]}
     row["status"] = judged(program, row)
     return row
+
+
+def attention_form(report: dict) -> str:
+    """How the program's attention was compiled: "flash QxK" (query and key tile) per site
+    coarse_tiling rewrote as counted tile loops (report.json `attention`), else
+    "materialized" (the whole scores)."""
+    sites = report.get("attention") or []
+    return " ".join(f"flash {s['query_tile']}x{s['key_tile']}" for s in sites) or "materialized"
 
 
 def simulated(work: Path, program: Program, out: Path, timeout_s: float,
@@ -257,6 +265,7 @@ def bench_one(work: Path, program: Program, args: argparse.Namespace) -> dict:
         return empty_row(program, "export failed")
     cmd = [PY, "-m", "spyrec", "compile", str(pt2), "-o", str(out), "-q"]
     cmd += ["--tiling", args.tiling] if args.tiling else []
+    cmd += [word for option in args.set for word in ("--set", option)]
     try:
         compile_s, rss = scale.measured(cmd, f"spyrec compile of {program.name}",
                                         args.max_rss_gb, timeout_s=args.timeout)
@@ -265,7 +274,7 @@ def bench_one(work: Path, program: Program, args: argparse.Namespace) -> dict:
     if rss == float("inf"):
         return empty_row(program, f"compile: memory > {args.max_rss_gb:g} GB")
     row = measure(program, out, compile_s)
-    if args.simulate and program.scores_bytes() <= args.max_rss_gb * (1 << 30) / 4:
+    if args.simulate and row["footprint"] <= args.max_rss_gb * (1 << 30) / 4:
         row["run_s"], row["check"] = simulated(work, program, out, args.timeout,
                                                args.max_rss_gb)
     if not args.keep:
@@ -279,7 +288,7 @@ COLUMNS = [("program", "{:<22}"), ("ops", "{:>5}"), ("compile_s", "{:>9.1f}"),
            ("hbm_bytes", "{:>16,.0f}"), ("compulsory", "{:>14,.0f}"),
            ("traffic_ratio", "{:>13.2f}")]
 SIMULATE_COLUMNS = [("run_s", "{:>7.1f}"), ("check", "{:>5}")]
-VERDICT_COLUMNS = [("target", "{:<45}"), ("status", "{:<}")]
+VERDICT_COLUMNS = [("attention", "{:<16}"), ("target", "{:<45}"), ("status", "{:<}")]
 
 
 def table(rows: list[dict], simulate: bool = False) -> str:
@@ -327,6 +336,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--simulate", action="store_true",
                     help="also `spyrec run --check` the programs small enough to simulate")
     ap.add_argument("--tiling", default=None, help="passed to spyrec compile (e.g. auto)")
+    ap.add_argument("--set", action="append", default=[], metavar="PASS.OPTION=VALUE",
+                    help="passed to spyrec compile (e.g. coarse_tiling.attention=never)")
     ap.add_argument("--keep", type=Path, default=None,
                     help="export and compile into this directory and keep it")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
@@ -338,7 +349,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = run(args)
     print(f"roof_us = max(compulsory / {hardware_plans.DEFAULT_PARAMS.hbm_bytes_per_s / 1e9:g} "
           f"GB/s, flops / PT peak) + bundle launch; causal_us counts only the flops on and "
-          f"under the diagonal; tiling {args.tiling or 'default pipeline'}")
+          f"under the diagonal; tiling {args.tiling or 'default pipeline'}"
+          f"{''.join(' --set ' + o for o in args.set)}")
     print(table(rows, args.simulate))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

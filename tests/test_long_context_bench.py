@@ -2,6 +2,7 @@
 a paged decode step), with the compulsory bytes it must count, and a process past its time
 limit reported as a cause, not a crash."""
 
+import re
 import sys
 
 from bench import long_context, scale
@@ -25,6 +26,7 @@ def test_the_table_counts_the_programs_bytes_and_judges_the_targets(capsys):
         assert row["ops"] > 0 and row["est_us"] > row["roof_us"] * 0.99
         assert row["traffic_ratio"] == row["hbm_bytes"] / row["compulsory"]
         assert row["status"] == "met" or row["status"].startswith("not met: ")
+        assert re.fullmatch(r"materialized|(flash \d+x\d+ ?)+", row["attention"])
     assert prefill["target"] == "est<=1.3x roof, traffic<=1.5x comp"
     assert paged["target"] == "traffic<=1.2x comp"
     # (256 + 1) / 512 of the flops: a compute-bound bound would be lower, this one is memory's
