@@ -17,10 +17,13 @@ Each is exported in a fresh process and compiled by `spyrec compile` in another 
 compile_s); report.json and manifest.json give:
 - est_us: the cost model's estimate (`cost.totals.time_us`);
 - roof_us: max(compulsory / HBM bandwidth, flops / PT peak) + one bundle launch
-  (bench/hardware_plans.py's bound; flops are the compiled program's, as the report counts
-  them); causal_us: the same with only the flops on and under the diagonal (a fraction
-  (N+1)/2N of a causal prefill's, all of a decode's): the bound of a kernel that skips the
-  masked tiles;
+  (bench/hardware_plans.py's bound), the flops those of q @ kT and probs @ v over every score
+  (eager's math sdpa: the issue's bound, which a plan that skips work does not lower);
+  causal_us: the same with only the scores on and under the diagonal (N(N+1)/2 of a causal
+  prefill's N^2, all of a decode's): the bound of a kernel that skips the masked tiles;
+- flops_share: the compiled program's flops (report.json `cost.totals.flops`, the softmax's
+  included) over roof_us's: about 1 for materialized attention, about (N+1)/2N plus the
+  diagonal tiles' masked halves for flash attention that skips the tiles above it;
 - hbm_bytes: `cost.totals` HBM read + write, per run; compulsory: the program's inputs read
   and its output written once (bench/hardware_plans.py's count, less the constants the
   lowering makes, such as the causal-mask table: the programs have no weights), and for
@@ -92,10 +95,12 @@ class Program:
     def queries(self) -> int:
         return self.tokens if self.kind == "prefill" else 1
 
-    def causal_fraction(self) -> float:
-        """The share of the scores on or under the diagonal: all of a decode step's."""
+    def attention_flops(self, causal: bool = False) -> int:
+        """The flops of q @ kT and of probs @ v over every score (eager's math sdpa), or with
+        `causal` only over those on and under a causal prefill's diagonal."""
         n = self.tokens
-        return (n + 1) / (2 * n) if self.kind == "prefill" else 1.0
+        pairs = n * (n + 1) // 2 if causal and self.kind == "prefill" else self.queries * n
+        return 2 * 2 * HEADS * HEAD_DIM * pairs
 
 
 def programs(kinds: list[str], sizes: list[int], decode_sizes: list[int],
@@ -216,6 +221,7 @@ def empty_row(program: Program, status: str) -> dict:
     nan = float("nan")
     return {"program": program.name, "ops": nan, "compile_s": nan, "est_us": nan,
             "roof_us": nan, "causal_us": nan, "est_roof": nan, "est_causal": nan,
+            "flops_share": nan,
             "hbm_bytes": nan, "compulsory": nan, "traffic_ratio": nan, "run_s": nan,
             "check": "-", "attention": "-", "footprint": nan, "target": target_text(program), "status": status}
 
@@ -227,11 +233,12 @@ def measure(program: Program, out: Path, compile_s: float) -> dict:
     totals = report["cost"]["totals"]
     need = compulsory_bytes(program, manifest, report)
     hbm = totals["hbm_read_bytes"] + totals["hbm_write_bytes"]
-    roof = hardware_plans.roofline_us(need, totals["flops"])
-    causal = hardware_plans.roofline_us(need, round(totals["flops"] * program.causal_fraction()))
+    roof = hardware_plans.roofline_us(need, program.attention_flops())
+    causal = hardware_plans.roofline_us(need, program.attention_flops(causal=True))
     row = {**empty_row(program, ""), "ops": report["ops"], "compile_s": compile_s,
            "est_us": totals["time_us"], "roof_us": roof, "causal_us": causal,
            "est_roof": totals["time_us"] / roof, "est_causal": totals["time_us"] / causal,
+           "flops_share": totals["flops"] / program.attention_flops(),
            "hbm_bytes": hbm, "compulsory": need, "traffic_ratio": hbm / need,
            "attention": attention_form(report), "footprint": manifest["hbm_bytes"]}
     row["status"] = judged(program, row)
@@ -284,7 +291,7 @@ def bench_one(work: Path, program: Program, args: argparse.Namespace) -> dict:
 
 COLUMNS = [("program", "{:<22}"), ("ops", "{:>5}"), ("compile_s", "{:>9.1f}"),
            ("est_us", "{:>10.1f}"), ("roof_us", "{:>10.1f}"), ("causal_us", "{:>10.1f}"),
-           ("est_roof", "{:>8.2f}"), ("est_causal", "{:>10.2f}"),
+           ("est_roof", "{:>8.2f}"), ("est_causal", "{:>10.2f}"), ("flops_share", "{:>11.2f}"),
            ("hbm_bytes", "{:>16,.0f}"), ("compulsory", "{:>14,.0f}"),
            ("traffic_ratio", "{:>13.2f}")]
 SIMULATE_COLUMNS = [("run_s", "{:>7.1f}"), ("check", "{:>5}")]
@@ -349,7 +356,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = run(args)
     print(f"roof_us = max(compulsory / {hardware_plans.DEFAULT_PARAMS.hbm_bytes_per_s / 1e9:g} "
           f"GB/s, flops / PT peak) + bundle launch; causal_us counts only the flops on and "
-          f"under the diagonal; tiling {args.tiling or 'default pipeline'}"
+          f"under the diagonal; flops_share is the plan's flops over roof_us's; "
+          f"tiling {args.tiling or 'default pipeline'}"
           f"{''.join(' --set ' + o for o in args.set)}")
     print(table(rows, args.simulate))
     if args.json:

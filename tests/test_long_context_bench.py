@@ -51,3 +51,12 @@ def test_a_failed_compile_is_a_row_with_the_errors_line():
     assert row["program"] == "prefill_32k" and row["status"] == "compile: timeout 60 s"
     assert row["target"] == "est<=1.3x roof, traffic<=1.5x comp, compile<=5s"
     assert "prefill_32k" in long_context.table([row])
+
+
+def test_the_bounds_count_every_score_or_the_causal_ones():
+    prefill = long_context.Program("prefill", 4096, 8)
+    # 2 matmuls x 2 flops x 32 heads x 128 x 4096^2 scores, or 4096 * 4097 / 2 of them
+    assert prefill.attention_flops() == 274_877_906_944
+    assert prefill.attention_flops(causal=True) == 137_472_507_904
+    decode = long_context.Program("decode", 8192, 8)
+    assert decode.attention_flops() == decode.attention_flops(causal=True) == 4 * 32 * 128 * 8192
