@@ -118,16 +118,39 @@ with torch.no_grad():
     ep.module()(*args)
 """
 
+class ProcessFailed(SystemExit):
+    """A measured process that exited with an error or ran past its time limit. It is a
+    SystemExit, so a bench that cannot go on stops with `message`; a bench that reports the
+    failure in its table catches it and shows `cause` (one line: "timeout 600 s", or the
+    error's own line) and, for an exit, `returncode`."""
+
+    def __init__(self, message: str, cause: str, returncode: int | None = None):
+        super().__init__(message)
+        self.cause, self.returncode = cause, returncode
+
+
+def error_line(stderr: str) -> str:
+    """The line of a failed process's stderr that names the error: its first, or a traceback's
+    last (the exception itself)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
 def measured(cmd: list[str], what: str, cap_gb: float,
-             ok_codes: tuple[int, ...] = (0,)) -> tuple[float, float]:
+             ok_codes: tuple[int, ...] = (0,),
+             timeout_s: float | None = None) -> tuple[float, float]:
     """(wall s, peak RSS GB) of `cmd`, one fresh process (the peak from wait4's rusage, what
     /usr/bin/time -v reports). The machine is shared: the process is killed as soon as its
-    resident set passes `cap_gb` (polled from /proc), and the result is (wall, inf)."""
+    resident set passes `cap_gb` (polled from /proc), and the result is (wall, inf). A process
+    still running after `timeout_s`, or exiting with a code not in `ok_codes`, raises
+    ProcessFailed."""
     t0 = time.perf_counter()
     err = tempfile.TemporaryFile(mode="w+")     # a pipe could fill up and stall the child
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
     status_file = Path(f"/proc/{proc.pid}/status")
-    killed = False
+    killed = timed_out = False
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -139,6 +162,9 @@ def measured(cmd: list[str], what: str, cap_gb: float,
         if rss_kb > cap_gb * (1 << 20) and not killed:
             proc.kill()
             killed = True
+        if timeout_s is not None and time.perf_counter() - t0 > timeout_s and not timed_out:
+            proc.kill()
+            timed_out = True
         time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
@@ -148,8 +174,12 @@ def measured(cmd: list[str], what: str, cap_gb: float,
     if killed:
         print(f"scale: {what}: stopped at {cap_gb} GB resident (--max-rss-gb)", file=sys.stderr)
         return wall, float("inf")
+    if timed_out:
+        raise ProcessFailed(f"scale: {what}: stopped after {timeout_s:g} s",
+                            f"timeout {timeout_s:g} s")
     if proc.returncode not in ok_codes:
-        raise SystemExit(f"scale: {what} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+        raise ProcessFailed(f"scale: {what} failed (exit {proc.returncode}):\n{stderr[-3000:]}",
+                            error_line(stderr), proc.returncode)
     if proc.returncode:
         print(f"scale: {what}: exit {proc.returncode}: {stderr.strip().splitlines()[-1]}",
               file=sys.stderr)
@@ -227,9 +257,14 @@ COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f
 
 
 def table(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:
-    """`rows` as a fixed-width table of `columns` ((key, format) pairs), a header first."""
-    head = " ".join(f"{name:>{len(fmt.format(rows[0][name])) if rows else 8}}"
-                    if name != "program" else f"{name:<22}" for name, fmt in columns)
+    """`rows` as a fixed-width table of `columns` ((key, format) pairs), a header first, each
+    name aligned as its column's values ("{:<...}" left, else right)."""
+    def title(name: str, fmt: str) -> str:
+        if name == "program":
+            return f"{name:<22}"
+        width = len(fmt.format(rows[0][name])) if rows else 8
+        return name.ljust(width) if fmt.startswith("{:<") else name.rjust(width)
+    head = " ".join(title(name, fmt) for name, fmt in columns)
     lines = [head]
     lines += [" ".join(fmt.format(r[name]) for name, fmt in columns) for r in rows]
     return "\n".join(lines)
