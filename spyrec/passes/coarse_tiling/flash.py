@@ -5,13 +5,19 @@ is what the front end makes of `scaled_dot_product_attention` and what a model's
 `softmax(q @ k.T * scale + mask) @ v` lowers to. Materialized, the scores are
 heads × S × L fp32: 4 GB at 8 heads and 32K tokens. This rewrite keeps them on chip:
 
-    for each query tile (level 0, Tq rows):          m = -FLT_MAX, l = 0, acc = 0
-        for each key tile (level 1, Tk keys):
+    for each head tile (Th heads; no loop when all):
+      for each query tile i (Tq rows):               m = -FLT_MAX, l = 0, acc = 0
+        for each key tile j it needs (Tk keys):
             x  = the score chain on the tile          (q @ kᵀ, scale, mask: the program's ops)
             mn = max(m, rowmax(x));  α = exp(m − mn)
             p  = exp(x − mn);        l = l·α + rowsum(p)
             acc = acc·α + p @ v_tile;  m = mn
         out = acc / l                                (max(l, 1) for the safe softmax)
+
+"It needs": a mask known at compile time (causal, a sliding window, a constant) tells per
+tile pair whether any score survives; the key loop's trip span skips the tiles that keep
+none, and the tiles that keep every score run in a loop of their own without the mask ops
+(flash_masks.py). A paged K/V cache is gathered one key tile of pages at a time.
 
 The running statistics and the fp32 accumulator are per-tile buffers (one query tile, fixed
 LX address), refilled at the start of every query tile; q, k, v, the masks and the output stay
@@ -59,8 +65,8 @@ def rewrite(graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str,
 
 
 class _Rewrite:
-    """One site's rewrite. Depth 1 is the query-tile level (no loop when there is one query
-    tile: a decode step), depth 2 the key loop inside it."""
+    """One site's rewrite. Depth 1 is inside the head and query loops (each only when it has
+    more than one trip: a decode step has no query loop), depth 2 inside a key loop too."""
 
     def __init__(self, graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str):
         self.g, self.site, self.tiles, self.key = graph, site, tiles, key
