@@ -273,3 +273,16 @@ def test_given_tiles_over_lx_or_the_loop_limit_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"attention tiles 1x128 of op o make a loop of "
                                           r"131072 trips, over the hardware's 65535"):
         given_tiles(site, 1, 128)
+
+
+def test_gqa_decode_priced_over_every_head_tile(tmp_path):
+    """A decode step of 32 query heads over 8 K/V heads, every tile size priced (attention
+    always): head tiles whose candidates all miss LX are passed over, not a crash."""
+    q, k, v = _qkv(1, 32, 8, 1, 2048, 128)
+    filled = torch.arange(2048).reshape(1, 1, 1, 2048) < 1500
+    fn = Lambda(lambda m, q, k, v, mask: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=True))
+    out = run_and_compare(tmp_path, fn, (q, k, v, filled),
+                          sets=["coarse_tiling.attention=always"])
+    (row,) = _rows(out)
+    assert row["loops"][0] == 1 and row["safe_softmax"]

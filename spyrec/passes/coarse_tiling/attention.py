@@ -175,9 +175,9 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                 break
             if best is None or round(row.time_us, 3) < round(best.time_us, 3):
                 best = row
+        here = [p.time_us for p in priced_all if p.tiles.heads == heads]
         if before is not None and best is before and \
-                min(p.time_us for p in priced_all if p.tiles.heads == heads) > \
-                before.time_us * (1 + NEAR):
+                (not here or min(here) > before.time_us * (1 + NEAR)):
             break                  # fewer heads per tile did not pay: fewer still will not
     if best is None:
         return Priced(None, math.inf)
