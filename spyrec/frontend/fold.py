@@ -222,18 +222,21 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
 def _grown(program: Program, const: set[str], reads: dict[str, list[str]],
            metas: dict[str, TensorMeta]) -> set[str]:
     """The constant nodes that stay device ops (when something left in the graph reads them):
-    a lowerable result of at least `MAX_GROWN_CONSTANT_BYTES`, of a dtype the device can
-    store, that is `GROWTH` times larger than its constant inputs together, or that reads such a result (the `&` of two masks,
+    a lowerable result of at least `MAX_GROWN_CONSTANT_BYTES` that is `GROWTH` times larger
+    than its constant inputs together, or that reads such a result (the `&` of two masks,
     their broadcast). Their small inputs are materialized instead; a small result computed
-    from them (a reduction) keeps its folded value."""
+    from them (a reduction) keeps its folded value. The result and its inputs must be of
+    dtypes the device stores: float64 arithmetic on shapes folds, whatever its size (on the
+    device it would be refused)."""
     grown: set[str] = set()
     for node in program.nodes:
         name = node.name
         if name not in const or node.target in ASSERTS or not lowerable(node.target) \
-                or _nbytes(metas[name]) < MAX_GROWN_CONSTANT_BYTES \
-                or _host_only(metas[name].dtype):
-            continue           # (a float64 result must fold: the device cannot hold it)
+                or _nbytes(metas[name]) < MAX_GROWN_CONSTANT_BYTES:
+            continue
         inputs = reads[name]
+        if any(_host_only(metas[r].dtype) for r in [name, *inputs]):
+            continue
         if any(r in grown for r in inputs) or \
                 GROWTH * sum(_numel(metas[r]) for r in inputs) <= _numel(metas[name]):
             grown.add(name)

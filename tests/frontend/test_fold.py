@@ -656,3 +656,33 @@ def test_a_grown_table_that_cannot_be_lowered_is_still_folded():
     q, _ = fold_constants(program(nodes, [InputSpec("user_input", "x")],
                                   [OutputSpec("user_output", "y")]))
     assert _folded_bytes(q) == {"_folded.m": n * n * 8}
+
+
+def test_float64_arithmetic_on_shapes_is_folded_whatever_its_size():
+    """A float64 `full` of 2 MiB has no inputs at all, but the device cannot hold float64: it
+    is folded (with its float32 cast) as before, not left as a device op to be refused."""
+    shape = [64, 64, 64]
+    nodes = [placeholder("x", shape),
+             call("f", "aten.full.default", [shape, 4.0], shape, "float64"),
+             call("r", "aten.sqrt.default", [Ref("f")], shape, "float64"),
+             call("c", "aten.to.dtype", [Ref("r"), "float32"], shape, "float32"),
+             call("y", "aten.add.Tensor", [Ref("x"), Ref("c")], shape, "float32")]
+    q, _ = fold_constants(program(nodes, [InputSpec("user_input", "x")],
+                                  [OutputSpec("user_output", "y")]))
+    assert _folded_bytes(q) == {"_folded.c": 64 ** 3 * 4}
+    assert (q.state["_folded.c"] == 2.0).all()
+
+
+def test_a_mask_grown_from_float64_positions_is_folded():
+    """Comparing float64 positions makes a bool mask of the cap's size, but its inputs could
+    only reach the device in float64, which it cannot store: the mask is folded as before."""
+    n = 1024
+    nodes = [placeholder("x", [n, n]),
+             call("ar", "aten.arange.default", [n], [n], "float64"),
+             call("u0", "aten.unsqueeze.default", [Ref("ar"), 0], [1, n], "float64"),
+             call("u1", "aten.unsqueeze.default", [Ref("ar"), 1], [n, 1], "float64"),
+             call("le", "aten.le.Tensor", [Ref("u0"), Ref("u1")], [n, n], "bool"),
+             call("y", "aten.where.self", [Ref("le"), Ref("x"), 0.0], [n, n], "float32")]
+    q, _ = fold_constants(program(nodes, [InputSpec("user_input", "x")],
+                                  [OutputSpec("user_output", "y")]))
+    assert _folded_bytes(q) == {"_folded.le": n * n}
