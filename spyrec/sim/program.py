@@ -287,8 +287,12 @@ def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | 
         for filename in kernel.ops:
             if filename not in ops:
                 ops[filename] = op_spec(filename, first.get(filename))
+        checked: set[tuple] = set()      # a loop's executions of one op bind alike
         for ex in executes:
-            check_symbols(ops[ex.file], ex)
+            key = (ex.file, ex.symbol_ids, len(ex.operands))
+            if key not in checked:
+                check_symbols(ops[ex.file], ex)
+                checked.add(key)
     return OutputProgram(out_dir, manifest, ops, tuple(trace), weights)
 
 
