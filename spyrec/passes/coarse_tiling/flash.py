@@ -189,9 +189,8 @@ class _Rewrite:
         def wide_tile(name: str) -> Buffer:
             return self.tile_buffer(f"{base}__flash_{name}", out_buf, wide, f32)
 
-        m, l, mn, dm, alpha, lt = (row_tile(n) for n in
-                                   ("max", "sum", "newmax", "maxstep", "rescale", "sumscaled"))
-        acc, pv, at = (wide_tile(n) for n in ("acc", "pv", "accscaled"))
+        m, l, mn, alpha = (row_tile(n) for n in ("max", "sum", "newmax", "rescale"))
+        acc, pv = (wide_tile(n) for n in ("acc", "pv"))
 
         def at_rows(buf: Buffer) -> Access:
             return Access(buf.name, _tile_index(buf, (*rows, None)))
@@ -248,8 +247,9 @@ class _Rewrite:
             ops_.append(self.tiled(top, dim_vars(row_buf, top)[-2], top.reduced[0]))
             tm = self.tile_of[top.output.buffer]
             ops_ += [row_op(mn.name, "maximum", (at_rows(m), at_rows(tm)), at_rows(mn)),
-                     row_op(dm.name, "sub", (at_rows(m), at_rows(mn)), at_rows(dm)),
-                     row_op(alpha.name, "exp", (at_rows(dm),), at_rows(alpha))]
+                     row_op(f"{alpha.name}.step", "sub", (at_rows(m), at_rows(mn)),
+                            at_rows(alpha)),
+                     row_op(alpha.name, "exp", (at_rows(alpha),), at_rows(alpha))]
             # x - max reads the running max instead of this tile's (or the guarded) max
             shifted = ops[s.shifted]
             d = dim_vars(g.buffers[shifted.output.buffer], shifted)
@@ -261,16 +261,17 @@ class _Rewrite:
             ops_.append(self.tiled(total, dim_vars(g.buffers[total.output.buffer],
                                                     total)[-2], total.reduced[0]))
             ts = self.tile_of[total.output.buffer]
-            ops_ += [row_op(lt.name, "mul", (at_rows(l), at_rows(alpha)), at_rows(lt)),
-                     row_op(f"{l.name}.update", "add", (at_rows(lt), at_rows(ts)), at_rows(l))]
+            ops_ += [row_op(f"{l.name}.rescale", "mul", (at_rows(l), at_rows(alpha)), at_rows(l)),
+                     row_op(f"{l.name}.update", "add", (at_rows(l), at_rows(ts)), at_rows(l))]
             # probs @ v becomes exp @ v into an fp32 tile (the division waits for the end)
             self.tile_of[out_buf.name] = pv
             product = replace(out, name=pv.name, inputs=(Access(e.output.buffer,
                                                                 out.inputs[0].index),
                                                          *out.inputs[1:]))
             ops_.append(self.tiled(product, qv, out.reduced[0]))
-            ops_ += [wide_op(at.name, "mul", (at_wide(acc), at_rows(alpha)), at_wide(at)),
-                     wide_op(f"{acc.name}.update", "add", (at_wide(at), at_wide(pv)),
+            ops_ += [wide_op(f"{acc.name}.rescale", "mul", (at_wide(acc), at_rows(alpha)),
+                             at_wide(acc)),
+                     wide_op(f"{acc.name}.update", "add", (at_wide(acc), at_wide(pv)),
                              at_wide(acc)),
                      row_op(f"{m.name}.update", "identity", (at_rows(mn),), at_rows(m))]
             self.tile_of = saved
