@@ -197,12 +197,12 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
 def _lx_floor(site: AttentionSite, tiles: FlashTiles) -> int:
     """An estimate from below of the LX bytes per core the tiles need, without planning
     them: the query tile, the fp32 accumulator and this tile's product, six row statistics
-    at a stick per row, and two fp32 score tiles, spread evenly over the cores (planned tiles
-    have needed about 1.3x this). A candidate over the budget by this count is not planned;
-    were the count ever too high, a candidate that fits would be missed, never a wrong
-    program made."""
+    at a stick per row, and the fp32 score tile the score steps share, spread evenly over
+    the cores (planned tiles have needed about 1.1x this). A candidate over the budget by
+    this count is not planned; were the count ever too high, a candidate that fits would be
+    missed, never a wrong program made."""
     rows = (tiles.heads or site.heads) * tiles.queries
-    per_row = 2 * site.head_dim + 2 * 4 * site.value_dim + 6 * STICK_BYTES + 2 * 4 * tiles.keys
+    per_row = 2 * site.head_dim + 2 * 4 * site.value_dim + 6 * STICK_BYTES + 4 * tiles.keys
     return rows * per_row // CORES
 
 

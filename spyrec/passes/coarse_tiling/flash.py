@@ -169,11 +169,17 @@ class _Rewrite:
         acc_ranges = row_ranges + (((dv, sizes[dv]),) if dv else ())
         row_buf = g.buffers[ops[s.row_max].output.buffer]
         scores_buf = g.buffers[ops[s.scores].output.buffer]
-        for n in (s.scores, *s.chain, s.shifted, s.exp):        # [.., Tq, Tk] tiles
+        # the [.., Tq, Tk] score tiles: every elementwise step from q @ kᵀ to exp(x - max)
+        # writes over its input in place (one tile of LX, not five), a new tile only where
+        # the dtype changes (a model's fp16 scores before its fp32 softmax)
+        last = None
+        for n in (s.scores, *s.chain, s.shifted, s.exp):
             full = g.buffers[ops[n].output.buffer]
-            self.tile_of[full.name] = self.tile_buffer(
-                f"{full.name}__tile", full, self.shape(full.host_size, self.tiles.keys),
-                full.host_dtype)
+            if last is None or last.host_dtype != full.host_dtype:
+                last = self.tile_buffer(f"{full.name}__tile", full,
+                                        self.shape(full.host_size, self.tiles.keys),
+                                        full.host_dtype)
+            self.tile_of[full.name] = last
         for n in (s.row_max, s.row_sum):                         # [.., Tq, 1] tiles
             full = g.buffers[ops[n].output.buffer]
             self.tile_of[full.name] = self.tile_buffer(
