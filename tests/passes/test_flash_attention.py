@@ -260,8 +260,8 @@ def test_given_tiles_over_lx_or_the_loop_limit_are_refused(tmp_path):
     from spyrec.passes.coarse_tiling.flash_site import AttentionSite
     from tests.programs import compile_pt2
 
-    pt2 = _sdpa_pt2(tmp_path, *_qkv(1, 8, 8, 1024, 1024, 64))
-    with pytest.raises(ConfigError, match=r"attention tiles of 1024 queries x 1024 keys x 8 "
+    pt2 = _sdpa_pt2(tmp_path, *_qkv(1, 16, 16, 1024, 1024, 64))
+    with pytest.raises(ConfigError, match=r"attention tiles of 1024 queries x 1024 keys x 16 "
                                           r"heads of op scaled_dot_product_attention "
                                           r"\(programs.py:\d+ in forward\) need "
                                           r"[\d,]+ bytes of LX per core for their per-tile "

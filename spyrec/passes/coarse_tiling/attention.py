@@ -22,7 +22,7 @@ from fnmatch import fnmatchcase
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE, STICK_BYTES
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
-from spyrec.passes.coarse_tiling.auto import hbm_bytes, subgraph_of
+from spyrec.passes.coarse_tiling.auto import hbm_bytes, lacks_room, subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
 from spyrec.passes.coarse_tiling.flash import rewrite
 from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, find_sites
@@ -249,7 +249,7 @@ def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     if planned is None:
         return None                          # tiles that do not move by whole sticks
     placement = place_lx(planned, budget)
-    if _spilled(planned, placement):
+    if _spilled(planned, placement, budget):
         return None
     apply_lx(planned, placement)
     return Priced(tiles, planned_time_us(planned), placement.peak, hbm_bytes=hbm_bytes(planned))
@@ -260,7 +260,7 @@ def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int
     per core they need (a per-tile buffer left in HBM would be re-read every trip)."""
     planned = _planned(graph, site, tiles, check=True)
     placement = place_lx(planned, budget)
-    if not _spilled(planned, placement):
+    if not _spilled(planned, placement, budget):
         return
     need = place_lx(planned, 1 << 40).peak
     raise ConfigError(f"attention tiles of {tiles.queries} queries x {tiles.keys} keys x "
@@ -287,6 +287,8 @@ def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     return sub
 
 
-def _spilled(graph: Graph, placement) -> bool:
-    return any(not row["placed"] for name, row in placement.rows.items()
-               if graph.buffers[name].per_tile)
+def _spilled(graph: Graph, placement, budget: int) -> bool:
+    """Whether a per-tile buffer is left out of LX for want of room (one left in HBM because
+    its readers take other cores' slices is priced there, not refused)."""
+    return any(not row["placed"] and lacks_room(row, budget)
+               for name, row in placement.rows.items() if graph.buffers[name].per_tile)

@@ -287,7 +287,7 @@ def _price(graph: Graph, names: DimNames, name: str, nodes: tuple[str, ...],
         return None
     sub, placement = planned
     rows = list(placement.rows.values())
-    spilled = sum(1 for r in rows if not r["placed"] and _capacity(r, budget))
+    spilled = sum(1 for r in rows if not r["placed"] and lacks_room(r, budget))
     return Price(hbm_bytes(sub), placement.peak, len(rows),
                  sum(1 for r in rows if r["placed"]), spilled)
 
@@ -310,7 +310,7 @@ def _planned(graph: Graph, nodes: set[str], config: Callable[[Graph], dict] | No
     return sub, placement
 
 
-def _capacity(row: dict, budget: int) -> bool:
+def lacks_room(row: dict, budget: int) -> bool:
     """A per-tile buffer left in device memory because LX was too small (a larger count may
     fix it), not because its readers and writer split it differently across cores."""
     return row["bytes_per_core"] > budget or (row["reason"] or "").startswith("LX is full")
