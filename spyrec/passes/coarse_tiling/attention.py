@@ -1,16 +1,19 @@
 """Which attention sites become flash loops, and with which tiles (the rewrite is flash.py).
 
 A site is considered when its materialized scores cannot sit in one core's LX (smaller ones
-are left to work division and LX placement, which keep them on chip). Its tiles are then
-chosen by the cost model: each candidate (query rows × key columns) is rewritten on a copy of
-the site alone, planned as the pipeline plans it (work division, staging, LX placement in the
-budget), and priced by the split estimate times the executions of each op; a candidate whose
-per-tile buffers do not all fit LX is dropped. The cheapest flash form replaces the site when
-it is cheaper than the site materialized and planned the same way (mode `always`: whenever
-one fits). Identical sites (the layers of a decoder) are priced once.
+are left to work division and LX placement, which keep them on chip). Its tiles (heads ×
+query rows × key columns) are then chosen by the cost model: each candidate is rewritten on
+a copy of the site alone, planned as the pipeline plans it (work division, staging, LX
+placement in the budget), and priced by the split estimate times the executions of each op;
+a candidate whose per-tile buffers do not all fit LX is dropped (most before they are
+planned, by a floor of the LX they need). Among the candidates within `NEAR` of the fastest
+the one moving the fewest HBM bytes wins; it replaces the site when it is cheaper than the
+site materialized and planned the same way (mode `always`: whenever one fits). Identical
+sites (the layers of a decoder) are priced once.
 
-Tiles may also be given (`query_tile`, `key_tile`: pass options, or `attention:` in the
-tiling YAML); they must divide the sizes, and are checked like the chosen ones.
+Tiles may also be given (`query_tile`, `key_tile`, `head_tile`: pass options, or
+`attention:` in the tiling YAML); they must divide the sizes, fit LX and pass the rewrite's
+proof, else the compile is refused naming the tile and the limit.
 """
 
 from __future__ import annotations
@@ -34,9 +37,8 @@ MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
 MAX_QUERY_TILES = 3               # query tile sizes priced per site (the largest divisors)
 NEAR = 0.02                       # estimates this close are a tie: the least traffic wins
-# a query row takes about 2.4 KB of LX per core with key tiles of 128 and head dim 128 (q,
-# the fp32 accumulator and its two temporaries, eight row statistics of a stick each, the
-# score tiles): query tiles that give a core more rows than this are not priced
+# a query row takes over 2 KB of LX per core at head dim 128 (`_lx_floor`): query tiles that
+# give a core more rows than this are not priced
 MAX_ROWS_PER_CORE = 1024
 
 

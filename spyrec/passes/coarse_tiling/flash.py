@@ -60,8 +60,15 @@ def rewrite(graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str,
     """Replace `site` by its flash form in `graph` (loop keys `<key>.h`, `<key>.0`, `<key>.1`
     for the head, query and key tiles); returns the report row. `check`: prove every full
     buffer's tiles move by constant whole-stick steps (ConfigError if not); pricing a
-    candidate skips it and the rewrite that keeps one proves it."""
-    return _Rewrite(graph, site, tiles, key).run(check)
+    candidate skips it and the rewrite that keeps one proves it. A refused rewrite leaves
+    the graph as it was (the buffers it had added are dropped)."""
+    before = set(graph.buffers)
+    try:
+        return _Rewrite(graph, site, tiles, key).run(check)
+    except ConfigError:
+        for name in set(graph.buffers) - before:
+            del graph.buffers[name]
+        raise
 
 
 class _Rewrite:
