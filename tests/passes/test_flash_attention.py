@@ -286,3 +286,26 @@ def test_gqa_decode_priced_over_every_head_tile(tmp_path):
                           sets=["coarse_tiling.attention=always"])
     (row,) = _rows(out)
     assert row["loops"][0] == 1 and row["safe_softmax"]
+
+
+def test_a_refused_rewrite_leaves_the_graph_as_it_was(tmp_path, capsys):
+    """Key tiles of 32 split k's fp16 sticks: the rewrite's proof refuses them, and the
+    buffers it had added are gone again (the tile choice then takes the next candidate)."""
+    from spyrec.errors import ConfigError
+    from spyrec.ir.parser import parse
+    from spyrec.passes.coarse_tiling.flash import rewrite
+    from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
+    from tests.programs import compile_pt2
+
+    pt2 = _sdpa_pt2(tmp_path, *_qkv(1, 2, 2, 256, 256, 64))
+    capsys.readouterr()
+    compile_pt2(pt2, tmp_path / "out", print_ir_before="coarse_tiling",
+                sets=["coarse_tiling.attention=never"])
+    text = capsys.readouterr().err
+    graph = parse(text[text.index("buffer "):text.index("\noutputs")].rstrip() + "\n" +
+                  text[text.index("outputs"):].splitlines()[0])
+    before_buffers, before_ops = dict(graph.buffers), list(graph.ops)
+    (site,) = find_sites(graph)
+    with pytest.raises(ConfigError, match="moves by other than one constant step"):
+        rewrite(graph, site, FlashTiles(64, 32), "fa0")
+    assert graph.buffers == before_buffers and graph.ops == before_ops
