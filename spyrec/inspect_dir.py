@@ -160,6 +160,16 @@ def _summary(out_dir: Path, manifest: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _trip_range(loop: dict) -> str:
+    """A loop's trip range in words when it has one (docs/formats.md: start and stop are
+    a*i + b of the enclosing loop's index i, clamped to [0, count]): ", trips
+    [0*i+0, 1*i+1)" for a causal key loop."""
+    if "start" not in loop:
+        return ""
+    (a, b), (c, d) = loop["start"], loop["stop"]
+    return f", trips [{a}*i{b:+d}, {c}*i{d:+d})"
+
+
 def _op_tree(out_dir: Path, manifest: dict) -> list[str]:
     """Every op in execution order, inside its loop nest (counts and tiled dims), with the
     node name and module path a tiling config selects it by (DESIGN §6), one tile's
@@ -174,7 +184,7 @@ def _op_tree(out_dir: Path, manifest: dict) -> list[str]:
             if "loop" in item:
                 loop = item["loop"]
                 lines.append(f"{pad}loop {loop['count']}x over "
-                             f"[{', '.join(loop['tiled_symbols'])}]")
+                             f"[{', '.join(loop['tiled_symbols'])}]{_trip_range(loop)}")
                 walk(loop["body"], depth + 1)
                 continue
             space = ", ".join(f"{v}<{n}" for v, (n, _) in item["iteration_space"].items())

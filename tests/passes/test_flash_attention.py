@@ -66,6 +66,12 @@ def test_sdpa_equals_eager_and_keeps_scores_in_tiles(tmp_path, causal):
     executions = load_json(out / "report.json")["cost"]["totals"]["executions"]
     assert executions == (4 * 5 + 15 * 6 + 17 * 4 + 1 if causal else 4 * 5 + 15 * 16)
     if causal:
+        from spyrec.inspect_dir import inspect_directory
+
+        loops = [line.strip() for line in inspect_directory(out).splitlines()
+                 if line.strip().startswith("loop ")]
+        assert loops == ["loop 4x over [c2]", "loop 4x over [c3], trips [0*i+0, 1*i+0)",
+                         "loop 4x over [c1], trips [1*i+0, 1*i+1)"]
         assert row["key_loops"] == [
             {"loop": "fa0.1.whole", "masked": False, "span": {"start": [0, 0], "stop": [1, 0]}},
             {"loop": "fa0.1.edge1", "masked": True, "span": {"start": [1, 0], "stop": [1, 1]}}]
