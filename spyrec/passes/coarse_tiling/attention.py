@@ -35,7 +35,7 @@ from spyrec.plan.staging import stage_inputs
 
 MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
-MAX_QUERY_TILES = 3               # query tile sizes priced per site (the largest divisors)
+MAX_QUERY_TILES = 2               # query tile sizes priced per head tile (the largest that may fit)
 NEAR = 0.02                       # estimates this close are a tie: the least traffic wins
 # a query row takes over 2 KB of LX per core at head dim 128 (`_lx_floor`): query tiles that
 # give a core more rows than this are not priced
@@ -155,7 +155,7 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
     priced_all: list[Priced] = []
     for heads in [fixed[2]] if fixed[2] else _head_tiles(graph, site):
         before = best
-        for queries in [fixed[0]] if fixed[0] else _query_tiles(site, heads):
+        for queries in [fixed[0]] if fixed[0] else _query_tiles(site, heads, budget):
             row = None
             for keys in [fixed[1]] if fixed[1] else _key_tiles(site):
                 tiles = FlashTiles(queries, keys, heads)
@@ -228,12 +228,15 @@ def _head_tiles(graph: Graph, site: AttentionSite) -> list[int]:
             if h >= 1 and heads % h == 0]
 
 
-def _query_tiles(site: AttentionSite, heads: int) -> list[int]:
-    """Divisors of the queries whose loop the hardware can count and whose tile gives each
-    core at most `MAX_ROWS_PER_CORE` query rows (more cannot fit LX), the largest first."""
+def _query_tiles(site: AttentionSite, heads: int, budget: int) -> list[int]:
+    """Divisors of the queries whose loop the hardware can count and whose tile, with the
+    smallest key tile, is not over the LX budget by `_lx_floor` (at most `MAX_ROWS_PER_CORE`
+    rows per core), the largest first: the first `MAX_QUERY_TILES` that may fit."""
+    smallest = _key_tiles(site)[0]
     divisors = [d for d in range(1, site.queries + 1)
                 if site.queries % d == 0 and site.queries // d <= MAX_TRIPS
-                and heads * d <= MAX_ROWS_PER_CORE * CORES]
+                and heads * d <= MAX_ROWS_PER_CORE * CORES
+                and _lx_floor(site, FlashTiles(d, smallest, heads)) <= budget]
     return divisors[::-1][:MAX_QUERY_TILES]
 
 
