@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyrec.indexing import Lin, Ranges, Var, evaluate, substitute, var
+from spyrec.indexing import Indirect, Lin, Ranges, Var, evaluate, substitute, var
 from spyrec.indexing.sticks import access_coordinates
 from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
-from spyrec.ir import Buffer, Operation
+from spyrec.ir import Access, Buffer, Operation
+from spyrec.ir.verify import tiled_access_problem
 from spyrec.layout.device_layout import SPARSE, DeviceLayout, contiguous_strides, stick_layout
 
 # Points evaluated per proof; larger tiles are checked on a strided sample of every axis
@@ -108,6 +109,33 @@ def device_advance(buf: Buffer, op: Operation, index: Lin, full: Ranges, tiled: 
     return per_step * buf.layout.dtype.itemsize
 
 
+def full_ranges(op: Operation) -> Ranges:
+    """The inclusive ranges of `op`'s vars over all trips of its loops (a tiled var's tile
+    extent times its loop's count)."""
+    mult = {v: loop.count for loop in op.loops for v in loop.tiled}
+    return Ranges({Var(v): (0, n * mult.get(v, 1) - 1) for v, n in op.ranges})
+
+
+def moving_tile_problem(buf: Buffer, op: Operation, access: Access
+                        ) -> tuple[int | None, str] | None:
+    """Why an access to the full buffer `buf` inside `op`'s loops breaks the tiling contract
+    (DESIGN §5), or None: (the loop level, ...) when its tile does not move by one constant
+    device-address step per trip of that loop, (None, the verifier's reason) when a trip's
+    tile is not exactly the untiled access there (a view wrapping inside a later tile).
+    A per-tile buffer never moves, and neither does a gathered tensor (only its index
+    tensor does): None for those."""
+    if buf.per_tile or any(isinstance(leaf, Indirect) for leaf in access.index.free_atoms()):
+        return None
+    full = full_ranges(op)
+    sizes = dict(op.ranges)
+    for level, loop in enumerate(op.loops):
+        if loop.tiled and device_advance(buf, op, access.index, full, loop.tiled[0],
+                                         sizes[loop.tiled[0]], loop.count) is None:
+            return level, "moves by other than one constant step per trip"
+    problem = tiled_access_problem(buf, op, access)
+    return None if problem is None else (None, problem)
+
+
 def tile_buffer_layout(full: Buffer, shape: tuple[int, ...], dtype: str) -> DeviceLayout:
     """The layout of a buffer like `full` (same stick dim, or sparse sticks, and dim order)
     over another host shape and dtype: a one-tile buffer, or an fp32 accumulator."""
@@ -145,5 +173,5 @@ def shift_index(index: Lin, shifts: dict[str, int]) -> Lin:
     return substitute(index, mapping) if mapping else index
 
 
-__all__ = ["device_advance", "host_advance", "host_box", "retile_index",
-           "shift_index", "tile_buffer_layout", "tile_env"]
+__all__ = ["device_advance", "full_ranges", "host_advance", "host_box", "moving_tile_problem",
+           "retile_index", "shift_index", "tile_buffer_layout", "tile_env"]

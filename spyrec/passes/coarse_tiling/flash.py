@@ -42,16 +42,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from spyrec.errors import ConfigError
-from spyrec.indexing import Indirect, Lin, Ranges, Var, indirect, substitute, var
+from spyrec.indexing import Indirect, Lin, indirect, substitute, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
-from spyrec.ir.verify import tiled_access_problem
 from spyrec.layout.device_layout import SPARSE, stick_layout
 from spyrec.passes.coarse_tiling.flash_masks import key_spans, masking_ops, span_of, split_bodies
 from spyrec.passes.coarse_tiling.flash_site import (
     FLT_MAX, AttentionSite, FlashTiles, dim_vars,
 )
 from spyrec.plan.tiles import (
-    device_advance, host_advance, host_box, retile_index, tile_buffer_layout,
+    host_advance, host_box, moving_tile_problem, retile_index, tile_buffer_layout,
 )
 
 
@@ -95,7 +94,7 @@ class _Rewrite:
         # the where3 ops of the chain that apply a mask, and the key loops to emit: (op name
         # suffix, span, whether its tiles keep every score so the masking is left out)
         self.masking = masking_ops(graph, site)
-        self.bodies = split_bodies(graph, site, tiles, self.span, self.nq, self.nk) \
+        self.bodies = split_bodies(graph, site, tiles, spans, self.span, self.nq, self.nk) \
             if spans is not None and self.masking else [("", self.span, False)]
         self.tile_of: dict[str, Buffer] = {}     # full buffer -> the per-tile buffer replacing it
         self.body_key = ""                       # the key loop being emitted (`bodies`)
@@ -328,17 +327,13 @@ class _Rewrite:
         box = host_box(full, probe, index)
         step = host_advance(full, probe, index, kv, self.tiles.keys)
         moving = [d for d, a in enumerate(step or ()) if a]
-        dims = dim_vars(full, gather)
-        if step is None or len(moving) != 1 or any(
-                (lo, hi) != (0, n) for d, ((lo, hi), n) in enumerate(zip(box, full.host_size))
-                if d != moving[0]):
-            raise ConfigError(f"attention of {self.site.named}: its key tiles of "
-                              f"{self.tiles.keys} do not read whole pages of "
-                              f"'{full.name}'; choose a key tile that is a multiple of the "
-                              f"page size")
-        d = moving[0]
-        extent = box[d][1] - box[d][0]
-        if box[d][0] != 0 or step[d] != extent or full.host_size[d] != extent * self.nk:
+        d = moving[0] if len(moving) == 1 else None
+        extent = box[d][1] - box[d][0] if d is not None else 0
+        whole_pages = d is not None and box[d][0] == 0 and step[d] == extent and \
+            full.host_size[d] == extent * self.nk and all(
+                (lo, hi) == (0, n) for i, ((lo, hi), n) in enumerate(zip(box, full.host_size))
+                if i != d)
+        if not whole_pages:
             raise ConfigError(f"attention of {self.site.named}: its key tiles of "
                               f"{self.tiles.keys} do not read whole pages of "
                               f"'{full.name}'; choose a key tile that is a multiple of the "
@@ -349,7 +344,7 @@ class _Rewrite:
                                 full.host_dtype)
         self.tile_of[full.name] = tile
         gather = self.one_index_per_stick(gather, extent)
-        gv = dims[d]
+        gv = dim_vars(full, gather)[d]
         tiled = replace(gather, ranges=tuple((v, extent if v == gv else n)
                                              for v, n in gather.ranges),
                         loops=self.loops(None, gv, 2))
@@ -408,28 +403,15 @@ class _Rewrite:
 
     def check_moves(self, seq: list[Operation]) -> None:
         """Every full buffer the loops read or write moves by one constant device-address
-        step per trip and each trip's tile is exactly the untiled access there (DESIGN §5;
-        coarse tiling's own proofs); else the tiles are refused (a head tile that splits a
-        K/V group, a key tile that splits a stick)."""
-        full_ranges = {}
+        step per trip and each trip's tile is exactly the untiled access there (coarse
+        tiling's own proof, `plan/tiles.moving_tile_problem`); else the tiles are refused (a
+        head tile that splits a K/V group, a key tile that splits a stick)."""
         for op in seq:
-            if not op.loops:
-                continue
-            mult = {v: loop.count for loop in op.loops for v in loop.tiled}
-            full_ranges = Ranges({Var(v): (0, n * mult.get(v, 1) - 1) for v, n in op.ranges})
-            for _, a in op.accesses():
+            for _, a in op.accesses() if op.loops else ():
                 buf = self.g.buffers[a.buffer]
-                if buf.per_tile or any(isinstance(leaf, Indirect)
-                                       for leaf in a.index.free_atoms()):
-                    continue
-                for loop in op.loops:
-                    if loop.tiled and device_advance(
-                            buf, op, a.index, full_ranges, loop.tiled[0],
-                            dict(op.ranges)[loop.tiled[0]], loop.count) is None:
-                        self.refuse(op, buf, "moves by other than one constant step per trip")
-                problem = tiled_access_problem(buf, op, a)
-                if problem is not None:
-                    self.refuse(op, buf, problem)
+                found = moving_tile_problem(buf, op, a)
+                if found is not None:
+                    self.refuse(op, buf, found[1])
 
     def refuse(self, op: Operation, buf: Buffer, why: str) -> None:
         t = self.tiles

@@ -191,12 +191,13 @@ def masking_ops(graph: Graph, site: AttentionSite) -> list[str]:
             and _constant_scalar(graph, ops[n].inputs[2].buffer) == -math.inf]
 
 
-def split_bodies(graph, site: AttentionSite, tiles, span, nq: int, nk: int) -> list[tuple]:
-    """The key loops of a masked attention: the tiles each query tile needs split into those
-    its mask keeps whole (run without the mask ops) and the edges before and after them
-    (run masked), each family a loop with its own affine span; one masked loop over the
-    needed tiles when the families are not affine (or with paged K/V, whose gathers share
-    the key loop with their readers)."""
+def split_bodies(graph, site: AttentionSite, tiles, needed: list[range], span, nq: int,
+                 nk: int) -> list[tuple]:
+    """The key loops of a masked attention: the tiles each query tile needs (`needed`, from
+    `key_spans`; `span` runs them all) split into those its mask keeps whole (run without
+    the mask ops) and the edges before and after them (run masked), each family a loop with
+    its own affine span; one masked loop over the needed tiles when the families are not
+    affine (or with paged K/V, whose gathers share the key loop with their readers)."""
     single = [("", span, False)]
     masking = masking_ops(graph, site)
     if len(masking) != 1 or site.gathers:
@@ -204,15 +205,13 @@ def split_bodies(graph, site: AttentionSite, tiles, span, nq: int, nk: int) -> l
     op = next(o for o in graph.ops if o.name == masking[0])
     writer = {o.output.buffer: o for o in graph.ops if o.name in site.masks}
     cond = op.inputs[0].buffer
-    some = _keep_by_tile(graph, writer.get(cond), cond, tiles, nq, nk, writer=writer)
     every = _keep_by_tile(graph, writer.get(cond), cond, tiles, nq, nk, writer=writer,
                           must=True)
-    if some is None or every is None or not every.any():
+    if every is None or not every.any():
         return single
     families: list[list[range]] = [[], [], []]
     for i in range(nq):
-        needed = np.flatnonzero(some[i])
-        lo, hi = (int(needed[0]), int(needed[-1]) + 1) if needed.size else (0, 0)
+        lo, hi = needed[i].start, needed[i].stop
         whole = np.flatnonzero(every[i][lo:hi]) + lo
         f_lo, f_hi = (int(whole[0]), int(whole[-1]) + 1) if whole.size else (lo, lo)
         if whole.size and whole.size != f_hi - f_lo:

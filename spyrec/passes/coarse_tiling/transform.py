@@ -27,11 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from spyrec.errors import ConfigError
-from spyrec.indexing import Indirect, Ranges, Var
+from spyrec.indexing import Indirect, Var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
-from spyrec.ir.verify import tiled_access_problem
 from spyrec.plan.tiles import (
-    device_advance, host_advance, host_box, retile_index, shift_index, tile_buffer_layout,
+    host_advance, host_box, moving_tile_problem, retile_index, shift_index, tile_buffer_layout,
 )
 
 # reduction op -> (combine op, identity of the accumulator). max/min start from the most
@@ -328,46 +327,36 @@ class _GroupTiler:
 
     def _check_advances(self, seq: list[Placed]) -> None:
         """Every full-buffer access inside a loop moves by one constant device-address step
-        per iteration (DESIGN §5); else the tiling is refused, naming op, tensor and dim."""
+        per iteration, and each trip's tile is exactly the untiled access there (DESIGN §5,
+        `plan/tiles.moving_tile_problem`); else the tiling is refused, naming op, tensor and
+        dim. A constant step between the first tiles does not rule out a view's floor/mod
+        wrapping inside a later one (a wrapped reshape's `Mod(c1 + 71, 300)` read past the
+        tensor's end on the last of 3 tiles). --tiling auto skips such a candidate."""
         live = {op.name: op for op in self.g.ops}
         for p in seq:
             op = live[p.op.name]
-            if not op.loops:
-                continue
-            full = _full_ranges(op)
-            for _, a in op.accesses():
+            for _, a in op.accesses() if op.loops else ():
                 buf = self.g.buffers[a.buffer]
-                if buf.per_tile or any(isinstance(leaf, Indirect)
-                                       for leaf in a.index.free_atoms()):
-                    continue     # a gathered tensor stays put: only its index tensor moves
-                for level, loop in enumerate(op.loops):
-                    if not loop.tiled:
-                        continue
-                    v = loop.tiled[0]
-                    step = dict(op.ranges)[v]
-                    if device_advance(buf, op, a.index, full, v, step, loop.count) is None:
-                        self.fail(f"tiling {self.group.levels[level].dim} into {loop.count} "
-                                  f"tiles of {step} makes the tiles of '{buf.name}' in "
-                                  f"{self.describe(op)} something other than a constant "
-                                  f"shift in its device layout {list(buf.layout.device_size)} "
-                                  f"(a tile that splits a stick or wraps a dim); choose a "
-                                  f"count whose tiles are whole sticks and whole rows")
-                self._check_exact(op, buf, a)
-
-    def _check_exact(self, op: Operation, buf: Buffer, a: Access) -> None:
-        """Every trip's tile is exactly the untiled access there (`tiled_access_problem`):
-        a constant step between the first tiles does not rule out a view's floor/mod
-        wrapping inside a later one (a wrapped reshape's `Mod(c1 + 71, 300)` read past the
-        tensor's end on the last of 3 tiles). --tiling auto skips such a candidate."""
-        problem = tiled_access_problem(buf, op, a)
-        if problem is None:
-            return
-        dims = ", ".join(dict.fromkeys(self.group.levels[lv].dim for lv, loop in
-                                       enumerate(op.loops) if loop.tiled))
-        self.fail(f"tiling {dims} makes the tiles of '{buf.name}' in {self.describe(op)} "
-                  f"differ from the untiled access: its index {a.index} wraps inside a tile "
-                  f"({problem.split(' (')[0]}); choose a count whose tile boundaries fall on "
-                  f"the wrap points, or leave the op out of the group")
+                found = moving_tile_problem(buf, op, a)
+                if found is None:
+                    continue
+                level, problem = found
+                if level is not None:
+                    loop = op.loops[level]
+                    step = dict(op.ranges)[loop.tiled[0]]
+                    self.fail(f"tiling {self.group.levels[level].dim} into {loop.count} "
+                              f"tiles of {step} makes the tiles of '{buf.name}' in "
+                              f"{self.describe(op)} something other than a constant "
+                              f"shift in its device layout {list(buf.layout.device_size)} "
+                              f"(a tile that splits a stick or wraps a dim); choose a "
+                              f"count whose tiles are whole sticks and whole rows")
+                dims = ", ".join(dict.fromkeys(self.group.levels[lv].dim for lv, loop in
+                                               enumerate(op.loops) if loop.tiled))
+                self.fail(f"tiling {dims} makes the tiles of '{buf.name}' in "
+                          f"{self.describe(op)} differ from the untiled access: its index "
+                          f"{a.index} wraps inside a tile ({problem.split(' (')[0]}); choose a "
+                          f"count whose tile boundaries fall on the wrap points, or leave the "
+                          f"op out of the group")
 
 
 def _depends_on(op: Operation, before: list[Operation]) -> bool:
@@ -401,11 +390,6 @@ def _count_nests(seq: list[Placed]) -> int:
             nests += 1
         inside = bool(p.op.loops)
     return nests
-
-
-def _full_ranges(op: Operation) -> Ranges:
-    mult = {v: loop.count for loop in op.loops for v in loop.tiled}
-    return Ranges({Var(v): (0, n * mult.get(v, 1) - 1) for v, n in op.ranges})
 
 
 # --- the unrolled form ---------------------------------------------------------------------
