@@ -205,6 +205,7 @@ def test_tiles_from_the_tiling_file_and_the_file_auto_writes(tmp_path):
     """`attention:` entries in a tiling file set the tiles of the attentions they name; the
     file `--tiling auto` writes records the tiles it chose, and compiling with that file
     gives the same bundle."""
+    from spyrec.errors import ConfigError
     from tests.programs import compile_pt2, export
 
     q, k, v = _qkv(1, 2, 2, 1024, 1024, 64)
@@ -216,8 +217,13 @@ def test_tiles_from_the_tiling_file_and_the_file_auto_writes(tmp_path):
     (row,) = _rows(compile_pt2(pt2, tmp_path / "given", tiling=config))
     assert (row["query_tile"], row["key_tile"], row["loops"]) == (256, 128, [4, 8])
     config.write_text("attention:\n  - ops: [other]\n    query_tile: 256\n")
-    (row,) = _rows(compile_pt2(pt2, tmp_path / "unmatched", tiling=config))
-    assert row["query_tile"] != 256 or row["key_tile"] != 128     # the cost model's own
+    with pytest.raises(ConfigError, match=r"attention entry ops \['other'\] matches no "
+                                          r"attention of the program \(its attentions' "
+                                          r"nodes: scaled_dot_product_attention\)"):
+        compile_pt2(pt2, tmp_path / "unmatched", tiling=config)
+    config.write_text("attention:\n  - query_tile: 256\n")
+    (row,) = _rows(compile_pt2(pt2, tmp_path / "rows_only", tiling=config))
+    assert row["query_tile"] == 256 and row["key_tile"] in (128, 256, 512)   # keys chosen
     auto = compile_pt2(pt2, tmp_path / "auto", tiling="auto")
     written = (auto / "tiling.yaml").read_text()
     (chosen,) = _rows(auto)

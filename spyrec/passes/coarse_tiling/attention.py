@@ -44,12 +44,11 @@ MAX_ROWS_PER_CORE = 1024
 
 @dataclass(frozen=True)
 class Priced:
-    """One candidate: its tiles (None: materialized), estimated µs, LX peak per core, and the
-    next cheapest candidates (taken in order when the proof of a cheaper one fails)."""
+    """One candidate: its tiles (None: materialized), estimated µs, the next cheapest
+    candidates (taken in order when the proof of a cheaper one fails), and its HBM bytes."""
 
     tiles: FlashTiles | None
     time_us: float
-    lx_peak: int = 0
     runners_up: tuple["Priced", ...] = ()
     hbm_bytes: int = 0
 
@@ -60,7 +59,9 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
     `given` entry matching its node (a tile it leaves 0 is chosen); one report row per
     site."""
     rows, memo = [], {}
-    for n, site in enumerate(find_sites(graph)):
+    sites = find_sites(graph)
+    _check_given_name_sites(graph, sites, given)
+    for n, site in enumerate(sites):
         spec = _given_for(graph, site, given)
         if spec is not None and spec.query_tile and spec.key_tile:
             choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile, spec.head_tile),
@@ -98,10 +99,27 @@ def _rewrite_first_proven(graph: Graph, site: AttentionSite, choice: Priced, key
     return None, choice
 
 
+def _node_of(graph: Graph, site: AttentionSite) -> str:
+    return next(o.node for o in graph.ops if o.name == site.out) or ""
+
+
 def _given_for(graph: Graph, site: AttentionSite, given) -> AttentionSpec | None:
-    node = next(o.node for o in graph.ops if o.name == site.out) or ""
+    node = _node_of(graph, site)
     return next((g for g in given if g.ops is None or
                  any(fnmatchcase(node, glob) for glob in g.ops)), None)
+
+
+def _check_given_name_sites(graph: Graph, sites: list[AttentionSite], given) -> None:
+    """A tiling-file entry whose `ops` globs name no attention of the program is a typo (or
+    a file for another model): refused, with the attentions there are."""
+    nodes = [_node_of(graph, site) for site in sites]
+    for g in given:
+        if g.ops is not None and not any(fnmatchcase(n, glob) for n in nodes
+                                         for glob in g.ops):
+            there = ", ".join(sorted(set(nodes))) or "none"
+            raise ConfigError(f"attention entry ops {list(g.ops)} matches no attention of "
+                              f"the program (its attentions' nodes: {there}); fix the globs "
+                              f"or drop the entry")
 
 
 def given_tiles(site: AttentionSite, query_tile: int, key_tile: int,
@@ -257,7 +275,7 @@ def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     if _spilled(planned, placement, budget):
         return None
     apply_lx(planned, placement)
-    return Priced(tiles, planned_time_us(planned), placement.peak, hbm_bytes=hbm_bytes(planned))
+    return Priced(tiles, planned_time_us(planned), hbm_bytes=hbm_bytes(planned))
 
 
 def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int) -> None:
