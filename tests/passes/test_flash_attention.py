@@ -217,9 +217,9 @@ def test_tiles_from_the_tiling_file_and_the_file_auto_writes(tmp_path):
     (row,) = _rows(compile_pt2(pt2, tmp_path / "given", tiling=config))
     assert (row["query_tile"], row["key_tile"], row["loops"]) == (256, 128, [4, 8])
     config.write_text("attention:\n  - ops: [other]\n    query_tile: 256\n")
-    with pytest.raises(ConfigError, match=r"attention entry ops \['other'\] matches no "
-                                          r"attention of the program \(its attentions' "
-                                          r"nodes: scaled_dot_product_attention\)"):
+    with pytest.raises(ConfigError, match=r"t.yaml: attention entry 1: ops \['other'\] "
+                                          r"match no attention of the program \(its "
+                                          r"attentions' nodes: scaled_dot_product_attention\)"):
         compile_pt2(pt2, tmp_path / "unmatched", tiling=config)
     config.write_text("attention:\n  - query_tile: 256\n")
     (row,) = _rows(compile_pt2(pt2, tmp_path / "rows_only", tiling=config))

@@ -117,9 +117,9 @@ def _check_given_name_sites(graph: Graph, sites: list[AttentionSite], given) -> 
         if g.ops is not None and not any(fnmatchcase(n, glob) for n in nodes
                                          for glob in g.ops):
             there = ", ".join(sorted(set(nodes))) or "none"
-            raise ConfigError(f"attention entry ops {list(g.ops)} matches no attention of "
-                              f"the program (its attentions' nodes: {there}); fix the globs "
-                              f"or drop the entry")
+            raise ConfigError(f"{g.where}: ops {list(g.ops)} match no attention of the "
+                              f"program (its attentions' nodes: {there}); fix the globs or "
+                              f"drop the entry")
 
 
 def given_tiles(site: AttentionSite, query_tile: int, key_tile: int,

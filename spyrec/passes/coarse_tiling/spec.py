@@ -51,6 +51,7 @@ class AttentionSpec:
     query_tile: int
     key_tile: int
     head_tile: int = 0
+    where: str = ""             # how messages name the entry: "FILE: attention entry N"
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _attention(entries, where: str) -> tuple[AttentionSpec, ...]:
                 raise ConfigError(f"{at}: {key} must be a positive integer (or 0: the cost "
                                   f"model's choice), got {value!r}")
             tiles.append(value)
-        out.append(AttentionSpec(tuple(ops) if ops else None, *tiles))
+        out.append(AttentionSpec(tuple(ops) if ops else None, *tiles, where=at))
     return tuple(out)
 
 
