@@ -403,6 +403,20 @@ def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> 
     return math.prod(k for v, k in splits.items() if v not in used)
 
 
+def compute_floor_us(graph: Graph, cores: int, p: CostParams = DEFAULT_PARAMS) -> float:
+    """A lower bound of `core_splits.planned_time_us` under every work division of `graph`
+    on at most `cores` cores: each op's compute spread evenly over all of them at the PT
+    array's full efficiency, times its executions. An op's estimate is at least its compute
+    (memory overlaps it, rings and penalties only add), a core's slice holds at least
+    1/`cores` of the points, and a matmul's efficiency is at most 1; so a candidate whose
+    floor is over a plan already priced need not be planned to know it loses."""
+    total = 0.0
+    for op in graph.ops:
+        points = math.prod(n for _, n in op.ranges) / cores
+        total += compute_seconds(cost_class(op.op), points, 1 << 30, p) * nest_trips(op.loops)
+    return total * 1e6
+
+
 def _compute_s(op: Operation, extent: dict[str, int], p: CostParams) -> float:
     """One core's compute time for a slice of extents `extent` (costmodel's formula)."""
     klass = cost_class(op.op)

@@ -321,3 +321,35 @@ def test_a_refused_rewrite_leaves_the_graph_as_it_was(tmp_path, capsys):
     with pytest.raises(ConfigError, match="moves by other than one constant step"):
         rewrite(graph, site, FlashTiles(64, 32), "fa0")
     assert graph.buffers == before_buffers and graph.ops == before_ops
+
+
+def test_the_compute_floor_bounds_every_candidates_planned_time(tmp_path, capsys):
+    """The tile search skips planning a candidate whose compute floor (its ops' compute
+    spread evenly over 32 cores at full PT efficiency) is over a price already found; that
+    is sound only if the floor is never above the planned estimate, for every tile shape.
+    It is also close (the flash body is compute-bound), which is why it prunes."""
+    from spyrec.ir.parser import parse
+    from spyrec.passes.coarse_tiling.attention import _planned
+    from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
+    from spyrec.plan.core_splits import planned_time_us
+    from spyrec.plan.split_estimate import compute_floor_us
+    from tests.programs import compile_pt2, export
+
+    q, k, v = _qkv(1, 4, 4, 1024, 1024, 64)
+    pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True)), (q, k, v))
+    capsys.readouterr()
+    compile_pt2(pt2, tmp_path / "out", print_ir_before="coarse_tiling",
+                sets=["coarse_tiling.attention=never"])
+    text = capsys.readouterr().err
+    graph = parse(text[text.index("buffer "):text.index("\noutputs")].rstrip() + "\n" +
+                  text[text.index("outputs"):].splitlines()[0])
+    (site,) = find_sites(graph)
+    ratios = []
+    for tiles in [FlashTiles(1024, 128, 4), FlashTiles(256, 256, 2), FlashTiles(128, 512, 1),
+                  FlashTiles(64, 64, 4)]:
+        planned = _planned(graph, site, tiles, check=False)
+        floor, time = compute_floor_us(planned, 32), planned_time_us(planned)
+        assert 0 < floor <= time, tiles
+        ratios.append(floor / time)
+    assert max(ratios) > 0.5

@@ -31,6 +31,7 @@ from spyrec.passes.coarse_tiling.flash import rewrite
 from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, find_sites
 from spyrec.plan.core_splits import divide_work, planned_time_us
 from spyrec.plan.lx_placement import apply_lx, place_lx
+from spyrec.plan.split_estimate import compute_floor_us
 from spyrec.plan.staging import stage_inputs
 
 MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
@@ -51,6 +52,10 @@ class Priced:
     time_us: float
     runners_up: tuple["Priced", ...] = ()
     hbm_bytes: int = 0
+
+
+# a candidate not planned: its compute alone is slower than one already priced
+OUTPRICED = Priced(None, math.inf)
 
 
 def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
@@ -180,10 +185,13 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                 if any(queries >= t.queries and keys >= t.keys and heads >= t.heads
                        for t in too_big):
                     continue
+                beat = math.inf if best is None else best.time_us * (1 + NEAR)
                 priced = None if _lx_floor(site, tiles) > budget else \
-                    _price(graph, site, tiles, budget)
+                    _price(graph, site, tiles, budget, beat)
                 if priced is None:
                     too_big.append(tiles)
+                    continue
+                if priced is OUTPRICED:
                     continue
                 priced_all.append(priced)
                 if row is None or round(priced.time_us, 3) < round(row.time_us, 3):
@@ -265,12 +273,14 @@ def _key_tiles(site: AttentionSite) -> list[int]:
 
 
 def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
-           budget: int) -> Priced | None:
+           budget: int, beat: float = math.inf) -> Priced | None:
     """The site alone, rewritten with `tiles` (None: as it is), planned and priced; None when
-    a per-tile buffer does not fit LX."""
-    planned = _planned(graph, site, tiles, check=False)
-    if planned is None:
-        return None                          # tiles that do not move by whole sticks
+    a per-tile buffer does not fit LX; `OUTPRICED` when even its compute spread perfectly
+    over the cores (`compute_floor_us`) takes longer than `beat` (planning it, most of a
+    candidate's price, is then skipped: it can neither win nor tie)."""
+    planned = _planned(graph, site, tiles, check=False, beat=beat)
+    if planned is None or planned is OUTPRICED:
+        return planned                       # None: tiles that do not move by whole sticks
     placement = place_lx(planned, budget)
     if _spilled(planned, placement, budget):
         return None
@@ -293,9 +303,10 @@ def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int
 
 
 def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
-             check: bool) -> Graph | None:
+             check: bool, beat: float = math.inf) -> Graph | Priced | None:
     """A copy of the site alone, rewritten with `tiles` (None: as it is) and planned as the
-    pipeline plans it (work division, staging); None when `tiles` fail their proof."""
+    pipeline plans it (work division, staging); None when `tiles` fail their proof,
+    `OUTPRICED` when its compute floor is over `beat`."""
     names = set(site.ops)
     sub = subgraph_of(graph, lambda op: op.name in names)
     if tiles is not None:
@@ -305,6 +316,8 @@ def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
             if check:
                 raise
             return None
+    if compute_floor_us(sub, CORES) > beat:
+        return OUTPRICED
     divide_work(sub)
     stage_inputs(sub)
     return sub
