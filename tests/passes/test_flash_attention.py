@@ -77,6 +77,20 @@ def test_sdpa_equals_eager_and_keeps_scores_in_tiles(tmp_path, causal):
             {"loop": "fa0.1.edge1", "masked": True, "span": {"start": [1, 0], "stop": [1, 1]}}]
 
 
+def test_two_query_tiles_skip_the_key_tiles_above_the_diagonal(tmp_path):
+    """Two query tiles of 128 over key tiles of 64: the first needs key tiles 0-1, the
+    second all 4. Only one span end lies strictly inside (0, 4), so the line is found by
+    its slope through that point and the clamp (2 key tiles per query tile); every key
+    tile ran for both query tiles before."""
+    q, k, v = _qkv(1, 2, 2, 256, 256, 64)
+    out = run_and_compare(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True)), (q, k, v), **_flash(128, 64))
+    (row,) = _rows(out)
+    assert row["key_span"] == {"start": [0, 0], "stop": [2, 2]}
+    assert [lp["span"] for lp in row["key_loops"]] == [
+        {"start": [0, 0], "stop": [2, 0]}, {"start": [2, 0], "stop": [2, 2]}]
+
+
 def test_a_head_loop_outside_the_query_loop(tmp_path):
     """head_tile 2 of 8 heads: a loop of 4 head groups around the query and key loops."""
     q, k, v = _qkv(1, 8, 8, 128, 128, 32)

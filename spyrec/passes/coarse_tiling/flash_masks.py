@@ -247,19 +247,21 @@ def _fit_span(ranges: list[range], nk: int) -> TripSpan | None:
 
 
 def _fit(ends: list[int], nk: int) -> tuple[int, int] | None:
-    """A line a·i + b that clamped to [0, nk] gives `ends`, from two points where the ends
-    are strictly inside (or a constant)."""
+    """A line a·i + b that clamped to [0, nk] gives `ends`: through two points where the ends
+    are strictly inside, a constant, or else (two query tiles, say, whose second runs to the
+    last key tile) the gentlest slope through the one inside point (or the first end) that
+    the clamps reproduce."""
     inside = [(i, e) for i, e in enumerate(ends) if 0 < e < nk]
-    if len(inside) < 2:
-        b = ends[0] if len(set(ends)) == 1 else None
-        if b is not None:
-            return 0, b
-        if len(inside) == 1:           # one free point: a slope of 1 tile per tile
-            i, e = inside[0]
-            return 1, e - i
-        return None
-    (i0, e0), (i1, e1) = inside[0], inside[1]
-    if (e1 - e0) % (i1 - i0):
-        return None
-    a = (e1 - e0) // (i1 - i0)
-    return a, e0 - a * i0
+    if len(inside) >= 2:
+        (i0, e0), (i1, e1) = inside[0], inside[1]
+        if (e1 - e0) % (i1 - i0):
+            return None
+        a = (e1 - e0) // (i1 - i0)
+        return a, e0 - a * i0
+    if len(set(ends)) == 1:
+        return 0, ends[0]
+    i, e = inside[0] if inside else (0, ends[0])
+    for a in sorted(range(-nk, nk + 1), key=abs):
+        if a and all(min(max(a * (j - i) + e, 0), nk) == end for j, end in enumerate(ends)):
+            return a, e - a * i
+    return None
