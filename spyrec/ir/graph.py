@@ -25,6 +25,7 @@ import numpy as np
 
 from spyrec.indexing import Indirect, Lin, Ranges, Var, intern
 from spyrec.layout import DeviceLayout, contiguous_strides
+from spyrec.ir.symbols import SymLength
 
 ROLES = ("input", "constant", "intermediate", "output")
 
@@ -93,6 +94,19 @@ def _clamped(line: tuple[int, int], i: int, count: int) -> int:
 
 
 @dataclass(frozen=True)
+class LoopBound:
+    """A trip count set by a symbolic length (issue 30): `symbol`'s length // `per_trip` (the
+    tile's extent along the symbolic dim, which divides every admissible length).
+    `Loop.count` stays the count at the symbol's maximum, which every plan and proof uses."""
+
+    symbol: str
+    per_trip: int
+
+    def count(self, length: int) -> int:
+        return length // self.per_trip
+
+
+@dataclass(frozen=True)
 class Loop:
     """One level of a counted loop around ops (coarse tiling): `count` iterations, dividing
     the op's vars `tiled` (the op's ranges are then one tile's extents); with a `span`, only
@@ -106,11 +120,13 @@ class Loop:
     tiled: tuple[str, ...]
     key: str = ""
     span: TripSpan | None = None
+    bound: LoopBound | None = None      # a symbolic trip count (count: at the maximum)
 
     @property
     def identity(self) -> tuple:
-        """What makes two ops share this loop: key, count and span (not their tiled vars)."""
-        return self.key, self.count, self.span
+        """What makes two ops share this loop: key, count, span and bound (not their tiled
+        vars)."""
+        return self.key, self.count, self.span, self.bound
 
     def trips(self, outer: int) -> range:
         """The iterations run while the directly enclosing loop is at `outer`."""
@@ -302,6 +318,10 @@ class Graph:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     # buffer FQN -> the output buffer holding its new value (a KV cache updated in place)
     mutated_buffers: dict[str, str] = field(default_factory=dict)
+    # symbolic lengths by name (ir/symbols.py); the graph is their instance at the maximum
+    symbols: dict[str, SymLength] = field(default_factory=dict)
+    # input or output buffer -> {host dim: symbol} for the dims of a symbolic length
+    symbolic_dims: dict[str, dict[int, str]] = field(default_factory=dict)
 
     __hash__ = None
 
@@ -312,6 +332,8 @@ class Graph:
                 and self.ops == other.ops and self.inputs == other.inputs
                 and self.outputs == other.outputs
                 and self.mutated_buffers == other.mutated_buffers
+                and self.symbols == other.symbols
+                and self.symbolic_dims == other.symbolic_dims
                 and _same_arrays(self.constants, other.constants))
 
     def add_buffer(self, buf: Buffer) -> Buffer:

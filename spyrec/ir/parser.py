@@ -16,7 +16,8 @@ import json
 import re
 
 from spyrec.indexing.parser import ExprSyntaxError, parse_expr
-from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Loop, Operation, TripSpan
+from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Loop, LoopBound, Operation, TripSpan
+from spyrec.ir.symbols import SymLength
 from spyrec.layout.device_layout import DeviceLayout
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -136,12 +137,13 @@ class _Line:
 
     def statement(self, graph: Graph) -> None:
         for word, rule in (("buffer", self.buffer), ("op", self.op), ("inputs", self.inputs),
-                           ("outputs", self.outputs), ("mutated", self.mutated)):
+                           ("outputs", self.outputs), ("mutated", self.mutated),
+                           ("symbol", self.symbol)):
             if self.keyword(word):
                 rule(graph)
                 self.end()
                 return
-        raise self.error("buffer, op, inputs, outputs or mutated")
+        raise self.error("buffer, op, inputs, outputs, mutated or symbol")
 
     def buffer(self, graph: Graph) -> None:
         name = self.name()
@@ -243,7 +245,14 @@ class _Line:
             stop = self.trip_line()
             self.expect(")")
             span = TripSpan(start, stop)
-        return Loop(count, tiled, key, span)
+        bound = None
+        if self.keyword("bound"):
+            self.expect("(")
+            symbol = self.name()
+            self.expect("/")
+            bound = LoopBound(symbol, self.integer())
+            self.expect(")")
+        return Loop(count, tiled, key, span, bound)
 
     def trip_line(self) -> tuple[int, int]:
         """`A*i+B` or `A*i-B` -> (a, b): a span end in the enclosing loop's index i."""
@@ -263,6 +272,21 @@ class _Line:
 
     def outputs(self, graph: Graph) -> None:
         graph.outputs = self.bracketed(self.name)
+
+    def symbol(self, graph: Graph) -> None:
+        """`symbol NAME MIN..MAX by GRANULARITY at [BUFFER:DIM, ...]`: a symbolic length and
+        the input and output dims that have it."""
+        name = self.name()
+        minimum = self.integer()
+        self.expect("..")
+        maximum = self.integer()
+        if not self.keyword("by"):
+            raise self.error("by GRANULARITY")
+        graph.symbols[name] = SymLength(name, self.integer(), minimum, maximum)
+        if not self.keyword("at"):
+            raise self.error("at [BUFFER:DIM, ...]")
+        for buffer, dim in self.bracketed(self.split):
+            graph.symbolic_dims.setdefault(buffer, {})[dim] = name
 
     def mutated(self, graph: Graph) -> None:
         def pair() -> tuple[str, str]:

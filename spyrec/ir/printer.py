@@ -45,6 +45,7 @@ def format_graph(graph: Graph) -> str:
         pairs = ", ".join(f"{format_name(k)} -> {format_name(v)}"
                           for k, v in graph.mutated_buffers.items())
         lines.append(f"mutated [{pairs}]")
+    lines += [_symbol(graph, s) for s in graph.symbols.values()]
     return "\n".join(lines) + "\n"
 
 
@@ -99,14 +100,26 @@ def format_op(op: Operation) -> str:
     return text + _source(op.source)
 
 
+def _symbol(graph: Graph, symbol) -> str:
+    """`symbol NAME MIN..MAX by GRANULARITY at [BUFFER:DIM, ...]`: a symbolic length and the
+    input and output dims that have it."""
+    dims = [f"{format_name(b)}:{d}" for b, by_dim in graph.symbolic_dims.items()
+            for d, name in by_dim.items() if name == symbol.name]
+    return (f"symbol {format_name(symbol.name)} {symbol.minimum}..{symbol.maximum} by "
+            f"{symbol.granularity} at [{', '.join(dims)}]")
+
+
 def format_loop(loop: Loop) -> str:
     """`COUNT(VARS)@KEY`, then `span(A*i+B, C*i+D)` for a loop running j in [A*i+B, C*i+D)
-    of the enclosing loop's index i (each clamped to 0..COUNT)."""
+    of the enclosing loop's index i (each clamped to 0..COUNT), and `bound(S/T)` for a loop
+    running S // T trips, S a symbolic length (COUNT: at its maximum)."""
     text = f"{loop.count}({', '.join(map(format_name, loop.tiled))})"
     if loop.key:
         text += f"@{format_name(loop.key)}"
     if loop.span is not None:
         text += f" span({_line(loop.span.start)}, {_line(loop.span.stop)})"
+    if loop.bound is not None:
+        text += f" bound({format_name(loop.bound.symbol)}/{loop.bound.per_trip})"
     return text
 
 

@@ -388,6 +388,8 @@ def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
             yield f"loop {depth} has no key (coarse_tiling names every loop g<G>.<L>)"
         if loop.span is not None:
             yield from _span_problems(depth, loop)
+        if loop.bound is not None:
+            yield from _bound_problems(graph, depth, loop)
         for v in loop.tiled:
             if v not in names:
                 yield f"loop {depth} tiles {v}, not an iteration variable of the op"
@@ -413,6 +415,24 @@ def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
         problem = _translates(buf, op, access) and tiled_access_problem(buf, op, access)
         if problem:
             yield f"{format_access(access)}: {problem}"
+
+
+def _bound_problems(graph: Graph, depth: int, loop: Loop) -> Iterator[str]:
+    """A symbolic trip count names a symbol of the graph, counts `count` trips at its
+    maximum, and its tile divides every admissible length (no trip reaches past the length,
+    none stops short of it)."""
+    symbol = graph.symbols.get(loop.bound.symbol)
+    where = f"loop {depth} ({loop.key}) bound({loop.bound.symbol}/{loop.bound.per_trip})"
+    if symbol is None:
+        yield f"{where}: {loop.bound.symbol} is not a symbol of the graph"
+        return
+    if loop.bound.count(symbol.maximum) != loop.count:
+        yield (f"{where}: counts {loop.bound.count(symbol.maximum)} trips at the maximum "
+               f"{symbol.maximum}, but the loop counts {loop.count}")
+    if loop.bound.per_trip < 1 or symbol.minimum % loop.bound.per_trip or \
+            symbol.granularity % loop.bound.per_trip:
+        yield (f"{where}: a tile of {loop.bound.per_trip} does not divide every length "
+               f"{symbol.describe()}")
 
 
 def _span_problems(depth: int, loop: Loop) -> Iterator[str]:

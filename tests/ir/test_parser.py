@@ -86,7 +86,7 @@ def test_graph_equality_sees_buffer_order_and_constant_values():
 
 @pytest.mark.parametrize("text, message", [
     ("bufer x: input float16[4]",
-     "line 1, column 1: expected buffer, op, inputs, outputs or mutated, found "
+     "line 1, column 1: expected buffer, op, inputs, outputs, mutated or symbol, found "
      "'bufer x: input float': bufer x: input float16[4]"),
     ("buffer x: inptu float16[4]",
      "line 1, column 11: expected a role (input, constant, intermediate, output), found "
@@ -178,3 +178,30 @@ def test_random_graphs_round_trip(g):
     back = parse(text)
     assert back == g
     assert format_graph(back) == text
+
+
+def test_symbols_and_symbolic_trip_counts_round_trip():
+    """A symbolic length, the input and output dims that have it, and a loop whose trips are
+    the length over its tile print and parse back to the same graph; the verifier checks
+    the bound against the symbol."""
+    from spyrec.ir import Loop, LoopBound, SymLength
+
+    text = ("buffer x: input float32[1, 256, 64]\n"
+            "buffer y: output float32[1, 256, 64]\n"
+            "op relu: y[64*c1 + c2] = relu(x[64*c1 + c2]) "
+            "over [c1<64, c2<64] loops [4(c1)@g0.0 bound(s81/64)]\n"
+            "inputs [x]\noutputs [y]\nsymbol s81 128..256 by 64 at [x:1, y:1]\n")
+    graph = parse(text)
+    assert graph.symbols == {"s81": SymLength("s81", 64, 128, 256)}
+    assert graph.symbolic_dims == {"x": {1: "s81"}, "y": {1: "s81"}}
+    assert graph.ops[0].loops == (Loop(4, ("c1",), "g0.0", None, LoopBound("s81", 64)),)
+    assert parse(format_graph(graph)) == graph
+    assert format_graph(graph).splitlines()[-1] == "symbol s81 128..256 by 64 at [x:1, y:1]"
+    from spyrec.ir.verify import check_loops
+
+    assert list(check_loops(graph, graph.ops[0])) == []
+    for bound, problem in [("s9/64", "s9 is not a symbol of the graph"),
+                           ("s81/32", "counts 8 trips at the maximum 256, but the loop counts 4"),
+                           ("s81/128", "a tile of 128 does not divide every length 128..256 by 64")]:
+        bad = parse(text.replace("s81/64", bound))
+        assert any(problem in line for line in check_loops(bad, bad.ops[0])), bound

@@ -1,0 +1,38 @@
+"""Symbolic lengths: dims a `.pt2` exported with `torch.export.Dim` leaves open (issue 30).
+
+A program compiled with symbols is planned at each symbol's maximum (allocations, layouts, LX
+plans, address proofs all take that instance) and runs at any admissible length: every op
+that touches a symbolic dim sits in a counted loop over it with a fixed tile, and the loop's
+trip count is the length over the tile (`graph.LoopBound`). The tile divides every admissible
+length, so no trip reads or writes past the length (nothing depends on the padding up to the
+maximum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SymLength:
+    """A dim length the export left symbolic: every multiple of `granularity` from `minimum`
+    to `maximum` (torch's `c * Dim(min=a, max=b)` gives granularity c, minimum c*a, maximum
+    c*b). `name` is torch's symbol (s81); `where` names it for messages ("input x dim 1")."""
+
+    name: str
+    granularity: int
+    minimum: int
+    maximum: int
+    where: str = field(default="", compare=False)
+
+    def values(self) -> range:
+        """Every admissible length, smallest first."""
+        return range(self.minimum, self.maximum + 1, self.granularity)
+
+    def admits(self, length: int) -> bool:
+        return self.minimum <= length <= self.maximum and \
+            (length - self.minimum) % self.granularity == 0
+
+    def describe(self) -> str:
+        """`128..2048 by 64` — the admissible lengths, for messages."""
+        return f"{self.minimum}..{self.maximum} by {self.granularity}"
