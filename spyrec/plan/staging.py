@@ -255,8 +255,8 @@ def _tile_copy(buf: Buffer, tile: Buffer, lo: tuple[int, ...], moves: tuple,
               const(0))
     dst = sum((var(v) * s for (v, _), s in zip(dims, contiguous_strides(tile.host_size))),
               const(0))
-    loops = tuple(Loop(count, (f"c{step}",) if step is not None else (), key, span)
-                  for key, count, span, step in moves)
+    loops = tuple(Loop(count, (f"c{step}",) if step is not None else (), key, span, bound)
+                  for key, count, span, bound, step in moves)
     return Operation(name=tile.name, op="identity", ranges=tuple(dims),
                      inputs=(Access(buf.name, src),), output=Access(tile.name, dst),
                      loops=loops, node=lead.node, scope=lead.scope, source=lead.source)

@@ -68,6 +68,9 @@ class CoarseTiling(Pass):
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         if self.attention != "never":
             self._run_attention(graph, ctx)
+        if graph.symbols:
+            self._run_symbolic(graph, ctx)
+            return
         if self.mode == "auto":
             self._run_auto(graph, ctx)
             return
@@ -99,6 +102,20 @@ class CoarseTiling(Pass):
         rows = tile_attention(graph, self.attention, given)
         if rows:
             ctx.report["attention"] = rows
+
+    def _run_symbolic(self, graph: Graph, ctx: CompileContext) -> None:
+        """A program with symbolic lengths: every op walking one in a loop bound by it
+        (symbolic.py); a tiling of its own is not combined with that yet."""
+        from spyrec.passes.coarse_tiling.symbolic import tile_symbolic
+
+        if self.config or self.mode == "auto" or self.unroll:
+            raise ConfigError(
+                f"coarse_tiling: the program has symbolic lengths "
+                f"({', '.join(graph.symbols)}), which spyrec tiles itself; --tiling, "
+                f"mode auto and unroll are not supported with them yet: drop them")
+        groups = tile_symbolic(graph)
+        ctx.report["tiling"] = {"config": "symbolic lengths", "unrolled": False,
+                                "unrolled_ops_added": 0, "groups": groups}
 
     def _run_auto(self, graph: Graph, ctx: CompileContext) -> None:
         """Choose a config (auto.py), then tile exactly as a `--tiling` file would."""

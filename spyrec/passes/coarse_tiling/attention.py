@@ -29,6 +29,9 @@ from spyrec.passes.coarse_tiling.auto import hbm_bytes, lacks_room, subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
 from spyrec.passes.coarse_tiling.flash import rewrite
 from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, find_sites
+from spyrec.passes.coarse_tiling.symbolic import (
+    bind_attention_loops, site_lengths, symbol_names,
+)
 from spyrec.plan.core_splits import divide_work, planned_time_us
 from spyrec.plan.lx_placement import apply_lx, place_lx
 from spyrec.plan.split_estimate import compute_floor_us
@@ -36,6 +39,7 @@ from spyrec.plan.staging import stage_inputs
 
 MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
+SYMBOLIC_KEY_TILES = (32, 64)     # also tried under a symbolic length's granularity
 MAX_QUERY_TILES = 2               # query tile sizes priced per head tile (the largest that may fit)
 NEAR = 0.02                       # estimates this close are a tie: the least traffic wins
 # a query row takes over 2 KB of LX per core at head dim 128 (`_lx_floor`): query tiles that
@@ -66,26 +70,37 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
     rows, memo = [], {}
     sites = find_sites(graph)
     _check_given_name_sites(graph, sites, given)
+    named = symbol_names(graph) if graph.symbols and sites else None
+    lengths = [site_lengths(graph, site, named) for site in sites] if named else []
     for n, site in enumerate(sites):
         spec = _given_for(graph, site, given)
+        symbolic = lengths[n] if lengths else (None, None)
+        site_mode = mode
+        if any(symbolic):
+            site = replace(site, **{
+                f"{what}_granule": graph.symbols[name].granularity
+                for what, name in zip(("query", "key"), symbolic) if name})
+            site_mode = "always"   # a symbolic length is tiled, or nothing runs at every length
         if spec is not None and spec.query_tile and spec.key_tile:
             choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile, spec.head_tile),
                             math.nan)
             check_fits(graph, site, choice.tiles, budget)
         else:
-            if mode == "auto" and spec is None and _scores_bytes(graph, site) <= budget:
+            if site_mode == "auto" and spec is None and _scores_bytes(graph, site) <= budget:
                 continue
             fixed = (spec.query_tile, spec.key_tile, spec.head_tile) if spec is not None \
                 else (0, 0, 0)
             if any(fixed):
                 given_tiles(site, *fixed)            # a given tile must divide its size
-            key = (_signature(graph, site), fixed)
+            key = (_signature(graph, site), fixed, site.query_granule, site.key_granule)
             if key not in memo:
-                memo[key] = _choose(graph, site, "always" if spec else mode, budget, fixed)
+                memo[key] = _choose(graph, site, "always" if spec else site_mode, budget, fixed)
             choice = memo[key]
             if choice.tiles is None:
                 continue
         row, choice = _rewrite_first_proven(graph, site, choice, f"fa{n}")
+        if row is not None and any(symbolic):
+            bind_attention_loops(graph, f"fa{n}", symbolic, choice.tiles)
         if row is not None:
             rows.append(row | {"estimated_us": None if math.isnan(choice.time_us)
                                else round(choice.time_us, 3)})
@@ -134,12 +149,18 @@ def given_tiles(site: AttentionSite, query_tile: int, key_tile: int,
     if head_tile and site.heads % head_tile:
         raise ConfigError(f"attention head_tile={head_tile} does not divide the {site.heads} "
                           f"heads of {site.named}; choose a divisor of {site.heads}")
-    for what, size, tile in (("query_tile", site.queries, tiles.queries),
-                             ("key_tile", site.keys, tiles.keys)):
+    for what, size, granule, tile in (
+            ("query_tile", site.queries, site.query_granule, tiles.queries),
+            ("key_tile", site.keys, site.key_granule, tiles.keys)):
         if tile < 1 or size % tile:
             raise ConfigError(f"attention {what}={tile} does not divide the "
                               f"{size} {'queries' if what == 'query_tile' else 'keys'} of "
                               f"{site.named}; choose a divisor of {size}")
+        if granule and granule % tile:
+            raise ConfigError(f"attention {what}={tile} does not divide every length of "
+                              f"the {'queries' if what == 'query_tile' else 'keys'} of "
+                              f"{site.named}, a multiple of {granule}; choose a divisor of "
+                              f"{granule}")
     trips = max(tiles.counts(site))
     if trips > MAX_TRIPS:
         raise ConfigError(f"attention tiles {tiles.queries}x{tiles.keys} of {site.named} "
@@ -259,15 +280,22 @@ def _query_tiles(site: AttentionSite, heads: int, budget: int) -> list[int]:
     smallest key tile, is not over the LX budget by `_lx_floor` (at most `MAX_ROWS_PER_CORE`
     rows per core), the largest first: the first `MAX_QUERY_TILES` that may fit."""
     smallest = _key_tiles(site)[0]
-    divisors = [d for d in range(1, site.queries + 1)
-                if site.queries % d == 0 and site.queries // d <= MAX_TRIPS
+    whole = site.query_granule or site.queries
+    divisors = [d for d in range(1, whole + 1)
+                if whole % d == 0 and site.queries // d <= MAX_TRIPS
                 and heads * d <= MAX_ROWS_PER_CORE * CORES
                 and _lx_floor(site, FlashTiles(d, smallest, heads)) <= budget]
     return divisors[::-1][:MAX_QUERY_TILES]
 
 
 def _key_tiles(site: AttentionSite) -> list[int]:
-    """Whole-stick key tiles that divide the keys (or all the keys), the smallest first."""
+    """Whole-stick key tiles that divide the keys (or all the keys), the smallest first; for
+    a symbolic number of keys, those that divide its granularity (the tile proof refuses one
+    that splits a stick)."""
+    if site.key_granule:
+        return [t for t in SYMBOLIC_KEY_TILES + KEY_TILES
+                if site.key_granule % t == 0 and site.keys // t <= MAX_TRIPS] \
+            or [site.key_granule]
     return [t for t in KEY_TILES if site.keys % t == 0 and site.keys // t <= MAX_TRIPS] \
         or [site.keys]
 

@@ -56,6 +56,16 @@ def walked_dims(index: Lin, host_size: tuple[int, ...],
     return found
 
 
+def var_extents(op: Operation) -> dict[str, int]:
+    """Each var's extent over all trips of the op's loops (a tiled var walks its whole dim
+    across the tiles, so names flow through ops already in loops: flash attention's)."""
+    extents = dict(op.ranges)
+    for loop in op.loops:
+        for v in loop.tiled:
+            extents[v] *= loop.count
+    return extents
+
+
 def describe_op(op: Operation) -> str:
     """How messages name an op: the FX node a config selects it by, the IR op, the source."""
     node = f"node {op.node!r}" if op.node else f"op {op.name!r}"
@@ -96,7 +106,7 @@ def propagate(graph: Graph, seeds: dict[str, tuple[str | None, ...]], sizes: dic
 def _carried(graph: Graph, op: Operation, names: dict, sizes: dict[str, int],
              where: str) -> dict[str, tuple[str, str]]:
     """{var: (name, "buffer dim d")} for the op's variables that walk a named dim."""
-    ranges = dict(op.ranges)
+    ranges = var_extents(op)
     carried: dict[str, tuple[str, str]] = {}
     for _, access in op.accesses():
         buf = graph.buffers[access.buffer]
@@ -122,7 +132,7 @@ def _output_names(out: Buffer, op: Operation, current: tuple[str | None, ...],
                   carried: dict[str, tuple[str, str]],
                   where: str) -> tuple[str | None, ...]:
     new = list(current)
-    for v, d in walked_dims(op.output.index, out.host_size, dict(op.ranges)).items():
+    for v, d in walked_dims(op.output.index, out.host_size, var_extents(op)).items():
         if v not in carried:
             continue
         name = carried[v][0]

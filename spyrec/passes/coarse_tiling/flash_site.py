@@ -54,6 +54,10 @@ class AttentionSite:
     # mask compared from position vectors): recomputed per tile inside the key loop, so the
     # mask is never written whole
     masks: tuple[str, ...] = ()
+    # a symbolic number of queries or keys (issue 30): tiles must divide every admissible
+    # length, i.e. this granularity (0: a static length, tiles divide `queries`/`keys`)
+    query_granule: int = 0
+    key_granule: int = 0
 
     @property
     def safe(self) -> bool:

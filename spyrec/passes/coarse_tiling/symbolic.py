@@ -1,0 +1,234 @@
+"""Symbolic lengths (issue 30): every op that walks a symbolic dim runs in a counted loop over it
+whose trip count is the length over a fixed tile, so one compiled program serves every length.
+
+The graph is the program at each symbol's maximum. Names flow from the input and output dims
+that have a symbol (`Graph.symbolic_dims`) through the ops exactly as a tiling file's `dims`
+do (`dimnames.propagate`). Consecutive ops that carry a symbol form one group, tiled by the
+coarse-tiling transform with the symbol's granularity as the tile; its loops then get their
+`LoopBound`. What is proven here, for every admissible length L at once:
+
+- every access to a dim that carries a symbol is walked by a variable a bound loop tiles, so
+  at L its trips stop at L // tile and it touches coordinates below L only: nothing reads the
+  padding between L and the maximum (`padding_problems`), and outputs sliced at L are whole;
+- a tile divides every admissible length (the granularity), so no trip is partial;
+- the loop counts, allocations, addresses and LX plans are those of the maximum, and each
+  shrinks with L (a loop runs a prefix of its trips): the maximum's checks cover every L.
+
+An op that reads a symbolic dim at a place that does not move with the length (`x[:, -1]`, a
+reduction over the whole sequence) or that carries two symbols is refused, naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from spyrec.errors import ConfigError, UnsupportedProgram
+from spyrec.ir import Graph, LoopBound, Operation
+from spyrec.passes.coarse_tiling.checks import check_contiguous, check_whole_sticks
+from spyrec.passes.coarse_tiling.config import GroupPlan, Level, TilingPlan
+from spyrec.passes.coarse_tiling.dimnames import (
+    DimNames, describe_op, propagate, var_extents, walked_dims,
+)
+
+WHERE = "symbolic lengths"
+
+
+def tile_symbolic(graph: Graph, first_group: int = 0) -> list[dict]:
+    """Put every op carrying a symbolic dim into a bound loop over it (one report row per
+    group); UnsupportedProgram naming the op when the program depends on a length otherwise."""
+    from spyrec.passes.coarse_tiling.transform import tile_graph
+
+    named = symbol_names(graph)
+    groups = _groups(graph, named, first_group)
+    for group in groups:
+        check_contiguous(graph, [op for op in graph.ops if op.name in group.vars], group.where)
+    rows = tile_graph(graph, TilingPlan(WHERE, tuple(groups), {
+        s.name: s.maximum for s in graph.symbols.values()}))
+    _bind_loops(graph, groups)
+    problems = padding_problems(graph, symbol_names(graph))
+    if problems:
+        raise UnsupportedProgram("\n".join(problems))
+    return rows
+
+
+def symbol_names(graph: Graph) -> DimNames:
+    """Which dim of every buffer and which variable of every op carries which symbol."""
+    seeds = {name: tuple(dims.get(d) for d in range(len(graph.buffers[name].host_size)))
+             for name, dims in graph.symbolic_dims.items()}
+    sizes = {s.name: s.maximum for s in graph.symbols.values()}
+    try:
+        return propagate(graph, seeds, sizes, WHERE)
+    except ConfigError as e:
+        raise UnsupportedProgram(f"{e}; a dim of two symbolic lengths is not supported") \
+            from None
+
+
+def _groups(graph: Graph, named: DimNames, first: int) -> list[GroupPlan]:
+    """Maximal runs of consecutive ops carrying one symbol: each a group of one loop."""
+    runs: list[tuple[str, int, list[Operation]]] = []    # symbol, last op's position, ops
+    for i, op in enumerate(graph.ops):
+        carried = sorted(set(named.op_vars[op.name].values()))
+        if len(carried) > 1:
+            raise UnsupportedProgram(
+                f"{describe_op(op)} walks the symbolic lengths {' and '.join(carried)} at "
+                f"once; spyrec tiles one symbolic dim per op: export with one of them static")
+        if not carried or op.loops:
+            continue
+        if runs and runs[-1][0] == carried[0] and runs[-1][1] == i - 1:
+            runs[-1] = (carried[0], i, runs[-1][2] + [op])
+        else:
+            runs.append((carried[0], i, [op]))
+    return [_group(graph, named, symbol, ops, first + k)
+            for k, (symbol, _, ops) in enumerate(runs)]
+
+
+def _group(graph: Graph, named: DimNames, symbol: str, ops: list[Operation],
+           index: int) -> GroupPlan:
+    """One loop over `symbol` around `ops`, tiles of the symbol's granularity."""
+    length = graph.symbols[symbol]
+    count = length.maximum // length.granularity
+    where = f"{WHERE}: {symbol} ({length.where or 'a symbolic length'})"
+    variables = {}
+    for op in ops:
+        (var,) = [v for v, name in named.op_vars[op.name].items() if name == symbol][:1] or \
+            [None]
+        try:
+            check_whole_sticks(graph, op, var, symbol, count, where)
+        except ConfigError:
+            raise UnsupportedProgram(
+                f"{describe_op(op)}: a tile of {length.granularity} along the symbolic length "
+                f"{symbol} ({length.describe()}) splits a 128-byte stick of its data; export "
+                f"the length as a multiple of a whole stick, such as 64 * torch.export.Dim(...) "
+                f"for fp16") from None
+        variables[op.name] = (var,)
+    return GroupPlan(index, tuple(op.name for op in ops), (Level(symbol, count),), variables,
+                     where)
+
+
+def _bind_loops(graph: Graph, groups: list[GroupPlan]) -> None:
+    """The loops the groups made run `length // granularity` trips."""
+    bounds = {f"g{g.index}.0": LoopBound(g.levels[0].dim,
+                                          graph.symbols[g.levels[0].dim].granularity)
+              for g in groups}
+    for i, op in enumerate(graph.ops):
+        if any(loop.key in bounds for loop in op.loops):
+            graph.ops[i] = replace(op, loops=tuple(
+                replace(loop, bound=bounds[loop.key]) if loop.key in bounds else loop
+                for loop in op.loops))
+
+
+def site_lengths(graph: Graph, site, named: DimNames) -> tuple[str | None, str | None]:
+    """The symbols of an attention site's queries and keys (None: a static length), from
+    the dims its scores `q @ kᵀ` walk (`named`: `symbol_names(graph)`)."""
+    from spyrec.passes.coarse_tiling.flash_site import dim_vars
+
+    op = next(o for o in graph.ops if o.name == site.scores)
+    walks = dim_vars(graph.buffers[op.output.buffer], op) or (None, None)
+    carried = named.op_vars.get(op.name, {})
+    return carried.get(walks[-2]), carried.get(walks[-1])
+
+
+def bind_attention_loops(graph: Graph, key: str, lengths: tuple[str | None, str | None],
+                         tiles) -> None:
+    """The flash loops of attention `key` over a symbolic number of queries (`<key>.0`) or
+    keys (`<key>.1…`, whose causal or window span is then clamped to the length's tiles
+    too) run the length over the tile."""
+    queries, keys = lengths
+    for i, op in enumerate(graph.ops):
+        loops = tuple(
+            replace(loop, bound=LoopBound(queries, tiles.queries))
+            if queries and loop.key == f"{key}.0" else
+            replace(loop, bound=LoopBound(keys, tiles.keys))
+            if keys and loop.key.startswith(f"{key}.1") else loop
+            for loop in op.loops)
+        if loops != op.loops:
+            graph.ops[i] = replace(op, loops=loops)
+
+
+def padding_problems(graph: Graph, named: DimNames) -> list[str]:
+    """One line per access that may touch a symbolic dim past the length: the dim is not
+    walked by a variable that a loop bound by that symbol tiles."""
+    problems = []
+    for op in graph.ops:
+        bound = {v: loop.bound.symbol for loop in op.loops if loop.bound for v in loop.tiled}
+        ranges = var_extents(op)
+        for _, access in op.accesses():
+            buf = graph.buffers[access.buffer]
+            dims = named.buffers.get(buf.name, ())
+            if buf.per_tile or not any(dims):
+                continue
+            walked = {d: v for v, d in walked_dims(access.index, buf.host_size, ranges).items()}
+            verb = "writes" if access is op.output else "reads"
+            for d, symbol in enumerate(dims):
+                if symbol is not None and bound.get(walked.get(d)) != symbol:
+                    problems.append(
+                        f"{describe_op(op)} {verb} {buf.name} dim {d}, whose length is the "
+                        f"symbolic {symbol}, at places that do not stop at the length (the "
+                        f"last token, or a view that merges the dim with another); spyrec "
+                        f"cannot run it at every length: export it with that dim static")
+    return problems
+
+
+def check_instances(graph: Graph, alt: Graph) -> None:
+    """Prove, from the program lowered at every symbol's maximum (`graph`) and one granule
+    shorter (`alt`), that it depends on each length only through the dims that carry it:
+    the same ops and buffers, the same op attributes (a `mean`'s 1/length would differ), a
+    size that differs only on a dim carrying its symbol and by the granularity, and
+    constants (folded position tables) whose shorter instance is a prefix of the longer.
+    Every shape is affine in a length, so two instances decide it. UnsupportedProgram
+    naming the op, buffer or constant otherwise."""
+    named = symbol_names(graph)
+    steps = {s.name: s.granularity for s in graph.symbols.values()}
+    if [(o.name, o.op) for o in graph.ops] != [(o.name, o.op) for o in alt.ops] or \
+            list(graph.buffers) != list(alt.buffers):
+        raise UnsupportedProgram(
+            f"the program's ops differ between the lengths {_lengths(graph, 0)} and "
+            f"{_lengths(graph, 1)}: its structure depends on a symbolic length, which one "
+            f"compiled program cannot follow; export it with static shapes")
+    for op, other in zip(graph.ops, alt.ops):
+        if op.constants != other.constants:
+            changed = sorted(k for k in op.constants.keys() | other.constants.keys()
+                             if op.constants.get(k) != other.constants.get(k))
+            raise UnsupportedProgram(
+                f"{describe_op(op)}: its {', '.join(changed)} depends on a symbolic length "
+                f"({op.constants.get(changed[0])} at {_lengths(graph, 0)}, "
+                f"{other.constants.get(changed[0])} at {_lengths(graph, 1)}), so one compiled "
+                f"program cannot serve every length; export it with static shapes")
+    for name, buf in graph.buffers.items():
+        other = alt.buffers[name].host_size
+        dims = named.buffers.get(name, (None,) * len(buf.host_size))
+        for d, (a, b) in enumerate(zip(buf.host_size, other)):
+            if a != b and (dims[d] is None or a - b != steps[dims[d]]):
+                raise UnsupportedProgram(
+                    f"{name} dim {d} has {a} elements at {_lengths(graph, 0)} and {b} at "
+                    f"{_lengths(graph, 1)}, but it is not a dim of the symbolic length itself "
+                    f"(a view merges it with another dim, or a size computed from it); spyrec "
+                    f"cannot tile it: export it with static shapes")
+        if name in graph.constants and not _prefix(alt.constants[name], graph.constants[name]):
+            raise UnsupportedProgram(
+                f"constant {name} (folded from the program) changes with a symbolic length "
+                f"beyond its length: its values at {_lengths(graph, 1)} are not the first "
+                f"ones of those at {_lengths(graph, 0)}; export it with static shapes")
+
+
+def _prefix(short, long) -> bool:
+    import numpy as np
+
+    short, long = np.asarray(short), np.asarray(long)
+    if short.shape == long.shape:
+        return bool(np.array_equal(short, long, equal_nan=True))
+    if short.ndim != long.ndim or any(s > n for s, n in zip(short.shape, long.shape)):
+        return False
+    return bool(np.array_equal(short, long[tuple(slice(0, s) for s in short.shape)],
+                               equal_nan=True))
+
+
+def _lengths(graph: Graph, granules_less: int) -> str:
+    return ", ".join(f"{s.name}={s.maximum - granules_less * s.granularity}"
+                     for s in graph.symbols.values())
+
+
+def shorter_binding(graph: Graph) -> dict[str, int]:
+    """Each symbol one granule below its maximum: the second instance `check_instances`
+    compares (every symbol admits at least two lengths, or it is not symbolic)."""
+    return {s.name: s.maximum - s.granularity for s in graph.symbols.values()}

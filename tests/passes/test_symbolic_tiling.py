@@ -1,0 +1,111 @@
+"""Symbolic lengths in the planning passes (issue 30): a graph that carries a symbol is tiled
+so that every op walking the symbolic dim runs in a loop bound by it, attention becomes flash
+loops bound by it, and what cannot follow a length is refused, naming the op.
+
+The graphs here are static exports at the maximum with the symbol attached by hand (the front
+end's part is tested in tests/frontend/test_dynamic_shapes.py; whole compiles and runs of
+dynamic exports in tests/sim/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from spyrec.errors import UnsupportedProgram
+from spyrec.ir import LoopBound, SymLength
+from tests.programs import Lambda, export
+
+S = SymLength("s", 64, 128, 256, "input x dim 1")
+
+
+def _planned(pt2: Path, dims: dict[int, dict[int, str]], outputs: dict[int, dict[int, str]]):
+    """The graph of `pt2` with symbol `S` on input/output dims (by position), through the
+    default pipeline; (graph, report)."""
+    from spyrec.compiler import CompileOptions, plan
+    from spyrec.frontend import load_program, lower_program
+    from spyrec.passes.pipeline import run_passes
+    from spyrec.passes.registry import CompileContext
+
+    graph = lower_program(load_program(pt2, "auto"))
+    graph.symbols = {"s": S}
+    graph.symbolic_dims = {graph.inputs[i]: d for i, d in dims.items()} | \
+        {graph.outputs[i]: d for i, d in outputs.items()}
+    checked = plan(pt2, pt2.with_suffix(""), CompileOptions())
+    ctx = CompileContext(layouts_config=checked.layouts)
+    run_passes(graph, checked.pipeline, ctx, [], [])
+    return graph, ctx.report
+
+
+def _mlp(x):
+    w = torch.randn(256, 128) / 16
+    return Lambda(lambda m, x: F.layer_norm(torch.relu(x @ m.w.T), (256,)), w=w), (x,)
+
+
+def test_every_op_walking_the_length_runs_in_a_loop_bound_by_it(tmp_path):
+    module, inputs = _mlp(torch.randn(1, 256, 128))
+    graph, report = _planned(export(tmp_path, module, inputs), {0: {1: "s"}}, {0: {1: "s"}})
+    for op in graph.ops:
+        if all(a.buffer in graph.constants for a in op.inputs):
+            assert not op.loops           # the weight staged into LX once, before the loop
+            continue
+        walked = [lp for lp in op.loops if lp.bound is not None]
+        assert walked and walked[0].bound == LoopBound("s", 64) and walked[0].count == 4, op
+    (group,) = report["tiling"]["groups"]
+    assert report["tiling"]["config"] == "symbolic lengths"
+    assert group["loops"] == [{"dim": "s", "count": 4}]
+
+
+def test_a_read_of_the_last_token_is_refused_naming_the_op(tmp_path):
+    module = Lambda(lambda m, x: torch.relu(x[:, -1]))
+    pt2 = export(tmp_path, module, (torch.randn(1, 256, 64),))
+    with pytest.raises(UnsupportedProgram, match=r"node .relu. .* reads args_0 dim 1, whose "
+                                                 r"length is the symbolic s, at places that do "
+                                                 r"not stop"):
+        _planned(pt2, {0: {1: "s"}}, {})
+
+
+def test_a_mean_over_the_length_is_refused_by_the_two_instances(tmp_path):
+    """`mean` over tokens scales by 1/length: the instances at 256 and 192 tokens differ in
+    that attribute, so no one program serves both."""
+    from spyrec.frontend import load_program, lower_program
+    from spyrec.passes.coarse_tiling.symbolic import check_instances
+
+    graphs = []
+    for n in (256, 192):
+        pt2 = export(tmp_path, Lambda(lambda m, x: x - x.mean(dim=1, keepdim=True)),
+                     (torch.randn(1, n, 64),), name=f"m{n}")
+        graph = lower_program(load_program(pt2, "auto"))
+        graph.symbols = {"s": S}
+        graph.symbolic_dims = {graph.inputs[0]: {1: "s"}, graph.outputs[0]: {1: "s"}}
+        graphs.append(graph)
+    with pytest.raises(UnsupportedProgram, match=r"node 'mean' .*its scaling_factor depends on "
+                                                 r"a symbolic length \(0.00390625 at s=256, "
+                                                 r"0.005208333333333333 at s=192\)"):
+        check_instances(*graphs)
+    plain = []
+    for n in (256, 192):
+        pt2 = export(tmp_path, Lambda(lambda m, x: torch.relu(x) * 2),
+                     (torch.randn(1, n, 64),), name=f"r{n}")
+        graph = lower_program(load_program(pt2, "auto"))
+        graph.symbols = {"s": S}
+        graph.symbolic_dims = {graph.inputs[0]: {1: "s"}, graph.outputs[0]: {1: "s"}}
+        plain.append(graph)
+    check_instances(*plain)
+
+
+def test_causal_attention_over_the_length_becomes_flash_loops_bound_by_it(tmp_path):
+    """q, k, v [1, 2, s, 64]: the query loop and every key loop run the length over their
+    tile (tiles divide the granularity 64); the causal span stays."""
+    q, k, v = (torch.randn(1, 2, 256, 64).half() for _ in range(3))
+    module = Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    graph, report = _planned(export(tmp_path, module, (q, k, v)),
+                             {i: {2: "s"} for i in range(3)}, {0: {2: "s"}})
+    (row,) = report["attention"]
+    assert 64 % row["query_tile"] == 0 and row["key_tile"] == 64
+    loops = {lp.key: lp for op in graph.ops for lp in op.loops}
+    assert loops["fa0.0"].bound == LoopBound("s", row["query_tile"])
+    keyed = [lp for key, lp in loops.items() if key.startswith("fa0.1")]
+    assert keyed and all(lp.bound == LoopBound("s", 64) and lp.span is not None for lp in keyed)
