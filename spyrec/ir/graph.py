@@ -95,15 +95,17 @@ def _clamped(line: tuple[int, int], i: int, count: int) -> int:
 
 @dataclass(frozen=True)
 class LoopBound:
-    """A trip count set by a symbolic length (issue 30): `symbol`'s length // `per_trip` (the
-    tile's extent along the symbolic dim, which divides every admissible length).
-    `Loop.count` stays the count at the symbol's maximum, which every plan and proof uses."""
+    """A trip count set by a symbolic length (issue 30): `symbol`'s length over `per_trip` (the
+    tile's extent along the symbolic dim), rounded up: exact for a shape's length, which
+    the tile divides; a length read from a value ends inside its last tile, which its mask
+    covers. `Loop.count` stays the count at the symbol's maximum, which every plan and
+    proof uses."""
 
     symbol: str
     per_trip: int
 
     def count(self, length: int) -> int:
-        return length // self.per_trip
+        return -(-length // self.per_trip)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import re
 
 from spyrec.indexing.parser import ExprSyntaxError, parse_expr
 from spyrec.ir.graph import ROLES, Access, Buffer, Graph, Loop, LoopBound, Operation, TripSpan
-from spyrec.ir.symbols import SymLength
+from spyrec.ir.symbols import SymLength, ValueSource
 from spyrec.layout.device_layout import DeviceLayout
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -282,7 +282,15 @@ class _Line:
         maximum = self.integer()
         if not self.keyword("by"):
             raise self.error("by GRANULARITY")
-        graph.symbols[name] = SymLength(name, self.integer(), minimum, maximum)
+        granularity, value = self.integer(), None
+        if self.keyword("value"):
+            source = self.name()
+            self.expect("[")
+            index = self.integer()
+            self.expect("]")
+            self.skip()
+            value = ValueSource(source, index, int(self.match(_SIGNED, "+C or -C")))
+        graph.symbols[name] = SymLength(name, granularity, minimum, maximum, value_of=value)
         if not self.keyword("at"):
             raise self.error("at [BUFFER:DIM, ...]")
         for buffer, dim in self.bracketed(self.split):

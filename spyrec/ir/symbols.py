@@ -1,5 +1,8 @@
 """Symbolic lengths: dims a `.pt2` exported with `torch.export.Dim` leaves open (issue 30).
 
+A length can also be a value an input holds (`ValueSource`): a decode step over a static cache
+attends to the slots up to its cache position, and its key loop runs only over those.
+
 A program compiled with symbols is planned at each symbol's maximum (allocations, layouts, LX
 plans, address proofs all take that instance) and runs at any admissible length: every op
 that touches a symbolic dim sits in a counted loop over it with a fixed tile, and the loop's
@@ -14,6 +17,20 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class ValueSource:
+    """Where a length read at run time comes from: element `index` (flat) of program input
+    `input`, plus `offset` (the keys a decode step attends to: its cache position + 1)."""
+
+    input: str
+    index: int
+    offset: int
+
+    def describe(self) -> str:
+        sign = "+" if self.offset >= 0 else "-"
+        return f"{self.input}[{self.index}] {sign} {abs(self.offset)}"
+
+
+@dataclass(frozen=True)
 class SymLength:
     """A dim length the export left symbolic: every multiple of `granularity` from `minimum`
     to `maximum` (torch's `c * Dim(min=a, max=b)` gives granularity c, minimum c*a, maximum
@@ -24,6 +41,10 @@ class SymLength:
     minimum: int
     maximum: int
     where: str = field(default="", compare=False)
+    # None: a dim of an input's shape. Else a length read from an input's value at run time
+    # and clamped to minimum..maximum (granularity 1): loops over it round up, the mask
+    # that made it covers the last tile's rest
+    value_of: ValueSource | None = None
 
     def values(self) -> range:
         """Every admissible length, smallest first."""

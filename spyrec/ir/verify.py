@@ -419,8 +419,8 @@ def check_loops(graph: Graph, op: Operation) -> Iterator[str]:
 
 def _bound_problems(graph: Graph, depth: int, loop: Loop) -> Iterator[str]:
     """A symbolic trip count names a symbol of the graph, counts `count` trips at its
-    maximum, and its tile divides every admissible length (no trip reaches past the length,
-    none stops short of it)."""
+    maximum, and its tile divides every admissible length of a shape (no trip reaches past
+    the length, none stops short of it; a length read from a value rounds up, masked)."""
     symbol = graph.symbols.get(loop.bound.symbol)
     where = f"loop {depth} ({loop.key}) bound({loop.bound.symbol}/{loop.bound.per_trip})"
     if symbol is None:
@@ -429,8 +429,8 @@ def _bound_problems(graph: Graph, depth: int, loop: Loop) -> Iterator[str]:
     if loop.bound.count(symbol.maximum) != loop.count:
         yield (f"{where}: counts {loop.bound.count(symbol.maximum)} trips at the maximum "
                f"{symbol.maximum}, but the loop counts {loop.count}")
-    if loop.bound.per_trip < 1 or symbol.minimum % loop.bound.per_trip or \
-            symbol.granularity % loop.bound.per_trip:
+    if loop.bound.per_trip < 1 or symbol.value_of is None and (
+            symbol.minimum % loop.bound.per_trip or symbol.granularity % loop.bound.per_trip):
         yield (f"{where}: a tile of {loop.bound.per_trip} does not divide every length "
                f"{symbol.describe()}")
 

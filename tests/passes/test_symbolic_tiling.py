@@ -30,9 +30,10 @@ def _planned(pt2: Path, dims: dict[int, dict[int, str]], outputs: dict[int, dict
     from spyrec.passes.registry import CompileContext
 
     graph = lower_program(load_program(pt2, "auto"))
-    graph.symbols = {"s": S}
-    graph.symbolic_dims = {graph.inputs[i]: d for i, d in dims.items()} | \
-        {graph.outputs[i]: d for i, d in outputs.items()}
+    if dims:
+        graph.symbols = {"s": S}
+        graph.symbolic_dims = {graph.inputs[i]: d for i, d in dims.items()} | \
+            {graph.outputs[i]: d for i, d in outputs.items()}
     checked = plan(pt2, pt2.with_suffix(""), CompileOptions())
     ctx = CompileContext(layouts_config=checked.layouts)
     run_passes(graph, checked.pipeline, ctx, [], [])
@@ -109,3 +110,31 @@ def test_causal_attention_over_the_length_becomes_flash_loops_bound_by_it(tmp_pa
     assert loops["fa0.0"].bound == LoopBound("s", row["query_tile"])
     keyed = [lp for key, lp in loops.items() if key.startswith("fa0.1")]
     assert keyed and all(lp.bound == LoopBound("s", 64) and lp.span is not None for lp in keyed)
+
+
+def _decode_step():
+    """One query over a static cache of 1,024 slots, masked as transformers masks a static
+    cache: slots at positions up to the input `cache_position` are kept."""
+    def step(m, q, k, v, cache_position):
+        keep = torch.arange(1024) <= cache_position
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep.reshape(1, 1, 1, 1024))
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, n, 64, generator=g).half() for n in (1, 1024, 1024))
+    return Lambda(step), (q, k, v, torch.tensor([300]))
+
+
+def test_a_decode_steps_key_loop_runs_up_to_its_cache_position(tmp_path):
+    """The mask keeps the slots up to a value read at run time: a symbol read from the
+    position input (args_3[0] + 1: 0..1024 keys), and the key loop runs that over its tile."""
+    from spyrec.ir import ValueSource
+
+    module, inputs = _decode_step()
+    graph, report = _planned(export(tmp_path, module, inputs), {}, {})
+    (row,) = report["attention"]
+    (name,) = graph.symbols
+    assert graph.symbols[name] == SymLength(name, 1, 0, 1024,
+                                            value_of=ValueSource("args_3", 0, 1))
+    keyed = [lp for op in graph.ops for lp in op.loops if lp.key.startswith("fa0.1")]
+    assert keyed and {lp.bound for lp in keyed} == {LoopBound(name, row["key_tile"])}
+    assert LoopBound(name, 128).count(301) == 3 and LoopBound(name, 128).count(0) == 0

@@ -68,7 +68,7 @@ class CoarseTiling(Pass):
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         if self.attention != "never":
             self._run_attention(graph, ctx)
-        if graph.symbols:
+        if any(s.value_of is None for s in graph.symbols.values()):
             self._run_symbolic(graph, ctx)
             return
         if self.mode == "auto":

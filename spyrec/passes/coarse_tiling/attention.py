@@ -29,8 +29,9 @@ from spyrec.passes.coarse_tiling.auto import hbm_bytes, lacks_room, subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
 from spyrec.passes.coarse_tiling.flash import rewrite
 from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, find_sites
+from spyrec.passes.coarse_tiling.flash_masks import runtime_key_limit
 from spyrec.passes.coarse_tiling.symbolic import (
-    bind_attention_loops, site_lengths, symbol_names,
+    bind_attention_loops, keys_symbol, site_lengths, symbol_names,
 )
 from spyrec.plan.core_splits import divide_work, planned_time_us
 from spyrec.plan.lx_placement import apply_lx, place_lx
@@ -81,6 +82,9 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
                 f"{what}_granule": graph.symbols[name].granularity
                 for what, name in zip(("query", "key"), symbolic) if name})
             site_mode = "always"   # a symbolic length is tiled, or nothing runs at every length
+        elif (filled := runtime_key_limit(graph, site)) is not None:
+            symbolic = (None, keys_symbol(graph, site, filled))
+            site_mode = "always"   # the key loop then runs only over the filled cache
         if spec is not None and spec.query_tile and spec.key_tile:
             choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile, spec.head_tile),
                             math.nan)

@@ -16,6 +16,7 @@ import numpy as np
 from spyrec.indexing import Var, var
 from spyrec.ir import Access, Graph, Operation
 from spyrec.ir.graph import TripSpan
+from spyrec.ir.symbols import ValueSource
 from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, dim_vars
 
 def key_spans(graph: Graph, site: AttentionSite, tiles: FlashTiles
@@ -265,3 +266,69 @@ def _fit(ends: list[int], nk: int) -> tuple[int, int] | None:
         if a and all(min(max(a * (j - i) + e, 0), nk) == end for j, end in enumerate(ends)):
             return a, e - a * i
     return None
+
+
+def runtime_key_limit(graph: Graph, site: AttentionSite) -> ValueSource | None:
+    """For a decode step over a static cache — one query row whose mask keeps the keys at
+    positions up to a value the program reads at run time (`key_positions <= cache_position`
+    as transformers builds it) — where that value comes from: an input element plus a
+    constant, with the offset counting the kept keys (value + 1). The key loop then runs only
+    over the tiles holding kept keys (issue 30 §6): exact, every later score is -inf. None
+    for any other mask."""
+    masking = masking_ops(graph, site)
+    if site.queries != 1 or len(masking) != 1:
+        return None
+    where = next(op for op in graph.ops if op.name == masking[0])
+    keep = next((o for o in graph.ops if o.output.buffer == where.inputs[0].buffer), None)
+    if keep is None or keep.op != "lesserequal" or len(keep.inputs) != 2 or keep.constants:
+        return None
+    positions, limit = keep.inputs
+    walks = [v for v, n in keep.ranges if n > 1]
+    if len(walks) != 1 or dict(keep.ranges)[walks[0]] != site.keys or \
+            positions.index != var(walks[0]) or not _is_arange(graph, positions.buffer,
+                                                               site.keys):
+        return None
+    if not limit.index.is_const:
+        return None
+    found = _input_element(graph, limit.buffer, limit.index.const)
+    return None if found is None else ValueSource(found[0], found[1], found[2] + 1)
+
+
+def _is_arange(graph: Graph, name: str, n: int) -> bool:
+    values = graph.constants.get(name)
+    return values is not None and np.asarray(values).size == n and \
+        bool(np.array_equal(np.asarray(values).reshape(-1), np.arange(n)))
+
+
+def _input_element(graph: Graph, name: str, index: int,
+                   depth: int = 0) -> tuple[str, int, int] | None:
+    """(input, flat index, constant added) when element `index` of `name` is an input's
+    element plus a constant (copies, adds of constants on the way), else None."""
+    if name in graph.inputs:
+        return name, index, 0
+    writer = [o for o in graph.ops if o.output.buffer == name]
+    if depth > 16 or len(writer) != 1 or writer[0].output.index.free_atoms() or \
+            writer[0].ranges and any(n != 1 for _, n in writer[0].ranges):
+        return None
+    op = writer[0]
+    if op.op == "identity" and len(op.inputs) == 1 and op.inputs[0].index.is_const:
+        return _input_element(graph, op.inputs[0].buffer, op.inputs[0].index.const,
+                              depth + 1)
+    if op.op != "add":
+        return None
+    if len(op.inputs) == 1 and op.constants.get("scalar_side") in ("lhs", "rhs") and \
+            float(op.constants["scalar"]).is_integer() and op.inputs[0].index.is_const:
+        found = _input_element(graph, op.inputs[0].buffer, op.inputs[0].index.const,
+                               depth + 1)
+        return None if found is None else (*found[:2], found[2] + int(op.constants["scalar"]))
+    if len(op.inputs) != 2 or op.constants or not all(a.index.is_const for a in op.inputs):
+        return None
+    constant = [a for a in op.inputs if a.buffer in graph.constants]
+    other = [a for a in op.inputs if a.buffer not in graph.constants]
+    if len(constant) != 1 or len(other) != 1:
+        return None
+    value = np.asarray(graph.constants[constant[0].buffer]).reshape(-1)[constant[0].index.const]
+    if not float(value).is_integer():
+        return None
+    found = _input_element(graph, other[0].buffer, other[0].index.const, depth + 1)
+    return None if found is None else (*found[:2], found[2] + int(value))

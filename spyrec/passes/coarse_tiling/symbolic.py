@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from spyrec.errors import ConfigError, UnsupportedProgram
-from spyrec.ir import Graph, LoopBound, Operation
+from spyrec.ir import Graph, LoopBound, Operation, SymLength, ValueSource
 from spyrec.passes.coarse_tiling.checks import check_contiguous, check_whole_sticks
 from spyrec.passes.coarse_tiling.config import GroupPlan, Level, TilingPlan
 from spyrec.passes.coarse_tiling.dimnames import (
@@ -126,6 +126,20 @@ def site_lengths(graph: Graph, site, named: DimNames) -> tuple[str | None, str |
     walks = dim_vars(graph.buffers[op.output.buffer], op) or (None, None)
     carried = named.op_vars.get(op.name, {})
     return carried.get(walks[-2]), carried.get(walks[-1])
+
+
+def keys_symbol(graph: Graph, site, filled: ValueSource) -> str:
+    """The symbol (added once per value) for the keys a decode step attends to, read at run
+    time from `filled`: 0 up to the cache's slots, by 1."""
+    for name, symbol in graph.symbols.items():
+        if symbol.value_of == filled:
+            return name
+    name = f"{filled.input}_keys"
+    while name in graph.symbols:
+        name += "_"
+    graph.symbols[name] = SymLength(name, 1, 0, site.keys,
+                                    f"keys up to {filled.describe()}", value_of=filled)
+    return name
 
 
 def bind_attention_loops(graph: Graph, key: str, lengths: tuple[str | None, str | None],

@@ -1,0 +1,146 @@
+"""Symbolic lengths (issue 30): one compile for every sequence length against one compile per
+length (the bucket approach), and what the one program costs at each length against the
+program compiled for that length alone.
+
+Programs: HF Llama and Granite prefill at tiny width, 2 layers (tests/models/hf.py), input_ids
+exported with `64 * torch.export.Dim("s", max=32)`: torch records 128..2,048 tokens by 64.
+
+Per model:
+- sym_compile_s: `spyrec compile` of the dynamic export, one fresh process (wall);
+- static_compile_s: the sum of the walls of compiling one static export per length (`--lengths`,
+  default all 31), each a fresh process; ratio = static_compile_s / sym_compile_s (the issue's
+  target: at least 20);
+- per length: est_sym_us (the symbolic program's report.json `cost_curve` at that length),
+  est_static_us (the static program's `cost.totals.time_us`) and overhead = est_sym / est_static
+  (target: at most 1.1 at every length); the worst overhead is the model's row.
+Exports run in a child process (torch); they are not timed.
+
+Usage: `python bench/symbolic.py [--models llama,granite] [--lengths 128,192,...]
+[--keep DIR] [--json FILE]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import scale  # noqa: E402
+
+PY = sys.executable
+GRANULE, MAX_GRANULES = 64, 32
+LENGTHS = list(range(2 * GRANULE, GRANULE * MAX_GRANULES + 1, GRANULE))
+COMPILE_RATIO_TARGET, OVERHEAD_TARGET = 20.0, 1.1
+
+
+def build(model: str):
+    """(module, example input_ids) of `model` at tiny width, 2 layers, fp32."""
+    import torch
+    import transformers
+
+    from tests.models import hf
+
+    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+           "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM)}[model]
+    config = hf._llama_like(cls[0], max_position_embeddings=LENGTHS[-1])
+    module = hf.LogitsOnly(hf._build(cls[1], config, torch.float32))
+    return module, hf.VOCAB
+
+
+def export_all(model: str, lengths: list[int], work: str) -> None:
+    """WORK/<model>_dyn.pt2 (dynamic) and WORK/<model>_<n>.pt2 for each length."""
+    import torch
+
+    module, vocab = build(model)
+    ids = torch.randint(0, vocab, (1, lengths[-1]), generator=torch.Generator().manual_seed(0))
+    s = torch.export.Dim("s", max=MAX_GRANULES)
+    with torch.no_grad():
+        ep = torch.export.export(module.eval(), (ids,),
+                                 dynamic_shapes={"input_ids": {1: GRANULE * s}})
+        torch.export.save(ep, f"{work}/{model}_dyn.pt2")
+        for n in lengths:
+            torch.export.save(torch.export.export(module.eval(), (ids[:, :n],)),
+                              f"{work}/{model}_{n}.pt2")
+
+
+def compiled(pt2: Path, out: Path) -> float:
+    """Wall s of `spyrec compile PT2 -o OUT` in a fresh process."""
+    wall, _ = scale.measured([PY, "-m", "spyrec", "compile", str(pt2), "-o", str(out), "-q"],
+                             f"spyrec compile of {pt2.name}", 8.0, timeout_s=900)
+    return wall
+
+
+def bench_model(work: Path, model: str, lengths: list[int]) -> tuple[dict, list[dict]]:
+    script = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); sys.path.insert(0, "
+              f"{str(ROOT)!r}); import symbolic; symbolic.export_all({model!r}, {lengths!r}, "
+              f"{str(work)!r})")
+    scale.measured([PY, "-c", script], f"export of {model}", 8.0, timeout_s=1800)
+    sym_s = compiled(work / f"{model}_dyn.pt2", work / f"{model}_dyn")
+    curve = {next(iter(p["lengths"].values())): p["time_us"] for p in json.loads(
+        (work / f"{model}_dyn" / "report.json").read_text())["cost_curve"]}
+    rows, static_s = [], 0.0
+    for n in lengths:
+        static_s += compiled(work / f"{model}_{n}.pt2", work / f"{model}_{n}")
+        est = json.loads((work / f"{model}_{n}" / "report.json").read_text())
+        static_us = est["cost"]["totals"]["time_us"]
+        rows.append({"model": model, "tokens": n, "est_sym_us": curve[n],
+                     "est_static_us": static_us, "overhead": curve[n] / static_us})
+    worst = max(rows, key=lambda r: r["overhead"])
+    summary = {"model": model, "lengths": len(lengths), "sym_compile_s": sym_s,
+               "static_compile_s": static_s, "ratio": static_s / sym_s,
+               "worst_overhead": worst["overhead"], "at_tokens": worst["tokens"]}
+    summary["status"] = "met" if summary["ratio"] >= COMPILE_RATIO_TARGET and \
+        summary["worst_overhead"] <= OVERHEAD_TARGET else "not met"
+    return summary, rows
+
+
+SUMMARY = [("model", "{:<8}"), ("lengths", "{:>7}"), ("sym_compile_s", "{:>13.2f}"),
+           ("static_compile_s", "{:>16.1f}"), ("ratio", "{:>7.1f}"),
+           ("worst_overhead", "{:>14.3f}"), ("at_tokens", "{:>9}"), ("status", "{:<}")]
+PER_LENGTH = [("model", "{:<8}"), ("tokens", "{:>6}"), ("est_sym_us", "{:>11.1f}"),
+              ("est_static_us", "{:>13.1f}"), ("overhead", "{:>8.3f}")]
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="llama,granite")
+    ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
+                    help="static lengths compiled (multiples of 64 in 128..2048)")
+    ap.add_argument("--keep", type=Path, default=None, help="work in this directory, kept")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    lengths = sorted(int(n) for n in args.lengths.split(",") if n)
+    bad = [n for n in lengths if n not in LENGTHS]
+    if bad:
+        ap.error(f"--lengths {bad}: each must be a multiple of {GRANULE} in "
+                 f"{LENGTHS[0]}..{LENGTHS[-1]}")
+    work = args.keep or Path(tempfile.mkdtemp(prefix="spyrec-sym-"))
+    work.mkdir(parents=True, exist_ok=True)
+    summaries, rows = [], []
+    try:
+        for model in args.models.split(","):
+            summary, per_length = bench_model(work, model, lengths)
+            summaries.append(summary)
+            rows += per_length
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(scale.table(rows, PER_LENGTH))
+    print(f"targets: ratio >= {COMPILE_RATIO_TARGET:g} (sum of static compiles / the symbolic "
+          f"compile), overhead <= {OVERHEAD_TARGET:g} at every length")
+    print(scale.table(summaries, SUMMARY))
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summaries, "rows": rows}, indent=1) + "\n")
+    return summaries
+
+
+if __name__ == "__main__":
+    main()
