@@ -1,8 +1,9 @@
 """Load a `.pt2` file and bring it to the aten form the lowering understands.
 
 Every failure a user can cause (missing file, not an archive, an AOTInductor package, a custom op
-that is not registered, a pickled member, an op this torch does not have, dynamic shapes) becomes
-one `InputFileError` or `UnsupportedProgram` that says what the file is and what spyrec expected.
+that is not registered, a pickled member, an op this torch does not have, a symbolic size spyrec
+cannot serve) becomes one `InputFileError` or `UnsupportedProgram` that says what the file is and
+what spyrec expected. A dynamic-shape export is read at one binding of its symbols (`symbols.py`).
 torch only ever sees the sanitized copy `spyrec.pt2archive` makes, so nothing in the file is unpickled.
 """
 
@@ -16,14 +17,18 @@ from spyrec.frontend.fold import fold_constants
 from spyrec.frontend.from_torch import target_name, program_of
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import NeedsTorch, Program
-from spyrec.frontend.pt2json import REEXPORT_STATIC, read_program, stored_tensors
+from spyrec.frontend.pt2json import read_program, stored_tensors
+from spyrec.frontend.symbols import refuse_symbols
 from spyrec.pt2archive import Archive, open_archive, sanitized_copy
 
 FRONTENDS = ("auto", "fast", "torch")
 
 
-def load_program(path: str | Path, frontend: str = "auto") -> Program:
-    """The Program stored in `path`, read by the chosen front end.
+def load_program(path: str | Path, frontend: str = "auto", bind: dict[str, int] | None = None,
+                 allow_symbols: bool = False) -> Program:
+    """The Program stored in `path`, read by the chosen front end at the binding `bind` of its
+    symbols (symbol -> length; None: each at its maximum). A program with symbolic dims is
+    refused (`refuse_symbols`) unless the caller can compile them (`allow_symbols`).
 
     - `fast` reads the graph JSON and raw weights itself (no torch import, milliseconds);
     - `torch` runs `torch.export.load` on the sanitized copy and decomposes only the ops the
@@ -32,12 +37,18 @@ def load_program(path: str | Path, frontend: str = "auto") -> Program:
     - `auto` is `fast`, falling back to `torch` when the fast reader cannot express the program
       or meets an op the lowering does not know; `Program.fallback_reason` says why.
     """
-    path = Path(path)
+    program = _load(Path(path), frontend, bind)
+    if not allow_symbols:
+        refuse_symbols(program)
+    return program
+
+
+def _load(path: Path, frontend: str, bind: dict[str, int] | None) -> Program:
     archive = open_archive(path)  # torch-free; refuses every member torch would unpickle
     if frontend == "torch":
-        return _folded(_torch_program(archive))
+        return _folded(_torch_program(archive, bind))
     try:
-        program = _folded(read_program(path, archive))
+        program = _folded(read_program(path, archive, bind))
     except NeedsTorch as e:
         if frontend == "fast":
             raise UnsupportedProgram(f"{path}: the fast front end cannot read this program "
@@ -50,7 +61,7 @@ def load_program(path: str | Path, frontend: str = "auto") -> Program:
             return program  # lowering lists what it cannot lower, with source lines
         reason = f"the stored graph uses {', '.join(unknown)}, which spyrec does not lower " \
                  f"directly (torch decomposes them)"
-    program = _folded(_torch_program(archive))
+    program = _folded(_torch_program(archive, bind))
     program.fallback_reason = reason
     return program
 
@@ -62,7 +73,7 @@ def _folded(program: Program) -> Program:
     return program
 
 
-def _torch_program(archive: Archive) -> Program:
+def _torch_program(archive: Archive, bind: dict[str, int] | None) -> Program:
     import torch
 
     _check_ops_exist(archive)
@@ -73,11 +84,10 @@ def _torch_program(archive: Archive) -> Program:
         except Exception as e:  # torch raises many types here; all mean "not loadable"
             raise InputFileError(f"{archive.path}: torch.export.load failed: {_first_line(e)}. "
                                  f"Expected a file written by torch.export.save.") from None
-        _check_static_shapes(ep, archive.path)
         if any(n.op == "call_function" and not lowerable(target_name(n.target))
                for n in ep.graph.nodes):
             ep = ep.run_decompositions(decomposition_table())
-    return _with_stored(program_of(ep), archive)
+    return _with_stored(program_of(ep, bind, str(archive.path)), archive)
 
 
 def _with_stored(program: Program, archive: Archive) -> Program:
@@ -134,20 +144,6 @@ def decomposition_table():
         if lowerable(str(key)):
             del table[key]
     return table
-
-
-def _check_static_shapes(ep, path: Path) -> None:
-    import torch
-
-    dynamic = [f"range constraint {k}: {v}" for k, v in ep.range_constraints.items()]
-    for node in ep.graph.nodes:
-        val = node.meta.get("val")
-        shape = getattr(val, "shape", ())
-        if node.op == "placeholder" and any(isinstance(d, torch.SymInt) for d in shape):
-            dynamic.append(f"{node.name} {list(shape)}")
-    if dynamic:
-        raise UnsupportedProgram(f"{path}: dynamic shapes are not supported yet "
-                                 f"({'; '.join(dynamic)}); {REEXPORT_STATIC}.")
 
 
 def _first_line(e: Exception) -> str:

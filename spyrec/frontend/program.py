@@ -18,7 +18,10 @@ cannot tell them apart:
   reader stores a `StoredTensor` (shape and dtype, the bytes left in the archive) for each;
   `Program.state[fqn]` gives the numpy value (memory-mapped where the archive member is stored
   uncompressed), `Program.state.stored(fqn)` the reference itself, so compile never holds every
-  weight at once (the writer converts each one from the archive into `weights.bin`).
+  weight at once (the writer converts each one from the archive into `weights.bin`);
+- a dynamic-shape export is read at one binding of its symbols (`symbols.py`): every size,
+  stride and size argument is an int, `sym_size` and other SymInt nodes are replaced by their
+  value, and `Program.symbols` / `Program.symbolic_dims` record what may vary.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from spyrec.frontend.symbols import SymLength
 
 
 class NeedsTorch(Exception):
@@ -232,6 +237,11 @@ class Program:
     frontend: str = ""
     fallback_reason: str = ""  # why `--frontend auto` used torch, when it did
     constants_folded: int = 0  # call nodes `fold.fold_constants` evaluated away
+    # A dynamic-shape export is read at one binding of its symbols (every size above is an
+    # int); these say which lengths may vary: symbol name -> its admissible lengths, and user
+    # input or user output name -> {dim: symbol name} for each dim whose size is a symbol's.
+    symbols: dict[str, SymLength] = field(default_factory=dict)
+    symbolic_dims: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.state, State):   # dataclasses.replace passes a plain dict

@@ -6,9 +6,10 @@ and every ordinary tensor as raw bytes described by a config (`dtype`, `sizes`, 
 `torch.export.load` take seconds. `spyrec.pt2archive` has already refused anything pickled; this
 module never unpickles either.
 
-What the JSON cannot express without torch (a graph argument of a higher-order op, a symbolic
-size, a script object) raises `NeedsTorch`, so `--frontend auto` can fall back to the torch front
-end and say why.
+A dynamic-shape export is read at one binding of its symbols (`symbols.py`): the sizes stored
+as expressions are evaluated there. What the JSON cannot express without torch (a graph argument
+of a kind this reader does not know, a script object) raises `NeedsTorch`, so `--frontend auto`
+can fall back to the torch front end and say why.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from spyrec.frontend.program import (
     InputSpec, NeedsTorch, Node, OutputSpec, Program, Ref, StoredTensor, Subgraph, TensorMeta,
     check_program,
 )
+from spyrec.frontend.symbols import Binding, ShapeFacts, bind_symbols
 from spyrec.pt2archive import CONSTANTS_CONFIG, WEIGHTS_CONFIG, Archive, open_archive
 
 # torch/_export/serde/schema.py: the serialized format this reader understands.
@@ -54,17 +56,14 @@ OUTPUT_KINDS = {"user_output": None, "buffer_mutation": "buffer_name",
                 "parameter_mutation": "parameter_name"}
 
 
-REEXPORT_STATIC = (
-    "re-export with static shapes: call torch.export.export(model, example_inputs) without "
-    "dynamic_shapes (and without torch.export.Dim), then save it again")
-
-
-def read_program(path: str | Path, archive: Archive | None = None) -> Program:
-    """The Program stored in `path`, read without torch. A graph JSON of the wrong shape (a
-    damaged or hand-edited file) is one InputFileError, never a traceback."""
+def read_program(path: str | Path, archive: Archive | None = None,
+                 bind: dict[str, int] | None = None) -> Program:
+    """The Program stored in `path`, read without torch, at the binding `bind` of its symbols
+    (symbol -> length; None: each at its maximum). A graph JSON of the wrong shape (a damaged
+    or hand-edited file) is one InputFileError, never a traceback."""
     archive = archive or open_archive(path)
     try:
-        program = _read(archive)
+        program = _read(archive, bind)
         check_program(program, str(archive.path))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise InputFileError(f"{archive.path}: damaged exported program ({type(e).__name__}: "
@@ -73,22 +72,22 @@ def read_program(path: str | Path, archive: Archive | None = None) -> Program:
     return program
 
 
-def _read(archive: Archive) -> Program:
+def _read(archive: Archive, bind: dict[str, int] | None) -> Program:
     with zipfile.ZipFile(archive.path) as zf:
         model = json.loads(zf.read(archive.model_member))
         _check_schema(archive, model)
-        _check_static(archive, model)
         graph_module = model["graph_module"]
-        reader = _GraphReader(archive, graph_module["graph"])
-        nodes = reader.nodes()
         inputs = [_input_spec(archive, s) for s in graph_module["signature"]["input_specs"]]
         outputs = [_output_spec(archive, s) for s in graph_module["signature"]["output_specs"]]
+        binding = bind_symbols(_shape_facts(archive, model, inputs, outputs), bind)
+        nodes = _GraphReader(archive, graph_module["graph"], binding).nodes()
         state, dtypes, aliases = {}, {}, {}
         byteorder = _byteorder(archive, zf)
         for config, folder in ((WEIGHTS_CONFIG, "data/weights/"),
                                (CONSTANTS_CONFIG, "data/constants/")):
             _read_payloads(archive, zf, config, folder, byteorder, state, dtypes, aliases)
-    program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast")
+    program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast",
+                      symbols=binding.symbols, symbolic_dims=binding.symbolic_dims)
     return functionalize(inline_higher_order_ops(program))
 
 
@@ -112,21 +111,39 @@ def _check_schema(archive: Archive, model: dict) -> None:
                          f"major {SUPPORTED_SCHEMA_MAJOR}); use --frontend torch")
 
 
-def _check_static(archive: Archive, model: dict) -> None:
-    constraints = model.get("range_constraints") or {}
-    if constraints:
-        described = "; ".join(f"range constraint {k}: {v}" for k, v in constraints.items())
-        raise UnsupportedProgram(f"{archive.path}: dynamic shapes are not supported yet "
-                                 f"({described}); {REEXPORT_STATIC}.")
+def _shape_facts(archive: Archive, model: dict, inputs: list[InputSpec],
+                 outputs: list[OutputSpec]) -> ShapeFacts:
+    """The symbolic sizes, ranges and guards the graph JSON records, as `symbols.py` reads
+    them (the torch front end gives the same strings)."""
+    tensors = {name: [_size_text(s) for s in tv["sizes"]]
+               for name, tv in model["graph_module"]["graph"]["tensor_values"].items()}
+    strides = {name: [_size_text(s) for s in tv.get("strides", [])]
+               for name, tv in model["graph_module"]["graph"]["tensor_values"].items()}
+    return ShapeFacts(
+        str(archive.path),
+        {k: (v.get("min_val"), v.get("max_val"))
+         for k, v in (model.get("range_constraints") or {}).items()},
+        {s.name: (tensors[s.name], strides[s.name]) for s in inputs if s.kind == "user_input"},
+        {s.name: tensors[s.name] for s in outputs if s.kind == "user_output" and
+         s.name in tensors},
+        tensors, list(model.get("guards_code") or []))
+
+
+def _size_text(size: dict) -> int | str:
+    """A stored size: an int, or the srepr text of its expression."""
+    if "as_int" in size:
+        return int(size["as_int"])
+    return str(size["as_expr"]["expr_str"])
 
 
 class _GraphReader:
     """Turns the serialized graph into FX-style nodes, adding the `getitem` nodes torch's
     deserializer adds for ops with several outputs."""
 
-    def __init__(self, archive: Archive, graph: dict) -> None:
+    def __init__(self, archive: Archive, graph: dict, binding: Binding) -> None:
         self.archive = archive
         self.graph = graph
+        self.binding = binding
         self.metas = {name: self._meta(name, tv) for name, tv in graph["tensor_values"].items()}
 
     def nodes(self) -> list[Node]:
@@ -151,6 +168,8 @@ class _GraphReader:
                 args.append(value)
         meta = _metadata(raw.get("metadata") or {})
         outs = raw.get("outputs", [])
+        if outs and all("as_sym_int" in o for o in outs):
+            return []  # sym_size and arithmetic on sizes: each use reads the value (`sym_int`)
         single = self._single(outs)
         if single is not None:
             node = Node(single, "call_function", target, tuple(args), kwargs,
@@ -204,16 +223,16 @@ class _GraphReader:
         if dtype is None:
             raise InputFileError(f"{self.archive.path}: tensor {name!r} has unknown dtype code "
                                  f"{tv.get('dtype')!r}; the graph JSON is damaged or newer.")
-        return TensorMeta(tuple(_static_int(s, name) for s in tv["sizes"]), dtype,
-                          tuple(_static_int(s, name) for s in tv.get("strides", [])),
-                          _static_int(tv.get("storage_offset", {"as_int": 0}), name))
+        size = self.binding.size
+        return TensorMeta(tuple(size(_size_text(s)) for s in tv["sizes"]), dtype,
+                          tuple(size(_size_text(s)) for s in tv.get("strides", [])),
+                          size(_size_text(tv.get("storage_offset", {"as_int": 0}))))
 
-
-def _static_int(size: dict, name: str) -> int:
-    if "as_int" in size:
-        return int(size["as_int"])
-    raise UnsupportedProgram(f"tensor {name!r} has a dynamic size ({size}); dynamic shapes are "
-                             f"not supported yet: {REEXPORT_STATIC}")
+    def sym_int(self, value: dict) -> int:
+        """A SymInt argument at the binding: a constant, an expression, or a named value."""
+        if "as_name" in value:
+            value = self.graph["sym_int_values"][value["as_name"]]
+        return self.binding.size(_size_text(value))
 
 
 def _tensor_name(arg: dict, archive: Archive) -> str:
@@ -242,16 +261,10 @@ def _unreadable(reader, kind, value, where):
     raise NeedsTorch(f"node {where!r} has an argument of kind {kind}")
 
 
-def _sym_int(reader, kind, value, where):
-    if "as_int" in value:
-        return int(value["as_int"])
-    raise UnsupportedProgram(f"node {where!r} uses a symbolic size; dynamic shapes are not "
-                             f"supported yet: re-export with static shapes and save again")
-
-
 def _graph(reader, kind, value, where):
     """A higher-order op's body; its tensor values are described inside it."""
-    return Subgraph(value["name"], _GraphReader(reader.archive, value["graph"]).nodes())
+    return Subgraph(value["name"],
+                    _GraphReader(reader.archive, value["graph"], reader.binding).nodes())
 
 
 def _optional_tensor(reader, kind, value, where):
@@ -278,9 +291,9 @@ _ARGUMENTS = {
     "as_memory_format": lambda r, k, v, w: MEMORY_FORMATS[v],
     "as_layout": lambda r, k, v, w: LAYOUTS[v],
     "as_device": lambda r, k, v, w: _device(v),
-    "as_sym_int": _sym_int,
+    "as_sym_int": lambda r, k, v, w: r.sym_int(v),
     "as_graph": _graph,
-    "as_sym_ints": lambda r, k, v, w: [_sym_int(r, k, x, w) for x in v],
+    "as_sym_ints": lambda r, k, v, w: [r.sym_int(x) for x in v],
 }
 
 
@@ -360,9 +373,9 @@ def _tensor(archive: Archive, fqn: str, tmeta: dict, member: str, member_bytes: 
     if code is None:
         raise UnsupportedProgram(f"{archive.path}: weight {fqn!r} has dtype {dtype or tmeta['dtype']}, "
                                  f"which spyrec does not read")
-    sizes = [_static_int(s, fqn) for s in tmeta["sizes"]]
-    strides = [_static_int(s, fqn) for s in tmeta["strides"]]
-    offset = _static_int(tmeta.get("storage_offset", {"as_int": 0}), fqn)
+    sizes = [int(s["as_int"]) for s in tmeta["sizes"]]  # a weight's shape is never symbolic
+    strides = [int(s["as_int"]) for s in tmeta["strides"]]
+    offset = int(tmeta.get("storage_offset", {"as_int": 0})["as_int"])
     np_dtype = np.dtype(code).newbyteorder(byteorder) if code != "?" else np.dtype("?")
     elems = member_bytes // np_dtype.itemsize
     if math.prod(sizes) != 0:

@@ -65,7 +65,12 @@ def pt2(request, tmp_path_factory):
 
 
 def test_fast_reader_equals_the_torch_front_end(pt2):
-    fast, ref = read_program(pt2), program_of(load_exported(pt2))
+    assert_same_program(read_program(pt2), program_of(load_exported(pt2)))
+
+
+def assert_same_program(fast, ref):
+    """The two front ends' Programs of one file: the same nodes, values, signature, state and
+    symbols."""
     assert [n.name for n in fast.nodes] == [n.name for n in ref.nodes]
     for f, r in zip(fast.nodes, ref.nodes):
         assert (f.op, f.target, f.args, f.kwargs) == (r.op, r.target, r.args, r.kwargs), f.name
@@ -74,6 +79,7 @@ def test_fast_reader_equals_the_torch_front_end(pt2):
         assert f.meta.get("nn_module_stack") == r.meta.get("nn_module_stack"), f.name
     assert fast.inputs == ref.inputs and fast.outputs == ref.outputs
     assert fast.state_dtypes == ref.state_dtypes and fast.aliases == ref.aliases
+    assert fast.symbols == ref.symbols and fast.symbolic_dims == ref.symbolic_dims
     assert sorted(fast.state) == sorted(ref.state)
     for fqn in ref.state:
         assert fast.state[fqn].dtype == ref.state[fqn].dtype, fqn
