@@ -39,7 +39,7 @@ def load_program(path: str | Path, frontend: str = "auto", bind: dict[str, int] 
     """
     program = _load(Path(path), frontend, bind)
     if not allow_symbols:
-        refuse_symbols(program)
+        refuse_symbols(program, path)
     return program
 
 

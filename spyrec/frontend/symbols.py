@@ -54,11 +54,13 @@ class SymLength:
         return f"a multiple of {self.granularity} from {self.minimum} to {self.maximum}"
 
 
-def refuse_symbols(program) -> None:
-    """The refusal of a program with symbolic dims, for callers that cannot compile them yet."""
+def refuse_symbols(program, source=None) -> None:
+    """The refusal of a program with symbolic dims (read from file `source`), for callers that
+    cannot compile them yet."""
     if program.symbols:
         described = "; ".join(f"{s.where}: {s.describe()}" for s in program.symbols.values())
-        raise UnsupportedProgram(f"dynamic shapes are not supported yet ({described}); "
+        prefix = f"{source}: " if source else ""
+        raise UnsupportedProgram(f"{prefix}dynamic shapes are not supported yet ({described}); "
                                  f"{REEXPORT_STATIC}.")
 
 
@@ -135,15 +137,11 @@ class _Evaluator:
         raise UnreadableExpression(ast.unparse(node))
 
     def _compare(self, node: ast.Compare) -> bool:
-        left = self.walk(node.left)
-        for op, right_node in zip(node.ops, node.comparators):
-            right = self.walk(right_node)
-            if type(op) not in _COMPARE or not _COMPARE[type(op)](left, right):
-                if type(op) not in _COMPARE:
-                    raise UnreadableExpression(ast.unparse(node))
-                return False
-            left = right
-        return True
+        """`a < b <= c` as Python reads it: every adjacent pair holds."""
+        if any(type(op) not in _COMPARE for op in node.ops):
+            raise UnreadableExpression(ast.unparse(node))
+        values = [self.walk(n) for n in (node.left, *node.comparators)]
+        return all(_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, values, values[1:]))
 
     def _call(self, node: ast.Call):
         name = ast.unparse(node.func)

@@ -2,9 +2,7 @@
 both front ends; what spyrec cannot serve at every admissible length is one refusal naming
 the symbol, the tensor and dim, and what to change in the export."""
 
-import json
 import re
-import zipfile
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from spyrec.frontend.program import Ref, TensorMeta
 from spyrec.frontend.pt2json import read_program
 from spyrec.frontend.symbols import SymLength, evaluate, multiple_of_symbol, readable
 from spyrec.pt2archive import load_exported
+from tests.frontend.archives import with_model_json
 from tests.frontend.test_fast_reader import assert_same_program
 from tests.programs import Lambda, cli, export
 
@@ -146,6 +145,14 @@ def test_both_front_ends_load_the_same_program(tmp_path, make):
         assert fast.symbols == slow.symbols and fast.symbolic_dims == slow.symbolic_dims
 
 
+def _refused(tmp_path, fn, inputs, dims) -> tuple:
+    """(the .pt2, the one refusal both front ends give, torch's first symbol name in it) for
+    `fn` exported with `dynamic_shapes={"args": dims}`."""
+    pt2 = export(tmp_path, Lambda(fn), inputs, dynamic_shapes={"args": dims})
+    text = _refusal(pt2)
+    return pt2, text, re.search(SYMBOL, text).group(1)
+
+
 def _refusal(pt2) -> str:
     """The one message both front ends give."""
     with pytest.raises(UnsupportedProgram) as fast:
@@ -157,54 +164,46 @@ def _refusal(pt2) -> str:
 
 
 def test_a_symbol_without_an_upper_bound_is_refused(tmp_path):
-    pt2 = export(tmp_path, Lambda(lambda m, x: x * 2), (torch.randn(1, 256, 8),),
-                 dynamic_shapes={"args": ({1: Dim("s")},)})
-    s = re.search(SYMBOL, _refusal(pt2)).group(1)
-    assert _refusal(pt2) == (
-        f"{pt2}: input args_0 dim 1 ({s}): symbol {s} has no upper bound; give its Dim a "
-        f"maximum in the export's dynamic_shapes: torch.export.Dim('…', max=…).")
+    pt2, text, s = _refused(tmp_path, lambda m, x: x * 2, (torch.randn(1, 256, 8),),
+                            ({1: Dim("s")},))
+    assert text == (f"{pt2}: input args_0 dim 1 ({s}): symbol {s} has no upper bound; give its "
+                    f"Dim a maximum in the export's dynamic_shapes: "
+                    f"torch.export.Dim('…', max=…).")
 
 
-def test_an_input_dim_that_is_not_a_multiple_of_a_symbol_is_refused(tmp_path):
-    s = Dim("s", max=32)
-    pt2 = export(tmp_path, Lambda(lambda m, x, y: x.sum() + y.sum()),
-                 (torch.randn(1, 256, 8), torch.randn(1, 257, 8)),
-                 dynamic_shapes={"args": ({1: 64 * s}, {1: 64 * s + 1})})
-    text = _refusal(pt2)
-    s = re.search(SYMBOL, text).group(1)
-    assert text == (
-        f"{pt2}: input args_1 dim 1 (64*{s} + 1): spyrec serves a dynamic dim whose length is a "
-        f"multiple of one symbol (Dim('s') or c*Dim('s')), not 64*{s} + 1; export this dim as "
-        f"such a Dim, or {REEXPORT}.")
+TWO_INPUT_REFUSALS = {
+    "not_a_multiple": (257, lambda s: 64 * s + 1, (
+        "{pt2}: input args_1 dim 1 (64*{s} + 1): spyrec serves a dynamic dim whose length is a "
+        "multiple of one symbol (Dim('s') or c*Dim('s')), not 64*{s} + 1; export this dim as "
+        "such a Dim, or {reexport}.")),
+    "two_coefficients": (128, lambda s: 32 * s, (
+        "{pt2}: symbol {s} is input args_0 dim 1 (64*{s}) but input args_1 dim 1 (32*{s}): one "
+        "symbol with two coefficients; give both dims the same torch.export.Dim expression.")),
+}
 
 
-def test_one_symbol_with_two_coefficients_is_refused(tmp_path):
-    s = Dim("s", max=32)
-    pt2 = export(tmp_path, Lambda(lambda m, x, y: x.sum() + y.sum()),
-                 (torch.randn(1, 256, 8), torch.randn(1, 128, 8)),
-                 dynamic_shapes={"args": ({1: 64 * s}, {1: 32 * s})})
-    text = _refusal(pt2)
-    s = re.search(SYMBOL, text).group(1)
-    assert text == (f"{pt2}: symbol {s} is input args_0 dim 1 (64*{s}) but input args_1 dim 1 "
-                    f"(32*{s}): one symbol with two coefficients; give both dims the same "
-                    f"torch.export.Dim expression.")
+@pytest.mark.parametrize("case", sorted(TWO_INPUT_REFUSALS))
+def test_a_second_input_dim_that_is_not_the_first_ones_multiple_is_refused(tmp_path, case):
+    length, second, message = TWO_INPUT_REFUSALS[case]
+    symbol = Dim("s", max=32)
+    pt2, text, s = _refused(tmp_path, lambda m, x, y: x.sum() + y.sum(),
+                            (torch.randn(1, 256, 8), torch.randn(1, length, 8)),
+                            ({1: 64 * symbol}, {1: second(symbol)}))
+    assert text == message.format(pt2=pt2, s=s, reexport=REEXPORT)
 
 
 def test_an_inner_size_that_is_not_a_multiple_of_the_symbol_is_refused(tmp_path):
-    pt2 = export(tmp_path, Lambda(lambda m, x: x[:, 1:] * 2), (torch.randn(1, 256, 8),),
-                 dynamic_shapes={"args": ({1: 64 * Dim("s", max=32)},)})
-    text = _refusal(pt2)
-    s = re.search(SYMBOL, text).group(1)
+    pt2, text, s = _refused(tmp_path, lambda m, x: x[:, 1:] * 2, (torch.randn(1, 256, 8),),
+                            ({1: 64 * Dim("s", max=32)},))
     assert text == (f"{pt2}: tensor slice_1 dim 1 has size 64*{s} - 1: spyrec tiles only a "
                     f"multiple of one symbol (c*s); change the model so the size is a multiple "
                     f"of the Dim, or {REEXPORT}.")
 
 
 def test_two_symbols_in_one_dim_are_refused(tmp_path):
-    pt2 = export(tmp_path, Lambda(lambda m, x: x.view(x.shape[0] * x.shape[1], 8)),
-                 (torch.randn(2, 256, 8),),
-                 dynamic_shapes={"args": ({0: Dim("b", max=8), 1: 64 * Dim("s", max=32)},)})
-    text = _refusal(pt2)
+    pt2, text, _ = _refused(tmp_path, lambda m, x: x.view(x.shape[0] * x.shape[1], 8),
+                            (torch.randn(2, 256, 8),),
+                            ({0: Dim("b", max=8), 1: 64 * Dim("s", max=32)},))
     assert re.fullmatch(re.escape(f"{pt2}: tensor view dim 0 has size 64*") + r"s\d+\*s\d+" +
                         re.escape(": spyrec tiles only a multiple of one symbol (c*s); change "
                                   "the model so the size is a multiple of the Dim, or "
@@ -222,21 +221,16 @@ GUARD_TAIL = ("the export admits fewer lengths than the Dim's range. Give the Di
 
 
 def test_a_guard_that_narrows_the_lengths_is_refused_at_the_first_length_it_excludes(tmp_path):
-    pt2 = export(tmp_path, Lambda(_checks_multiple_of_128), (torch.randn(1, 256, 8),),
-                 dynamic_shapes={"args": ({1: 64 * Dim("s", max=32)},)})
-    text = _refusal(pt2)
-    s = re.search(SYMBOL, text).group(1)
+    pt2, text, s = _refused(tmp_path, _checks_multiple_of_128, (torch.randn(1, 256, 8),),
+                            ({1: 64 * Dim("s", max=32)},))
     assert text == (f"{pt2}: torch recorded the guard (L['args'][0].size()[1] % 128) == 0, "
                     f"which does not hold at length 192 of input args_0 dim 1 (64*{s}): "
                     f"{GUARD_TAIL}")
 
 
 def test_a_length_the_export_specialized_on_is_refused(tmp_path):
-    pt2 = export(tmp_path, Lambda(lambda m, x: x.new_zeros(int(x.shape[1] / 64), 3)),
-                 (torch.randn(1, 256, 8),),
-                 dynamic_shapes={"args": ({1: 64 * Dim("s", max=32)},)})
-    text = _refusal(pt2)
-    s = re.search(SYMBOL, text).group(1)
+    pt2, text, s = _refused(tmp_path, lambda m, x: x.new_zeros(int(x.shape[1] / 64), 3),
+                            (torch.randn(1, 256, 8),), ({1: 64 * Dim("s", max=32)},))
     assert text == (f"{pt2}: torch recorded the guard math.trunc(L['args'][0].size()[1] / 64) "
                     f"== 4, which does not hold at length 128 of input args_0 dim 1 (64*{s}): "
                     f"{GUARD_TAIL}")
@@ -245,15 +239,8 @@ def test_a_length_the_export_specialized_on_is_refused(tmp_path):
 def test_a_derived_range_narrower_than_the_symbols_is_refused(tmp_path):
     pt2 = _multiple_of_64(tmp_path)
     s = _only_symbol(read_program(pt2))
-    edited = tmp_path / "narrowed.pt2"
-    with zipfile.ZipFile(pt2) as zin, zipfile.ZipFile(edited, "w") as zout:
-        for name in zin.namelist():
-            data = zin.read(name)
-            if name.endswith("models/model.json"):
-                model = json.loads(data)
-                model["range_constraints"][f"64*{s}"] = {"min_val": 0, "max_val": 1024}
-                data = json.dumps(model)
-            zout.writestr(name, data)
+    edited = with_model_json(pt2, tmp_path / "narrowed.pt2", lambda model: model[
+        "range_constraints"].update({f"64*{s}": {"min_val": 0, "max_val": 1024}}))
     with pytest.raises(UnsupportedProgram) as err:
         read_program(edited)
     assert str(err.value) == (f"{edited}: torch recorded the range constraint 64*{s} in "
@@ -284,8 +271,8 @@ def test_compile_still_refuses_a_dynamic_program_with_exit_3(tmp_path, capsys):
     s = _only_symbol(read_program(pt2))
     code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "out")
     assert code == 3 and "Traceback" not in err
-    assert (f"dynamic shapes are not supported yet (input x dim 1 (64*{s}): a multiple of 64 "
-            f"from 128 to 2048); {REEXPORT}.") in err
+    assert (f"{pt2}: dynamic shapes are not supported yet (input x dim 1 (64*{s}): a multiple "
+            f"of 64 from 128 to 2048); {REEXPORT}.") in err
     with pytest.raises(UnsupportedProgram, match=r"dynamic shapes are not supported yet"):
         load_program(pt2, "torch")
     assert load_program(pt2, "fast", allow_symbols=True).symbols[s].maximum == 2048

@@ -16,6 +16,7 @@ import torch
 from samples.models import SAMPLES
 from spyrec.errors import UnsupportedProgram
 from tests.differential.test_programs import PROGRAMS as TEST_PROGRAMS
+from tests.frontend.archives import with_model_json
 from tests.programs import Lambda, compile_pt2, export
 
 VOLATILE = {"report.json", "report.txt"}  # wall times, and the front end used
@@ -76,18 +77,9 @@ def test_auto_falls_back_to_torch_for_an_op_it_does_not_lower_and_says_so(tmp_pa
 
 
 def test_an_unknown_schema_version_is_named_with_what_to_do(tmp_path):
-    import zipfile
-
     pt2 = export(tmp_path, Lambda(lambda m, x: x + 1), (torch.randn(2, 3),))
-    newer = tmp_path / "newer.pt2"
-    with zipfile.ZipFile(pt2) as zin, zipfile.ZipFile(newer, "w") as zout:
-        for name in zin.namelist():
-            data = zin.read(name)
-            if name.endswith("models/model.json"):
-                model = json.loads(data)
-                model["schema_version"] = {"major": 99, "minor": 0}
-                data = json.dumps(model)
-            zout.writestr(name, data)
+    newer = with_model_json(pt2, tmp_path / "newer.pt2",
+                            lambda model: model | {"schema_version": {"major": 99, "minor": 0}})
     with pytest.raises(UnsupportedProgram, match=r"graph schema version \{'major': 99, "
                                                  r"'minor': 0\} .*use --frontend torch"):
         compile_pt2(newer, tmp_path / "out", frontend="fast")
