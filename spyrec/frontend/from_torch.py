@@ -91,10 +91,14 @@ def _shape_facts(ep, inputs: list[InputSpec], outputs: list[OutputSpec],
 
 def _size_text(size) -> int | str:
     """An int, or a SymInt's expression as the serializer writes it."""
+    if isinstance(size, int):
+        return size
+    constant = size.node.maybe_as_int()
+    if constant is not None:
+        return int(constant)
     import sympy
 
-    constant = size if isinstance(size, int) else size.node.maybe_as_int()
-    return int(constant) if constant is not None else sympy.srepr(size.node.expr)
+    return sympy.srepr(size.node.expr)
 
 
 def _bound(value) -> int | None:

@@ -87,27 +87,30 @@ def evaluate(text: str, symbols: dict[str, int], sizes=None):
     return _Evaluator(symbols, sizes).walk(parse(text))
 
 
+def _power(base, exponent):
+    """A stride of a square (`4096*s**2`); a huge exponent is no size, and would not end."""
+    if not isinstance(exponent, int) or not 0 <= exponent <= 64:
+        raise UnreadableExpression(f"a power {exponent}")
+    return base ** exponent
+
+
 _BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
            ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
            ast.Mod: lambda a, b: a % b, ast.Div: lambda a, b: Fraction(a) / Fraction(b),
-           ast.Pow: lambda a, b: a ** b if 0 <= b <= 64 else _unreadable_power(b)}
+           ast.Pow: _power}
 _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
             ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
             ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 # sympy's srepr names and the functions its Python printer uses in guards.
 _FUNCTIONS = {
     "Integer": lambda n: int(n), "Add": lambda *xs: sum(xs), "Mul": lambda *xs: math.prod(xs),
-    "FloorDiv": lambda a, b: a // b, "Mod": lambda a, b: a % b,
+    "Pow": _power, "FloorDiv": lambda a, b: a // b, "Mod": lambda a, b: a % b,
     "PythonMod": lambda a, b: a % b, "CleanDiv": lambda a, b: a // b,
     "Max": max, "Min": min, "max": max, "min": min, "Abs": abs, "abs": abs,
     "Eq": lambda a, b: a == b, "Ne": lambda a, b: a != b,
     "math.trunc": math.trunc, "math.floor": math.floor, "math.ceil": math.ceil,
     "math.floor_div": lambda a, b: a // b,
 }
-
-
-def _unreadable_power(exponent):
-    raise UnreadableExpression(f"a power {exponent}")
 
 
 class _Evaluator:
@@ -265,10 +268,15 @@ class Binding:
     symbolic_dims: dict[str, dict[int, str]]
 
     def size(self, entry) -> int:
-        """An int or srepr size at this binding."""
+        """An int or srepr size (or stride, or SymInt argument) at this binding."""
         if isinstance(entry, int):
             return entry
-        return int(evaluate(entry, self.values))
+        try:
+            return int(evaluate(entry, self.values))
+        except (UnreadableExpression, ZeroDivisionError, TypeError) as e:
+            raise UnsupportedProgram(
+                f"a size of the exported program, {readable(entry)}, is outside what spyrec "
+                f"reads ({type(e).__name__}: {e}); {REEXPORT_STATIC}.") from None
 
 
 STATIC = Binding({}, {}, {})
