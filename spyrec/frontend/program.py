@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spyrec.frontend.symbols import SymLength
+from spyrec.ir.symbols import SymLength
 
 
 class NeedsTorch(Exception):

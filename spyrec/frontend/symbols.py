@@ -13,6 +13,7 @@ true at every admissible length (checked here by trying them all). Anything else
 `UnsupportedProgram` naming the symbol, the tensor and dim, and what to change in the export.
 
 Expressions are read with `ast` and walked by a whitelist; nothing from the file is executed.
+`SymLength` itself is the IR's (`spyrec.ir.symbols`): the compiler plans with what is read here.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from spyrec.errors import ConfigError, UnsupportedProgram
+from spyrec.ir.symbols import SymLength
 
 # A symbol bounded above this many elements is unbounded in practice (int_oo, sys.maxsize).
 UNBOUNDED = 1 << 31
@@ -34,24 +36,6 @@ MAX_GUARD_BINDINGS = 50_000
 REEXPORT_STATIC = (
     "re-export with static shapes: call torch.export.export(model, example_inputs) without "
     "dynamic_shapes (and without torch.export.Dim), then save it again")
-
-
-@dataclass(frozen=True)
-class SymLength:
-    """A dim length the export left symbolic: every multiple of `granularity` from `minimum`
-    to `maximum`."""
-
-    name: str          # torch's symbol name, e.g. "s81"
-    granularity: int   # the coefficient: 64 for 64*Dim("s"), 1 for a plain Dim
-    minimum: int       # smallest admissible LENGTH (coefficient x the symbol's min), e.g. 128
-    maximum: int       # largest admissible length, e.g. 2048
-    where: str         # how messages name it: "input x dim 1 (64*s81)"
-
-    def values(self) -> range:
-        return range(self.minimum, self.maximum + 1, self.granularity)
-
-    def describe(self) -> str:
-        return f"a multiple of {self.granularity} from {self.minimum} to {self.maximum}"
 
 
 def refuse_symbols(program, source=None) -> None:
@@ -424,7 +408,8 @@ def _holds_everywhere(facts: ShapeFacts, symbols: dict[str, SymLength], holds,
             at = ", ".join(f"length {length} of {s.where}"
                            for s, (_, _, length) in zip(symbols.values(), combination))
             raise UnsupportedProgram(
-                f"{facts.where}: torch recorded {what}, which does not hold at {at}: the export admits fewer lengths than the Dim's range. Give the Dim "
+                f"{facts.where}: torch recorded {what}, which does not hold at {at}: the "
+                f"export admits fewer lengths than the Dim's range. Give the Dim "
                 f"the range and multiple the model needs (e.g. c*torch.export.Dim('…', "
                 f"min=…, max=…)), so that every length in it is valid.")
 
@@ -444,7 +429,7 @@ def _check_bind(symbols: dict[str, SymLength], bind: dict[str, int] | None) -> d
         if name not in symbols:
             known = ", ".join(symbols) or "none: the program's shapes are static"
             raise ConfigError(f"bind: unknown symbol {name!r} (the program's symbols: {known})")
-        if not isinstance(length, int) or length not in symbols[name].values():
+        if not isinstance(length, int) or not symbols[name].admits(length):
             raise ConfigError(f"bind: {name} = {length!r} is not an admissible length of "
-                              f"{symbols[name].where}: give {symbols[name].describe()}")
+                              f"{symbols[name].where}: give one of {symbols[name].describe()}")
     return dict(bind or {})

@@ -13,7 +13,8 @@ from spyrec.frontend.from_torch import program_of
 from spyrec.frontend.load import load_program
 from spyrec.frontend.program import Ref, TensorMeta
 from spyrec.frontend.pt2json import read_program
-from spyrec.frontend.symbols import SymLength, evaluate, multiple_of_symbol, readable
+from spyrec.frontend.symbols import evaluate, multiple_of_symbol, readable
+from spyrec.ir import SymLength
 from spyrec.pt2archive import load_exported
 from tests.frontend.archives import with_model_json
 from tests.frontend.test_fast_reader import assert_same_program
@@ -92,7 +93,9 @@ def _only_symbol(program) -> str:
 def test_a_multiple_of_64_is_one_symbol_read_at_its_maximum(tmp_path):
     program = read_program(_multiple_of_64(tmp_path))
     s = _only_symbol(program)
-    assert program.symbols[s] == SymLength(s, 64, 128, 2048, f"input x dim 1 (64*{s})")
+    assert program.symbols[s] == SymLength(s, 64, 128, 2048)
+    assert program.symbols[s].where == f"input x dim 1 (64*{s})"  # not compared by ==
+    assert program.symbols[s].value_of is None
     assert list(program.symbols[s].values())[:3] == [128, 192, 256]
     assert len(program.symbols[s].values()) == 31 and program.symbols[s].values()[-1] == 2048
     assert program.symbolic_dims == {"x": {1: s}, "relu": {1: s}}
@@ -115,7 +118,8 @@ def test_sizes_read_from_the_input_are_ints_at_the_binding(tmp_path):
     pt2 = _plain_dim(tmp_path)
     s = _only_symbol(read_program(pt2))
     program = read_program(pt2, bind={s: 100})
-    assert program.symbols[s] == SymLength(s, 1, 16, 512, f"input x dim 1 ({s})")
+    assert program.symbols[s] == SymLength(s, 1, 16, 512)
+    assert program.symbols[s].where == f"input x dim 1 ({s})"
     assert program.symbolic_dims == {"x": {1: s}, "add": {2: s}, "reshape": {2: s}}
     calls = {n.target: n for n in program.nodes if n.op == "call_function"}
     assert "aten.sym_size.int" not in calls and "_operator.mul" not in calls
@@ -138,7 +142,8 @@ def test_a_square_of_the_length_is_a_stride_at_the_binding(tmp_path):
 def test_two_inputs_share_one_symbol(tmp_path):
     program = read_program(_shared(tmp_path))
     s = _only_symbol(program)
-    assert program.symbols[s] == SymLength(s, 64, 128, 2048, f"input x dim 1 (64*{s})")
+    assert program.symbols[s] == SymLength(s, 64, 128, 2048)
+    assert program.symbols[s].where == f"input x dim 1 (64*{s})"
     assert program.symbolic_dims == {"x": {1: s}, "mask": {1: s}, "mul": {1: s}}
     assert program.node("mask").meta["val"].shape == (1, 2048)
 
@@ -276,7 +281,7 @@ def test_bind_names_a_known_symbol_and_an_admissible_length(tmp_path):
         with pytest.raises(ConfigError) as err:
             read_program(pt2, bind={s: length})
         assert str(err.value) == (f"bind: {s} = {length} is not an admissible length of input "
-                                  f"x dim 1 (64*{s}): give a multiple of 64 from 128 to 2048")
+                                  f"x dim 1 (64*{s}): give one of 128..2048 by 64")
     with pytest.raises(ConfigError) as err:
         load_program(pt2, "torch", bind={"t9": 128}, allow_symbols=True)
     assert str(err.value) == f"bind: unknown symbol 't9' (the program's symbols: {s})"
@@ -292,8 +297,8 @@ def test_compile_still_refuses_a_dynamic_program_with_exit_3(tmp_path, capsys):
     s = _only_symbol(read_program(pt2))
     code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "out")
     assert code == 3 and "Traceback" not in err
-    assert (f"{pt2}: dynamic shapes are not supported yet (input x dim 1 (64*{s}): a multiple "
-            f"of 64 from 128 to 2048); {REEXPORT}.") in err
+    assert (f"{pt2}: dynamic shapes are not supported yet (input x dim 1 (64*{s}): "
+            f"128..2048 by 64); {REEXPORT}.") in err
     with pytest.raises(UnsupportedProgram, match=r"dynamic shapes are not supported yet"):
         load_program(pt2, "torch")
     assert load_program(pt2, "fast", allow_symbols=True).symbols[s].maximum == 2048

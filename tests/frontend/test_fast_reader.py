@@ -80,6 +80,7 @@ def assert_same_program(fast, ref):
     assert fast.inputs == ref.inputs and fast.outputs == ref.outputs
     assert fast.state_dtypes == ref.state_dtypes and fast.aliases == ref.aliases
     assert fast.symbols == ref.symbols and fast.symbolic_dims == ref.symbolic_dims
+    assert [s.where for s in fast.symbols.values()] == [s.where for s in ref.symbols.values()]
     assert sorted(fast.state) == sorted(ref.state)
     for fqn in ref.state:
         assert fast.state[fqn].dtype == ref.state[fqn].dtype, fqn
