@@ -112,10 +112,11 @@ def _nodes(graph, module, binding: Binding) -> list[Node]:
     """The graph's nodes; a `get_attr` of a submodule becomes a `Subgraph` argument, a node
     whose value is a SymInt (`sym_size`, arithmetic on sizes) its int value wherever used."""
     return [_node(n, module, binding) for n in graph.nodes
-            if n.op != "get_attr" and not _is_sym_int(n)]
+            if n.op != "get_attr" and not is_sym_int(n)]
 
 
-def _is_sym_int(node) -> bool:
+def is_sym_int(node) -> bool:
+    """A node computing a size (`sym_size`, arithmetic on sizes): read as its int value."""
     import torch
 
     return isinstance(node.meta.get("val"), torch.SymInt)
@@ -153,7 +154,7 @@ def _arg(a, module, binding: Binding):
     if isinstance(a, torch.fx.Node) and a.op == "get_attr":
         sub = module.get_submodule(a.target)
         return Subgraph(a.target, _nodes(sub.graph, sub, binding))
-    if isinstance(a, torch.fx.Node) and _is_sym_int(a):
+    if isinstance(a, torch.fx.Node) and is_sym_int(a):
         return binding.size(_size_text(a.meta["val"]))
     if isinstance(a, torch.fx.Node):
         return Ref(a.name)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.fold import fold_constants
-from spyrec.frontend.from_torch import target_name, program_of
+from spyrec.frontend.from_torch import is_sym_int, program_of, target_name
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import NeedsTorch, Program
 from spyrec.frontend.pt2json import read_program, stored_tensors
@@ -84,10 +84,30 @@ def _torch_program(archive: Archive, bind: dict[str, int] | None) -> Program:
         except Exception as e:  # torch raises many types here; all mean "not loadable"
             raise InputFileError(f"{archive.path}: torch.export.load failed: {_first_line(e)}. "
                                  f"Expected a file written by torch.export.save.") from None
-        if any(n.op == "call_function" and not lowerable(target_name(n.target))
-               for n in ep.graph.nodes):
-            ep = ep.run_decompositions(decomposition_table())
+        unknown = sorted({target_name(n.target) for n in ep.graph.nodes  # sizes vanish
+                          if n.op == "call_function" and not is_sym_int(n) and
+                          not lowerable(target_name(n.target))})
+        if unknown:
+            ep = _decomposed(ep, archive, unknown)
     return _with_stored(program_of(ep, bind, str(archive.path)), archive)
+
+
+def _decomposed(ep, archive: Archive, unknown: list[str]):
+    """`ep` with every op the lowering does not know decomposed. torch 2.13 fails inside its
+    own tracer on some loaded dynamic-shape programs (a derived Dim such as 64*Dim): that is
+    one refusal naming the ops, not a traceback."""
+    import torch
+
+    try:
+        return ep.run_decompositions(decomposition_table())
+    except Exception as e:  # torch's tracer raises anything; all mean "cannot decompose"
+        if not ep.range_constraints:
+            raise
+        raise UnsupportedProgram(
+            f"{archive.path}: the graph uses {', '.join(unknown)}, which spyrec does not lower "
+            f"directly, and torch {torch.__version__} cannot decompose this dynamic-shape "
+            f"program ({_first_line(e)}); compute what these ops build from the input "
+            f"outside the model, or re-export with static shapes.") from None
 
 
 def _with_stored(program: Program, archive: Archive) -> Program:

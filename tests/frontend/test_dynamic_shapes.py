@@ -77,6 +77,12 @@ def _attention(tmp_path):
                   dynamic_shapes={"x": {1: 64 * Dim("s", max=32)}})
 
 
+def _mean(tmp_path):
+    """`x.shape[1]` as a divisor: a sym_size node, which torch need not decompose."""
+    return export(tmp_path, Lambda(lambda m, x: x.sum(1) / x.shape[1]), (torch.randn(1, 256, 8),),
+                  dynamic_shapes={"args": ({1: 64 * Dim("s", max=32)},)})
+
+
 def _shared(tmp_path):
     """Two inputs with one symbol: torch records the guard that their lengths are equal."""
     s = Dim("s", max=32)
@@ -156,7 +162,7 @@ def test_both_front_ends_read_the_same_program(tmp_path, make):
         assert_same_program(read_program(pt2, bind=bind), program_of(load_exported(pt2), bind))
 
 
-@pytest.mark.parametrize("make", [_multiple_of_64, _shared, _attention])
+@pytest.mark.parametrize("make", [_multiple_of_64, _shared, _attention, _mean])
 def test_both_front_ends_load_the_same_program(tmp_path, make):
     """Through `load_program` (folding included), where torch has nothing to decompose (the
     HF-like module's `arange` is decomposed by torch: the documented difference)."""
@@ -166,6 +172,7 @@ def test_both_front_ends_load_the_same_program(tmp_path, make):
         fast, slow = (load_program(pt2, frontend, bind, allow_symbols=True)
                       for frontend in ("fast", "torch"))
         assert (fast.frontend, slow.frontend) == ("fast", "torch")
+        assert "aten.sym_size.int" not in {n.target for n in slow.nodes}
         assert [(n.name, n.args, n.meta.get("val")) for n in fast.nodes] == \
             [(n.name, n.args, n.meta.get("val")) for n in slow.nodes]
         assert fast.symbols == slow.symbols and fast.symbolic_dims == slow.symbolic_dims
@@ -272,6 +279,20 @@ def test_a_derived_range_narrower_than_the_symbols_is_refused(tmp_path):
     assert str(err.value) == (f"{edited}: torch recorded the range constraint 64*{s} in "
                               f"[0, 1024], which does not hold at length 1088 of input x dim 1 "
                               f"(64*{s}): {GUARD_TAIL}")
+
+
+def test_an_op_torch_cannot_decompose_in_a_dynamic_program_is_refused(tmp_path):
+    """torch 2.13's run_decompositions fails on a loaded program with a derived Dim (64*s):
+    the torch front end says so instead of a traceback."""
+    pt2 = export(tmp_path, Lambda(lambda m, x: x + torch.ones(x.shape[1], 8).triu()),
+                 (torch.randn(1, 256, 8),), dynamic_shapes={"args": ({1: 64 * Dim("s", max=32)},)})
+    with pytest.raises(UnsupportedProgram) as err:
+        load_program(pt2, "torch", allow_symbols=True)
+    assert str(err.value) == (
+        f"{pt2}: the graph uses aten.triu.default, which spyrec does not lower directly, and "
+        f"torch {torch.__version__} cannot decompose this dynamic-shape program "
+        f"(AssertionError: expected sympy.Symbol); compute what these ops build from the input "
+        f"outside the model, or re-export with static shapes.")
 
 
 def test_bind_names_a_known_symbol_and_an_admissible_length(tmp_path):
