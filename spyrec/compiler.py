@@ -206,12 +206,14 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
 
     timings: list[dict] = []
     t0 = _phase(opts, "load")
-    program = load_program(source, opts.frontend)
+    program = load_program(source, opts.frontend, allow_symbols=True)
     timings.append({"name": "load", "wall_ms": _ms(t0)})
     if program.fallback_reason:
         _log(opts, f"spyrec: note: using the torch front end: {program.fallback_reason}")
     t0 = _phase(opts, "lower")
     graph = lower_program(program)
+    if program.symbols:
+        _attach_symbols(graph, program, source, opts)
     check_limits(graph)
     check_layout_names(checked.layouts, graph, opts.layouts)
     timings.append({"name": "lower", "wall_ms": _ms(t0)})
@@ -246,6 +248,27 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
         for row in timings:
             _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")
     return report
+
+
+def _attach_symbols(graph, program, source: Path, opts: CompileOptions) -> None:
+    """A program with symbolic lengths (issue 30): the graph (its instance at every symbol's
+    maximum) records them and the input and output dims that have them, once the program
+    lowered one granule shorter proves it depends on them only through those dims
+    (`check_instances`)."""
+    from spyrec.frontend import load_program, lower_program
+    from spyrec.passes.coarse_tiling.symbolic import (
+        check_instances, constant_dims, shorter_binding,
+    )
+
+    graph.symbols = dict(program.symbols)
+    users = [spec.name for spec in program.outputs if spec.kind == "user_output"]
+    buffers = dict(zip(users, graph.outputs)) | {name: name for name in graph.inputs}
+    graph.symbolic_dims = {buffers[name]: dict(dims)
+                           for name, dims in program.symbolic_dims.items() if name in buffers}
+    alt = lower_program(load_program(source, opts.frontend, bind=shorter_binding(graph),
+                                     allow_symbols=True))
+    graph.symbolic_dims |= constant_dims(graph, alt)
+    check_instances(graph, alt)
 
 
 def sdsc_summary(files: dict) -> dict:
@@ -319,7 +342,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
         "memory_planning": ctx.report.get("memory_planning"),
-    }
+    } | ({"symbols": ctx.report["symbols"]} if "symbols" in ctx.report else {})
 
 
 def _split_padding_text(padding: dict | None) -> list[str]:

@@ -2,6 +2,7 @@
 both front ends; what spyrec cannot serve at every admissible length is one refusal naming
 the symbol, the tensor and dim, and what to change in the export."""
 
+import json
 import re
 
 import pytest
@@ -313,15 +314,21 @@ def test_bind_names_a_known_symbol_and_an_admissible_length(tmp_path):
                               f"program's shapes are static)")
 
 
-def test_compile_still_refuses_a_dynamic_program_with_exit_3(tmp_path, capsys):
+def test_compile_tiles_a_dynamic_program_and_a_plain_load_refuses_it(tmp_path, capsys):
+    """`spyrec compile` serves the symbols (tests/passes/test_symbolic_tiling.py,
+    tests/sim/); a caller that does not ask for them still gets the refusal."""
     pt2 = _multiple_of_64(tmp_path)
     s = _only_symbol(read_program(pt2))
     code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "out")
-    assert code == 3 and "Traceback" not in err
-    assert (f"{pt2}: dynamic shapes are not supported yet (input x dim 1 (64*{s}): "
-            f"128..2048 by 64); {REEXPORT}.") in err
-    with pytest.raises(UnsupportedProgram, match=r"dynamic shapes are not supported yet"):
+    assert code == 0 and "Traceback" not in err
+    (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["symbols"]
+    assert (row["symbol"], row["minimum"], row["maximum"], row["granularity"]) == \
+        (s, 128, 2048, 64)
+    assert {(lp["count_at_maximum"], lp["per_trip"]) for lp in row["loops"]} == {(32, 64)}
+    with pytest.raises(UnsupportedProgram) as e:
         load_program(pt2, "torch")
+    assert str(e.value) == (f"{pt2}: dynamic shapes are not supported yet (input x dim 1 "
+                            f"(64*{s}): 128..2048 by 64); {REEXPORT}.")
     assert load_program(pt2, "fast", allow_symbols=True).symbols[s].maximum == 2048
 
 

@@ -70,12 +70,17 @@ class CoarseTiling(Pass):
             self._run_attention(graph, ctx)
         if any(s.value_of is None for s in graph.symbols.values()):
             self._run_symbolic(graph, ctx)
-            return
-        if self.mode == "auto":
+        elif self.mode == "auto":
             self._run_auto(graph, ctx)
-            return
-        if not self.config:
-            return
+        elif self.config:
+            self._run_config(graph, ctx)
+        if graph.symbols:
+            from spyrec.passes.coarse_tiling.symbolic import symbols_report
+
+            ctx.report["symbols"] = symbols_report(graph)
+
+    def _run_config(self, graph: Graph, ctx: CompileContext) -> None:
+        """The loops the tiling file asks for."""
         from spyrec.passes.coarse_tiling.config import read_tiling_file, resolve
         from spyrec.passes.coarse_tiling.transform import tile_graph, unroll
 

@@ -28,7 +28,9 @@ from spyrec.ir import Graph
 from spyrec.passes.coarse_tiling.auto import hbm_bytes, lacks_room, subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
 from spyrec.passes.coarse_tiling.flash import rewrite
-from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, find_sites
+from spyrec.passes.coarse_tiling.flash_site import (
+    AttentionSite, FlashTiles, find_sites, unshare_masks,
+)
 from spyrec.passes.coarse_tiling.flash_masks import runtime_key_limit
 from spyrec.passes.coarse_tiling.symbolic import (
     bind_attention_loops, keys_symbol, site_lengths, symbol_names,
@@ -69,6 +71,7 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
     `given` entry matching its node (a tile it leaves 0 is chosen); one report row per
     site."""
     rows, memo = [], {}
+    unshare_masks(graph)
     sites = find_sites(graph)
     _check_given_name_sites(graph, sites, given)
     named = symbol_names(graph) if graph.symbols and sites else None

@@ -11,14 +11,14 @@ pages through a block table (gathered per key tile).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from spyrec.indexing import Var
 from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
-from spyrec.ir import Buffer, Graph, Operation
+from spyrec.ir import Access, Buffer, Graph, Operation
 
 FLT_MAX = float(np.finfo(np.float32).max)
 # elementwise ops that may sit between q @ kᵀ and the softmax (scale, masks, casts)
@@ -88,6 +88,68 @@ def find_sites(graph: Graph) -> list[AttentionSite]:
         if site is not None:
             sites.append(site)
     return sites
+
+
+def unshare_masks(graph: Graph) -> int:
+    """Give each attention its own copy of a mask computed for several (transformers builds
+    one causal mask for every layer): a mask an attention reads alone moves into its key
+    loop and is computed per tile from position vectors, never written whole (a shared one
+    would be an [S, L] table in HBM, or, for a symbolic length, a block no loop can tile).
+    Returns the ops added; the graph is unchanged when no mask is shared."""
+    sites = find_sites(graph)
+    writer = {op.output.buffer: op for op in graph.ops}
+    chain_ops = {n for site in sites for n in site.chain}
+    readers: dict[str, list[Operation]] = {}
+    for op in graph.ops:
+        for a in op.reads():
+            readers.setdefault(a.buffer, []).append(op)
+    added: list[tuple[Operation, Operation]] = []        # (original, copy)
+    for i, op in enumerate(list(graph.ops)):
+        if op.name not in chain_ops:
+            continue
+        shape = graph.buffers[op.output.buffer].host_size[-2:]
+        for a in op.inputs:
+            closure = _mask_closure(graph, writer, a.buffer, shape)
+            users = {id(u) for u in readers.get(a.buffer, [])}
+            if not closure or len(users) < 2 or readers[a.buffer][0] is op:
+                continue
+            renamed = {m.output.buffer: f"{m.output.buffer}__{op.name}" for m in closure}
+            for m in closure:
+                graph.add_buffer(replace(graph.buffers[m.output.buffer],
+                                         name=renamed[m.output.buffer]))
+                added.append((m, _renamed(m, renamed, f"{m.name}__{op.name}")))
+            graph.ops[graph.ops.index(op)] = op = _renamed(op, renamed, op.name)
+    for original, copy in added:
+        graph.ops.insert(graph.ops.index(original) + 1, copy)
+    return len(added)
+
+
+def _mask_closure(graph, writer, buf: str, shape) -> list[Operation]:
+    """The elementwise ops computing mask operand `buf` of shape [.., S, L] (and the [.., S,
+    L] operands they read), in program order; [] when `buf` is not such a mask."""
+    found: list[Operation] = []
+    todo = [buf]
+    while todo:
+        op = writer.get(todo.pop())
+        if op is None or op in found or op.reduced or op.index_inputs or op.loops or \
+                op.op == "batchmatmul" or \
+                graph.buffers[op.output.buffer].host_size[-2:] != shape or \
+                graph.buffers[op.output.buffer].role != "intermediate" or \
+                dim_vars(graph.buffers[op.output.buffer], op) is None:
+            continue                   # not a mask op: its result is read as it is
+        found.append(op)
+        todo += [a.buffer for a in op.inputs
+                 if graph.buffers[a.buffer].host_size[-2:] == shape]
+    order = {id(o): i for i, o in enumerate(graph.ops)}
+    return sorted(found, key=lambda o: order[id(o)])
+
+
+def _renamed(op: Operation, buffers: dict[str, str], name: str) -> Operation:
+    """`op` reading and writing the renamed buffers, called `name`."""
+    def moved(a: Access) -> Access:
+        return Access(buffers.get(a.buffer, a.buffer), a.index)
+    return replace(op, name=name, inputs=tuple(moved(a) for a in op.inputs),
+                   output=moved(op.output))
 
 
 def _match(graph, out, writer, readers, kept) -> AttentionSite | None:

@@ -225,6 +225,25 @@ def check_instances(graph: Graph, alt: Graph) -> None:
                 f"ones of those at {_lengths(graph, 0)}; export it with static shapes")
 
 
+def constant_dims(graph: Graph, alt: Graph) -> dict[str, dict[int, str]]:
+    """{constant: {dim: symbol}} for the constants folded from the program whose size
+    differs between the two instances (position tables, a causal mask's position vectors):
+    the dims a symbol's length has, by its maximum and granularity. Named like an input's,
+    they are tiled with it, so a length reads the first rows of the maximum's table (which
+    `check_instances` proves are the length's own)."""
+    found: dict[str, dict[int, str]] = {}
+    for name in graph.constants:
+        if name not in alt.buffers:
+            continue
+        for d, (a, b) in enumerate(zip(graph.buffers[name].host_size,
+                                       alt.buffers[name].host_size)):
+            fits = [s.name for s in graph.symbols.values()
+                    if s.value_of is None and a == s.maximum and a - b == s.granularity]
+            if a != b and len(fits) == 1:
+                found.setdefault(name, {})[d] = fits[0]
+    return found
+
+
 def _prefix(short, long) -> bool:
     import numpy as np
 
@@ -246,3 +265,49 @@ def shorter_binding(graph: Graph) -> dict[str, int]:
     """Each symbol one granule below its maximum: the second instance `check_instances`
     compares (every symbol admits at least two lengths, or it is not symbolic)."""
     return {s.name: s.maximum - s.granularity for s in graph.symbols.values()}
+
+
+MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
+
+
+def symbols_report(graph: Graph) -> list[dict]:
+    """report.json `symbols`: per symbolic length, its admissible lengths, the loops it
+    bounds, and why the maximum's plan holds at every length (each claim checked here or
+    by the passes: the statement says which)."""
+    rows = []
+    for symbol in graph.symbols.values():
+        loops = {lp.key: lp for op in graph.ops for lp in op.loops
+                 if lp.bound is not None and lp.bound.symbol == symbol.name}
+        most = max((lp.count for lp in loops.values()), default=0)
+        if most > MAX_TRIPS:
+            raise UnsupportedProgram(
+                f"the symbolic length {symbol.name} ({symbol.where}) up to {symbol.maximum} "
+                f"makes a loop of {most} trips at its maximum, over the hardware's {MAX_TRIPS}; "
+                f"export it with a larger granularity or a smaller maximum")
+        rows.append({
+            "symbol": symbol.name, "where": symbol.where, "minimum": symbol.minimum,
+            "maximum": symbol.maximum, "granularity": symbol.granularity,
+            "read_from": symbol.value_of.describe() if symbol.value_of else None,
+            "loops": [{"loop": key, "count_at_maximum": lp.count,
+                       "per_trip": lp.bound.per_trip} for key, lp in sorted(loops.items())],
+            "proof": _proof(symbol, most)})
+    return rows
+
+
+def _proof(symbol: SymLength, most: int) -> list[str]:
+    """Why the plan made at the maximum holds at every admissible length."""
+    lines = [f"loop counts: at most {most} trips at the maximum (limit {MAX_TRIPS}); every "
+             f"other length runs a prefix of each loop's trips",
+             "HBM: every buffer is allocated at the maximum, and a prefix of the trips touches "
+             "only addresses the maximum's run touches",
+             "LX: per-tile buffers have the tile's size, the same at every length"]
+    if symbol.value_of is None:
+        lines += [f"tiles: the tile of each loop divides {symbol.granularity}, so every "
+                  f"admissible length is whole tiles",
+                  "padding: every access to a dim of this length is walked by a loop it "
+                  "bounds (checked), so nothing reads past the length"]
+    else:
+        lines.append(f"mask: every key past {symbol.value_of.describe()} is masked to -inf, "
+                     f"so the key tiles past it, which the loop skips, add nothing; the last "
+                     f"tile runs masked")
+    return lines
