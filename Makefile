@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.spyrec-installed
 
 PIP    := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: setup test demo bench snapshots opinfo random-sweep reference constraints clean
+.PHONY: setup test demo bench snapshots opinfo random-sweep reference symbolic constraints clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,10 @@ random-sweep: $(STAMP)
 # The reference's published matmul at full size (M512 K4096 N12800; 10-20 s, 1.7 GB of RAM).
 reference: $(STAMP)
 	SPYREC_FULL_REFERENCE=1 $(PY) -m pytest -q -s tests/sim/test_reference_bundles.py
+
+# Issue 30's programs at every length it names, the 2,048-token maximum included (~2 min).
+symbolic: $(STAMP)
+	SPYREC_SYMBOLIC_MAX=1 $(PY) -m pytest -q tests/sim/test_symbolic_models.py
 
 snapshots: $(STAMP)
 	SPYREC_UPDATE_SNAPSHOTS=1 $(PY) -m pytest -q tests/snapshots

@@ -1,0 +1,73 @@
+"""One compiled program for every length (issue 30): transformers' Llama and Granite prefill
+(tiny width, 2 layers: tests/models/hf.py) exported with input_ids' dim 1 = 64 * Dim("s",
+max=32), so torch records 128..2,048 tokens by 64. Compiled once; simulated at several
+lengths, each equal to eager on the same tokens; a length off the granularity is exit 2.
+
+The 2,048-token runs (the maximum) take about 15 s each and live in `make symbolic`."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from spyrec.sim.runner import simulate
+from tests.differential.harness import assert_close
+from tests.programs import cli, compile_pt2
+
+transformers = pytest.importorskip("transformers")
+
+MAX_GRANULES, GRANULE = 32, 64
+
+
+def _model(family: str):
+    from tests.models import hf
+
+    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+           "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM)}[family]
+    config = hf._llama_like(cls[0], max_position_embeddings=GRANULE * MAX_GRANULES)
+    return hf.LogitsOnly(hf._build(cls[1], config, torch.float32)).eval(), hf.VOCAB
+
+
+@pytest.fixture(scope="module", params=["llama", "granite"])
+def compiled(request, tmp_path_factory):
+    """(module, token ids of the maximum length, OUT) of one family's dynamic export."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    module, vocab = _model(request.param)
+    ids = torch.randint(0, vocab, (1, GRANULE * MAX_GRANULES),
+                        generator=torch.Generator().manual_seed(0))
+    s = torch.export.Dim("s", max=MAX_GRANULES)
+    with torch.no_grad():
+        ep = torch.export.export(module, (ids[:, :256],),
+                                 dynamic_shapes={"input_ids": {1: GRANULE * s}})
+    pt2 = tmp / "model.pt2"
+    torch.export.save(ep, str(pt2))
+    return module, ids, compile_pt2(pt2, tmp / "out")
+
+
+@pytest.mark.parametrize("tokens", [128, 192, 704])
+def test_one_program_equals_eager_at_each_length(compiled, tokens):
+    module, ids, out = compiled
+    result = simulate(out, {"input_ids": ids[:, :tokens].numpy()})
+    with torch.no_grad():
+        expected = module(ids[:, :tokens])
+    (got,) = result.outputs
+    assert got.shape == (1, tokens, expected.shape[-1])
+    assert_close(got, expected, f"logits at {tokens} tokens")
+
+
+@pytest.mark.skipif(not os.environ.get("SPYREC_SYMBOLIC_MAX"),
+                    reason="the maximum's runs take ~15 s each: `make symbolic`")
+def test_one_program_equals_eager_at_the_maximum(compiled):
+    test_one_program_equals_eager_at_each_length(compiled, GRANULE * MAX_GRANULES)
+
+
+def test_a_length_off_the_granularity_is_refused(compiled, tmp_path, capsys):
+    _, ids, out = compiled
+    inputs = tmp_path / "ids.npz"
+    np.savez(inputs, input_ids=ids[:, :100].numpy())
+    code, _, err = cli(capsys, "run", out, "--inputs", inputs)
+    assert code == 2 and "Traceback" not in err
+    assert "100" in err and "128..2048 by 64" in err
