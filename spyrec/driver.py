@@ -66,6 +66,7 @@ def curve_lengths(symbols: tuple[SymLength, ...]) -> Iterator[dict[str, int]]:
         return
     ladders = [s.values() for s in symbols]
     points = min(CURVE_POINTS, max(len(v) for v in ladders))
-    for k in range(points):
-        yield {s.name: v[round(k * (len(v) - 1) / max(points - 1, 1))]
+    steps = max(points - 1, 1)
+    for k in range(points):     # k/steps of the way along each ladder, rounded half up
+        yield {s.name: v[(2 * k * (len(v) - 1) + steps) // (2 * steps)]
                for s, v in zip(symbols, ladders)}
