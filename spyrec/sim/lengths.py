@@ -11,6 +11,7 @@ stop at the length), and slices the outputs back to the bound lengths.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -101,11 +102,14 @@ def padded_to_maximum(t: TensorSpec, array: np.ndarray) -> np.ndarray:
     return np.pad(array, [(0, m - n) for n, m in zip(array.shape, t.host_shape)])
 
 
-def sliced_to_lengths(t: TensorSpec, array: np.ndarray, lengths: dict[str, int]) -> np.ndarray:
-    """An output read at its host shape (the maximum), cut to the bound lengths."""
-    if not t.symbolic_dims:
+def sliced_to_lengths(t: TensorSpec, array: np.ndarray, lengths: Mapping[str, int]
+                      ) -> np.ndarray:
+    """An output read at its host shape (the maximum), cut to the bound lengths (a symbol
+    `lengths` does not bind stays at its maximum)."""
+    cuts = [(dim, lengths[symbol]) for dim, symbol in t.symbolic_dims if symbol in lengths]
+    if not cuts:
         return array
     index = [slice(None)] * array.ndim
-    for dim, symbol in t.symbolic_dims:
-        index[dim] = slice(0, lengths[symbol])
+    for dim, n in cuts:
+        index[dim] = slice(0, n)
     return np.ascontiguousarray(array[tuple(index)])

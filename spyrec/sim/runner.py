@@ -26,7 +26,7 @@ from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, constant_bytes
-from spyrec.sim.lengths import bind_lengths, padded_to_maximum, sliced_to_lengths
+from spyrec.sim.lengths import bind_lengths, padded_to_maximum
 from spyrec.sim.directory import load_output_dir
 from spyrec.sim.program import OutputProgram
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
@@ -222,8 +222,7 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         if prefetch is not None:
             prefetch.close()
     tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
-    outputs = [sliced_to_lengths(manifest.tensors[name], read_tensor(hbm, manifest.tensors[name]),
-                                 lengths) for name in tensors]
+    outputs = [read_tensor(hbm, manifest.tensors[name], lengths) for name in tensors]
     dtypes = [manifest.tensors[name].host_dtype for name in tensors]
     names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
         fqn for fqn, _ in manifest.mutated_buffers)

@@ -126,3 +126,18 @@ def test_check_runs_eager_on_the_unpadded_inputs(mlp, tmp_path, capsys):
     doc = json.loads(out)
     assert doc["outputs"][0]["shape"] == [1, 192, 256]
     assert doc["check"][0]["ok"] and doc["check"][0]["total"] == 192 * 256
+
+
+
+def test_an_output_is_cut_only_along_the_symbols_bound(mlp):
+    """Reading an output cuts each symbolic dim to its bound length before the conversion to
+    the host dtype (past it a shorter run wrote nothing); an unbound symbol stays whole."""
+    from spyrec.sim.lengths import sliced_to_lengths
+    from spyrec.sim.loader import read_spyrec_dir
+
+    relu = read_spyrec_dir(mlp.out).manifest.tensors["relu"]
+    stored = np.arange(256 * 256, dtype=np.float32).reshape(1, 256, 256)
+    cut = sliced_to_lengths(relu, stored, {"s81": 128})
+    assert cut.shape == (1, 128, 256) and cut.flags.c_contiguous
+    np.testing.assert_array_equal(cut, stored[:, :128])
+    assert sliced_to_lengths(relu, stored, {}) is stored
