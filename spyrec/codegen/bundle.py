@@ -17,7 +17,8 @@ A graph with symbolic lengths (issue 30, `ir/symbols.py`) gives the function one
 argument per symbol, named after it and carrying its ladder as attributes
 (`%s81: index {spyre.granularity = 64 : i64, spyre.min_value = 128 : i64,
 spyre.max_value = 2048 : i64}`), and a loop whose trip count is a length over a fixed tile
-(`ir.graph.LoopBound`) computes its bound from it: `%loop_bound_<k> = arith.divui %s81, %c64`.
+(`ir.graph.LoopBound`) computes its bound from it: `%loop_bound_<k> = arith.divui %s81, %c64`
+(`arith.ceildivui` for a length read from an input's value, which the tile need not divide).
 Every address stays a constant or a tile base: nothing else depends on the length.
 
 Beside the text, `bundle_file` gives the executions the text runs, as data (each trip a loop
@@ -60,7 +61,7 @@ def bundle_file(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None 
     the text back (sim/program.py `program_from_documents`); tests/sim/test_cost_from_memory.py
     holds them to what the simulator's MLIR reader makes of the text."""
     b = _build(sdsc_files, loops, symbols)
-    data = b.data()
+    data = b.data({s.name: s for s in lengths})
     data["arguments"] = ", ".join(map(_argument, lengths))
     line, column = _body_start()
     first = line + len(data["maps"]) + len(data["body"]) - len(b.body)   # b.body[0]'s line
@@ -99,14 +100,15 @@ class _Builder:
         self.body: list[str] = []
         self.tree: list = []
 
-    def data(self) -> dict:
-        """The template's data: maps, and the body after its constants."""
+    def data(self, symbols: Mapping[str, SymLength]) -> dict:
+        """The template's data: maps, and the body after its constants (`symbols`: the
+        symbolic lengths by name, which bound loops divide)."""
         if not self.bounds:
             return {"maps": [], "body": self.body}
         head = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index"]
         tiles = sorted({loop.bound.per_trip for loop in self.bounds if loop.bound} - {0, 1})
         head += [f"%c{n} = arith.constant {n} : index" for n in tiles]
-        head += [_loop_bound(k, loop) for k, loop in enumerate(self.bounds)]
+        head += [_loop_bound(k, loop, symbols) for k, loop in enumerate(self.bounds)]
         head += [f"%sym_{s.n} = arith.constant {s.address} : index" for s in self.syms]
         maps = [{"index": k, "dims": [f"d{j}" for j in range(len(adv))],
                  "expr": _map_expr(adv)} for adv, k in self.maps.items()]
@@ -157,13 +159,16 @@ class _Builder:
                          f'"{name}", symbol_ids = [{ids}]}}')
 
 
-def _loop_bound(k: int, loop: Loop) -> str:
+def _loop_bound(k: int, loop: Loop, symbols: Mapping[str, SymLength]) -> str:
     """`%loop_bound_<k>`: the loop's trip count, a constant, or for a loop bound by a symbolic
-    length that length over the tile (exact: the tile divides every admissible length)."""
+    length that length over the tile: exact (`arith.divui`) for a shape's length, which the
+    tile divides, rounded up (`arith.ceildivui`) for a length read from a value, whose last
+    tile its mask completes (`SymLength.value_of`)."""
     if loop.bound is None:
         return f"%loop_bound_{k} = arith.constant {loop.count} : index"
-    return (f"%loop_bound_{k} = arith.divui %{loop.bound.symbol}, %c{loop.bound.per_trip} "
-            f": index")
+    divide = "divui" if symbols[loop.bound.symbol].value_of is None else "ceildivui"
+    return (f"%loop_bound_{k} = arith.{divide} %{loop.bound.symbol}, "
+            f"%c{loop.bound.per_trip} : index")
 
 
 @dataclass(frozen=True)

@@ -314,12 +314,20 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
 
 def _symbols(graph: Graph) -> dict:
     """`symbols`: the graph's symbolic lengths (issue 30), which the simulator binds from the
-    inputs' shapes; absent in a static program (its manifest is unchanged)."""
+    inputs' shapes or values; absent in a static program (its manifest is unchanged)."""
     if not graph.symbols:
         return {}
     return {"symbols": [{"name": s.name, "granularity": s.granularity, "minimum": s.minimum,
-                         "maximum": s.maximum, "where": s.where}
+                         "maximum": s.maximum, "where": s.where, **_value_of(s)}
                         for s in graph.symbols.values()]}
+
+
+def _value_of(symbol: SymLength) -> dict:
+    """A length read from an input's value at run time: `value` {input, flat index, offset}
+    (clamped to minimum..maximum); nothing for a dim of an input's shape."""
+    v = symbol.value_of
+    return {} if v is None else {"value": {"input": v.input, "index": v.index,
+                                           "offset": v.offset}}
 
 
 def _symbolic_dims(graph: Graph, name: str) -> dict:

@@ -1,13 +1,14 @@
 """Read `bundle.mlir`: parse and verify it with xDSL, then flatten it into an execution list.
 
 The bundle is a tiny program (docs/formats.md, DESIGN §5): its function's arguments are
-symbolic lengths (bound from the inputs' shapes: `lengths`), `arith.constant`/`arith.addi`
-for addresses, `arith.divui` for a trip count that is a length over a tile, nested `scf.for`
-with constant bounds or, for a loop whose trips depend on the enclosing loop's index, bounds
+symbolic lengths (bound from the inputs: `lengths`), `arith.constant`/`arith.addi` for
+addresses, `arith.divui` / `arith.ceildivui` for a trip count that is a length over a tile
+(exact for a shape's length, rounded up for one read from a value), nested `scf.for` with
+constant bounds or, for a loop whose trips depend on the enclosing loop's index, bounds
 computed by `affine.min` and `arith.maxsi` (a clamped line in that index), `affine.apply`
-for per-iteration tile bases, and one `sdscbundle.sdsc_execute` per device op. Interpreting it up front gives the simulator a
-flat list of `Execute(file, operands, symbol_ids, loop indices)` in execution order; the data
-work happens elsewhere.
+for per-iteration tile bases, and one `sdscbundle.sdsc_execute` per device op. Interpreting
+it up front gives the simulator a flat list of `Execute(file, operands, symbol_ids, loop
+indices)` in execution order; the data work happens elsewhere.
 
 Why a real MLIR parser (xDSL) rather than regexes: the contract says the bundle must parse and
 verify with one, and a file that only our own regexes accept would not. xDSL keeps no source
@@ -177,6 +178,16 @@ def _divui(op: Operation, st: _State) -> None:
         st.fail(op, f"{a} / {b} is not an exact division of a length by a positive tile; the "
                     f"bundle and the length disagree: re-run spyrec compile")
     st.env[op.results[0]] = a // b
+
+
+@_handles("arith.ceildivui")
+def _ceildivui(op: Operation, st: _State) -> None:
+    """A trip count over a length read from a value: its tiles, the last one partial."""
+    a, b = st.env[op.operands[0]], st.env[op.operands[1]]
+    if b <= 0 or a < 0:
+        st.fail(op, f"{a} / {b}: a trip count divides a length by a positive tile; the bundle "
+                    f"and the length disagree: re-run spyrec compile")
+    st.env[op.results[0]] = -(-a // b)
 
 
 @_handles("arith.maxsi")

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from spyrec.errors import InputFileError
-from spyrec.sim.specs import Manifest, TensorSpec
+from spyrec.sim.specs import Manifest, TensorSpec, ValueRead
 
 
 def describe(values: range) -> str:
@@ -25,11 +25,12 @@ def describe(values: range) -> str:
 
 
 def read_symbols(path: Path, entries: list[dict], tensors: dict[str, TensorSpec],
-                 inputs: list[str]) -> dict[str, range]:
-    """manifest.json `symbols` by name, checked: a non-empty ladder, each symbolic dim of a
-    tensor names one and holds its maximum, and an input has each (else no run can bind
-    it)."""
+                 inputs: list[str]) -> tuple[dict[str, range], dict[str, ValueRead]]:
+    """manifest.json `symbols` by name, checked, and those read from a value: a non-empty
+    ladder, each symbolic dim of a tensor names one and holds its maximum, and each is read
+    from an input's element or is some input's dim (else no run can bind it)."""
     symbols: dict[str, range] = {}
+    read_from: dict[str, ValueRead] = {}
     for i, s in enumerate(entries):
         label = f"{path}: at $.symbols[{i}] ('{s['name']}')"
         if s["name"] in symbols:
@@ -38,23 +39,39 @@ def read_symbols(path: Path, entries: list[dict], tensors: dict[str, TensorSpec]
             raise InputFileError(f"{label}: {s['minimum']}..{s['maximum']} is not a ladder of "
                                  f"steps of {s['granularity']}; re-run spyrec compile")
         symbols[s["name"]] = range(s["minimum"], s["maximum"] + 1, s["granularity"])
+        if "value" in s:
+            read_from[s["name"]] = _value_read(label, s["value"], tensors, inputs)
     for t in tensors.values():
         for dim, name in t.symbolic_dims:
             label = f"{path}: at $.tensors ('{t.name}').symbolic_dims.{dim}"
-            if name not in symbols:
-                raise InputFileError(f"{label}: '{name}' is not a symbol of $.symbols")
+            if name not in symbols or name in read_from:
+                raise InputFileError(f"{label}: '{name}' is not a symbol of $.symbols read "
+                                     f"from a shape")
             if t.role not in ("input", "output") or dim >= len(t.host_shape) or \
                     t.host_shape[dim] != symbols[name][-1]:
                 raise InputFileError(f"{label}: a symbolic dim is a dim of an input or output "
                                      f"whose host_shape holds the symbol's maximum "
                                      f"({symbols[name][-1]}); {t.role} '{t.name}' has shape "
                                      f"{list(t.host_shape)}: re-run spyrec compile")
-    bound = {name for n in inputs for _, name in tensors[n].symbolic_dims}
+    bound = {name for n in inputs for _, name in tensors[n].symbolic_dims} | set(read_from)
     for name in symbols:
         if name not in bound:
-            raise InputFileError(f"{path}: at $.symbols: symbol '{name}' is no input's dim, so "
-                                 f"no run can bind it; re-run spyrec compile")
-    return symbols
+            raise InputFileError(f"{path}: at $.symbols: symbol '{name}' is no input's dim nor "
+                                 f"read from an input, so no run can bind it; re-run spyrec "
+                                 f"compile")
+    return symbols, read_from
+
+
+def _value_read(label: str, value: dict, tensors: dict[str, TensorSpec], inputs: list[str]
+                ) -> ValueRead:
+    """A symbol's `value`: an element of an integer input, inside it."""
+    t = tensors.get(value["input"])
+    if value["input"] not in inputs or not t.host_dtype.startswith("int") or \
+            value["index"] >= t.numel:
+        raise InputFileError(f"{label}: value reads element {value['index']} of "
+                             f"'{value['input']}', which is not an element of an integer input; "
+                             f"re-run spyrec compile")
+    return ValueRead(value["input"], value["index"], value["offset"])
 
 
 def shape_text(t: TensorSpec) -> str:
@@ -72,12 +89,15 @@ def fits_shape(t: TensorSpec, shape: tuple[int, ...]) -> bool:
 
 def bind_lengths(manifest: Manifest, arrays: dict[str, np.ndarray], label: str
                  ) -> dict[str, int]:
-    """Each symbol's length, read from the inputs' shapes (already `fits_shape`): one that is
+    """Each symbol's length, read from the inputs' shapes (already `fits_shape`) or, for one
+    read from a value, from that input's element (`read_length`): a shape's length that is
     not admissible, or two inputs that disagree, is an InputFileError naming the symbol, the
     input and dim, the value and the admissible ones. Empty for a static program."""
     if not manifest.symbols:
         return {}
     lengths: dict[str, tuple[int, str, int]] = {}     # symbol -> (length, input, dim)
+    read = {symbol: (read_length(manifest, symbol, arrays), "", -1)
+            for symbol in manifest.read_from}
     for name in dict.fromkeys(manifest.inputs):
         for dim, symbol in manifest.tensors[name].symbolic_dims:
             n, values = arrays[name].shape[dim], manifest.symbols[symbol]
@@ -91,7 +111,15 @@ def bind_lengths(manifest: Manifest, arrays: dict[str, np.ndarray], label: str
                                      f"input '{first[1]}' dim {first[2]} has {first[0]}; both "
                                      f"are symbol {symbol} ({describe(values)}), so they "
                                      f"must agree")
-    return {symbol: n for symbol, (n, _, _) in lengths.items()}
+    return {symbol: n for symbol, (n, _, _) in (lengths | read).items()}
+
+
+def read_length(manifest: Manifest, symbol: str, arrays: dict[str, np.ndarray]) -> int:
+    """A length read from an input's element (`Manifest.read_from`), plus its offset, clamped
+    to the symbol's ladder (granularity 1): a decode step's cache position + 1 keys."""
+    source, values = manifest.read_from[symbol], manifest.symbols[symbol]
+    n = int(np.asarray(arrays[source.input]).reshape(-1)[source.index]) + source.offset
+    return min(max(n, values.start), values[-1])
 
 
 def padded_to_maximum(t: TensorSpec, array: np.ndarray) -> np.ndarray:

@@ -127,9 +127,9 @@ def read_manifest(path: Path, data: dict) -> tuple[Manifest, Weights]:
                                  f"'{name}' in $.tensors")
     lx_args = _arg_names(path, data, tensors, "lx_args", "LX", lambda t: t.lx_address)
     hbm_args = _arg_names(path, data, tensors, "hbm_args", "HBM", lambda t: t.hbm_address)
-    symbols = read_symbols(path, data.get("symbols", []), tensors, data["inputs"])
+    symbols, read_from = read_symbols(path, data.get("symbols", []), tensors, data["inputs"])
     return (Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
-                     data["hbm_bytes"], mutated, lx_args, hbm_args, symbols),
+                     data["hbm_bytes"], mutated, lx_args, hbm_args, symbols, read_from),
             _weights(path, data["weights"], tensors))
 
 

@@ -70,6 +70,16 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class ValueRead:
+    """A symbolic length read at run time (manifest `symbols[].value`): element `index` (flat)
+    of input `input`, plus `offset`, clamped to the symbol's minimum..maximum."""
+
+    input: str
+    index: int
+    offset: int
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     name: str
     bundle: str                 # file name of the bundle, relative to the output directory
@@ -88,6 +98,8 @@ class Manifest:
     hbm_args: dict = field(default_factory=dict)  # file -> {arg index (str): HBM tensor name}
     # symbolic length -> its admissible values (`in` tests one); the program is at the maxima
     symbols: dict[str, range] = field(default_factory=dict)
+    # the symbolic lengths read from an input's value at run time, not from a shape
+    read_from: dict[str, "ValueRead"] = field(default_factory=dict)
 
     def maxima(self) -> dict[str, int]:
         """Every symbolic length at its maximum: what the files are planned for."""

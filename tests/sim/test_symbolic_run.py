@@ -141,3 +141,43 @@ def test_an_output_is_cut_only_along_the_symbols_bound(mlp):
     assert cut.shape == (1, 128, 256) and cut.flags.c_contiguous
     np.testing.assert_array_equal(cut, stored[:, :128])
     assert sliced_to_lengths(relu, stored, {}) is stored
+
+
+@pytest.fixture(scope="module")
+def decode(tmp_path_factory):
+    """A decode step over a static cache of 1,024 slots whose key loop is bound by a length
+    read from its `cache_position` input (tests/passes/test_symbolic_tiling.py)."""
+    from tests.passes.test_symbolic_tiling import _decode_step
+    from tests.programs import compile_pt2, export
+
+    tmp = tmp_path_factory.mktemp("decode")
+    module, inputs = _decode_step()
+    return compile_pt2(export(tmp, module, inputs)), inputs
+
+
+def test_a_length_read_from_an_input_runs_its_tiles_rounded_up(decode):
+    """manifest `value`: the keys are cache_position + 1, clamped to 0..1024; the bundle
+    rounds the length over its 512-key tile up (`arith.ceildivui`), and every position's
+    result equals eager's, which attends over every slot with a mask."""
+    from spyrec.sim.check import check_outputs
+    from spyrec.sim.directory import load_output_dir
+    from spyrec.sim.runner import simulate
+    from tests.programs import load_json
+
+    out, inputs = decode
+    (symbol,) = load_json(out / "manifest.json")["symbols"]
+    assert symbol == {"name": "args_3_keys", "granularity": 1, "minimum": 0, "maximum": 1024,
+                      "where": "keys up to args_3[0] + 1",
+                      "value": {"input": "args_3", "index": 0, "offset": 1}}
+    assert "    %loop_bound_0 = arith.ceildivui %args_3_keys, %c512 : index" in \
+        (out / "bundle.mlir").read_text().splitlines()
+    manifest = load_output_dir(out).manifest
+    for position, trips in [(-3, 0), (0, 1), (300, 1), (511, 1), (512, 2), (1023, 2),
+                            (5000, 2)]:
+        arrays = dict(zip(manifest.inputs, [t.numpy() for t in inputs[:3]] +
+                          [np.array([position])]))
+        result = simulate(out, arrays)
+        assert {ex.loop for _, ex in result.program.trace if ex.loop} == {
+            (("i_0", i),) for i in range(trips)}, position
+        (check,) = check_outputs(out, manifest, arrays, result.outputs)
+        assert check.ok and check.mismatches == 0, position
