@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from spyrec.errors import InputFileError
-from tests.programs import cli
+from tests.programs import cli, load_json
 from tests.sim.symbolic import build_symbolic_mlp
 
 
@@ -147,12 +147,20 @@ def test_an_output_is_cut_only_along_the_symbols_bound(mlp):
 def decode(tmp_path_factory):
     """A decode step over a static cache of 1,024 slots whose key loop is bound by a length
     read from its `cache_position` input (tests/passes/test_symbolic_tiling.py)."""
+    from spyrec.compiler import CompileOptions, compile_program
+    from spyrec.driver import estimate_cost
     from tests.passes.test_symbolic_tiling import _decode_step
-    from tests.programs import compile_pt2, export
+    from tests.programs import export
 
     tmp = tmp_path_factory.mktemp("decode")
     module, inputs = _decode_step()
-    return compile_pt2(export(tmp, module, inputs)), inputs
+    kept = []
+
+    def keep(output, out_dir):
+        kept.append(output)
+        return estimate_cost(output, out_dir)
+    compile_program(export(tmp, module, inputs), tmp / "out", CompileOptions(verbose=-1), keep)
+    return tmp / "out", inputs, kept[0]
 
 
 def test_a_length_read_from_an_input_runs_its_tiles_rounded_up(decode):
@@ -162,9 +170,8 @@ def test_a_length_read_from_an_input_runs_its_tiles_rounded_up(decode):
     from spyrec.sim.check import check_outputs
     from spyrec.sim.directory import load_output_dir
     from spyrec.sim.runner import simulate
-    from tests.programs import load_json
 
-    out, inputs = decode
+    out, inputs, _ = decode
     (symbol,) = load_json(out / "manifest.json")["symbols"]
     assert symbol == {"name": "args_3_keys", "granularity": 1, "minimum": 0, "maximum": 1024,
                       "where": "keys up to args_3[0] + 1",
@@ -181,3 +188,24 @@ def test_a_length_read_from_an_input_runs_its_tiles_rounded_up(decode):
             (("i_0", i),) for i in range(trips)}, position
         (check,) = check_outputs(out, manifest, arrays, result.outputs)
         assert check.ok and check.mismatches == 0, position
+
+
+def test_the_cost_curve_of_a_long_ladder_samples_33_lengths(decode):
+    """0..1024 keys by 1: 33 evenly spaced lengths, 0 and 1024 included, each priced with the
+    trips it runs (none at 0 keys, two 512-key tiles from 513 on); the curve fits the
+    report's schema."""
+    from spyrec.driver import cost_curve, estimate_cost
+    from spyrec.sim.files import validate
+
+    out, _, output = decode
+    cost, _ = estimate_cost(output, out)
+    curve = cost_curve(output, cost)
+    keys = [p["lengths"]["args_3_keys"] for p in curve]
+    assert len(keys) == 33 and keys[:3] == [0, 32, 64] and keys[-1] == 1024
+    times = {n: p["time_us"] for n, p in zip(keys, curve)}
+    assert times[0] < times[32] == times[512] < times[544] == times[1024] == \
+        cost["totals"]["time_us"]
+    report = load_json(out / "report.json")
+    validate({k: report[k] for k in ("format", "passes", "restickify", "layouts", "ops",
+                                     "cost")} | {"cost_curve": json.loads(json.dumps(curve))},
+             "report", "report.json")
