@@ -331,8 +331,8 @@ def _value_of(symbol: SymLength) -> dict:
 
 
 def _symbolic_dims(graph: Graph, name: str) -> dict:
-    """An input's or output's `symbolic_dims` ({host dim: symbol}; `host_shape` is at the
-    maximum); nothing for a tensor without one."""
+    """An input's, output's or folded constant's `symbolic_dims` ({host dim: symbol};
+    `host_shape` is at the maximum); nothing for a tensor without one."""
     dims = graph.symbolic_dims.get(name)
     return {"symbolic_dims": {str(d): s for d, s in sorted(dims.items())}} if dims else {}
 

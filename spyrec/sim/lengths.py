@@ -28,7 +28,9 @@ def read_symbols(path: Path, entries: list[dict], tensors: dict[str, TensorSpec]
                  inputs: list[str]) -> tuple[dict[str, range], dict[str, ValueRead]]:
     """manifest.json `symbols` by name, checked, and those read from a value: a non-empty
     ladder, each symbolic dim of a tensor names one and holds its maximum, and each is read
-    from an input's element or is some input's dim (else no run can bind it)."""
+    from an input's element or is some input's dim (else no run can bind it). A constant's
+    symbolic dim (a folded position table) needs nothing at run time: the bound loops read
+    only its first rows."""
     symbols: dict[str, range] = {}
     read_from: dict[str, ValueRead] = {}
     for i, s in enumerate(entries):
@@ -47,10 +49,10 @@ def read_symbols(path: Path, entries: list[dict], tensors: dict[str, TensorSpec]
             if name not in symbols or name in read_from:
                 raise InputFileError(f"{label}: '{name}' is not a symbol of $.symbols read "
                                      f"from a shape")
-            if t.role not in ("input", "output") or dim >= len(t.host_shape) or \
-                    t.host_shape[dim] != symbols[name][-1]:
-                raise InputFileError(f"{label}: a symbolic dim is a dim of an input or output "
-                                     f"whose host_shape holds the symbol's maximum "
+            if t.role not in ("input", "output", "constant") or \
+                    dim >= len(t.host_shape) or t.host_shape[dim] != symbols[name][-1]:
+                raise InputFileError(f"{label}: a symbolic dim is a dim of an input, output or "
+                                     f"constant whose host_shape holds the symbol's maximum "
                                      f"({symbols[name][-1]}); {t.role} '{t.name}' has shape "
                                      f"{list(t.host_shape)}: re-run spyrec compile")
     bound = {name for n in inputs for _, name in tensors[n].symbolic_dims} | set(read_from)

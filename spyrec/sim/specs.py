@@ -56,8 +56,8 @@ class TensorSpec:
     source: str | None
     lx_address: int | None = None          # byte offset in every core's LX scratchpad
     lx_bytes_per_core: int | None = None   # each core's slice
-    # an input's or output's dims of a symbolic length: (host dim, symbol); host_shape has the
-    # symbol's maximum there
+    # an input's, output's or folded constant's dims of a symbolic length: (host dim,
+    # symbol); host_shape has the symbol's maximum there
     symbolic_dims: tuple[tuple[int, str], ...] = ()
 
     @property

@@ -209,3 +209,32 @@ def test_the_cost_curve_of_a_long_ladder_samples_33_lengths(decode):
     validate({k: report[k] for k in ("format", "passes", "restickify", "layouts", "ops",
                                      "cost")} | {"cost_curve": json.loads(json.dumps(curve))},
              "report", "report.json")
+
+
+def test_a_dynamic_export_runs_at_each_length_with_its_folded_position_table(tmp_path, capsys):
+    """spyrec compile of a dynamic export: `x * arange(tokens)` folds the arange into a
+    constant stored at the maximum and marked with the symbol (manifest `symbolic_dims` on a
+    constant, which a run leaves alone); each length equals numpy, and `--check` calls the
+    dynamic export in eager at the input's length."""
+    import torch
+
+    from spyrec.sim.runner import simulate
+    from tests.programs import Lambda, compile_pt2, export
+
+    module = Lambda(lambda m, x: x * torch.arange(x.shape[1], dtype=torch.float32)[None, :, None])
+    tokens = 64 * torch.export.Dim("s", min=2, max=4)
+    out = compile_pt2(export(tmp_path, module, (torch.randn(1, 256, 64),),
+                             dynamic_shapes=(({1: tokens},),)))
+    marked = {t["name"]: (t["role"], t["host_shape"], t["symbolic_dims"])
+              for t in load_json(out / "manifest.json")["tensors"] if "symbolic_dims" in t}
+    assert sorted(role for role, _, _ in marked.values()) == ["constant", "input", "output"]
+    assert all(shape[int(d)] == 256 for _, shape, dims in marked.values() for d in dims)
+    for n in (128, 192):
+        x = _tokens(n)[:, :, :64]
+        (y,) = simulate(out, {"args_0": x}).outputs
+        np.testing.assert_array_equal(y, x * np.arange(n, dtype=np.float32)[None, :, None])
+    np.savez(tmp_path / "x.npz", args_0=_tokens(192)[:, :, :64])
+    code, text, err = cli(capsys, "run", str(out), "--inputs", str(tmp_path / "x.npz"),
+                          "--check", "--json", "-q")
+    assert code == 0, err
+    assert json.loads(text)["check"][0]["ok"] and json.loads(text)["check"][0]["total"] == 192 * 64
