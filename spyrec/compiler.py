@@ -436,4 +436,12 @@ def report_text(report: dict) -> str:
     for name, lay in report["layouts"].items():
         lines.append(f"  {name:<24} {lay['device_size']} / {lay['stride_map']} "
                      f"{lay['device_dtype']}")
+    curve = report.get("cost_curve")
+    if curve:   # a program with symbolic lengths: its estimate at each (a sample of them)
+        names = list(curve[0]["lengths"])
+        lines += ["", "cost curve (estimated at each length; cost below: at the maximum):",
+                  "  " + " ".join(f"{n:>8}" for n in names) + f" {'time us':>12} "
+                  f"{'HBM KiB':>12}"]
+        lines += ["  " + " ".join(f"{row['lengths'][n]:>8}" for n in names) +
+                  f" {row['time_us']:>12.3f} {row['hbm_bytes'] / 1024:>12.1f}" for row in curve]
     return "\n".join(lines) + "\n"

@@ -14,12 +14,15 @@ and the benchmarks' compiles all come through `compile_and_estimate`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from spyrec.compiler import CompileOptions, compile_program
 
 if TYPE_CHECKING:
     from spyrec.codegen.writer import BuiltOutput
+    from spyrec.ir.symbols import SymLength
+
+CURVE_POINTS = 33       # cost-curve lengths at most (a long ladder is sampled evenly)
 
 
 def compile_and_estimate(source: Path, out_dir: Path, opts: CompileOptions) -> dict:
@@ -40,3 +43,30 @@ def estimate_cost(output: BuiltOutput, out_dir: Path) -> tuple[dict, str]:
     program = program_from_documents(out_dir, output.manifest, output.sdsc, output.executions)
     cost = program_cost(program)
     return cost, format_table(cost)
+
+
+def cost_curve(output: BuiltOutput, cost: dict) -> list[dict]:
+    """report.json `cost_curve` of a program with symbolic lengths (empty without): its
+    estimated time and HBM traffic at each length of `curve_lengths`, from `cost` (the
+    estimate at the maxima, whose per-execution rows hold at every length: a symbolic length
+    changes how often the ops of a bound loop run, never what one run moves)."""
+    from spyrec.sim.cost import cost_at
+
+    kernels = output.manifest["kernels"]
+    return [{"lengths": lengths, **cost_at(cost, {k["name"]: output.run_counts[k["bundle"]].at(
+                lengths) for k in kernels})}
+            for lengths in curve_lengths(output.symbols)]
+
+
+def curve_lengths(symbols: tuple[SymLength, ...]) -> Iterator[dict[str, int]]:
+    """Every admissible length when a ladder has at most CURVE_POINTS, else CURVE_POINTS
+    evenly spaced ones from the minimum to the maximum. Several symbols move together, each
+    at the same fraction of its ladder (their product would be too many points to read)."""
+    if not symbols:
+        return
+    ladders = [s.values() for s in symbols]
+    points = min(CURVE_POINTS, max(len(v) for v in ladders))
+    steps = max(points - 1, 1)
+    for k in range(points):     # k/steps of the way along each ladder, rounded half up
+        yield {s.name: v[(2 * k * (len(v) - 1) + steps) // (2 * steps)]
+               for s, v in zip(symbols, ladders)}

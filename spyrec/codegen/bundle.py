@@ -13,6 +13,14 @@ then `arith.maxsi` with 0 (`_span_bounds`). Each symbolic start address of an op
 byte advances, `d_l` = the loop var of level l, outermost first) to `%sym_<n>`, its address at
 iteration 0, and the execute lists the ids its operands bind (`symbol_ids`).
 
+A graph with symbolic lengths (issue 30, `ir/symbols.py`) gives the function one `index`
+argument per symbol, named after it and carrying its ladder as attributes
+(`%s81: index {spyre.granularity = 64 : i64, spyre.min_value = 128 : i64,
+spyre.max_value = 2048 : i64}`), and a loop whose trip count is a length over a fixed tile
+(`ir.graph.LoopBound`) computes its bound from it: `%loop_bound_<k> = arith.divui %s81, %c64`
+(`arith.ceildivui` for a length read from an input's value, which the tile need not divide).
+Every address stays a constant or a tile base: nothing else depends on the length.
+
 Beside the text, `bundle_file` gives the executions the text runs, as data (each trip a loop
 runs unrolled, each operand evaluated), for the cost estimate `spyrec compile` writes into
 report.json: the compiler hands what it rendered rather than have the simulator parse it back.
@@ -27,32 +35,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import jinja2
 
 from spyrec.codegen.symbols import Symbol
 from spyrec.ir import Loop
 from spyrec.ir.graph import loop_identity
+from spyrec.ir.symbols import SymLength
 
 TEMPLATE = resources.files("spyrec") / "templates" / "bundle.mlir.j2"
 _INDENT = "  "
 
 
 def bundle_file(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None = None,
-                symbols: Sequence[list[Symbol]] | None = None) -> tuple[str, list[tuple]]:
+                symbols: Sequence[list[Symbol]] | None = None,
+                lengths: Sequence[SymLength] = ()) -> tuple[str, list[tuple], "RunCounts"]:
     """bundle.mlir for ops executed in order (`loops[i]` encloses op i, outermost first;
-    `symbols[i]` are its symbolic start addresses; both empty by default), and the executions
-    it runs, in order, as data: one `(sdsc file, operand values, line, column, symbol ids,
-    ((loop var, value), ...))` per `sdsc_execute` run, line and column being the statement's
-    in the text. The cost estimate of `spyrec compile` reads these instead of parsing the text
-    back (sim/program.py `program_from_documents`); tests/sim/test_cost_from_memory.py holds
-    them to what the simulator's MLIR reader makes of the text."""
+    `symbols[i]` are its symbolic start addresses; both empty by default; `lengths`: the
+    graph's symbolic lengths, the function's arguments), the executions it runs at every
+    symbol's maximum, in order, as data: one `(sdsc file, operand values, line, column,
+    symbol ids, ((loop var, value), ...))` per `sdsc_execute` run, line and column being the
+    statement's in the text, and how often it runs each file at any lengths (`RunCounts`,
+    for the cost curve). The cost estimate of `spyrec compile` reads these instead of parsing
+    the text back (sim/program.py `program_from_documents`); tests/sim/test_cost_from_memory.py
+    holds them to what the simulator's MLIR reader makes of the text."""
     b = _build(sdsc_files, loops, symbols)
-    data = b.data()
+    data = b.data({s.name: s for s in lengths})
+    data["arguments"] = ", ".join(map(_argument, lengths))
     line, column = _body_start()
     first = line + len(data["maps"]) + len(data["body"]) - len(b.body)   # b.body[0]'s line
-    return render_bundle(data), list(_unroll(b.tree, first, column, ()))
+    return render_bundle(data), list(_unroll(b.tree, first, column, ())), RunCounts(b.tree)
+
+
+def _argument(symbol: SymLength) -> str:
+    """The function argument of a symbolic length: its value at run time, its ladder as
+    attributes (docs/formats.md)."""
+    return (f"%{symbol.name}: index {{spyre.granularity = {symbol.granularity} : i64, "
+            f"spyre.min_value = {symbol.minimum} : i64, spyre.max_value = {symbol.maximum} "
+            f": i64}}")
 
 
 def _build(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None,
@@ -73,19 +94,21 @@ class _Builder:
     the tree of what runs (`nest`'s nodes: `_Run` and `_For`)."""
 
     def __init__(self) -> None:
-        self.bounds: list[int] = []
+        self.bounds: list[Loop] = []
         self.maps: dict[tuple[int, ...], int] = {}
         self.syms: list[Symbol] = []
         self.body: list[str] = []
         self.tree: list = []
 
-    def data(self) -> dict:
-        """The template's data: maps, and the body after its constants."""
+    def data(self, symbols: Mapping[str, SymLength]) -> dict:
+        """The template's data: maps, and the body after its constants (`symbols`: the
+        symbolic lengths by name, which bound loops divide)."""
         if not self.bounds:
             return {"maps": [], "body": self.body}
         head = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index"]
-        head += [f"%loop_bound_{k} = arith.constant {n} : index"
-                 for k, n in enumerate(self.bounds)]
+        tiles = sorted({loop.bound.per_trip for loop in self.bounds if loop.bound} - {0, 1})
+        head += [f"%c{n} = arith.constant {n} : index" for n in tiles]
+        head += [_loop_bound(k, loop, symbols) for k, loop in enumerate(self.bounds)]
         head += [f"%sym_{s.n} = arith.constant {s.address} : index" for s in self.syms]
         maps = [{"index": k, "dims": [f"d{j}" for j in range(len(adv))],
                  "expr": _map_expr(adv)} for adv, k in self.maps.items()]
@@ -108,7 +131,7 @@ class _Builder:
                 j += 1
             loop = loops[depth]
             bound = len(self.bounds)
-            self.bounds.append(loop.count)
+            self.bounds.append(loop)
             if loop.span is None:
                 lo, hi = "%c0", f"%loop_bound_{bound}"
             else:
@@ -134,6 +157,18 @@ class _Builder:
         ids = ", ".join(str(s.id) for s in syms)
         self.body.append(f'{pad}sdscbundle.sdsc_execute ({operands}) {{sdsc_filename = '
                          f'"{name}", symbol_ids = [{ids}]}}')
+
+
+def _loop_bound(k: int, loop: Loop, symbols: Mapping[str, SymLength]) -> str:
+    """`%loop_bound_<k>`: the loop's trip count, a constant, or for a loop bound by a symbolic
+    length that length over the tile: exact (`arith.divui`) for a shape's length, which the
+    tile divides, rounded up (`arith.ceildivui`) for a length read from a value, whose last
+    tile its mask completes (`SymLength.value_of`)."""
+    if loop.bound is None:
+        return f"%loop_bound_{k} = arith.constant {loop.count} : index"
+    divide = "divui" if symbols[loop.bound.symbol].value_of is None else "ceildivui"
+    return (f"%loop_bound_{k} = arith.{divide} %{loop.bound.symbol}, "
+            f"%c{loop.bound.per_trip} : index")
 
 
 @dataclass(frozen=True)
@@ -174,6 +209,38 @@ def _affine_line(a: int, b: int) -> str:
     return text + (f" + {b}" if b > 0 else f" - {-b}" if b < 0 else "")
 
 
+def trips_at(loop: Loop, outer: int, lengths: Mapping[str, int]) -> range:
+    """The iterations `loop` runs at symbolic `lengths` while its enclosing loop is at `outer`
+    (`Loop.trips` is at the maximum): a bound loop's count is its length over its tile, and a
+    trip span is clamped to that count, as bundle.mlir's `affine.min` does."""
+    if loop.bound is None:
+        return loop.trips(outer)
+    count = loop.bound.count(lengths[loop.bound.symbol])
+    return range(count) if loop.span is None else loop.span.trips(outer, count)
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """How often the bundle runs each sdsc file at given symbolic lengths (the cost curve of
+    report.json, spyrec/driver.py), from the nest `bundle_file` rendered."""
+
+    tree: list
+
+    def at(self, lengths: Mapping[str, int]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        _count(self.tree, lengths, 0, counts)
+        return counts
+
+
+def _count(nodes: list, lengths: Mapping[str, int], outer: int, counts: dict[str, int]) -> None:
+    for node in nodes:
+        if isinstance(node, _For):
+            for i in trips_at(node.loop, outer, lengths):
+                _count(node.body, lengths, i, counts)
+        else:
+            counts[node.name] = counts.get(node.name, 0) + 1
+
+
 def _unroll(nodes: list, first_line: int, column: int, trips: tuple[int, ...]):
     """The executions of `nodes` inside loops at iterations `trips` (outermost first), in
     order (`first_line`: the line of body line 0; `column`: the body's). Each symbol's operand
@@ -196,7 +263,7 @@ def _body_start() -> tuple[int, int]:
     """Line and column (1-based) where the template puts the first character of the first body
     line when there are no maps (each map takes one line above it)."""
     mark = "\x00"
-    text = render_bundle({"maps": [], "body": [mark]})
+    text = render_bundle({"maps": [], "body": [mark], "arguments": ""})
     before = text[:text.index(mark)]
     return before.count("\n") + 1, len(before) - before.rfind("\n")
 

@@ -135,9 +135,13 @@ def _nest(items: list[tuple[Operation, dict]], depth: int) -> list[dict]:
 def loop_spec(loop: Loop, body: list[dict]) -> dict:
     """A LoopSpec's content: count, tiled symbols, and for a loop with a trip span its
     `start` and `stop` [a, b] (a*i + b of the enclosing loop's index, clamped to 0..count),
-    then the body. Rectangular loops write no range (their files are unchanged)."""
+    then the body. Rectangular loops write no range (their files are unchanged). A loop bound
+    by a symbolic length writes `count_symbol` (it runs that length over per_trip trips,
+    rounded up for a length read from a value; `count` is the count at the maximum)."""
     spec: dict = {"count": loop.count, "tiled_symbols": list(loop.tiled)}
     if loop.span is not None:
         spec["start"], spec["stop"] = list(loop.span.start), list(loop.span.stop)
+    if loop.bound is not None:
+        spec["count_symbol"] = {"symbol": loop.bound.symbol, "per_trip": loop.bound.per_trip}
     spec["body"] = body
     return spec

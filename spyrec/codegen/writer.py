@@ -28,12 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from spyrec import __version__
-from spyrec.codegen.bundle import bundle_file
+from spyrec.codegen.bundle import RunCounts, bundle_file
 from spyrec.codegen.opspec import op_spec, spec_tree
 from spyrec.codegen.superdsc import superdsc_document
 from spyrec.codegen.symbols import SymbolTable
 from spyrec.ir import Graph
 from spyrec.ir.lx import lx_bytes_per_core
+from spyrec.ir.symbols import SymLength
 from spyrec.layout.storage import STORAGE, PlacementError, write_device
 from spyrec.outdir import check_output_dir, replace_directory
 
@@ -230,12 +231,16 @@ class BuiltOutput:
     every sdsc_<n>.json's by file name, and each bundle's executions as data
     (`bundle.bundle_file`). The documents are for whatever reads the output without the files
     (the cost estimate of report.json, spyrec/driver.py); they are plain JSON values, what
-    parsing the texts gives."""
+    parsing the texts gives. The executions are those at every symbolic length's maximum;
+    `run_counts` says how often each bundle runs each file at other lengths (the cost curve),
+    and `symbols` are the graph's symbolic lengths (none for a static program)."""
 
     files: dict[str, bytes | str | WeightsBlob]
     manifest: dict
     sdsc: dict[str, dict]
     executions: dict[str, list[tuple]]
+    run_counts: dict[str, RunCounts]
+    symbols: tuple[SymLength, ...] = ()
 
 
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
@@ -257,9 +262,10 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     tree = spec_tree(graph.ops, specs)
     files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
                                        "kernels": [{"name": "main", "specs": tree}]})
-    files[BUNDLE_FILE], executions = bundle_file(
+    lengths = tuple(graph.symbols.values())
+    files[BUNDLE_FILE], executions, run_counts = bundle_file(
         sdsc_names, [op.loops for op in graph.ops],
-        [symbols.of(i) for i in range(len(graph.ops))])
+        [symbols.of(i) for i in range(len(graph.ops))], lengths)
     blob = WeightsBlob.plan(graph)
     manifest_doc = manifest(graph, source, pipeline, configs, sdsc_names,
                             report.get("hbm_bytes", 0), blob, self_contained, source_sha256)
@@ -269,7 +275,8 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     auto = (report.get("tiling") or {}).get("auto_config")
     if auto is not None:   # --tiling auto: its choice, a config the user can pass back
         files["tiling.yaml"] = auto
-    return BuiltOutput(files, manifest_doc, sdsc, {BUNDLE_FILE: executions})
+    return BuiltOutput(files, manifest_doc, sdsc, {BUNDLE_FILE: executions},
+                       {BUNDLE_FILE: run_counts}, lengths)
 
 
 def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
@@ -284,7 +291,8 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
             "name": buf.name, "role": buf.role, "host_shape": list(buf.host_size),
             "host_dtype": buf.host_dtype, **buf.layout.to_json(),
             "hbm_address": buf.hbm_address, "device_bytes": buf.layout.device_bytes,
-            "source": buf.source, **_lx_fields(graph, buf, writers.get(buf.name, []))})
+            "source": buf.source, **_lx_fields(graph, buf, writers.get(buf.name, [])),
+            **_symbolic_dims(graph, buf.name)})
     return {
         "format": MANIFEST_FORMAT, "spyrec_version": __version__,
         "source": {"file": source.name, "path": str(Path(source).resolve()),
@@ -294,6 +302,7 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         "pipeline": pipeline, "configs": configs,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
         **({"mutated_buffers": dict(graph.mutated_buffers)} if graph.mutated_buffers else {}),
+        **_symbols(graph),
         **_lx_args(graph, sdsc_names),
         **_hbm_args(graph, sdsc_names),
         "tensors": tensors,
@@ -301,6 +310,31 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         "hbm_bytes": hbm_bytes,
         "weights": (blob or WeightsBlob.plan(graph)).section(),
     }
+
+
+def _symbols(graph: Graph) -> dict:
+    """`symbols`: the graph's symbolic lengths (issue 30), which the simulator binds from the
+    inputs' shapes or values; absent in a static program (its manifest is unchanged)."""
+    if not graph.symbols:
+        return {}
+    return {"symbols": [{"name": s.name, "granularity": s.granularity, "minimum": s.minimum,
+                         "maximum": s.maximum, "where": s.where, **_value_of(s)}
+                        for s in graph.symbols.values()]}
+
+
+def _value_of(symbol: SymLength) -> dict:
+    """A length read from an input's value at run time: `value` {input, flat index, offset}
+    (clamped to minimum..maximum); nothing for a dim of an input's shape."""
+    v = symbol.value_of
+    return {} if v is None else {"value": {"input": v.input, "index": v.index,
+                                           "offset": v.offset}}
+
+
+def _symbolic_dims(graph: Graph, name: str) -> dict:
+    """An input's, output's or folded constant's `symbolic_dims` ({host dim: symbol};
+    `host_shape` is at the maximum); nothing for a tensor without one."""
+    dims = graph.symbolic_dims.get(name)
+    return {"symbolic_dims": {str(d): s for d, s in sorted(dims.items())}} if dims else {}
 
 
 def _lx_args(graph: Graph, sdsc_names: list[str]) -> dict:

@@ -1,12 +1,14 @@
 """Read `bundle.mlir`: parse and verify it with xDSL, then flatten it into an execution list.
 
-The bundle is a tiny program (docs/formats.md, DESIGN §5): `arith.constant`/`arith.addi` for
-addresses, nested `scf.for` with constant bounds or, for a loop whose trips depend on the
-enclosing loop's index, bounds computed by `affine.min` and `arith.maxsi` (a clamped line in
-that index), `affine.apply` for per-iteration tile bases,
-and one `sdscbundle.sdsc_execute` per device op. Interpreting it up front gives the simulator a
-flat list of `Execute(file, operands, symbol_ids, loop indices)` in execution order; the data
-work happens elsewhere.
+The bundle is a tiny program (docs/formats.md, DESIGN §5): its function's arguments are
+symbolic lengths (bound from the inputs: `lengths`), `arith.constant`/`arith.addi` for
+addresses, `arith.divui` / `arith.ceildivui` for a trip count that is a length over a tile
+(exact for a shape's length, rounded up for one read from a value), nested `scf.for` with
+constant bounds or, for a loop whose trips depend on the enclosing loop's index, bounds
+computed by `affine.min` and `arith.maxsi` (a clamped line in that index), `affine.apply`
+for per-iteration tile bases, and one `sdscbundle.sdsc_execute` per device op. Interpreting
+it up front gives the simulator a flat list of `Execute(file, operands, symbol_ids, loop
+indices)` in execution order; the data work happens elsewhere.
 
 Why a real MLIR parser (xDSL) rather than regexes: the contract says the bundle must parse and
 verify with one, and a file that only our own regexes accept would not. xDSL keeps no source
@@ -18,11 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from xdsl.context import Context
 from xdsl.dialects import affine, arith, func, scf
-from xdsl.dialects.builtin import ArrayAttr, Builtin, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, Builtin, IndexType, IntegerAttr, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
@@ -167,6 +169,27 @@ def _affine_apply(op: Operation, st: _State) -> None:
     (st.env[op.results[0]],) = amap.eval(values[:amap.num_dims], values[amap.num_dims:])
 
 
+@_handles("arith.divui")
+def _divui(op: Operation, st: _State) -> None:
+    """A trip count: a symbolic length over its tile, which must divide it (the tile divides
+    every admissible length)."""
+    a, b = st.env[op.operands[0]], st.env[op.operands[1]]
+    if b <= 0 or a < 0 or a % b:
+        st.fail(op, f"{a} / {b} is not an exact division of a length by a positive tile; the "
+                    f"bundle and the length disagree: re-run spyrec compile")
+    st.env[op.results[0]] = a // b
+
+
+@_handles("arith.ceildivui")
+def _ceildivui(op: Operation, st: _State) -> None:
+    """A trip count over a length read from a value: its tiles, the last one partial."""
+    a, b = st.env[op.operands[0]], st.env[op.operands[1]]
+    if b <= 0 or a < 0:
+        st.fail(op, f"{a} / {b}: a trip count divides a length by a positive tile; the bundle "
+                    f"and the length disagree: re-run spyrec compile")
+    st.env[op.results[0]] = -(-a // b)
+
+
 @_handles("arith.maxsi")
 def _maxsi(op: Operation, st: _State) -> None:
     st.env[op.results[0]] = max(st.env[op.operands[0]], st.env[op.operands[1]])
@@ -244,8 +267,10 @@ def _run_block(block: Block, st: _State) -> None:
         handler(op, st)
 
 
-def execute(parsed: ParsedBundle) -> list[Execute]:
-    """The flat execution list of a verified bundle, in textual/loop order."""
+def execute(parsed: ParsedBundle, lengths: Mapping[str, int] | None = None) -> list[Execute]:
+    """The flat execution list of a verified bundle, in textual/loop order. `lengths`: the
+    value of each symbolic length (manifest.json `symbols`) the function takes as an argument
+    of that name."""
     module = parsed.module
     funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
     others = [op for op in module.ops if not isinstance(op, func.FuncOp)]
@@ -256,13 +281,23 @@ def execute(parsed: ParsedBundle) -> list[Execute]:
         raise InputFileError(f"{parsed.locate(module)}: the bundle must define exactly one "
                              f"func.func, found {len(funcs)}")
     fn = funcs[0]
-    if fn.body.block.args:
-        state.fail(fn, "the bundle function takes arguments (the reference's symbolic form); "
-                       "spyrec bundles use concrete addresses")
+    _bind_arguments(fn, lengths or {}, state)
     _run_block(fn.body.block, state)
     return state.trace
 
 
-def read_bundle(path: Path) -> list[Execute]:
-    """Parse, verify and interpret one bundle file."""
-    return execute(parse_bundle(read_text(path), str(path)))
+def _bind_arguments(fn: func.FuncOp, lengths: Mapping[str, int], st: _State) -> None:
+    """Each function argument is a symbolic length of that name (docs/formats.md)."""
+    for arg in fn.body.block.args:
+        if arg.name_hint not in lengths or not isinstance(arg.type, IndexType):
+            declared = ", ".join(sorted(lengths)) or "none"
+            st.fail(fn, f"the bundle function takes argument %{arg.name_hint} "
+                        f"({arg.type}), which is not an index named after a symbolic length "
+                        f"of manifest.json $.symbols (declared: {declared}); re-run spyrec "
+                        f"compile")
+        st.env[arg] = lengths[arg.name_hint]
+
+
+def read_bundle(path: Path, lengths: Mapping[str, int] | None = None) -> list[Execute]:
+    """Parse, verify and interpret one bundle file (at symbolic `lengths`)."""
+    return execute(parse_bundle(read_text(path), str(path)), lengths)

@@ -144,10 +144,7 @@ def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
 
     `bundles` maps each bundle (kernel) name to how often it executes each sdsc file.
     """
-    counts: dict[str, int] = {}
-    for per_file in bundles.values():
-        for f, n in per_file.items():
-            counts[f] = counts.get(f, 0) + n
+    counts = _file_counts(bundles)
     rows = [op_cost(spec, counts.get(f, 0), p)
             for f, spec in sorted(ops.items(), key=lambda kv: kv[1].index)]
     by_file = {r["file"]: r for r in rows}
@@ -160,6 +157,27 @@ def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
     totals["time_us_by_op"] = by_op
     totals["per_bundle"] = per_bundle
     return {"model": "spyrec-cost/1", "params": asdict(p), "ops": rows, "totals": totals}
+
+
+def _file_counts(bundles: dict[str, dict[str, int]]) -> dict[str, int]:
+    """How often each sdsc file executes over all bundles."""
+    counts: dict[str, int] = {}
+    for per_file in bundles.values():
+        for f, n in per_file.items():
+            counts[f] = counts.get(f, 0) + n
+    return counts
+
+
+def cost_at(cost: dict, bundles: dict[str, dict[str, int]], p: CostParams = DEFAULT_PARAMS
+            ) -> dict:
+    """Time and HBM traffic of the program of `cost` (an `estimate`) when its bundles execute
+    each file `bundles` times instead (a program with symbolic lengths at another length:
+    its ops are the same, only their trips differ). Summed as `estimate` sums its totals, so
+    at the estimate's own counts it gives its totals exactly."""
+    counts = _file_counts(bundles)
+    totals = _totals([(r, counts.get(r["file"], 0)) for r in cost["ops"]], len(bundles), p)
+    return {"time_us": totals["time_us"],
+            "hbm_bytes": totals["hbm_read_bytes"] + totals["hbm_write_bytes"]}
 
 
 def _totals(runs: list[tuple[dict, int]], bundles: int, p: CostParams) -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
+from spyrec.sim.lengths import bind_lengths, fits_shape, shape_text
 from spyrec.sim.prefetch import SMALL_BYTES
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
@@ -148,7 +149,7 @@ def check_output_path(path: str | Path, option: str) -> None:
 def host_form(t: TensorSpec) -> str:
     """How an array of tensor `t` must look in an npz: dtype (and tag) and shape."""
     dtype = "uint16 bits tagged bfloat16" if t.host_dtype == "bfloat16" else t.host_dtype
-    return f"shape {list(t.host_shape)}, {dtype}"
+    return f"shape {shape_text(t)}, {dtype}"
 
 
 def check_arrays(arrays: dict[str, np.ndarray], tensors: list[TensorSpec], label: str,
@@ -195,8 +196,8 @@ def _array_problem(t: TensorSpec, array: np.ndarray, tag: str | None,
         return f"dtype tag '{tag}' on a {t.host_dtype} tensor (only bfloat16 is tagged)"
     elif array.dtype != expected:
         return f"dtype {array.dtype}, expected {t.host_dtype}"
-    if array.shape != t.host_shape:
-        return f"shape {list(array.shape)}, expected {list(t.host_shape)}"
+    if not fits_shape(t, array.shape):
+        return f"shape {list(array.shape)}, expected {shape_text(t)}"
     return None
 
 
@@ -220,10 +221,13 @@ def check_inputs(manifest: Manifest, arrays: dict[str, np.ndarray],
     """The program inputs from an npz file's arrays or a caller's dict, validated.
 
     A caller's dict may give a bf16 input as untagged uint16 bits (the manifest says what it
-    is); a file must carry the tag.
+    is); a file must carry the tag. An input dim of a symbolic length may have any admissible
+    length (`lengths.bind_lengths`).
     """
     tensors = input_tensors(manifest)
-    return check_arrays(arrays, tensors, label, signature(tensors), tags_required=from_file)
+    checked = check_arrays(arrays, tensors, label, signature(tensors), tags_required=from_file)
+    bind_lengths(manifest, checked, label)     # every symbolic length admissible and agreed
+    return checked
 
 
 def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:

@@ -23,7 +23,8 @@ MANIFEST_FORMAT = "spyrec-manifest/3"
 
 def read_spyrec_dir(out_dir: Path) -> OutputProgram:
     """The program of spyrec output directory `out_dir`: manifest, every op listed by a kernel
-    and the flattened bundles, every file checked."""
+    and the flattened bundles, every file checked; a program with symbolic lengths at their
+    maxima (a run rebinds them: runner.py `at_lengths`)."""
     from spyrec.sim.bundle import read_bundle   # xDSL: imported once a directory is read
 
     path = out_dir / "manifest.json"
@@ -32,7 +33,7 @@ def read_spyrec_dir(out_dir: Path) -> OutputProgram:
     check_weights_file(out_dir, weights)
     return build_output_program(out_dir, manifest, weights,
                                 lambda name: read_json(out_dir / name, "sdsc"),
-                                lambda name: read_bundle(out_dir / name))
+                                lambda name: read_bundle(out_dir / name, manifest.maxima()))
 
 
 def _check_format(path: Path, text: str) -> None:

@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
 from spyrec.layout.dtypes import device_dtype_for
+from spyrec.sim.lengths import read_symbols
 from spyrec.sim.specs import (
     Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout)
 from spyrec.sim.superdsc import Resolver, SuperDscReader
@@ -86,8 +87,9 @@ def _tensor(path: Path, i: int, t: dict) -> TensorSpec:
     if lx is not None and t["role"] != "intermediate":
         raise InputFileError(f"{label}: a program {t['role']} cannot live in LX (lx_address "
                              f"{lx}): the host reads and writes HBM only; re-run spyrec compile")
+    symbolic = tuple(sorted((int(d), name) for d, name in t.get("symbolic_dims", {}).items()))
     return TensorSpec(t["name"], t["role"], tuple(t["host_shape"]), t["host_dtype"], layout,
-                      t["hbm_address"], t["device_bytes"], t["source"], lx, lx_bytes)
+                      t["hbm_address"], t["device_bytes"], t["source"], lx, lx_bytes, symbolic)
 
 
 def read_manifest(path: Path, data: dict) -> tuple[Manifest, Weights]:
@@ -125,8 +127,9 @@ def read_manifest(path: Path, data: dict) -> tuple[Manifest, Weights]:
                                  f"'{name}' in $.tensors")
     lx_args = _arg_names(path, data, tensors, "lx_args", "LX", lambda t: t.lx_address)
     hbm_args = _arg_names(path, data, tensors, "hbm_args", "HBM", lambda t: t.hbm_address)
+    symbols, read_from = read_symbols(path, data.get("symbols", []), tensors, data["inputs"])
     return (Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
-                     data["hbm_bytes"], mutated, lx_args, hbm_args),
+                     data["hbm_bytes"], mutated, lx_args, hbm_args, symbols, read_from),
             _weights(path, data["weights"], tensors))
 
 

@@ -2,15 +2,17 @@
 
 Order of work, each step able to fail with a message that names the file: load and validate the
 directory (schemas, structure), verify it statically (op table, core splits, start addresses),
-check the inputs, place every tensor in HBM (alignment, bounds, live overlaps), transfer inputs
-and constants into their layouts (padding stays NaN), run every `sdsc_execute` in bundle order,
-read the outputs back; the cost estimate is computed when asked for.
+check the inputs (binding any symbolic length from their shapes and padding them to the
+maximum the program is planned for: `lengths.py`), place every tensor in HBM (alignment,
+bounds, live overlaps), transfer inputs and constants into their layouts (padding stays NaN),
+run every `sdsc_execute` in bundle order, read the outputs back (cut to the bound lengths);
+the cost estimate is computed when asked for.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Callable
@@ -24,6 +26,7 @@ from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, constant_bytes
+from spyrec.sim.lengths import bind_lengths, padded_to_maximum
 from spyrec.sim.directory import load_output_dir
 from spyrec.sim.program import OutputProgram
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
@@ -165,6 +168,17 @@ def _prefetcher(program: OutputProgram, constants: dict[str, np.ndarray]) -> Pre
     return Prefetcher(steps)
 
 
+def at_lengths(program: OutputProgram, lengths: dict[str, int]) -> OutputProgram:
+    """The program run at symbolic `lengths` (manifest `symbols`): its bundles executed again
+    with those arguments (the loader's trace is at the maxima). The ops and the statements are
+    those already read and checked; only the trips differ."""
+    from spyrec.sim.bundle import read_bundle
+
+    trace = tuple((kernel.name, ex) for kernel in program.manifest.kernels
+                  for ex in read_bundle(program.out_dir / kernel.bundle, lengths))
+    return replace(program, trace=trace)
+
+
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
              program: OutputProgram | None = None) -> SimResult:
     """Run the compiled program in `out_dir` on `inputs` (name -> host array)."""
@@ -175,6 +189,11 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     if program.weights is not None and program.weights.nbytes >= TORCH_CASTS_FROM_BYTES:
         use_torch_casts()       # exact either way; 2.5x faster weight reads (sim/cast.py)
     host_inputs = check_inputs(manifest, inputs)
+    lengths = bind_lengths(manifest, host_inputs, "the input dict")
+    if lengths != manifest.maxima():
+        program = at_lengths(program, lengths)
+        host_inputs = {name: padded_to_maximum(manifest.tensors[name], array)
+                       for name, array in host_inputs.items()}
     constants = constant_bytes(program.out_dir, program.weights)
     hbm = place_tensors(program, constants)
     lx = place_lx(program)
@@ -203,7 +222,7 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         if prefetch is not None:
             prefetch.close()
     tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
-    outputs = [read_tensor(hbm, manifest.tensors[name]) for name in tensors]
+    outputs = [read_tensor(hbm, manifest.tensors[name], lengths) for name in tensors]
     dtypes = [manifest.tensors[name].host_dtype for name in tensors]
     names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
         fqn for fqn, _ in manifest.mutated_buffers)

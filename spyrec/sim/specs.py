@@ -56,6 +56,9 @@ class TensorSpec:
     source: str | None
     lx_address: int | None = None          # byte offset in every core's LX scratchpad
     lx_bytes_per_core: int | None = None   # each core's slice
+    # an input's, output's or folded constant's dims of a symbolic length: (host dim,
+    # symbol); host_shape has the symbol's maximum there
+    symbolic_dims: tuple[tuple[int, str], ...] = ()
 
     @property
     def numel(self) -> int:
@@ -64,6 +67,16 @@ class TensorSpec:
     @property
     def in_lx(self) -> bool:
         return self.lx_address is not None
+
+
+@dataclass(frozen=True)
+class ValueRead:
+    """A symbolic length read at run time (manifest `symbols[].value`): element `index` (flat)
+    of input `input`, plus `offset`, clamped to the symbol's minimum..maximum."""
+
+    input: str
+    index: int
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,14 @@ class Manifest:
     mutated_buffers: tuple[tuple[str, str], ...] = ()   # (buffer FQN, tensor name)
     lx_args: dict = field(default_factory=dict)   # file -> {arg index (str): LX tensor name}
     hbm_args: dict = field(default_factory=dict)  # file -> {arg index (str): HBM tensor name}
+    # symbolic length -> its admissible values (`in` tests one); the program is at the maxima
+    symbols: dict[str, range] = field(default_factory=dict)
+    # the symbolic lengths read from an input's value at run time, not from a shape
+    read_from: dict[str, "ValueRead"] = field(default_factory=dict)
+
+    def maxima(self) -> dict[str, int]:
+        """Every symbolic length at its maximum: what the files are planned for."""
+        return {name: values[-1] for name, values in self.symbols.items()}
 
 
 @dataclass(frozen=True)

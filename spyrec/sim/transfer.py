@@ -17,11 +17,13 @@ int32 after a range check (never a silent wrap).
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import numpy as np
 
 from spyrec.errors import InputFileError, SimulatorFault
 from spyrec.layout import DeviceLayout
+from spyrec.sim.lengths import sliced_to_lengths
 from spyrec.sim.memory import Hbm
 from spyrec.layout.storage import (
     FILL_VALUE, PlacementError, placement, storage_values, walks,
@@ -119,8 +121,11 @@ def write_tensor(hbm: Hbm, t: TensorSpec, host: np.ndarray) -> None:
     place.scatter(device, 0, values)
 
 
-def read_tensor(hbm: Hbm, t: TensorSpec) -> np.ndarray:
-    """The host form of a tensor, gathered from its device layout (one strided copy)."""
+def read_tensor(hbm: Hbm, t: TensorSpec, lengths: Mapping[str, int] | None = None
+                ) -> np.ndarray:
+    """The host form of a tensor, gathered from its device layout (one strided copy); cut to
+    symbolic `lengths` along its symbolic dims before it is converted (past them a run at a
+    shorter length writes nothing: fill values, which a bool output must not see)."""
     dtype = storage_dtype(t.layout.device_dtype)
     if 0 in t.host_shape:
         return storage_to_host(t, np.zeros(t.host_shape, dtype=dtype))
@@ -130,4 +135,4 @@ def read_tensor(hbm: Hbm, t: TensorSpec) -> np.ndarray:
         raise SimulatorFault(f"tensor '{t.name}': {e}") from None
     stored = place.gather(hbm.region(t.hbm_address, t.layout.device_dtype), 0)
     assert stored.dtype == dtype
-    return storage_to_host(t, stored)
+    return storage_to_host(t, sliced_to_lengths(t, stored, lengths or {}))

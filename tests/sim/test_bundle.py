@@ -86,7 +86,9 @@ def test_registered_but_unexecutable_op_is_a_clear_error():
         trace(text)
 
 
-def test_symbolic_form_with_function_arguments_is_rejected():
+def test_a_function_argument_that_is_no_symbolic_length_is_rejected():
+    """Arguments are the manifest's symbolic lengths, bound by name (the reference's form,
+    addresses passed at run time, is not spyrec's)."""
     text = """module {
   func.func @sdsc_bundle(%a: index) {
     sdscbundle.sdsc_execute (%a) {sdsc_filename = "sdsc_0.json"}
@@ -94,9 +96,30 @@ def test_symbolic_form_with_function_arguments_is_rejected():
   }
 }
 """
-    with pytest.raises(InputFileError, match="bundle.mlir:2:3: func.func: the bundle function "
-                                             "takes arguments"):
+    with pytest.raises(InputFileError, match=r"bundle.mlir:2:3: func.func: the bundle function "
+                                             r"takes argument %a \(index\), which is not an "
+                                             r"index named after a symbolic length of "
+                                             r"manifest.json \$.symbols \(declared: none\)"):
         trace(text)
+
+
+def test_a_symbolic_length_sets_a_trip_count():
+    """`%s` binds the length; `arith.divui` by the tile gives the trips."""
+    text = """module {
+  func.func @sdsc_bundle(%s: index {spyre.granularity = 64 : i64, spyre.min_value = 128 : i64, spyre.max_value = 256 : i64}) {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c64 = arith.constant 64 : index
+    %n = arith.divui %s, %c64 : index
+    scf.for %i = %c0 to %n step %c1 {
+      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}
+    }
+    func.return
+  }
+}
+"""
+    assert [ex.loop for ex in execute(parse_bundle(text), {"s": 192})] == [
+        (("i_0", 0),), (("i_0", 1),), (("i_0", 2),)]
 
 
 def test_truncated_file():
