@@ -161,10 +161,13 @@ def _with_tiling(pipeline: list, tiling: Path | None) -> list:
 
 
 class CostEstimate(Protocol):
-    """The cost of a built output directory: report.json's `cost` section and its table for
-    report.txt. `out_dir` is where the files are being written, for messages."""
+    """The cost of a built output directory: report.json's `cost` section, its table for
+    report.txt and the cost curve (`cost_curve`: the estimate at each length of a program
+    with symbolic lengths; empty without). `out_dir` is where the files are being written,
+    for messages."""
 
-    def __call__(self, output: BuiltOutput, out_dir: Path) -> tuple[dict, str]: ...
+    def __call__(self, output: BuiltOutput, out_dir: Path) -> tuple[dict, str, list[dict]]:
+        ...
 
 
 def compile_program(source: Path, out_dir: Path, opts: CompileOptions,
@@ -237,7 +240,9 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
 
     def finalize(tmp: Path) -> dict[str, str]:
         t_cost = time.perf_counter()
-        report["cost"], cost_table = estimate_cost(output, tmp)
+        report["cost"], cost_table, curve = estimate_cost(output, tmp)
+        if curve:
+            report["cost_curve"] = curve
         timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
         return {"report.json": _json(report),
                 "report.txt": report_text(report) + "\n" + cost_table}

@@ -30,8 +30,9 @@ def compile_and_estimate(source: Path, out_dir: Path, opts: CompileOptions) -> d
     return compile_program(source, out_dir, opts, estimate_cost)
 
 
-def estimate_cost(output: BuiltOutput, out_dir: Path) -> tuple[dict, str]:
-    """The cost section of a built output directory and its table (`compiler.CostEstimate`):
+def estimate_cost(output: BuiltOutput, out_dir: Path) -> tuple[dict, str, list[dict]]:
+    """The cost section of a built output directory, its table and its cost curve
+    (`compiler.CostEstimate`):
     the numbers `spyrec inspect` and `spyrec run --report` give once the files are written
     (tests/sim/test_cost_from_memory.py). Not verified: `verify_program` checks files a user
     hands to `spyrec run`, and would cost compile a third of the estimate to re-check its own
@@ -42,7 +43,7 @@ def estimate_cost(output: BuiltOutput, out_dir: Path) -> tuple[dict, str]:
 
     program = program_from_documents(out_dir, output.manifest, output.sdsc, output.executions)
     cost = program_cost(program)
-    return cost, format_table(cost)
+    return cost, format_table(cost), cost_curve(output, cost)
 
 
 def cost_curve(output: BuiltOutput, cost: dict) -> list[dict]:

@@ -72,7 +72,7 @@ def test_the_cost_curve_fits_the_report_schema_and_prints(mlp):
     from spyrec.driver import cost_curve, estimate_cost
 
     report = load_json(mlp.static / "report.json")
-    report["cost"], _ = estimate_cost(mlp.output, mlp.out)
+    report["cost"], _, _ = estimate_cost(mlp.output, mlp.out)
     report["cost_curve"] = json.loads(json.dumps(cost_curve(mlp.output, report["cost"])))
     required = ("format", "passes", "restickify", "layouts", "ops", "cost", "cost_curve")
     validate({k: report[k] for k in required}, "report", "report.json")

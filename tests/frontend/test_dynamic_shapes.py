@@ -321,10 +321,20 @@ def test_compile_tiles_a_dynamic_program_and_a_plain_load_refuses_it(tmp_path, c
     s = _only_symbol(read_program(pt2))
     code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "out")
     assert code == 0 and "Traceback" not in err
-    (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["symbols"]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (row,) = report["symbols"]
     assert (row["symbol"], row["minimum"], row["maximum"], row["granularity"]) == \
         (s, 128, 2048, 64)
     assert {(lp["count_at_maximum"], lp["per_trip"]) for lp in row["loops"]} == {(32, 64)}
+    curve = report["cost_curve"]
+    assert [p["lengths"][s] for p in curve] == list(range(128, 2049, 64))
+    times = [p["time_us"] for p in curve]
+    assert times == sorted(times)
+    assert times[-1] == pytest.approx(report["cost"]["totals"]["time_us"])
+    from spyrec.sim.files import validate
+
+    validate({k: report[k] for k in ("format", "passes", "restickify", "layouts", "ops", "cost",
+                                     "cost_curve", "symbols")}, "report", "report.json")
     with pytest.raises(UnsupportedProgram) as e:
         load_program(pt2, "torch")
     assert str(e.value) == (f"{pt2}: dynamic shapes are not supported yet (input x dim 1 "

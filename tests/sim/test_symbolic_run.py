@@ -48,7 +48,7 @@ def test_the_run_cost_is_the_curve_at_its_length(mlp):
     from spyrec.driver import cost_curve, estimate_cost
     from spyrec.sim.runner import simulate
 
-    cost, _ = estimate_cost(mlp.output, mlp.out)
+    cost, _, _ = estimate_cost(mlp.output, mlp.out)
     curve = cost_curve(mlp.output, cost)
     assert [p["lengths"] for p in curve] == [{"s81": 128}, {"s81": 192}, {"s81": 256}]
     for point in curve:
@@ -198,7 +198,7 @@ def test_the_cost_curve_of_a_long_ladder_samples_33_lengths(decode):
     from spyrec.sim.files import validate
 
     out, _, output = decode
-    cost, _ = estimate_cost(output, out)
+    cost, _, _ = estimate_cost(output, out)
     curve = cost_curve(output, cost)
     keys = [p["lengths"]["args_3_keys"] for p in curve]
     assert len(keys) == 33 and keys[:3] == [0, 32, 64] and keys[-1] == 1024

@@ -159,7 +159,7 @@ def test_cost_counts_the_trips_run(x, tmp_path):
     costs = {}
     for name, span in (("causal", CAUSAL), ("window", WINDOW), ("rect", RECTANGULAR)):
         out, built = compile_graph(row_sum(span), tmp_path / name)
-        estimate, _ = estimate_cost(built, out)
+        estimate, _, _ = estimate_cost(built, out)
         simulated = simulate(out, {"x": x}).cost
         assert estimate["totals"] == simulated["totals"]
         costs[name] = estimate["totals"]
