@@ -238,3 +238,24 @@ def test_a_dynamic_export_runs_at_each_length_with_its_folded_position_table(tmp
                           "--check", "--json", "-q")
     assert code == 0, err
     assert json.loads(text)["check"][0]["ok"] and json.loads(text)["check"][0]["total"] == 192 * 64
+
+
+def test_the_sample_decoder_block_equals_eager_at_each_length(tmp_path):
+    """The decoder block of the snapshot (attention over every token, not causal: its key
+    loop runs the length's tiles too) at 128, 192 and 256 tokens of one compile."""
+    import torch
+
+    from samples.models import Decoder, _init, _randn
+    from spyrec.sim.runner import simulate
+    from tests.differential.harness import assert_close
+    from tests.programs import compile_pt2, export
+
+    module = _init(Decoder(depth=1)).eval()
+    x = _randn(2, 256, 256)
+    pt2 = export(tmp_path, module, (x,),
+                 dynamic_shapes={"x": {1: 64 * torch.export.Dim("s", max=4)}})
+    out = compile_pt2(pt2, tmp_path / "out")
+    for tokens in (128, 192, 256):
+        (got,) = simulate(out, {"x": x[:, :tokens].numpy()}).outputs
+        with torch.no_grad():
+            assert_close(got, module(x[:, :tokens]), f"{tokens} tokens")

@@ -48,10 +48,26 @@ def outputs(tmp_path_factory):
         built[f"tiled_{name}"] = compile_pt2(export(tmp, module, inputs, name),
                                              tmp / f"tiled_{name}",
                                              tiling=CONFIGS / f"{name}.yaml")
+    built[SYMBOLIC] = _symbolic_decoder(tmp_path_factory.mktemp("snap_symbolic"))
     return built
 
 
-ALL_SAMPLES = SNAPSHOT_SAMPLES + [f"tiled_{name}" for name in TILED_SAMPLES]
+def _symbolic_decoder(tmp: Path) -> Path:
+    """The sample decoder block with its token dim exported as 64 * Dim("s", max=4): one
+    program for 128..256 tokens, the bundle taking the length as its argument (issue 30)."""
+    import torch
+
+    from samples.models import Decoder, _init, _randn
+    from tests.programs import compile_pt2, export
+
+    s = torch.export.Dim("s", max=4)
+    pt2 = export(tmp, _init(Decoder(depth=1)), (_randn(2, 256, 256),), SYMBOLIC,
+                 dynamic_shapes={"x": {1: 64 * s}})
+    return compile_pt2(pt2, tmp / SYMBOLIC)
+
+
+SYMBOLIC = "symbolic_decoder_fp32"
+ALL_SAMPLES = SNAPSHOT_SAMPLES + [f"tiled_{name}" for name in TILED_SAMPLES] + [SYMBOLIC]
 
 
 @pytest.mark.parametrize("sample", ALL_SAMPLES)
@@ -79,10 +95,12 @@ def test_snapshot(outputs, sample, kind):
 def test_bundle_parses_and_verifies_with_xdsl(outputs, sample):
     from spyrec.sim.bundle import read_bundle
 
-    executes = read_bundle(outputs[sample] / "bundle.mlir")
-    n_ops = len(json.loads((outputs[sample] / "manifest.json").read_text())["kernels"][0]["ops"])
+    manifest = json.loads((outputs[sample] / "manifest.json").read_text())
+    maxima = {s["name"]: s["maximum"] for s in manifest.get("symbols", [])}
+    executes = read_bundle(outputs[sample] / "bundle.mlir", maxima)
+    n_ops = len(manifest["kernels"][0]["ops"])
     files = [f"sdsc_{i}.json" for i in range(n_ops)]
-    if sample.startswith("tiled_"):   # loop bodies execute once per iteration
+    if sample.startswith("tiled_") or maxima:   # loop bodies execute once per iteration
         assert list(dict.fromkeys(e.file for e in executes)) == files
         assert len(executes) > n_ops
     else:
