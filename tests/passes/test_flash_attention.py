@@ -36,6 +36,19 @@ def _sdpa_pt2(tmp_path, q, k, v):
                   (q, k, v))
 
 
+def _before_tiling(pt2, tmp_path, capsys):
+    """The graph of `pt2` as coarse tiling receives it (from `--print-ir-before`)."""
+    from spyrec.ir.parser import parse
+    from tests.programs import compile_pt2
+
+    capsys.readouterr()
+    compile_pt2(pt2, tmp_path / "out", print_ir_before="coarse_tiling",
+                sets=["coarse_tiling.attention=never"])
+    text = capsys.readouterr().err
+    return parse(text[text.index("buffer "):text.index("\noutputs")].rstrip() + "\n" +
+                 text[text.index("outputs"):].splitlines()[0])
+
+
 def _rows(out) -> list[dict]:
     return load_json(out / "report.json")["attention"]
 
@@ -318,18 +331,10 @@ def test_a_refused_rewrite_leaves_the_graph_as_it_was(tmp_path, capsys):
     """Key tiles of 32 split k's fp16 sticks: the rewrite's proof refuses them, and the
     buffers it had added are gone again (the tile choice then takes the next candidate)."""
     from spyrec.errors import ConfigError
-    from spyrec.ir.parser import parse
     from spyrec.passes.coarse_tiling.flash import rewrite
     from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
-    from tests.programs import compile_pt2
 
-    pt2 = _sdpa_pt2(tmp_path, *_qkv(1, 2, 2, 256, 256, 64))
-    capsys.readouterr()
-    compile_pt2(pt2, tmp_path / "out", print_ir_before="coarse_tiling",
-                sets=["coarse_tiling.attention=never"])
-    text = capsys.readouterr().err
-    graph = parse(text[text.index("buffer "):text.index("\noutputs")].rstrip() + "\n" +
-                  text[text.index("outputs"):].splitlines()[0])
+    graph = _before_tiling(_sdpa_pt2(tmp_path, *_qkv(1, 2, 2, 256, 256, 64)), tmp_path, capsys)
     before_buffers, before_ops = dict(graph.buffers), list(graph.ops)
     (site,) = find_sites(graph)
     with pytest.raises(ConfigError, match="moves by other than one constant step"):
@@ -342,23 +347,16 @@ def test_the_compute_floor_bounds_every_candidates_planned_time(tmp_path, capsys
     spread evenly over 32 cores at full PT efficiency) is over a price already found; that
     is sound only if the floor is never above the planned estimate, for every tile shape.
     It is also close (the flash body is compute-bound), which is why it prunes."""
-    from spyrec.ir.parser import parse
     from spyrec.passes.coarse_tiling.attention import _planned
     from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
     from spyrec.plan.core_splits import planned_time_us
     from spyrec.plan.split_estimate import compute_floor_us
-    from tests.programs import compile_pt2, export
+    from tests.programs import export
 
     q, k, v = _qkv(1, 4, 4, 1024, 1024, 64)
     pt2 = export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
         q, k, v, is_causal=True)), (q, k, v))
-    capsys.readouterr()
-    compile_pt2(pt2, tmp_path / "out", print_ir_before="coarse_tiling",
-                sets=["coarse_tiling.attention=never"])
-    text = capsys.readouterr().err
-    graph = parse(text[text.index("buffer "):text.index("\noutputs")].rstrip() + "\n" +
-                  text[text.index("outputs"):].splitlines()[0])
-    (site,) = find_sites(graph)
+    (site,) = find_sites(graph := _before_tiling(pt2, tmp_path, capsys))
     ratios = []
     for tiles in [FlashTiles(1024, 128, 4), FlashTiles(256, 256, 2), FlashTiles(128, 512, 1),
                   FlashTiles(64, 64, 4)]:
