@@ -93,21 +93,27 @@ def _torch_program(archive: Archive, bind: dict[str, int] | None) -> Program:
 
 
 def _decomposed(ep, archive: Archive, unknown: list[str]):
-    """`ep` with every op the lowering does not know decomposed. torch 2.13 fails inside its
-    own tracer on some loaded dynamic-shape programs (a derived Dim such as 64*Dim): that is
-    one refusal naming the ops, not a traceback."""
+    """`ep` with every op the lowering does not know decomposed. torch's tracer fails on some
+    loaded programs: dynamic-shape ones with a derived Dim such as 64*Dim (torch 2.13), and
+    a non-strict export whose module mutates a tensor that is not a registered buffer
+    (transformers' static cache: it is lifted as a constant). Either is one refusal naming
+    the ops and torch's reason, not spyrec's internal error."""
     import torch
 
     try:
         return ep.run_decompositions(decomposition_table())
     except Exception as e:  # torch's tracer raises anything; all mean "cannot decompose"
-        if not ep.range_constraints:
-            raise
+        head = (f"{archive.path}: the graph uses {', '.join(unknown)}, which spyrec does not "
+                f"lower directly, and torch {torch.__version__} cannot decompose this ")
+        if ep.range_constraints:
+            raise UnsupportedProgram(
+                f"{head}dynamic-shape program ({_first_line(e)}); compute what these ops "
+                f"build from the input outside the model, or re-export with static "
+                f"shapes.") from None
         raise UnsupportedProgram(
-            f"{archive.path}: the graph uses {', '.join(unknown)}, which spyrec does not lower "
-            f"directly, and torch {torch.__version__} cannot decompose this dynamic-shape "
-            f"program ({_first_line(e)}); compute what these ops build from the input "
-            f"outside the model, or re-export with static shapes.") from None
+            f"{head}program ({_first_line(e)}); a module that changes a tensor in place must "
+            f"hold it as a registered buffer, and transformers' static-cache recipes export "
+            f"with strict=True: re-export accordingly.") from None
 
 
 def _with_stored(program: Program, archive: Archive) -> Program:

@@ -115,3 +115,30 @@ def test_as_strided_of_a_view_is_refused_with_a_reason(tmp_path):
                                                  r"tensor; only as_strided of a whole "
                                                  r"contiguous tensor is supported"):
         lower_program(load_program(pt2))
+
+
+class _MutatesAPlainTensor(torch.nn.Module):
+    """Changes a tensor that is not a registered buffer in place (as transformers' static
+    cache does under a non-strict export): torch lifts it as a constant and then cannot
+    decompose the program."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = torch.zeros(8, 4)
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, x)
+        return self.cache * 2
+
+
+def test_a_program_torch_cannot_decompose_is_refused_with_torchs_reason(tmp_path):
+    pt2 = export(tmp_path, _MutatesAPlainTensor(), (torch.randn(1, 4), torch.tensor([3])))
+    with pytest.raises(UnsupportedProgram) as e:
+        load_program(pt2)
+    assert str(e.value) == (
+        f"{pt2}: the graph uses aten.index_copy_.default, which spyrec does not lower "
+        f"directly, and torch {torch.__version__} cannot decompose this program "
+        f"(RuntimeError: Constant cache is mutated in the forward method. Pls register it "
+        f"as buffer); a module that changes a tensor in place must hold it as a registered "
+        f"buffer, and transformers' static-cache recipes export with strict=True: re-export "
+        f"accordingly.")
