@@ -139,7 +139,8 @@ def _op_files(manifest: dict) -> list[str]:
 def _summary(out_dir: Path, manifest: dict) -> str:
     lines = [f"{out_dir}: {len(_op_files(manifest))} ops, "
              f"{manifest['hbm_bytes']} bytes of device memory",
-             f"inputs {manifest['inputs']}  outputs {manifest['outputs']}", ""]
+             f"inputs {manifest['inputs']}  outputs {manifest['outputs']}"]
+    lines += [_symbol_line(s) for s in manifest.get("symbols", [])] + [""]
     rows = [("tensor", "role", "host", "device layout", "address")]
     rows += [(t["name"], t["role"], f"{t['host_dtype']}{t['host_shape']}",
               f"{t['device_size']} / {t['stride_map']} {t['device_dtype']}",
@@ -160,14 +161,24 @@ def _summary(out_dir: Path, manifest: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _symbol_line(symbol: dict) -> str:
+    """`symbol s81: 128..2048 by 64 (input x dim 1); shapes below are at the maximum`."""
+    return (f"symbol {symbol['name']}: {symbol['minimum']}..{symbol['maximum']} by "
+            f"{symbol['granularity']} ({symbol.get('where') or 'a symbolic length'}); "
+            f"shapes below are at the maximum")
+
+
 def _trip_range(loop: dict) -> str:
     """A loop's trip range in words when it has one (docs/formats.md: start and stop are
     a*i + b of the enclosing loop's index i, clamped to [0, count]): ", trips
-    [0*i+0, 1*i+1)" for a causal key loop."""
+    [0*i+0, 1*i+1)" for a causal key loop; and for a loop bound by a symbolic length,
+    ", runs ceil(s81/64) of them": `count` is then the count at the maximum."""
+    bound = loop.get("count_symbol")
+    text = f", runs ceil({bound['symbol']}/{bound['per_trip']}) of them" if bound else ""
     if "start" not in loop:
-        return ""
+        return text
     (a, b), (c, d) = loop["start"], loop["stop"]
-    return f", trips [{a}*i{b:+d}, {c}*i{d:+d})"
+    return f", trips [{a}*i{b:+d}, {c}*i{d:+d}){text}"
 
 
 def _op_tree(out_dir: Path, manifest: dict) -> list[str]:

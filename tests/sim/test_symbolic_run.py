@@ -7,6 +7,7 @@ The directory is made from a static compile (tests/sim/symbolic.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -259,3 +260,10 @@ def test_the_sample_decoder_block_equals_eager_at_each_length(tmp_path):
         (got,) = simulate(out, {"x": x[:, :tokens].numpy()}).outputs
         with torch.no_grad():
             assert_close(got, module(x[:, :tokens]), f"{tokens} tokens")
+    from spyrec.inspect_dir import inspect_directory
+
+    text = inspect_directory(out)
+    (s,) = re.findall(r"^symbol (\w+): 128\.\.256 by 64 \(input x dim 1 \(64\*\w+\)\); shapes "
+                      r"below are at the maximum$", text, re.M)
+    loops = [line.strip() for line in text.splitlines() if line.strip().startswith("loop ")]
+    assert loops and all(line.endswith(f", runs ceil({s}/64) of them") for line in loops)
