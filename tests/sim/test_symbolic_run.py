@@ -267,3 +267,21 @@ def test_the_sample_decoder_block_equals_eager_at_each_length(tmp_path):
                       r"below are at the maximum$", text, re.M)
     loops = [line.strip() for line in text.splitlines() if line.strip().startswith("loop ")]
     assert loops and all(line.endswith(f", runs ceil({s}/64) of them") for line in loops)
+
+
+def test_a_sum_over_the_length_adds_only_the_tiles_the_length_has(tmp_path):
+    """A reduction over the symbolic dim is tiled as any reduction: its accumulator adds
+    the trips the length runs, so the padding up to the maximum never enters the sum."""
+    import torch
+
+    from spyrec.sim.runner import simulate
+    from tests.differential.harness import assert_close
+    from tests.programs import Lambda, compile_pt2, export
+
+    module = Lambda(lambda m, x: (x * 2).sum(dim=1))
+    x = torch.randn(1, 256, 64, generator=torch.Generator().manual_seed(0))
+    out = compile_pt2(export(tmp_path, module, (x,), dynamic_shapes={
+        "args": ({1: 64 * torch.export.Dim("s", max=4)},)}), tmp_path / "out")
+    for tokens in (128, 192):
+        (got,) = simulate(out, {"args_0": x[:, :tokens].numpy()}).outputs
+        assert_close(got, module(x[:, :tokens]), f"{tokens} tokens")

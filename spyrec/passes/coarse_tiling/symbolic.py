@@ -15,7 +15,10 @@ coarse-tiling transform with the symbol's granularity as the tile; its loops the
   shrinks with L (a loop runs a prefix of its trips): the maximum's checks cover every L.
 
 An op that reads a symbolic dim at a place that does not move with the length (`x[:, -1]`, a
-reduction over the whole sequence) or that carries two symbols is refused, naming it.
+view merging the dim with another, a second dim of the same length outside attention) or
+that carries two symbols is refused, naming it. A sum over the length is tiled as any
+reduction (accumulated over the trips it runs); a mean is refused by `check_instances`, its
+1/length being baked in.
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ from spyrec.passes.coarse_tiling.dimnames import (
 WHERE = "symbolic lengths"
 
 
-def tile_symbolic(graph: Graph, first_group: int = 0) -> list[dict]:
+def tile_symbolic(graph: Graph) -> list[dict]:
     """Put every op carrying a symbolic dim into a bound loop over it (one report row per
     group); UnsupportedProgram naming the op when the program depends on a length otherwise."""
     from spyrec.passes.coarse_tiling.transform import tile_graph
 
     named = symbol_names(graph)
-    groups = _groups(graph, named, first_group)
+    groups = _groups(graph, named)
     for group in groups:
         check_contiguous(graph, [op for op in graph.ops if op.name in group.vars], group.where)
     rows = tile_graph(graph, TilingPlan(WHERE, tuple(groups), {
@@ -63,7 +66,7 @@ def symbol_names(graph: Graph) -> DimNames:
             from None
 
 
-def _groups(graph: Graph, named: DimNames, first: int) -> list[GroupPlan]:
+def _groups(graph: Graph, named: DimNames) -> list[GroupPlan]:
     """Maximal runs of consecutive ops carrying one symbol: each a group of one loop."""
     runs: list[tuple[str, int, list[Operation]]] = []    # symbol, last op's position, ops
     for i, op in enumerate(graph.ops):
@@ -78,7 +81,7 @@ def _groups(graph: Graph, named: DimNames, first: int) -> list[GroupPlan]:
             runs[-1] = (carried[0], i, runs[-1][2] + [op])
         else:
             runs.append((carried[0], i, [op]))
-    return [_group(graph, named, symbol, ops, first + k)
+    return [_group(graph, named, symbol, ops, k)
             for k, (symbol, _, ops) in enumerate(runs)]
 
 
