@@ -42,17 +42,10 @@ COMPILE_RATIO_TARGET, OVERHEAD_TARGET = 20.0, 1.1
 
 
 def build(model: str):
-    """(module, example input_ids) of `model` at tiny width, 2 layers, fp32."""
-    import torch
-    import transformers
-
+    """(module, vocabulary size) of `model` at tiny width, 2 layers, fp32."""
     from tests.models import hf
 
-    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-           "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM)}[model]
-    config = hf._llama_like(cls[0], max_position_embeddings=LENGTHS[-1])
-    module = hf.LogitsOnly(hf._build(cls[1], config, torch.float32))
-    return module, hf.VOCAB
+    return hf.long_prefill(model, LENGTHS[-1]), hf.VOCAB
 
 
 def export_all(model: str, lengths: list[int], work: str) -> None:

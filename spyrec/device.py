@@ -31,6 +31,10 @@ MAX_SPAN_BYTES = 256 * 2**20
 # Every HBM and LX allocation starts on a stick boundary.
 ALIGN_BYTES = STICK_BYTES
 
+# The most trips one counted loop may run: a loop bound the backend accepts (reference/G §4.1
+# item 7). Firm.
+MAX_LOOP_TRIPS = 65535
+
 # Aggregate device-memory bandwidth (torch-spyre work_division.py `_HBM_BW_GBS`, LPDDR5):
 # a medium-confidence figure the cost model uses.
 HBM_BYTES_PER_S = 204.8e9

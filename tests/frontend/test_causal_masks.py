@@ -105,13 +105,10 @@ def test_tiny_llama_prefill_of_1024_tokens_stores_no_mask_table(tmp_path):
     mask transformers builds for both layers is computed by each layer's attention, per tile
     inside its key loop: no intermediate holds it whole."""
     pytest.importorskip("transformers")
-    import transformers
-
     from tests.models import hf
 
     tokens = 1024
-    config = hf._llama_like(transformers.LlamaConfig, max_position_embeddings=tokens)
-    model = hf.LogitsOnly(hf._build(transformers.LlamaForCausalLM, config, torch.float32))
+    model = hf.long_prefill("llama", tokens)
     ids = torch.randint(0, hf.VOCAB, (1, tokens), generator=torch.Generator().manual_seed(0))
     out = run_and_compare(tmp_path, model, (ids,), frontend="fast")
     assert _large_constants(out) == {}

@@ -128,6 +128,15 @@ def _configs() -> dict[str, tuple[Callable[[], object], Callable[[], type]]]:
 
 # --- builders ---------------------------------------------------------------------------------
 
+def long_prefill(family: str, positions: int) -> torch.nn.Module:
+    """LogitsOnly(model) of `family` (fp32) with `positions` positions instead of
+    MAX_POSITIONS: long-context and symbolic-length programs run past 128 tokens."""
+    make_config, model_cls = _configs()[family]
+    config = make_config()
+    config.max_position_embeddings = positions
+    return LogitsOnly(_build(model_cls(), config, torch.float32))
+
+
 def prefill(family: str, dtype: torch.dtype = torch.float32):
     """(LogitsOnly(model) or LastHiddenState(model), (input_ids,)) for one family."""
     make_config, model_cls = _configs()[family]

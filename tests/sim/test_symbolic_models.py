@@ -17,26 +17,19 @@ from spyrec.sim.runner import simulate
 from tests.differential.harness import assert_close
 from tests.programs import cli, compile_pt2
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 MAX_GRANULES, GRANULE = 32, 64
-
-
-def _model(family: str):
-    from tests.models import hf
-
-    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-           "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM)}[family]
-    config = hf._llama_like(cls[0], max_position_embeddings=GRANULE * MAX_GRANULES)
-    return hf.LogitsOnly(hf._build(cls[1], config, torch.float32)).eval(), hf.VOCAB
 
 
 @pytest.fixture(scope="module", params=["llama", "granite"])
 def compiled(request, tmp_path_factory):
     """(module, token ids of the maximum length, OUT) of one family's dynamic export."""
+    from tests.models import hf
+
     tmp = tmp_path_factory.mktemp(request.param)
-    module, vocab = _model(request.param)
-    ids = torch.randint(0, vocab, (1, GRANULE * MAX_GRANULES),
+    module = hf.long_prefill(request.param, GRANULE * MAX_GRANULES).eval()
+    ids = torch.randint(0, hf.VOCAB, (1, GRANULE * MAX_GRANULES),
                         generator=torch.Generator().manual_seed(0))
     s = torch.export.Dim("s", max=MAX_GRANULES)
     with torch.no_grad():

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
-from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE, STICK_BYTES
+from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE, MAX_LOOP_TRIPS, STICK_BYTES
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
 from spyrec.passes.coarse_tiling.auto import hbm_bytes, lacks_room, subgraph_of
@@ -40,7 +40,6 @@ from spyrec.plan.lx_placement import apply_lx, place_lx
 from spyrec.plan.split_estimate import compute_floor_us
 from spyrec.plan.staging import stage_inputs
 
-MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
 SYMBOLIC_KEY_TILES = (32, 64)     # also tried under a symbolic length's granularity
 MAX_QUERY_TILES = 2               # query tile sizes priced per head tile (the largest that may fit)
@@ -71,8 +70,9 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
     `given` entry matching its node (a tile it leaves 0 is chosen); one report row per
     site."""
     rows, memo = [], {}
-    unshare_masks(graph)
     sites = find_sites(graph)
+    if unshare_masks(graph, sites):
+        sites = find_sites(graph)
     _check_given_name_sites(graph, sites, given)
     named = symbol_names(graph) if graph.symbols and sites else None
     lengths = [site_lengths(graph, site, named) for site in sites] if named else []
@@ -169,9 +169,9 @@ def given_tiles(site: AttentionSite, query_tile: int, key_tile: int,
                               f"{site.named}, a multiple of {granule}; choose a divisor of "
                               f"{granule}")
     trips = max(tiles.counts(site))
-    if trips > MAX_TRIPS:
+    if trips > MAX_LOOP_TRIPS:
         raise ConfigError(f"attention tiles {tiles.queries}x{tiles.keys} of {site.named} "
-                          f"make a loop of {trips} trips, over the hardware's {MAX_TRIPS}; "
+                          f"make a loop of {trips} trips, over the hardware's {MAX_LOOP_TRIPS}; "
                           f"choose larger tiles")
     return tiles
 
@@ -289,7 +289,7 @@ def _query_tiles(site: AttentionSite, heads: int, budget: int) -> list[int]:
     smallest = _key_tiles(site)[0]
     whole = site.query_granule or site.queries
     divisors = [d for d in range(1, whole + 1)
-                if whole % d == 0 and site.queries // d <= MAX_TRIPS
+                if whole % d == 0 and site.queries // d <= MAX_LOOP_TRIPS
                 and heads * d <= MAX_ROWS_PER_CORE * CORES
                 and _lx_floor(site, FlashTiles(d, smallest, heads)) <= budget]
     return divisors[::-1][:MAX_QUERY_TILES]
@@ -301,9 +301,9 @@ def _key_tiles(site: AttentionSite) -> list[int]:
     that splits a stick)."""
     if site.key_granule:
         return [t for t in SYMBOLIC_KEY_TILES + KEY_TILES
-                if site.key_granule % t == 0 and site.keys // t <= MAX_TRIPS] \
+                if site.key_granule % t == 0 and site.keys // t <= MAX_LOOP_TRIPS] \
             or [site.key_granule]
-    return [t for t in KEY_TILES if site.keys % t == 0 and site.keys // t <= MAX_TRIPS] \
+    return [t for t in KEY_TILES if site.keys % t == 0 and site.keys // t <= MAX_LOOP_TRIPS] \
         or [site.keys]
 
 

@@ -47,6 +47,7 @@ from typing import Callable
 import yaml
 
 from spyrec.costmodel import DEFAULT_PARAMS
+from spyrec.device import MAX_LOOP_TRIPS
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import nest_trips
@@ -59,7 +60,6 @@ from spyrec.plan.lx_placement import LxPlacement, apply_lx, place_lx
 from spyrec.plan.split_estimate import readers_of_access
 from spyrec.plan.staging import stage_inputs
 
-MAX_COUNT = 65535          # a loop bound the backend accepts (reference/G §4.1 item 7)
 MAX_COUNTS_TRIED = 8       # counts priced per run before giving up on fitting LX
 WHERE = "tiling.yaml (auto)"
 
@@ -271,7 +271,7 @@ def _best(graph: Graph, names: DimNames, name: str, size: int, nodes: tuple[str,
 def _divisors(n: int) -> list[int]:
     """Loop counts to try: a count of 1 is not tiling (one trip, the same working set) and
     only keeps an op out of what the untiled program may do (a K-split, a staged input)."""
-    return [k for k in range(2, min(n, MAX_COUNT) + 1) if n % k == 0]
+    return [k for k in range(2, min(n, MAX_LOOP_TRIPS) + 1) if n % k == 0]
 
 
 def _price(graph: Graph, names: DimNames, name: str, nodes: tuple[str, ...],

@@ -90,13 +90,13 @@ def find_sites(graph: Graph) -> list[AttentionSite]:
     return sites
 
 
-def unshare_masks(graph: Graph) -> int:
+def unshare_masks(graph: Graph, sites: list[AttentionSite]) -> int:
     """Give each attention its own copy of a mask computed for several (transformers builds
     one causal mask for every layer): a mask an attention reads alone moves into its key
     loop and is computed per tile from position vectors, never written whole (a shared one
     would be an [S, L] table in HBM, or, for a symbolic length, a block no loop can tile).
-    Returns the ops added; the graph is unchanged when no mask is shared."""
-    sites = find_sites(graph)
+    `sites`: `find_sites(graph)`, to be found again when ops were added. Returns the ops
+    added; the graph is unchanged when no mask is shared."""
     writer = {op.output.buffer: op for op in graph.ops}
     chain_ops = {n for site in sites for n in site.chain}
     readers: dict[str, list[Operation]] = {}

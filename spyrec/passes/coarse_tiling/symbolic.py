@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from spyrec.device import MAX_LOOP_TRIPS
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph, LoopBound, Operation, SymLength, ValueSource
 from spyrec.passes.coarse_tiling.checks import check_contiguous, check_whole_sticks
@@ -93,8 +94,7 @@ def _group(graph: Graph, named: DimNames, symbol: str, ops: list[Operation],
     where = f"{WHERE}: {symbol} ({length.where or 'a symbolic length'})"
     variables = {}
     for op in ops:
-        (var,) = [v for v, name in named.op_vars[op.name].items() if name == symbol][:1] or \
-            [None]
+        var = next(v for v, name in named.op_vars[op.name].items() if name == symbol)
         try:
             check_whole_sticks(graph, op, var, symbol, count, where)
         except ConfigError:
@@ -270,9 +270,6 @@ def shorter_binding(graph: Graph) -> dict[str, int]:
     return {s.name: s.maximum - s.granularity for s in graph.symbols.values()}
 
 
-MAX_TRIPS = 65535                 # a loop bound the backend accepts (reference/G §4.1 item 7)
-
-
 def symbols_report(graph: Graph) -> list[dict]:
     """report.json `symbols`: per symbolic length, its admissible lengths, the loops it
     bounds, and why the maximum's plan holds at every length (each claim checked here or
@@ -282,10 +279,10 @@ def symbols_report(graph: Graph) -> list[dict]:
         loops = {lp.key: lp for op in graph.ops for lp in op.loops
                  if lp.bound is not None and lp.bound.symbol == symbol.name}
         most = max((lp.count for lp in loops.values()), default=0)
-        if most > MAX_TRIPS:
+        if most > MAX_LOOP_TRIPS:
             raise UnsupportedProgram(
                 f"the symbolic length {symbol.name} ({symbol.where}) up to {symbol.maximum} "
-                f"makes a loop of {most} trips at its maximum, over the hardware's {MAX_TRIPS}; "
+                f"makes a loop of {most} trips at its maximum, over the hardware's {MAX_LOOP_TRIPS}; "
                 f"export it with a larger granularity or a smaller maximum")
         rows.append({
             "symbol": symbol.name, "where": symbol.where, "minimum": symbol.minimum,
@@ -299,7 +296,7 @@ def symbols_report(graph: Graph) -> list[dict]:
 
 def _proof(symbol: SymLength, most: int) -> list[str]:
     """Why the plan made at the maximum holds at every admissible length."""
-    lines = [f"loop counts: at most {most} trips at the maximum (limit {MAX_TRIPS}); every "
+    lines = [f"loop counts: at most {most} trips at the maximum (limit {MAX_LOOP_TRIPS}); every "
              f"other length runs a prefix of each loop's trips",
              "HBM: every buffer is allocated at the maximum, and a prefix of the trips touches "
              "only addresses the maximum's run touches",
