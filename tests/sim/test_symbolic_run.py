@@ -285,3 +285,32 @@ def test_a_sum_over_the_length_adds_only_the_tiles_the_length_has(tmp_path):
     for tokens in (128, 192):
         (got,) = simulate(out, {"args_0": x[:, :tokens].numpy()}).outputs
         assert_close(got, module(x[:, :tokens]), f"{tokens} tokens")
+
+
+def test_a_sum_over_attention_rows_adds_only_the_rows_the_length_has(tmp_path):
+    """Flash attention writes its output rows from per-tile accumulators, which carry no
+    length; the ops reading those rows must still stop at the length. Summing them over the
+    tokens at 128 of 256 adds no row the run never wrote, and the output projection runs the
+    length's tiles, not the maximum's (it had run once at 256 rows)."""
+    import torch
+
+    from spyrec.sim.runner import simulate
+    from tests.differential.harness import assert_close
+    from tests.programs import Lambda, compile_pt2, export
+
+    def attend_then_pool(m, x):
+        q = x.view(1, -1, 2, 32).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q * 0.5, q, is_causal=True)
+        return (a.transpose(1, 2).reshape(1, -1, 64) @ m.w).sum(dim=1)
+
+    module = Lambda(attend_then_pool)
+    module.w = torch.nn.Parameter(torch.randn(64, 64, generator=torch.Generator().manual_seed(1)))
+    x = torch.randn(1, 256, 64, generator=torch.Generator().manual_seed(0))
+    out = compile_pt2(export(tmp_path, module, (x,), dynamic_shapes={
+        "args": ({1: 64 * torch.export.Dim("s", max=4)},)}), tmp_path / "out")
+    for tokens in (128, 192):
+        result = simulate(out, {"args_0": x[:, :tokens].numpy()})
+        with torch.no_grad():
+            assert_close(result.outputs[0], module(x[:, :tokens]), f"{tokens} tokens")
+        runs = {r["name"]: r["executions"] for r in result.cost["ops"]}
+        assert runs["matmul"] == runs["sum_1__part"] == tokens // 64, runs

@@ -59,12 +59,32 @@ def symbol_names(graph: Graph) -> DimNames:
     """Which dim of every buffer and which variable of every op carries which symbol."""
     seeds = {name: tuple(dims.get(d) for d in range(len(graph.buffers[name].host_size)))
              for name, dims in graph.symbolic_dims.items()}
+    for name, dims in _bound_outputs(graph).items():
+        old = seeds.get(name, (None,) * len(dims))
+        seeds[name] = tuple(a or b for a, b in zip(old, dims))
     sizes = {s.name: s.maximum for s in graph.symbols.values()}
     try:
         return propagate(graph, seeds, sizes, WHERE)
     except ConfigError as e:
         raise UnsupportedProgram(f"{e}; a dim of two symbolic lengths is not supported") \
             from None
+
+
+def _bound_outputs(graph: Graph) -> dict[str, tuple[str | None, ...]]:
+    """The output dims that ops already in bound loops walk with the bound variable: flash
+    attention's output rows, written from per-tile accumulators that carry no name, still
+    have the queries' length (without this, the ops reading them would run at the maximum)."""
+    found: dict[str, list[str | None]] = {}
+    for op in graph.ops:
+        bound = {v: loop.bound.symbol for loop in op.loops if loop.bound for v in loop.tiled}
+        out = graph.buffers[op.output.buffer]
+        if not bound or out.per_tile:
+            continue
+        walked = walked_dims(op.output.index, out.host_size, var_extents(op))
+        for v, d in walked.items():
+            if v in bound and graph.symbols[bound[v]].value_of is None:
+                found.setdefault(out.name, [None] * len(out.host_size))[d] = bound[v]
+    return {name: tuple(dims) for name, dims in found.items()}
 
 
 def _groups(graph: Graph, named: DimNames) -> list[GroupPlan]:
