@@ -365,3 +365,31 @@ def test_the_compute_floor_bounds_every_candidates_planned_time(tmp_path, capsys
         assert 0 < floor <= time, tiles
         ratios.append(floor / time)
     assert max(ratios) > 0.5
+
+
+class PackedCausal(torch.nn.Module):
+    """transformers' mask form: a scalar `True`, and-ed with equal segment ids of query and
+    key (packed sequences of `each` tokens), and-ed with causal positions."""
+
+    def __init__(self, tokens: int, each: int):
+        super().__init__()
+        self.register_buffer("segment", torch.arange(tokens) // each)
+
+    def forward(self, q, k, v):
+        pos = torch.arange(q.shape[-2])
+        keep = torch.ones((), dtype=torch.bool) & (self.segment[:, None] == self.segment[None, :])
+        keep = keep & (pos[None, :] <= pos[:, None])
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def test_a_mask_of_equal_segments_skips_the_other_sequences_key_tiles(tmp_path):
+    """Comparisons for equality and scalar operands evaluate per tile too (transformers'
+    masks have both; such a mask was 'not known at compile time', so every key tile ran
+    for every query tile). At 1,024 tokens the mask is not folded into a table (it grows
+    too much), so it is evaluated from its ops: query tile i of 256 needs key tiles 2i and
+    2i+1 of 128 only, its own sequence's keys, causal inside it: 8 of 32 tile pairs."""
+    q, k, v = _qkv(1, 2, 2, 1024, 1024, 64)
+    out = run_and_compare(tmp_path, PackedCausal(1024, 256), (q, k, v), **_flash(256, 128))
+    (row,) = _rows(out)
+    assert row["key_span"] == {"start": [2, 0], "stop": [2, 2]}
+    _no_full_scores(out, 1024, 1024)

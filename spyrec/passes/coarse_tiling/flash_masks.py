@@ -143,6 +143,11 @@ class _Intervals:
         if access.buffer in self.writer:
             return self.of(access.buffer)
         values = self.g.constants.get(access.buffer)
+        if values is not None and np.asarray(values).size == 1:   # a scalar: every tile
+            value = np.asarray(values).reshape(())
+            if value.dtype == bool:
+                return np.full((self.nq, self.nk), bool(value))
+            return (np.full((self.nq, self.nk), float(value)),) * 2
         atoms = {x.name for x in access.index.free_atoms() if isinstance(x, Var)}
         if values is None or len(atoms) != 1 or access.index != var(next(iter(atoms))):
             return None
@@ -159,7 +164,9 @@ class _Intervals:
 # does `a <op> b` hold for every pair of values in the two intervals
 _COMPARE_ALL = {"lesserequal": lambda a, b: a[1] <= b[0], "lesserthan": lambda a, b: a[1] < b[0],
                 "greaterequal": lambda a, b: a[0] >= b[1],
-                "greaterthan": lambda a, b: a[0] > b[1]}
+                "greaterthan": lambda a, b: a[0] > b[1],
+                "equal": lambda a, b: (a[0] == a[1]) & (b[0] == b[1]) & (a[0] == b[0]),
+                "notequal": lambda a, b: (a[1] < b[0]) | (b[1] < a[0])}
 
 
 def _is_bool(x) -> bool:
@@ -168,7 +175,9 @@ def _is_bool(x) -> bool:
 
 # may `a <op> b` hold for some pair of values in the two intervals
 _COMPARE = {"lesserequal": lambda a, b: a[0] <= b[1], "lesserthan": lambda a, b: a[0] < b[1],
-            "greaterequal": lambda a, b: a[1] >= b[0], "greaterthan": lambda a, b: a[1] > b[0]}
+            "greaterequal": lambda a, b: a[1] >= b[0], "greaterthan": lambda a, b: a[1] > b[0],
+            "equal": lambda a, b: (a[0] <= b[1]) & (b[0] <= a[1]),
+            "notequal": lambda a, b: ~((a[0] == a[1]) & (b[0] == b[1]) & (a[0] == b[0]))}
 
 
 def _tile_bounds(vector: np.ndarray, tile: int) -> tuple[np.ndarray, np.ndarray]:
