@@ -108,7 +108,7 @@ def _stage(graph: Graph, name: str, reads: list, options: StagingOptions) -> dic
                    options.budget_bytes):
         del graph.buffers[staged.name]
         return None
-    return {"input": name, "buffer": staged.name, "reads": len(reads),
+    return {"input": name, "buffer": staged.name, "reads": _trips(reads),
             "split": copy.core_splits, "bytes_per_core": box_bytes(buf, want[0])}
 
 
