@@ -175,6 +175,8 @@ def _trip_range(loop: dict) -> str:
     ", runs ceil(s81/64) of them": `count` is then the count at the maximum."""
     bound = loop.get("count_symbol")
     text = f", runs ceil({bound['symbol']}/{bound['per_trip']}) of them" if bound else ""
+    if bound and bound.get("past_end"):
+        text += ", the last past the length"
     if "start" not in loop:
         return text
     (a, b), (c, d) = loop["start"], loop["stop"]

@@ -163,10 +163,12 @@ def _loop_bound(k: int, loop: Loop, symbols: Mapping[str, SymLength]) -> str:
     """`%loop_bound_<k>`: the loop's trip count, a constant, or for a loop bound by a symbolic
     length that length over the tile: exact (`arith.divui`) for a shape's length, which the
     tile divides, rounded up (`arith.ceildivui`) for a length read from a value, whose last
-    tile its mask completes (`SymLength.value_of`)."""
+    tile its mask completes (`SymLength.value_of`), and for a flash query tile of several
+    granules, whose last trip passes the length (`attention.query_tile_allowed`)."""
     if loop.bound is None:
         return f"%loop_bound_{k} = arith.constant {loop.count} : index"
-    divide = "divui" if symbols[loop.bound.symbol].value_of is None else "ceildivui"
+    whole = symbols[loop.bound.symbol].value_of is None and not loop.bound.past_end
+    divide = "divui" if whole else "ceildivui"
     return (f"%loop_bound_{k} = arith.{divide} %{loop.bound.symbol}, "
             f"%c{loop.bound.per_trip} : index")
 

@@ -137,11 +137,14 @@ def loop_spec(loop: Loop, body: list[dict]) -> dict:
     `start` and `stop` [a, b] (a*i + b of the enclosing loop's index, clamped to 0..count),
     then the body. Rectangular loops write no range (their files are unchanged). A loop bound
     by a symbolic length writes `count_symbol` (it runs that length over per_trip trips,
-    rounded up for a length read from a value; `count` is the count at the maximum)."""
+    rounded up for a length read from a value or with `past_end`, a flash query loop whose
+    last trip may pass the length; `count` is the count at the maximum)."""
     spec: dict = {"count": loop.count, "tiled_symbols": list(loop.tiled)}
     if loop.span is not None:
         spec["start"], spec["stop"] = list(loop.span.start), list(loop.span.stop)
     if loop.bound is not None:
         spec["count_symbol"] = {"symbol": loop.bound.symbol, "per_trip": loop.bound.per_trip}
+        if loop.bound.past_end:
+            spec["count_symbol"]["past_end"] = True
     spec["body"] = body
     return spec

@@ -103,6 +103,10 @@ class LoopBound:
 
     symbol: str
     per_trip: int
+    # the last trip may pass the length (the tile is whole granules, not a divisor of the
+    # granularity): only a flash query loop, whose extra rows read their own padding query
+    # rows and write the output's padding, which no op reads (attention.query_tile_allowed)
+    past_end: bool = False
 
     def count(self, length: int) -> int:
         return -(-length // self.per_trip)

@@ -250,7 +250,11 @@ class _Line:
             self.expect("(")
             symbol = self.name()
             self.expect("/")
-            bound = LoopBound(symbol, self.integer())
+            per_trip = self.integer()
+            past_end = self.keyword("past")
+            if past_end:
+                self.expect("end")
+            bound = LoopBound(symbol, per_trip, past_end)
             self.expect(")")
         return Loop(count, tiled, key, span, bound)
 

@@ -116,14 +116,16 @@ def _symbol(graph: Graph, symbol) -> str:
 def format_loop(loop: Loop) -> str:
     """`COUNT(VARS)@KEY`, then `span(A*i+B, C*i+D)` for a loop running j in [A*i+B, C*i+D)
     of the enclosing loop's index i (each clamped to 0..COUNT), and `bound(S/T)` for a loop
-    running S // T trips, S a symbolic length (COUNT: at its maximum)."""
+    running S // T trips, S a symbolic length (COUNT: at its maximum), `bound(S/T past end)`
+    for one running ceil(S / T) trips whose last may pass S."""
     text = f"{loop.count}({', '.join(map(format_name, loop.tiled))})"
     if loop.key:
         text += f"@{format_name(loop.key)}"
     if loop.span is not None:
         text += f" span({_line(loop.span.start)}, {_line(loop.span.stop)})"
     if loop.bound is not None:
-        text += f" bound({format_name(loop.bound.symbol)}/{loop.bound.per_trip})"
+        past = " past end" if loop.bound.past_end else ""
+        text += f" bound({format_name(loop.bound.symbol)}/{loop.bound.per_trip}{past})"
     return text
 
 

@@ -429,9 +429,16 @@ def _bound_problems(graph: Graph, depth: int, loop: Loop) -> Iterator[str]:
     if loop.bound.count(symbol.maximum) != loop.count:
         yield (f"{where}: counts {loop.bound.count(symbol.maximum)} trips at the maximum "
                f"{symbol.maximum}, but the loop counts {loop.count}")
-    if loop.bound.per_trip < 1 or symbol.value_of is None and (
-            symbol.minimum % loop.bound.per_trip or symbol.granularity % loop.bound.per_trip):
-        yield (f"{where}: a tile of {loop.bound.per_trip} does not divide every length "
+    tile = loop.bound.per_trip
+    if loop.bound.past_end:
+        if symbol.value_of is not None or tile % symbol.granularity or \
+                tile > symbol.minimum or symbol.maximum % tile:
+            yield (f"{where}: a loop whose last trip passes the length needs a tile of whole "
+                   f"granules, at most the shortest length, dividing the maximum "
+                   f"({symbol.describe()})")
+    elif tile < 1 or symbol.value_of is None and (
+            symbol.minimum % tile or symbol.granularity % tile):
+        yield (f"{where}: a tile of {tile} does not divide every length "
                f"{symbol.describe()}")
 
 

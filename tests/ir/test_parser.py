@@ -205,3 +205,27 @@ def test_symbols_and_symbolic_trip_counts_round_trip():
                            ("s81/128", "a tile of 128 does not divide every length 128..256 by 64")]:
         bad = parse(text.replace("s81/64", bound))
         assert any(problem in line for line in check_loops(bad, bad.ops[0])), bound
+
+
+def test_a_loop_whose_last_trip_passes_the_length_round_trips_and_is_checked():
+    """`bound(S/T past end)`: ceil(S/T) trips, a tile of whole granules up to the shortest
+    length dividing the maximum (a flash query loop); any other tile is a verifier problem."""
+    from spyrec.ir import LoopBound
+    from spyrec.ir.verify import check_loops
+
+    text = ("buffer x: input float32[1, 512, 64]\n"
+            "buffer y: output float32[1, 512, 64]\n"
+            "op relu: y[64*c1 + c2] = relu(x[64*c1 + c2]) "
+            "over [c1<128, c2<64] loops [4(c1)@g0.0 bound(s81/128 past end)]\n"
+            "inputs [x]\noutputs [y]\nsymbol s81 128..512 by 64 at [x:1, y:1]\n")
+    graph = parse(text)
+    (loop,) = graph.ops[0].loops
+    assert loop.bound == LoopBound("s81", 128, past_end=True)
+    assert [loop.bound.count(n) for n in (128, 192, 256, 448)] == [1, 2, 2, 4]
+    assert format_graph(graph) == text and parse(format_graph(graph)) == graph
+    assert list(check_loops(graph, graph.ops[0])) == []
+    whole = "needs a tile of whole granules, at most the shortest length, dividing the maximum"
+    for tile, count in [(96, 6), (256, 2)]:      # not whole granules; over the shortest
+        bad = parse(text.replace("4(c1)@g0.0 bound(s81/128", f"{count}(c1)@g0.0 bound(s81/{tile}")
+                    .replace("c1<128", f"c1<{tile}"))
+        assert any(whole in line for line in check_loops(bad, bad.ops[0])), tile

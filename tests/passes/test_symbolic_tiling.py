@@ -98,16 +98,19 @@ def test_a_mean_over_the_length_is_refused_by_the_two_instances(tmp_path):
 
 
 def test_causal_attention_over_the_length_becomes_flash_loops_bound_by_it(tmp_path):
-    """q, k, v [1, 2, s, 64]: the query loop and every key loop run the length over their
-    tile (tiles divide the granularity 64); the causal span stays."""
+    """q, k, v [1, 2, s, 64], 128..256 by 64: the query loop and every key loop run the
+    length over their tile; key tiles divide the granularity 64, the query tile may be two
+    granules (the shortest length), its last trip then past the length (`past_end`: 192
+    tokens run 2 trips of 128); the causal span stays."""
     q, k, v = (torch.randn(1, 2, 256, 64).half() for _ in range(3))
     module = Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     graph, report = _planned(export(tmp_path, module, (q, k, v)),
                              {i: {2: "s"} for i in range(3)}, {0: {2: "s"}})
     (row,) = report["attention"]
-    assert 64 % row["query_tile"] == 0 and row["key_tile"] == 64
+    assert row["query_tile"] == 128 and row["key_tile"] == 64
     loops = {lp.key: lp for op in graph.ops for lp in op.loops}
-    assert loops["fa0.0"].bound == LoopBound("s", row["query_tile"])
+    assert loops["fa0.0"].bound == LoopBound("s", 128, past_end=True)
+    assert [loops["fa0.0"].bound.count(n) for n in (128, 192, 256)] == [1, 2, 2]
     keyed = [lp for key, lp in loops.items() if key.startswith("fa0.1")]
     assert keyed and all(lp.bound == LoopBound("s", 64) and lp.span is not None for lp in keyed)
 

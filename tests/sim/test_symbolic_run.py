@@ -266,7 +266,8 @@ def test_the_sample_decoder_block_equals_eager_at_each_length(tmp_path):
     (s,) = re.findall(r"^symbol (\w+): 128\.\.256 by 64 \(input x dim 1 \(64\*\w+\)\); shapes "
                       r"below are at the maximum$", text, re.M)
     loops = [line.strip() for line in text.splitlines() if line.strip().startswith("loop ")]
-    assert loops and all(line.endswith(f", runs ceil({s}/64) of them") for line in loops)
+    assert loops and all(line.endswith(f", runs ceil({s}/64) of them") or line.endswith(
+        f", runs ceil({s}/128) of them, the last past the length") for line in loops), loops
 
 
 def test_a_sum_over_the_length_adds_only_the_tiles_the_length_has(tmp_path):

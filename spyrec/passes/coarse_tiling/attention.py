@@ -84,6 +84,8 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
             site = replace(site, **{
                 f"{what}_granule": graph.symbols[name].granularity
                 for what, name in zip(("query", "key"), symbolic) if name})
+            if symbolic[0]:
+                site = replace(site, query_shortest=graph.symbols[symbolic[0]].minimum)
             site_mode = "always"   # a symbolic length is tiled, or nothing runs at every length
         elif (filled := runtime_key_limit(graph, site)) is not None:
             symbolic = (None, keys_symbol(graph, site, filled))
@@ -163,7 +165,8 @@ def given_tiles(site: AttentionSite, query_tile: int, key_tile: int,
             raise ConfigError(f"attention {what}={tile} does not divide the "
                               f"{size} {'queries' if what == 'query_tile' else 'keys'} of "
                               f"{site.named}; choose a divisor of {size}")
-        if granule and granule % tile:
+        if granule and granule % tile and not (what == "query_tile" and
+                                               query_tile_allowed(site, tile)):
             raise ConfigError(f"attention {what}={tile} does not divide every length of "
                               f"the {'queries' if what == 'query_tile' else 'keys'} of "
                               f"{site.named}, a multiple of {granule}; choose a divisor of "
@@ -287,12 +290,28 @@ def _query_tiles(site: AttentionSite, heads: int, budget: int) -> list[int]:
     smallest key tile, is not over the LX budget by `_lx_floor` (at most `MAX_ROWS_PER_CORE`
     rows per core), the largest first: the first `MAX_QUERY_TILES` that may fit."""
     smallest = _key_tiles(site)[0]
-    whole = site.query_granule or site.queries
-    divisors = [d for d in range(1, whole + 1)
-                if whole % d == 0 and site.queries // d <= MAX_LOOP_TRIPS
+    divisors = [d for d in range(1, site.queries + 1)
+                if query_tile_allowed(site, d) and site.queries // d <= MAX_LOOP_TRIPS
                 and heads * d <= MAX_ROWS_PER_CORE * CORES
                 and _lx_floor(site, FlashTiles(d, smallest, heads)) <= budget]
     return divisors[::-1][:MAX_QUERY_TILES]
+
+
+def query_tile_allowed(site: AttentionSite, tile: int) -> bool:
+    """A query tile divides the queries; over a symbolic number of queries, it divides the
+    granularity (every length is whole tiles) or is whole granules dividing the maximum, up
+    to the shortest length (which then runs whole tiles, and no length computes a tile's
+    worth of rows past itself): the query loop runs ceil(length / tile) trips. The extra
+    rows are harmless: flash computes each output row from its own query row alone, the
+    keys stop at the length (key tiles divide the granularity), and those rows land in the
+    output's padding, which every reader skips (its readers are bound to the length,
+    `symbolic.padding_problems`). Larger tiles re-read K and V fewer times."""
+    if site.queries % tile:
+        return False
+    granule = site.query_granule
+    # (a tile of every query makes no query loop for the length to bound)
+    return not granule or granule % tile == 0 or (
+        tile % granule == 0 and tile < site.queries and tile <= site.query_shortest)
 
 
 def _key_tiles(site: AttentionSite) -> list[int]:

@@ -58,6 +58,7 @@ class AttentionSite:
     # length, i.e. this granularity (0: a static length, tiles divide `queries`/`keys`)
     query_granule: int = 0
     key_granule: int = 0
+    query_shortest: int = 0     # the shortest admissible number of queries (symbolic)
 
     @property
     def safe(self) -> bool:

@@ -173,7 +173,8 @@ def bind_attention_loops(graph: Graph, key: str, lengths: tuple[str | None, str 
     queries, keys = lengths
     for i, op in enumerate(graph.ops):
         loops = tuple(
-            replace(loop, bound=LoopBound(queries, tiles.queries))
+            replace(loop, bound=LoopBound(queries, tiles.queries,
+                                          graph.symbols[queries].granularity % tiles.queries > 0))
             if queries and loop.key == f"{key}.0" else
             replace(loop, bound=LoopBound(keys, tiles.keys))
             if keys and loop.key.startswith(f"{key}.1") else loop
@@ -310,12 +311,14 @@ def symbols_report(graph: Graph) -> list[dict]:
             "read_from": symbol.value_of.describe() if symbol.value_of else None,
             "loops": [{"loop": key, "count_at_maximum": lp.count,
                        "per_trip": lp.bound.per_trip} for key, lp in sorted(loops.items())],
-            "proof": _proof(symbol, most)})
+            "proof": _proof(symbol, most, sorted(key for key, lp in loops.items()
+                                                 if lp.bound.past_end))})
     return rows
 
 
-def _proof(symbol: SymLength, most: int) -> list[str]:
-    """Why the plan made at the maximum holds at every admissible length."""
+def _proof(symbol: SymLength, most: int, partial: list[str]) -> list[str]:
+    """Why the plan made at the maximum holds at every admissible length (`partial`: the
+    flash query loops whose tile is several granules, `attention.query_tile_allowed`)."""
     lines = [f"loop counts: at most {most} trips at the maximum (limit {MAX_LOOP_TRIPS}); every "
              f"other length runs a prefix of each loop's trips",
              "HBM: every buffer is allocated at the maximum, and a prefix of the trips touches "
@@ -323,7 +326,13 @@ def _proof(symbol: SymLength, most: int) -> list[str]:
              "LX: per-tile buffers have the tile's size, the same at every length"]
     if symbol.value_of is None:
         lines += [f"tiles: the tile of each loop divides {symbol.granularity}, so every "
-                  f"admissible length is whole tiles",
+                  f"admissible length is whole tiles" + (
+                      f", but for the flash query loops {', '.join(partial)}: their tile is "
+                      f"whole granules up to the shortest length, and their last trip's rows "
+                      f"past the length read only the padding of their own query rows (flash "
+                      f"computes each row from its query row and the keys, which stop at the "
+                      f"length) and write the output's padding, which no op reads"
+                      if partial else ""),
                   "padding: every access to a dim of this length is walked by a loop it "
                   "bounds (checked), so nothing reads past the length"]
     else:
