@@ -109,30 +109,48 @@ class WeightsBlob:
     filled, little-endian storage dtype), in manifest order, each at a multiple of
     WEIGHTS_ALIGNMENT, zero bytes between. A run maps the file instead of converting the
     weights (docs/formats.md). Planned from layouts alone; the values are read only by
-    `write`, one tensor at a time, through one reused buffer (the largest tensor's size)."""
+    `write`, one tensor at a time, through one reused buffer (the largest tensor's size).
 
-    def __init__(self, entries: list[tuple], total: int):
-        self.entries = entries   # (buffer, offset, bytes, value)
+    A constant holding the value of another one in a second layout (stick_layout's
+    `__layout` copy of a tied embedding) is not stored: its entry names the stored one
+    (`relayout_of`) and the loader lays that value out again, once per run (the weights
+    are on disk once: the table of Llama-3.2-1B is 525 MB)."""
+
+    def __init__(self, entries: list[tuple], total: int, relayouts: dict[str, str],
+                 constants: list):
+        self.entries = entries      # (buffer, offset, bytes, value) of the stored constants
         self.total = total
+        self.relayouts = relayouts  # constant -> the stored constant holding its value
+        self.constants = constants  # every constant's buffer, in tensors order
 
     @classmethod
     def plan(cls, graph: Graph) -> "WeightsBlob":
         entries, offset, end = [], 0, 0
-        for buf in graph.buffers.values():
-            if buf.role != "constant" or buf.name not in graph.constants:
+        stored: dict[int, str] = {}     # id of a value -> the stored constant holding it
+        relayouts: dict[str, str] = {}
+        constants = [buf for buf in graph.buffers.values()
+                     if buf.role == "constant" and buf.name in graph.constants]
+        for buf in constants:
+            value = graph.constants[buf.name]
+            if id(value) in stored:
+                relayouts[buf.name] = stored[id(value)]
                 continue
+            stored[id(value)] = buf.name
             nbytes = buf.layout.device_bytes
-            entries.append((buf, offset, nbytes, graph.constants[buf.name]))
+            entries.append((buf, offset, nbytes, value))
             end = offset + nbytes
             offset += -(-nbytes // WEIGHTS_ALIGNMENT) * WEIGHTS_ALIGNMENT
-        return cls(entries, end)
+        return cls(entries, end, relayouts, constants)
 
     def section(self) -> dict:
-        """The manifest's `weights` object."""
+        """The manifest's `weights` object: every constant in tensors order, stored ones with
+        their `offset` and `bytes`, the others with the stored constant they relay out."""
+        where = {buf.name: {"offset": o, "bytes": b} for buf, o, b, _ in self.entries}
+        where |= {name: {"relayout_of": source} for name, source in self.relayouts.items()}
         return {"file": WEIGHTS_FILE, "bytes": self.total, "alignment": WEIGHTS_ALIGNMENT,
                 "tensors": [{"name": buf.name, "device_dtype": buf.layout.device_dtype,
-                             "device_size": list(buf.layout.device_size), "offset": o,
-                             "bytes": b} for buf, o, b, _ in self.entries]}
+                             "device_size": list(buf.layout.device_size), **where[buf.name]}
+                            for buf in self.constants]}
 
     def write(self, path: Path) -> None:
         """Create `path` and stream every tensor's device form into it: each is converted into

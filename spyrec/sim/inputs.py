@@ -19,6 +19,7 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 from numpy.lib import format as npformat
@@ -28,7 +29,7 @@ from spyrec.sim.lengths import bind_lengths, fits_shape, shape_text
 from spyrec.sim.prefetch import SMALL_BYTES
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
-from spyrec.sim.transfer import HOST_NUMPY
+from spyrec.sim.transfer import HOST_NUMPY, relaid_out
 
 DTYPE_TAG = "__dtype__."
 
@@ -234,7 +235,8 @@ def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
     return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
 
 
-def constant_bytes(out_dir: Path, weights) -> dict[str, np.ndarray]:
+def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec] | None = None
+                   ) -> dict[str, np.ndarray]:
     """Each constant's device bytes (uint8), mapped copy-on-write from OUT/weights.bin: the
     file holds them in device form, so they become the constants' HBM as they are. The
     kernel is asked to read the whole file ahead (`MADV_WILLNEED`, asynchronous), so the
@@ -243,11 +245,12 @@ def constant_bytes(out_dir: Path, weights) -> dict[str, np.ndarray]:
     instead, a window ahead of the ops (the whole file at once could evict the first layers'
     weights to make room for the last).
     `weights` is the loader's checked `Weights` table (manifest `weights`); the file's size
-    was checked too."""
+    was checked too. A constant stored as another's value in its own layout (`relayout_of`)
+    is laid out here from that one's bytes, in memory (`tensors`: the manifest's)."""
     if weights is None or not weights.entries:
         return {}
     if weights.nbytes == 0:         # only empty constants: an empty file cannot be mapped
-        return {e.name: np.zeros(0, dtype=np.uint8) for e in weights.entries}
+        return {e.name: np.zeros(e.nbytes, dtype=np.uint8) for e in weights.entries}
     path = Path(out_dir) / weights.file
     try:
         with open(path, "rb") as f:
@@ -259,7 +262,13 @@ def constant_bytes(out_dir: Path, weights) -> dict[str, np.ndarray]:
             hasattr(mmap, "MADV_WILLNEED"):
         mapped.madvise(mmap.MADV_WILLNEED)     # bigger files: read in order (sim/prefetch.py)
     data = np.frombuffer(mapped, dtype=np.uint8)
-    return {e.name: data[e.offset:e.offset + e.nbytes] for e in weights.entries}
+    found = {e.name: data[e.offset:e.offset + e.nbytes] for e in weights.entries
+             if e.relayout_of is None}
+    for e in weights.entries:
+        if e.relayout_of is not None:
+            found[e.name] = relaid_out(found[e.relayout_of], tensors[e.relayout_of],
+                                       tensors[e.name])
+    return found
 
 
 def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str],

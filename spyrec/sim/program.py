@@ -42,6 +42,9 @@ class WeightEntry:
     name: str
     offset: int
     nbytes: int
+    # the stored constant whose value this one holds in its own layout (not in the file:
+    # the loader lays it out, `sim/inputs.constant_bytes`); offset is then -1
+    relayout_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,9 @@ def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weigh
                                  f"layout is {t.layout.device_dtype} "
                                  f"{list(t.layout.device_size)}; re-run spyrec compile")
         nbytes = t.device_bytes
+        if "relayout_of" in w:
+            entries.append(WeightEntry(w["name"], -1, nbytes, w["relayout_of"]))
+            continue
         if w["bytes"] != nbytes:
             raise InputFileError(f"{label}: bytes {w['bytes']}, the tensor's device_bytes are "
                                  f"{nbytes}; re-run spyrec compile")
@@ -166,6 +172,17 @@ def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weigh
     if len(listed) != len(entries):
         raise InputFileError(f"{path}: at $.weights.tensors: a tensor is listed twice; re-run "
                              f"spyrec compile")
+    stored = {e.name for e in entries if e.relayout_of is None}
+    for e in entries:
+        if e.relayout_of is None:
+            continue
+        src, t = tensors.get(e.relayout_of), tensors[e.name]
+        if e.relayout_of not in stored or src.host_shape != t.host_shape or \
+                src.host_dtype != t.host_dtype or \
+                src.layout.device_dtype != t.layout.device_dtype:
+            raise InputFileError(
+                f"{path}: at $.weights.tensors ('{e.name}'): relayout_of '{e.relayout_of}' is "
+                f"not a stored constant of the same shape and dtype; re-run spyrec compile")
     missing = [n for n, t in tensors.items() if t.role == "constant" and n not in listed]
     if missing:
         raise InputFileError(f"{path}: at $.weights.tensors: no values for the constant(s) "

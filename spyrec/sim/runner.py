@@ -95,8 +95,8 @@ def place_tensors(program: OutputProgram, constants: dict[str, np.ndarray] | Non
     (`constant_bytes`), mapped here when not given."""
     hbm = Hbm(program.manifest.hbm_bytes)
     live = live_ranges(program)
-    weights = constants if constants is not None else constant_bytes(program.out_dir,
-                                                                     program.weights)
+    weights = constants if constants is not None else constant_bytes(
+        program.out_dir, program.weights, program.manifest.tensors)
     for t in program.manifest.tensors.values():
         if t.hbm_address is None:
             continue
@@ -194,7 +194,7 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         program = at_lengths(program, lengths)
         host_inputs = {name: padded_to_maximum(manifest.tensors[name], array)
                        for name, array in host_inputs.items()}
-    constants = constant_bytes(program.out_dir, program.weights)
+    constants = constant_bytes(program.out_dir, program.weights, program.manifest.tensors)
     hbm = place_tensors(program, constants)
     lx = place_lx(program)
     births = _births(lx.allocations)

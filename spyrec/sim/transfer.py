@@ -121,6 +121,26 @@ def write_tensor(hbm: Hbm, t: TensorSpec, host: np.ndarray) -> None:
     place.scatter(device, 0, values)
 
 
+def relaid_out(stored: np.ndarray, source: TensorSpec, t: TensorSpec) -> np.ndarray:
+    """The device bytes (uint8) of constant `t`, which holds the value `source` holds in
+    `stored` (its device bytes) in another layout (manifest `weights.tensors[].relayout_of`):
+    one strided gather and one scatter, the storage values moved as they are (same dtype)."""
+    dtype = storage_dtype(t.layout.device_dtype)
+    out = np.empty(t.device_bytes, dtype=np.uint8)
+    if t.device_bytes == 0:
+        return out
+    device = out.view(dtype)
+    try:
+        values = placement(source.host_shape, source.layout).gather(stored.view(dtype), 0)
+        place = placement(t.host_shape, t.layout)
+    except PlacementError as e:
+        raise SimulatorFault(f"constant '{t.name}': {e}") from None
+    if place.padded or not place.covers_layout:
+        device[:] = FILL_VALUE[t.layout.device_dtype]
+    place.scatter(device, 0, values)
+    return out
+
+
 def read_tensor(hbm: Hbm, t: TensorSpec, lengths: Mapping[str, int] | None = None
                 ) -> np.ndarray:
     """The host form of a tensor, gathered from its device layout (one strided copy); cut to

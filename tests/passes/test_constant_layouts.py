@@ -1,6 +1,7 @@
 """A constant read in two layouts gets both at compile time (DESIGN §3, issue 28 §3): a tied
 embedding (the gather reads the table with the stick on d, the lm_head matmul with the stick on
-the vocab) is written twice into the weights file and never restickified on the device."""
+the vocab) is never restickified on the device. The weights file stores the table once; the
+loader lays the second layout out when it loads the weights (issue 26: weights on disk once)."""
 
 from pathlib import Path
 
@@ -76,16 +77,45 @@ def test_tied_embedding_gets_both_layouts_at_compile_time(tmp_path, dtype, token
     assert (head["device_size"], head["stride_map"]) == (
         [VOCAB // lanes, D, lanes], [lanes * D, 1, D])
     weights = {t["name"]: t for t in load_json(out / "manifest.json")["weights"]["tensors"]}
-    assert weights["p_embed_weight"]["bytes"] == weights["p_embed_weight__layout"]["bytes"] \
-        == table
+    # the table is stored once: the lm_head's layout names it and the loader lays it out
+    assert weights["p_embed_weight"]["bytes"] == table
+    assert {k: v for k, v in weights["p_embed_weight__layout"].items()
+            if k not in ("device_dtype", "device_size")} == {
+        "name": "p_embed_weight__layout", "relayout_of": "p_embed_weight"}
+    assert (out / "weights.bin").stat().st_size < 2 * table
     assert head["hbm_address"] != gathered["hbm_address"]
-    # both hold the table, each in its own device form: the second is the first transposed
-    blob = np.fromfile(out / "weights.bin", dtype=np.uint8)
-    first, second = (blob[weights[n]["offset"]:weights[n]["offset"] + table]
-                     .view(np.float16 if dtype == torch.float16 else np.float32)
+    # both hold the table in the run, each in its own device form: the second is the first
+    # transposed
+    from spyrec.sim.inputs import constant_bytes
+    from spyrec.sim.loader import read_spyrec_dir
+
+    program = read_spyrec_dir(out)
+    loaded = constant_bytes(out, program.weights, program.manifest.tensors)
+    first, second = (loaded[n].view(np.float16 if dtype == torch.float16 else np.float32)
                      for n in ("p_embed_weight", "p_embed_weight__layout"))
     rows = first.reshape(D // lanes, VOCAB, lanes).transpose(1, 0, 2).reshape(VOCAB, D)
     cols = second.reshape(VOCAB // lanes, D, lanes).transpose(1, 0, 2).reshape(D, VOCAB)
     assert np.array_equal(rows, cols.T)
     assert "p_embed_weight -> p_embed_weight__layout: stick dim 1 -> 0" in \
         (out / "report.txt").read_text()
+
+
+def test_a_relayout_of_no_stored_constant_is_refused_naming_it(tmp_path):
+    """A hand-edited manifest whose relayout_of names no stored constant of the same shape
+    is one exit-2 line before anything runs."""
+    import json
+
+    from spyrec.errors import InputFileError
+    from spyrec.sim.loader import read_spyrec_dir
+
+    ids = torch.randint(0, VOCAB, (1, 4), generator=torch.Generator().manual_seed(1))
+    out = run_and_compare(tmp_path, TiedLM(torch.float16), (ids,))
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["weights"]["tensors"]:
+        if "relayout_of" in entry:
+            entry["relayout_of"] = "p_norm_weight"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputFileError, match=r"\('p_embed_weight__layout'\): relayout_of "
+                                             r"'p_norm_weight' is not a stored constant of the "
+                                             r"same shape and dtype"):
+        read_spyrec_dir(out)
