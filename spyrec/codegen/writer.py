@@ -35,6 +35,7 @@ from spyrec.codegen.symbols import SymbolTable
 from spyrec.ir import Graph
 from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.ir.symbols import SymLength
+from spyrec.ir.values import PaddedConstant
 from spyrec.layout.storage import STORAGE, PlacementError, write_device
 from spyrec.outdir import check_output_dir, replace_directory
 
@@ -112,15 +113,16 @@ class WeightsBlob:
     `write`, one tensor at a time, through one reused buffer (the largest tensor's size).
 
     A constant holding the value of another one in a second layout (stick_layout's
-    `__layout` copy of a tied embedding) is not stored: its entry names the stored one
-    (`relayout_of`) and the loader lays that value out again, once per run (the weights
-    are on disk once: the table of Llama-3.2-1B is 525 MB)."""
+    `__layout` copy of a tied embedding), or that value zero-padded at the end of its dims
+    (split_padding's `__npad` lm_head of it), is not stored: its entry names the stored one
+    (`relayout_of`, and `pad`) and the loader lays that value out again, once per run (the
+    weights are on disk once: the table of Llama-3.2-1B is 525 MB)."""
 
     def __init__(self, entries: list[tuple], total: int, relayouts: dict[str, str],
                  constants: list):
         self.entries = entries      # (buffer, offset, bytes, value) of the stored constants
         self.total = total
-        self.relayouts = relayouts  # constant -> the stored constant holding its value
+        self.relayouts = relayouts  # constant -> (the stored constant holding its value, pad)
         self.constants = constants  # every constant's buffer, in tensors order
 
     @classmethod
@@ -132,8 +134,10 @@ class WeightsBlob:
                      if buf.role == "constant" and buf.name in graph.constants]
         for buf in constants:
             value = graph.constants[buf.name]
-            if id(value) in stored:
-                relayouts[buf.name] = stored[id(value)]
+            base, pad = (value.base, value.pad) if isinstance(value, PaddedConstant) else \
+                (value, None)
+            if id(base) in stored:
+                relayouts[buf.name] = (stored[id(base)], pad)
                 continue
             stored[id(value)] = buf.name
             nbytes = buf.layout.device_bytes
@@ -146,7 +150,8 @@ class WeightsBlob:
         """The manifest's `weights` object: every constant in tensors order, stored ones with
         their `offset` and `bytes`, the others with the stored constant they relay out."""
         where = {buf.name: {"offset": o, "bytes": b} for buf, o, b, _ in self.entries}
-        where |= {name: {"relayout_of": source} for name, source in self.relayouts.items()}
+        where |= {name: {"relayout_of": source, **({"pad": list(pad)} if pad else {})}
+                  for name, (source, pad) in self.relayouts.items()}
         return {"file": WEIGHTS_FILE, "bytes": self.total, "alignment": WEIGHTS_ALIGNMENT,
                 "tensors": [{"name": buf.name, "device_dtype": buf.layout.device_dtype,
                              "device_size": list(buf.layout.device_size), **where[buf.name]}

@@ -267,7 +267,7 @@ def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec] | N
     for e in weights.entries:
         if e.relayout_of is not None:
             found[e.name] = relaid_out(found[e.relayout_of], tensors[e.relayout_of],
-                                       tensors[e.name])
+                                       tensors[e.name], e.pad)
     return found
 
 

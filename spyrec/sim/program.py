@@ -42,9 +42,11 @@ class WeightEntry:
     name: str
     offset: int
     nbytes: int
-    # the stored constant whose value this one holds in its own layout (not in the file:
-    # the loader lays it out, `sim/inputs.constant_bytes`); offset is then -1
+    # the stored constant whose value this one holds in its own layout, zero-padded at the
+    # end of each dim by `pad` (not in the file: the loader lays it out,
+    # `sim/inputs.constant_bytes`); offset is then -1
     relayout_of: str | None = None
+    pad: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,8 @@ def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weigh
                                  f"{list(t.layout.device_size)}; re-run spyrec compile")
         nbytes = t.device_bytes
         if "relayout_of" in w:
-            entries.append(WeightEntry(w["name"], -1, nbytes, w["relayout_of"]))
+            pad = tuple(w.get("pad", (0,) * len(t.host_shape)))
+            entries.append(WeightEntry(w["name"], -1, nbytes, w["relayout_of"], pad))
             continue
         if w["bytes"] != nbytes:
             raise InputFileError(f"{label}: bytes {w['bytes']}, the tensor's device_bytes are "
@@ -177,12 +180,14 @@ def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weigh
         if e.relayout_of is None:
             continue
         src, t = tensors.get(e.relayout_of), tensors[e.name]
-        if e.relayout_of not in stored or src.host_shape != t.host_shape or \
+        if e.relayout_of not in stored or len(e.pad) != len(src.host_shape) or \
+                tuple(n + p for n, p in zip(src.host_shape, e.pad)) != t.host_shape or \
                 src.host_dtype != t.host_dtype or \
                 src.layout.device_dtype != t.layout.device_dtype:
             raise InputFileError(
                 f"{path}: at $.weights.tensors ('{e.name}'): relayout_of '{e.relayout_of}' is "
-                f"not a stored constant of the same shape and dtype; re-run spyrec compile")
+                f"not a stored constant of the same shape (plus `pad`) and dtype; re-run "
+                f"spyrec compile")
     missing = [n for n, t in tensors.items() if t.role == "constant" and n not in listed]
     if missing:
         raise InputFileError(f"{path}: at $.weights.tensors: no values for the constant(s) "

@@ -121,10 +121,12 @@ def write_tensor(hbm: Hbm, t: TensorSpec, host: np.ndarray) -> None:
     place.scatter(device, 0, values)
 
 
-def relaid_out(stored: np.ndarray, source: TensorSpec, t: TensorSpec) -> np.ndarray:
+def relaid_out(stored: np.ndarray, source: TensorSpec, t: TensorSpec,
+               pad: tuple[int, ...] = ()) -> np.ndarray:
     """The device bytes (uint8) of constant `t`, which holds the value `source` holds in
-    `stored` (its device bytes) in another layout (manifest `weights.tensors[].relayout_of`):
-    one strided gather and one scatter, the storage values moved as they are (same dtype)."""
+    `stored` (its device bytes) in another layout, zero-padded at the end of each dim by
+    `pad` (manifest `weights.tensors[].relayout_of`, `pad`): one strided gather and one
+    scatter, the storage values moved as they are (same dtype)."""
     dtype = storage_dtype(t.layout.device_dtype)
     out = np.empty(t.device_bytes, dtype=np.uint8)
     if t.device_bytes == 0:
@@ -132,6 +134,8 @@ def relaid_out(stored: np.ndarray, source: TensorSpec, t: TensorSpec) -> np.ndar
     device = out.view(dtype)
     try:
         values = placement(source.host_shape, source.layout).gather(stored.view(dtype), 0)
+        if any(pad):
+            values = np.pad(values, [(0, p) for p in pad])
         place = placement(t.host_shape, t.layout)
     except PlacementError as e:
         raise SimulatorFault(f"constant '{t.name}': {e}") from None

@@ -117,5 +117,5 @@ def test_a_relayout_of_no_stored_constant_is_refused_naming_it(tmp_path):
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputFileError, match=r"\('p_embed_weight__layout'\): relayout_of "
                                              r"'p_norm_weight' is not a stored constant of the "
-                                             r"same shape and dtype"):
+                                             r"same shape \(plus `pad`\) and dtype"):
         read_spyrec_dir(out)

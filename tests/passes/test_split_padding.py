@@ -66,6 +66,11 @@ def test_the_lm_head_pads_its_vocab_splits_it_and_equals_eager(tmp_path, tied, t
     assert 0 < report["work_division"]["max_span_bytes"] <= 256 << 20
     split = dict(kv.split(":") for kv in row["split"].split(" + ")[0][1:-1].split(", "))
     assert sticks % int(split["c2"]) == 0 and int(split["c2"]) > 1
+    if tied:    # the padded lm_head is the table padded: stored once, laid out at load
+        weights = {w["name"]: w for w in load_json(out / "manifest.json")["weights"]["tensors"]}
+        (table,) = [w for w in weights.values() if "bytes" in w and w["bytes"] > V * K]
+        assert {k: weights[row["padded"]].get(k) for k in ("relayout_of", "pad", "bytes")} == \
+            {"relayout_of": table["name"], "pad": [row["n_padded"] - V, 0], "bytes": None}
 
 
 def test_padding_rows_are_zero_in_the_weights_file(tmp_path):
@@ -83,6 +88,24 @@ def test_padding_rows_are_zero_in_the_weights_file(tmp_path):
     assert np.all(host[V:] == 0) and np.any(host[:V] != 0)
     weights = Head().head.weight.detach().numpy()
     assert np.array_equal(host[:V], weights)
+
+
+def test_a_tied_tables_padded_lm_head_is_laid_out_at_load_with_zero_rows(tmp_path):
+    """The tied table is stored once; the loader pads it with zero rows up to whole sticks
+    per core and lays it out as the lm_head reads it."""
+    from spyrec.sim.inputs import constant_bytes
+    from spyrec.sim.loader import read_spyrec_dir
+
+    out = run_and_compare(tmp_path, Head(tied=True), (_ids(1),))
+    (row,) = _report(out)["split_padding"]["list"]
+    program = read_spyrec_dir(out)
+    loaded = constant_bytes(out, program.weights, program.manifest.tensors)
+    sticks = row["n_padded"] // 64
+    device = loaded[row["padded"]].view(np.float16).reshape(sticks, K, 64)
+    host = np.moveaxis(device, 1, 2).reshape(sticks * 64, K)
+    assert np.all(host[V:] == 0)
+    assert np.array_equal(host[:V], Head(tied=True).embed.weight.detach().numpy())
+    assert (out / "weights.bin").stat().st_size < 2 * V * K * 2
 
 
 def test_an_n_the_cores_divide_is_not_padded(tmp_path):
