@@ -393,3 +393,18 @@ def test_a_mask_of_equal_segments_skips_the_other_sequences_key_tiles(tmp_path):
     (row,) = _rows(out)
     assert row["key_span"] == {"start": [2, 0], "stop": [2, 2]}
     _no_full_scores(out, 1024, 1024)
+
+
+def test_auto_does_not_keep_scores_that_need_more_than_half_a_cores_lx(tmp_path):
+    """4 heads x 1,600 tokens in fp32: 1.28 MB of scores per core over 32 cores. Priced
+    alone (LX empty) the materialized chain fits a core's LX, and was kept (alone it is
+    0.7% cheaper than flash); in a program the values live around it took LX, the scores
+    went to HBM and cost 20x (HF Llama at 1,600 tokens: 3,092 us against 348 us with
+    flash). auto keeps a materialized chain only within half a core's LX: this is flash."""
+    from tests.programs import compile_pt2, export
+
+    q, k, v = _qkv(1, 4, 4, 1600, 1600, 32, dtype=torch.float32)
+    out = compile_pt2(export(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v)), (q, k, v)), tmp_path / "out")
+    (row,) = _rows(out)
+    assert (row["query_tile"], row["key_tile"]) == (1600, 1600) and row["per_tile"]

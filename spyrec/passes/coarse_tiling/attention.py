@@ -44,6 +44,12 @@ KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
 SYMBOLIC_KEY_TILES = (32, 64)     # also tried under a symbolic length's granularity
 MAX_QUERY_TILES = 2               # query tile sizes priced per head tile (the largest that may fit)
 NEAR = 0.02                       # estimates this close are a tie: the least traffic wins
+# `auto` keeps a site whose scores exceed one core's LX materialized only if its chain fits in
+# this fraction of LX per core (1/2): it is priced alone, with LX empty, while in the program
+# the values live around it share LX. Measured: HF Llama (tiny width) at 1,600 tokens, scores
+# 1.28 MB per core priced 79 us alone (flash 81 us), then found LX holding 0.4 MB of other
+# values, went to HBM and cost 1,500 us per layer; flash is planned with per-tile buffers.
+MATERIALIZED_LX_SHARE = 2
 # a query row takes over 2 KB of LX per core at head dim 128 (`_lx_floor`): query tiles that
 # give a core more rows than this are not priced
 MAX_ROWS_PER_CORE = 1024
@@ -245,7 +251,7 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                                                  key=lambda p: p.time_us)))
     if mode == "auto":
         try:
-            plain = _price(graph, site, None, budget)
+            plain = _price(graph, site, None, budget // MATERIALIZED_LX_SHARE)
         except UnsupportedProgram:
             plain = None                 # materialized, no split fits the per-core span
         if plain is not None and plain.time_us <= best.time_us:
@@ -336,7 +342,7 @@ def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     if planned is None or planned is OUTPRICED:
         return planned                       # None: tiles that do not move by whole sticks
     placement = place_lx(planned, budget)
-    if _spilled(planned, placement, budget):
+    if _spilled(planned, placement, budget, every=tiles is None):
         return None
     apply_lx(planned, placement)
     return Priced(tiles, planned_time_us(planned), hbm_bytes=hbm_bytes(planned))
@@ -377,8 +383,11 @@ def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     return sub
 
 
-def _spilled(graph: Graph, placement, budget: int) -> bool:
-    """Whether a per-tile buffer is left out of LX for want of room (one left in HBM because
-    its readers take other cores' slices is priced there, not refused)."""
+def _spilled(graph: Graph, placement, budget: int, every: bool = False) -> bool:
+    """Whether a per-tile buffer (`every`: any intermediate, for the materialized form, whose
+    price assumes its chain in LX) is left out of LX for want of room (one left in HBM
+    because its readers take other cores' slices is priced there, not refused)."""
     return any(not row["placed"] and lacks_room(row, budget)
-               for name, row in placement.rows.items() if graph.buffers[name].per_tile)
+               for name, row in placement.rows.items()
+               if graph.buffers[name].per_tile or
+               every and graph.buffers[name].role == "intermediate")
