@@ -334,7 +334,8 @@ def _proof(symbol: SymLength, most: int, partial: list[str]) -> list[str]:
                       f"length) and write the output's padding, which no op reads"
                       if partial else ""),
                   "padding: every access to a dim of this length is walked by a loop it "
-                  "bounds (checked), so nothing reads past the length"]
+                  "bounds (checked), so nothing reads past the length" + (
+                      " into a row that reaches an output" if partial else "")]
     else:
         lines.append(f"mask: every key past {symbol.value_of.describe()} is masked to -inf, "
                      f"so the key tiles past it, which the loop skips, add nothing; the last "
