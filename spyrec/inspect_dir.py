@@ -255,6 +255,11 @@ def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
              f"  device_size {t['device_size']}  stride_map {t['stride_map']}  "
              f"{t['device_dtype']}  {t['device_bytes']} bytes at {_where(t)}",
              f"  source {t['source']}", ""]
+    stored = next((w for w in manifest["weights"]["tensors"] if w["name"] == t["name"]), {})
+    if "relayout_of" in stored:
+        pad = f", zero-padded by {stored['pad']}" if "pad" in stored else ""
+        lines.insert(-1, f"  not in weights.bin: laid out at load from {stored['relayout_of']}"
+                         f"{pad}")
     for name, spec, arg in _accesses(out_dir, manifest, t):
         role = "reads " if arg["is_input"] else "writes"
         space = ", ".join(f"{v}<{n}" for v, (n, _) in spec["iteration_space"].items())

@@ -93,6 +93,10 @@ def test_tied_embedding_gets_both_layouts_at_compile_time(tmp_path, dtype, token
     loaded = constant_bytes(out, program.weights, program.manifest.tensors)
     first, second = (loaded[n].view(np.float16 if dtype == torch.float16 else np.float32)
                      for n in ("p_embed_weight", "p_embed_weight__layout"))
+    from spyrec.inspect_dir import inspect_directory
+
+    assert "  not in weights.bin: laid out at load from p_embed_weight\n" in \
+        inspect_directory(out, "p_embed_weight__layout")
     rows = first.reshape(D // lanes, VOCAB, lanes).transpose(1, 0, 2).reshape(VOCAB, D)
     cols = second.reshape(VOCAB // lanes, D, lanes).transpose(1, 0, 2).reshape(D, VOCAB)
     assert np.array_equal(rows, cols.T)
