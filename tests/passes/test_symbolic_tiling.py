@@ -59,6 +59,24 @@ def test_every_op_walking_the_length_runs_in_a_loop_bound_by_it(tmp_path):
     assert group["loops"] == [{"dim": "s", "count": 4}]
 
 
+def test_the_last_row_of_an_attention_over_the_length_is_refused(tmp_path):
+    """Flash writes its output rows from per-tile accumulators, which carry no symbol; the
+    rows still have the queries' length, so reading the last one (a classifier's token) is
+    refused as any read of the last token is. It had compiled, and read at a shorter length
+    a row the run never wrote."""
+    def last(m, x):
+        q = x.view(1, -1, 2, 32).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return a.transpose(1, 2).reshape(1, -1, 64)[:, -1]
+
+    pt2 = export(tmp_path, Lambda(last), (torch.randn(1, 256, 64),))
+    with pytest.raises(UnsupportedProgram, match=r"node 'select' .* reads "
+                                                 r"scaled_dot_product_attention dim 2, whose "
+                                                 r"length is the symbolic s, at places that do "
+                                                 r"not stop"):
+        _planned(pt2, {0: {1: "s"}}, {})
+
+
 def test_a_read_of_the_last_token_is_refused_naming_the_op(tmp_path):
     module = Lambda(lambda m, x: torch.relu(x[:, -1]))
     pt2 = export(tmp_path, module, (torch.randn(1, 256, 64),))
