@@ -118,7 +118,7 @@ class WeightsBlob:
     (`relayout_of`, and `pad`) and the loader lays that value out again, once per run (the
     weights are on disk once: the table of Llama-3.2-1B is 525 MB)."""
 
-    def __init__(self, entries: list[tuple], total: int, relayouts: dict[str, str],
+    def __init__(self, entries: list[tuple], total: int, relayouts: dict[str, tuple],
                  constants: list):
         self.entries = entries      # (buffer, offset, bytes, value) of the stored constants
         self.total = total
@@ -129,7 +129,7 @@ class WeightsBlob:
     def plan(cls, graph: Graph) -> "WeightsBlob":
         entries, offset, end = [], 0, 0
         stored: dict[int, str] = {}     # id of a value -> the stored constant holding it
-        relayouts: dict[str, str] = {}
+        relayouts: dict[str, tuple] = {}   # constant -> (stored constant, pad or None)
         constants = [buf for buf in graph.buffers.values()
                      if buf.role == "constant" and buf.name in graph.constants]
         for buf in constants:

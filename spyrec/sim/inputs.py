@@ -235,7 +235,7 @@ def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
     return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
 
 
-def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec] | None = None
+def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec]
                    ) -> dict[str, np.ndarray]:
     """Each constant's device bytes (uint8), mapped copy-on-write from OUT/weights.bin: the
     file holds them in device form, so they become the constants' HBM as they are. The

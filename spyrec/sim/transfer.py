@@ -107,17 +107,21 @@ def write_tensor(hbm: Hbm, t: TensorSpec, host: np.ndarray) -> None:
     if t.device_bytes == 0:
         return
     device = hbm.region(t.hbm_address, t.layout.device_dtype)
-    fill = FILL_VALUE[t.layout.device_dtype]
     if host.size == 0:
-        device[:t.device_bytes // device.itemsize] = fill
+        device[:t.device_bytes // device.itemsize] = FILL_VALUE[t.layout.device_dtype]
         return
+    _store(device, t, host_to_storage(t, host))
+
+
+def _store(device: np.ndarray, t: TensorSpec, values: np.ndarray) -> None:
+    """Scatter storage `values` (host order) into `device`, typed and starting at `t`'s
+    first byte; slots no element reaches hold the fill pattern."""
     try:
         place = placement(t.host_shape, t.layout)
     except PlacementError as e:
         raise SimulatorFault(f"tensor '{t.name}': {e}") from None
-    values = host_to_storage(t, host)
     if place.padded or not place.covers_layout:
-        device[:t.device_bytes // device.itemsize] = fill
+        device[:t.device_bytes // device.itemsize] = FILL_VALUE[t.layout.device_dtype]
     place.scatter(device, 0, values)
 
 
@@ -131,17 +135,13 @@ def relaid_out(stored: np.ndarray, source: TensorSpec, t: TensorSpec,
     out = np.empty(t.device_bytes, dtype=np.uint8)
     if t.device_bytes == 0:
         return out
-    device = out.view(dtype)
     try:
         values = placement(source.host_shape, source.layout).gather(stored.view(dtype), 0)
-        if any(pad):
-            values = np.pad(values, [(0, p) for p in pad])
-        place = placement(t.host_shape, t.layout)
     except PlacementError as e:
-        raise SimulatorFault(f"constant '{t.name}': {e}") from None
-    if place.padded or not place.covers_layout:
-        device[:] = FILL_VALUE[t.layout.device_dtype]
-    place.scatter(device, 0, values)
+        raise SimulatorFault(f"tensor '{source.name}': {e}") from None
+    if any(pad):
+        values = np.pad(values, [(0, p) for p in pad])
+    _store(out.view(dtype), t, values)
     return out
 
 
