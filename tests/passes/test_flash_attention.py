@@ -408,3 +408,26 @@ def test_auto_does_not_keep_scores_that_need_more_than_half_a_cores_lx(tmp_path)
         q, k, v)), (q, k, v)), tmp_path / "out")
     (row,) = _rows(out)
     assert (row["query_tile"], row["key_tile"]) == (1600, 1600) and row["per_tile"]
+
+
+def test_auto_replans_a_flash_tile_the_program_leaves_no_lx_for(tmp_path):
+    """HF Llama (tiny width, fp32) at 1,856 tokens (29 granules of 64: no key tile of
+    128/256/512 divides it). Priced alone, with LX empty, one 1,856-key tile needing 861 KB of
+    LX per core was cheapest; in the program 774 KB of other values were live beside the
+    second layer's, its scores tile went to HBM and every score step with it (3,589 us
+    against 455 us). A flash tile needing over half of LX is now checked in the program
+    (every layer's site rewritten) and chosen again within half when it does not fit."""
+    from tests.models import hf
+    from tests.programs import compile_pt2, export
+
+    tokens = 29 * 64
+    model = hf.long_prefill("llama", tokens)
+    ids = torch.randint(0, hf.VOCAB, (1, tokens), generator=torch.Generator().manual_seed(0))
+    out = compile_pt2(export(tmp_path, model, (ids,)), tmp_path / "out")
+    report = load_json(out / "report.json")
+    per_tile = {name for row in report["attention"] for name in row["per_tile"]}
+    assert len(report["attention"]) == 2 and per_tile
+    spilled = [b["buffer"] for b in report["scratchpad"]["buffers"]
+               if b["buffer"] in per_tile and not b["placed"]]
+    assert spilled == []
+    assert report["cost"]["totals"]["time_us"] < 600
