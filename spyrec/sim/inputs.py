@@ -18,8 +18,9 @@ import mmap
 import os
 import zipfile
 import zlib
+from functools import partial
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 from numpy.lib import format as npformat
@@ -235,7 +236,8 @@ def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
     return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
 
 
-def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec]
+def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec],
+                   later: dict[str, Callable[[], None]] | None = None
                    ) -> dict[str, np.ndarray]:
     """Each constant's device bytes (uint8), mapped copy-on-write from OUT/weights.bin: the
     file holds them in device form, so they become the constants' HBM as they are. The
@@ -246,7 +248,9 @@ def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec]
     weights to make room for the last).
     `weights` is the loader's checked `Weights` table (manifest `weights`); the file's size
     was checked too. A constant stored as another's value in its own layout (`relayout_of`)
-    is laid out here from that one's bytes, in memory (`tensors`: the manifest's)."""
+    is laid out here from that one's bytes, in memory (`tensors`: the manifest's); with
+    `later`, its bytes are left unwritten and `later[name]` is the call that writes them (the
+    runner lays it out on a thread while the ops before its first reader run)."""
     if weights is None or not weights.entries:
         return {}
     if weights.nbytes == 0:         # only empty constants: an empty file cannot be mapped
@@ -265,9 +269,15 @@ def constant_bytes(out_dir: Path, weights, tensors: Mapping[str, TensorSpec]
     found = {e.name: data[e.offset:e.offset + e.nbytes] for e in weights.entries
              if e.relayout_of is None}
     for e in weights.entries:
-        if e.relayout_of is not None:
+        if e.relayout_of is None:
+            continue
+        if later is None:
             found[e.name] = relaid_out(found[e.relayout_of], tensors[e.relayout_of],
                                        tensors[e.name], e.pad)
+            continue
+        found[e.name] = np.empty(e.nbytes, dtype=np.uint8)    # pages untouched until laid out
+        later[e.name] = partial(relaid_out, found[e.relayout_of], tensors[e.relayout_of],
+                                tensors[e.name], e.pad, found[e.name])
     return found
 
 

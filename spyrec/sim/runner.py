@@ -24,6 +24,7 @@ from spyrec.costmodel import CostParams, DEFAULT_PARAMS
 from spyrec.sim.program_cost import program_cost
 from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
+from spyrec.sim.relayouts import Relayouts
 from spyrec.sim.executor import run_op
 from spyrec.sim.inputs import check_inputs, constant_bytes
 from spyrec.sim.lengths import bind_lengths, padded_to_maximum
@@ -194,7 +195,9 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         program = at_lengths(program, lengths)
         host_inputs = {name: padded_to_maximum(manifest.tensors[name], array)
                        for name, array in host_inputs.items()}
-    constants = constant_bytes(program.out_dir, program.weights, program.manifest.tensors)
+    later: dict[str, Callable[[], None]] = {}
+    constants = constant_bytes(program.out_dir, program.weights, program.manifest.tensors,
+                               later)
     hbm = place_tensors(program, constants)
     lx = place_lx(program)
     births = _births(lx.allocations)
@@ -203,11 +206,15 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         write_tensor(hbm, manifest.tensors[name], array)
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
         f"{manifest.hbm_bytes} bytes of HBM")
-    prefetch = _prefetcher(program, constants)
+    prefetch = _prefetcher(program, {name: v for name, v in constants.items()
+                                     if name not in later})
+    relayouts = Relayouts(later)       # laid out on a thread while the ops run
     try:
         for i, (kernel, ex) in enumerate(program.trace):
             spec = program.ops[ex.file]
             t0 = time.perf_counter()
+            if relayouts:
+                relayouts.ready(a.name for a in spec.args)
             if prefetch is not None:
                 prefetch.at(i)
             for alloc in births.get(i, ()):
@@ -218,7 +225,9 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
             run_op(spec, ex, hbm, lx)
             log(f"[{i + 1}/{len(program.trace)}] {kernel}: {spec.describe()} "
                 f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+        relayouts.finish()
     finally:
+        relayouts.close()
         if prefetch is not None:
             prefetch.close()
     tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]

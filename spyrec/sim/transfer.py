@@ -126,13 +126,15 @@ def _store(device: np.ndarray, t: TensorSpec, values: np.ndarray) -> None:
 
 
 def relaid_out(stored: np.ndarray, source: TensorSpec, t: TensorSpec,
-               pad: tuple[int, ...] = ()) -> np.ndarray:
+               pad: tuple[int, ...] = (), out: np.ndarray | None = None) -> np.ndarray:
     """The device bytes (uint8) of constant `t`, which holds the value `source` holds in
     `stored` (its device bytes) in another layout, zero-padded at the end of each dim by
     `pad` (manifest `weights.tensors[].relayout_of`, `pad`): one strided gather and one
-    scatter, the storage values moved as they are (same dtype)."""
+    scatter, the storage values moved as they are (same dtype). Written into `out` (uint8,
+    `t`'s device bytes long) when given."""
     dtype = storage_dtype(t.layout.device_dtype)
-    out = np.empty(t.device_bytes, dtype=np.uint8)
+    if out is None:
+        out = np.empty(t.device_bytes, dtype=np.uint8)
     if t.device_bytes == 0:
         return out
     try:

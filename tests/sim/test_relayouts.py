@@ -1,0 +1,71 @@
+"""A relaid-out constant (a tied table's lm_head layout) is built on a worker thread while the
+ops before its first reader run (sim/relayouts.py): its reader waits for it, its failure is
+raised at that reader, and the bytes are those the eager build gives."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from spyrec.errors import SimulatorFault
+from spyrec.sim import relayouts as relayouts_module
+from spyrec.sim.relayouts import Relayouts
+from tests.differential.harness import run_and_compare
+from tests.passes.test_constant_layouts import VOCAB, TiedLM
+
+
+def test_a_reader_waits_for_its_layout_and_others_do_not():
+    started, release = threading.Event(), threading.Event()
+    done = []
+
+    def lay_out():
+        started.set()
+        release.wait(5)
+        done.append("head")
+
+    pending = Relayouts({"head": lay_out})
+    assert started.wait(5) and pending
+    t0 = time.perf_counter()
+    pending.ready(["x", "embed"])             # not a reader of it: no wait
+    assert time.perf_counter() - t0 < 1 and done == []
+    threading.Timer(0.2, release.set).start()
+    pending.ready(["x", "head"])
+    assert done == ["head"] and not pending
+    pending.finish()
+
+
+def test_a_failed_layout_is_raised_at_its_reader():
+    def lay_out():
+        raise SimulatorFault("tensor 'head': broken")
+
+    pending = Relayouts({"head": lay_out})
+    with pytest.raises(SimulatorFault, match="'head': broken"):
+        pending.ready(["head"])
+    pending.close()
+
+
+def test_one_thread_lays_out_at_once(monkeypatch):
+    monkeypatch.setattr(relayouts_module.threads, "count", lambda: 1)
+    done = []
+    pending = Relayouts({"head": lambda: done.append(threading.current_thread())})
+    assert done == [threading.current_thread()] and not pending
+
+
+def test_a_slow_layout_is_waited_for_by_the_lm_head(tmp_path, monkeypatch):
+    """The tied table's second layout takes 0.3 s more to build than the run takes to reach
+    the lm_head: the logits still equal eager's."""
+    from spyrec.sim import inputs
+
+    slow = inputs.relaid_out
+
+    def slowly(*args, **kwargs):
+        time.sleep(0.3)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(inputs, "relaid_out", slowly)
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
+    run_and_compare(tmp_path, TiedLM(torch.float32), (ids,))
