@@ -12,17 +12,18 @@ program the table has:
   beside it (the machine's page-cache fill rate, the floor under compile's weights part);
 - run: wall s and peak RSS of `spyrec run OUT --inputs in.npz`;
 - eager: wall s and peak RSS of a fresh process that loads the `.pt2` and runs its forward;
-- run_vs_eager: the two whole processes' ratio (issue 26's target: <= 1.0);
+- run_vs_eager: the two whole processes' ratio (issue 26's target: <= 1.0); with `--pairs N`
+  both are timed N times, alternately, and the medians are shown (walls, and the pairs' ratios);
 - check (with `--check`): `spyrec run --check`, simulation plus eager in one process;
 - ops and estimated us: `report.json` `ops` and `cost.totals.time_us`.
 
 `--models bert` is BERT-base fp16 (an encoder: prefill only; `--depth 12` is the real one).
 
 Usage: `python bench/scale.py [--depth 1] [--models granite,llama1b,bert] [--phases prefill,decode]
-[--check] [--work DIR] [--keep] [--reuse]`. Exported files and output directories live in a temporary directory
-that is deleted at the end (gigabytes at full width) unless `--keep`. `--max-rss-gb` (default
-8) kills any process whose resident set passes it (the machine is shared); its cell shows
-`inf`.
+[--check] [--pairs N] [--work DIR] [--keep] [--reuse]`. Exported files and output directories
+live in a temporary directory that is deleted at the end (gigabytes at full width) unless
+`--keep`. `--max-rss-gb` (default 8) kills any process whose resident set passes it (the
+machine is shared); its cell shows `inf`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -206,8 +208,25 @@ def dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 1e6
 
 
+def paired_runs(run: list[str], eager: list[str], name: str, max_rss: float,
+                pairs: int) -> tuple[float, float, float, float, float]:
+    """(run s, run GB, eager s, eager GB, run / eager) of `pairs` pairs of whole processes,
+    `spyrec run` then eager, one after the other: the medians of the walls and of the pairs'
+    ratios, the largest peaks. On the test host one process's wall varies by up to 2x with
+    the state of the page cache; a pair's two processes see about the same state."""
+    runs, eagers = [], []
+    for _ in range(pairs):
+        runs.append(measured(run, f"spyrec run of {name}", max_rss))
+        eagers.append(measured(eager, f"eager run of {name}", max_rss))
+    ratios = [r[0] / e[0] for r, e in zip(runs, eagers)]
+    return (statistics.median(r[0] for r in runs), max(r[1] for r in runs),
+            statistics.median(e[0] for e in eagers), max(e[1] for e in eagers),
+            statistics.median(ratios))
+
+
 def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
-              keep: bool = False, check: bool = False, reuse: bool = False) -> dict:
+              keep: bool = False, check: bool = False, reuse: bool = False,
+              pairs: int = 1) -> dict:
     name = f"{model}_{phase}_d{depth}"
     pt2, npz, out = work / f"{name}.pt2", work / f"{name}.npz", work / f"{name}_out"
     script = EXPORT.format(spec=dict(MODELS[model]), depth=depth, decode=phase == "decode",
@@ -222,10 +241,9 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
         if compile_gb == float("inf"):
             raise SystemExit(f"scale: spyrec compile of {name} passed --max-rss-gb")
         floor_s = write_floor(work, (out / "weights.bin").stat().st_size)
-        run_s, run_gb = measured([*spyrec, "run", str(out), "--inputs", str(npz), "-q"],
-                                 f"spyrec run of {name}", max_rss)
-        eager_s, eager_gb = measured([PY, "-c", EAGER.format(pt2=str(pt2), npz=str(npz))],
-                                     f"eager run of {name}", max_rss)
+        run_s, run_gb, eager_s, eager_gb, ratio = paired_runs(
+            [*spyrec, "run", str(out), "--inputs", str(npz), "-q"],
+            [PY, "-c", EAGER.format(pt2=str(pt2), npz=str(npz))], name, max_rss, pairs)
         check_s = check_gb = float("nan")
         if check:
             # exit 1: outputs beyond --check's tolerance (fp16 drift grows with depth; the
@@ -238,7 +256,7 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
                "compile_s": compile_s, "compile_gb": compile_gb, "out_mb": dir_mb(out),
                "write_floor_s": floor_s, "run_s": run_s, "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
                "ops": report["ops"],
-               "run_vs_eager": run_s / eager_s, "check_s": check_s, "check_gb": check_gb,
+               "run_vs_eager": ratio, "pairs": pairs, "check_s": check_s, "check_gb": check_gb,
                "est_us": report["cost"]["totals"]["time_us"]}
     finally:
         if not keep:
@@ -285,7 +303,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="reuse the .pt2/.npz a --keep run left in --work (no new export)")
     ap.add_argument("--check", action="store_true",
                     help="also time `spyrec run --check` (simulation + eager in one process)")
+    ap.add_argument("--pairs", type=int, default=1,
+                    help="time `spyrec run` and eager this many times, alternately: run_s and "
+                         "eager_s are the medians, run_vs_eager the median of the pairs' ratios")
     args = ap.parse_args(argv)
+    if args.pairs < 1:
+        ap.error(f"--pairs must be at least 1, got {args.pairs}")
     work = args.work or Path(tempfile.mkdtemp(prefix="spyrec-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -295,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
                 if phase == "decode" and model in ENCODERS:
                     continue
                 rows.append(bench_one(work, model, phase, args.depth, args.max_rss_gb,
-                                      args.keep, args.check, args.reuse))
+                                      args.keep, args.check, args.reuse, args.pairs))
                 print(table(rows[-1:]).splitlines()[1], file=sys.stderr, flush=True)
     finally:
         if not args.keep and args.work is None:
