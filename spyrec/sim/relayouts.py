@@ -8,6 +8,10 @@ pages fill at ~0.3 GB/s, though its only reader is the last op. So each is built
 worker thread from the start, and an op that reads one waits for it first (`ready`): the
 bytes every op reads are the same as before, only the time moves. With
 `SPYREC_SIM_THREADS=1` they are built at once, on the calling thread.
+Measured on that program, whole `spyrec run` processes, 5 alternating pairs: wall 12.5 ->
+11.8 s (median ratio 0.95); peak RSS 3.07 -> 3.55 GB, since the layout's host-order
+temporary now lives beside the layers' values. The gain is larger when the host's memory
+is cold, since the thread then waits on page faults instead of holding up the ops.
 """
 
 from __future__ import annotations
