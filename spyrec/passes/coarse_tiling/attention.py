@@ -280,18 +280,24 @@ def _fits_in_program(graph: Graph, choice: Priced, sites: list[AttentionSite],
     trivially when its LX floor is within `budget // LX_SHARE` (the rest of LX is left to
     the values live around it); else a copy of the program with every one of `sites` (one
     signature) rewritten is planned as the pipeline plans it (work division, staging, LX
-    placement) and no per-tile buffer may be left out of LX for want of room."""
+    placement) and none of their per-tile buffers may be left out of LX for want of room.
+    Where that program cannot be planned (another site still materialized over the per-core
+    span, a rewrite its proof refuses), the choice stands: the pipeline decides later."""
     if choice.tiles is None or _lx_floor(sites[0], choice.tiles) <= budget // LX_SHARE:
         return True
     trial = subgraph_of(graph, lambda op: True)
-    for n, site in enumerate(sites):
-        try:
+    before = set(trial.buffers)
+    try:
+        for n, site in enumerate(sites):
             rewrite(trial, site, choice.tiles, f"fit{n}", check=False)
-        except ConfigError:
-            return True     # the proof decides later; nothing to measure here
-    divide_work(trial)
-    stage_inputs(trial)
-    return not _spilled(trial, place_lx(trial, budget), budget)
+        divide_work(trial)
+        stage_inputs(trial)
+    except (ConfigError, UnsupportedProgram):
+        return True
+    ours = {name for name in set(trial.buffers) - before if trial.buffers[name].per_tile}
+    placement = place_lx(trial, budget)
+    return not any(not row["placed"] and lacks_room(row, budget)
+                   for name, row in placement.rows.items() if name in ours)
 
 
 def _lx_floor(site: AttentionSite, tiles: FlashTiles) -> int:
