@@ -121,9 +121,7 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
             if key not in memo:
                 site_mode = "always" if spec else site_mode
                 memo[key] = _choose(graph, site, site_mode, budget, fixed)
-                if not _fits_in_program(graph, memo[key], [
-                        other for other in sites[n:]
-                        if _signature(graph, other) == key[0]], budget):
+                if not _fits_in_program(graph, memo[key], site, sites[n + 1:], budget):
                     memo[key] = _choose(graph, site, site_mode, budget // LX_SHARE, fixed)
             choice = memo[key]
             if choice.tiles is None:
@@ -274,17 +272,20 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
     return best
 
 
-def _fits_in_program(graph: Graph, choice: Priced, sites: list[AttentionSite],
-                     budget: int) -> bool:
-    """Whether `choice`, priced alone, keeps its per-tile buffers in LX in the program:
-    trivially when its LX floor is within `budget // LX_SHARE` (the rest of LX is left to
-    the values live around it); else a copy of the program with every one of `sites` (one
-    signature) rewritten is planned as the pipeline plans it (work division, staging, LX
-    placement) and none of their per-tile buffers may be left out of LX for want of room.
-    Where that program cannot be planned (another site still materialized over the per-core
-    span, a rewrite its proof refuses), the choice stands: the pipeline decides later."""
-    if choice.tiles is None or _lx_floor(sites[0], choice.tiles) <= budget // LX_SHARE:
+def _fits_in_program(graph: Graph, choice: Priced, site: AttentionSite,
+                     later: list[AttentionSite], budget: int) -> bool:
+    """Whether `choice` for `site`, priced alone, keeps its per-tile buffers in LX in the
+    program: trivially when its LX floor is within `budget // LX_SHARE` (the rest of LX is
+    left to the values live around it); else a copy of the program with `site` and every
+    site of `later` of its signature (the other layers, which take the same choice)
+    rewritten is planned as the pipeline plans it (work division, staging, LX placement),
+    and none of their per-tile buffers may be left out of LX for want of room. Where that
+    program cannot be planned (another site still materialized over the per-core span, a
+    rewrite its proof refuses), the choice stands: the pipeline decides later."""
+    if choice.tiles is None or _lx_floor(site, choice.tiles) <= budget // LX_SHARE:
         return True
+    signature = _signature(graph, site)
+    sites = [site] + [other for other in later if _signature(graph, other) == signature]
     trial = subgraph_of(graph, lambda op: True)
     before = set(trial.buffers)
     try:
