@@ -198,9 +198,7 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
              estimate_cost: CostEstimate) -> dict:
     """`compile_program` itself."""
     checked = plan(source, out_dir, opts)
-    pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
     # The heavy imports (torch, sympy, xDSL) only once every option is known to be good.
-    from spyrec.codegen import build_outputs, write_atomically
     from spyrec.codegen.writer import Sha256Job
     from spyrec.frontend import load_program, lower_program
     from spyrec.frontend.limits import check_limits
@@ -221,7 +219,23 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
     check_layout_names(checked.layouts, graph, opts.layouts)
     timings.append({"name": "lower", "wall_ms": _ms(t0)})
     ctx = CompileContext(layouts_config=checked.layouts)
-    instruments = _instruments(opts, timings)
+    early = _EarlyWeights(_constants_final_step(checked.pipeline), check_output_dir(out_dir))
+    try:
+        return _compile_graph(graph, program, source, out_dir, opts, estimate_cost,
+                              checked, ctx, timings, early, source_sha256)
+    finally:
+        early.discard()
+
+
+def _compile_graph(graph, program, source: Path, out_dir: Path, opts: CompileOptions,
+                   estimate_cost: CostEstimate, checked: Plan, ctx: CompileContext,
+                   timings: list[dict], early: "_EarlyWeights", source_sha256) -> dict:
+    """The passes, code generation and the directory, from the lowered `graph`; `early`
+    starts writing weights.bin during the passes."""
+    from spyrec.codegen import build_outputs, write_atomically
+
+    pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
+    instruments = _instruments(opts, timings) + [early]
     for ins in instruments:
         ins.after(0, "lower", graph, frozenset())
     run_passes(graph, pipeline, ctx, instruments, timings)
@@ -248,7 +262,7 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
                 "report.txt": report_text(report) + "\n" + cost_table}
 
     write_atomically(out_dir, output.files, source, finalize,
-                     self_contained=opts.self_contained)
+                     self_contained=opts.self_contained, weights_job=early.job)
     if opts.timings:
         for row in timings:
             _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")
@@ -300,6 +314,34 @@ def _check_dump_name(opts: CompileOptions, pipeline) -> None:
     if opts.print_ir_before is not None and opts.print_ir_before not in names:
         raise ConfigError(f"--print-ir-before {opts.print_ir_before!r}: not a pass of this "
                           f"pipeline; choose one of: {', '.join(names)}")
+
+
+def _constants_final_step(pipeline: list) -> int:
+    """The step after which no pass changes what weights.bin holds: the last pass whose
+    contract writes `constants` (0, the lowering, if none does)."""
+    return max((step for step, p in enumerate(pipeline, start=1)
+                if "constants" in p.contract.writes), default=0)
+
+
+class _EarlyWeights(Instrument):
+    """Starts writing weights.bin (`codegen/weights_job.py`) once the step that fixes the
+    constants has run and been verified (this instrument comes after the verifier). Not when
+    the output's parent directory does not exist yet: a compile that fails later must not
+    leave directories it created."""
+
+    def __init__(self, step: int, target: Path):
+        self.step, self.target = step, target
+        self.job = None
+
+    def after(self, step, name, graph, facts) -> None:
+        if step == self.step and self.job is None and self.target.parent.is_dir():
+            from spyrec.codegen.weights_job import WeightsJob
+
+            self.job = WeightsJob(graph, self.target)
+
+    def discard(self) -> None:
+        if self.job is not None:
+            self.job.discard()
 
 
 @dataclass

@@ -66,15 +66,8 @@ def replace_directory(target: Path, build: Callable[[Path], None]) -> None:
 
     `target` is what `check_output_dir` returned. On any failure the temporary directory is
     removed and an earlier `target` is left as it was."""
-    parent = target.parent
     remove_stale_temporaries(target)
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = parent / f".{target.name}.spyrec-tmp-{os.getpid()}-{next(_counter)}"
-        tmp.mkdir()
-    except OSError as e:
-        raise OutputDirError(f"-o {target}: cannot create the output directory "
-                             f"({_reason(e)}). Choose a writable location.") from None
+    tmp = new_temporary(target)
     try:
         build(tmp)
         if target.is_dir():
@@ -89,6 +82,19 @@ def replace_directory(target: Path, build: Callable[[Path], None]) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def new_temporary(target: Path) -> Path:
+    """A new empty directory beside `target` named as this process's temporary for it (so
+    `remove_stale_temporaries` finds it if the process dies); the caller removes it."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.spyrec-tmp-{os.getpid()}-{next(_counter)}"
+        tmp.mkdir()
+    except OSError as e:
+        raise OutputDirError(f"-o {target}: cannot create the output directory "
+                             f"({_reason(e)}). Choose a writable location.") from None
+    return tmp
 
 
 def remove_stale_temporaries(target: Path) -> list[str]:

@@ -124,6 +124,15 @@ class WeightsBlob:
         self.total = total
         self.relayouts = relayouts  # constant -> (the stored constant holding its value, pad)
         self.constants = constants  # every constant's buffer, in tensors order
+        self.key = self._key()      # what the file's bytes depend on, as planned
+
+    def _key(self) -> tuple:
+        """Everything `write` and `section` depend on, by value (buffers are edited in place
+        by passes, so the fields are copied) and the values by identity."""
+        return (tuple((buf.name, offset, nbytes, buf.host_size, buf.host_dtype, buf.layout,
+                       id(value)) for buf, offset, nbytes, value in self.entries),
+                self.total, tuple(sorted(self.relayouts.items())),
+                tuple(buf.name for buf in self.constants))
 
     @classmethod
     def plan(cls, graph: Graph) -> "WeightsBlob":
@@ -157,18 +166,21 @@ class WeightsBlob:
                              "device_size": list(buf.layout.device_size), **where[buf.name]}
                             for buf in self.constants]}
 
-    def write(self, path: Path) -> None:
+    def write(self, path: Path, stop: threading.Event | None = None) -> None:
         """Create `path` and stream every tensor's device form into it: each is converted into
         one of two reused buffers while the other's bytes are written on a second thread (the
         conversion is numpy, the write the kernel's copy into the page cache; both release
         the GIL, so the two overlap on two cores), whole, with the gap after it (zeros) up to
-        the next tensor's offset (`_BlockFile`)."""
+        the next tensor's offset (`_BlockFile`). A set `stop` ends the writing between two
+        tensors (`WeightsStopped`): the caller is abandoning the file."""
         span = max((_round_up(b, WEIGHTS_ALIGNMENT) for _, _, b, _ in self.entries), default=0)
         scratch = [_page_aligned(span), _page_aligned(span)]
         pending: list[Future | None] = [None, None]
         with _BlockFile(path) as f, ThreadPoolExecutor(1, "spyrec-weights") as writer:
             try:
                 for i, (buf, offset, nbytes, value) in enumerate(self.entries):
+                    if stop is not None and stop.is_set():
+                        raise WeightsStopped(path)
                     block = scratch[i % 2]
                     if pending[i % 2] is not None:
                         pending[i % 2].result()        # its last write is done
@@ -184,6 +196,10 @@ class WeightsBlob:
                     if job is not None:
                         job.cancel()
             f.finish(self.total)
+
+
+class WeightsStopped(Exception):
+    """`WeightsBlob.write` was told to stop before the file was complete."""
 
 
 def _device_form(buf, value, out: np.ndarray) -> None:
@@ -410,21 +426,29 @@ def _lx_fields(graph: Graph, buf, writers: list) -> dict:
 
 
 def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob], source: Path,
-                     finalize=None, self_contained: bool = False) -> None:
+                     finalize=None, self_contained: bool = False, weights_job=None) -> None:
     """Write `files` (and, if `self_contained`, a copy of `source` as program.pt2) as `out_dir`,
     all or nothing.
 
     `spyrec.outdir` decides whether `out_dir` may be replaced and swaps the finished directory
     in. `finalize(tmp_dir) -> {name: text}` runs on the complete temporary directory before the
-    swap, for files computed from the others (the report's cost estimate).
+    swap, for files computed from the others (the report's cost estimate). `weights_job` (a
+    `codegen.weights_job.WeightsJob` started during the passes) supplies weights.bin when it
+    holds the same blob.
     """
     def build(tmp: Path) -> None:
+        early = {name: content for name, content in files.items()
+                 if isinstance(content, WeightsBlob) and weights_job is not None}
         for name, content in files.items():
-            _write_file(tmp / name, content)
+            if name not in early:
+                _write_file(tmp / name, content)
         if self_contained:
             shutil.copyfile(source, tmp / PROGRAM_COPY)
         for name, content in (finalize(tmp) if finalize else {}).items():
             _write_file(tmp / name, content)
+        for name, blob in early.items():    # last: finalize ran while it was still writing
+            if not weights_job.take(blob, tmp / name):
+                _write_file(tmp / name, blob)
 
     replace_directory(check_output_dir(out_dir), build)
 

@@ -78,7 +78,8 @@ PASSES: dict[str, PassLoader] = dict([
     # Lays out every buffer and inserts restickify copies and view copies (new ops, buffers).
     _entry("stick_layout", "StickLayout", provides=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),
-           writes=("ops", "buffers", "Buffer.layout", "Operation.op", "Operation.inputs")),
+           writes=("ops", "buffers", "constants", "Buffer.layout", "Operation.op",
+                   "Operation.inputs")),
     # Reads operand layouts to find K; adds a padded buffer, a fill and a copy per matmul.
     _entry("matmul_padding", "MatmulPadding", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),
@@ -95,7 +96,7 @@ PASSES: dict[str, PassLoader] = dict([
     # a copy of its real columns) when the padded op splits over more cores for less time.
     _entry("split_padding", "SplitPadding", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),
-           writes=("ops", "buffers", "Operation.ranges", "Operation.inputs",
+           writes=("ops", "buffers", "constants", "Operation.ranges", "Operation.inputs",
                    "Operation.output")),
     # Reads the output's layout to split whole sticks across cores; may replicate an op (its
     # declared copies, split over cores) so its readers find their slices in LX.

@@ -1,0 +1,74 @@
+"""`weights.bin` written while the last passes run.
+
+Writing the weights is most of a big compile (Llama-3.2-1B: ~11 s of 20; Granite-8B width at
+16 layers: ~28 s of 40), and it depends only on the constants: which buffers are constants,
+their layouts and their values. Those are final after the last pass of the pipeline whose
+registry contract declares `constants` (`ir/writes.py`; the verifying instrument holds every
+pass to it); in the default pipeline that is `split_padding`, and work division, staging, LX
+and HBM planning, code generation and the cost estimate still follow. So the compiler plans
+the blob there and writes it on background threads (numpy's copies and the kernel's writes
+release the GIL) into a temporary directory beside the output, and code generation takes the
+finished file instead of writing it again.
+
+Correct by construction twice over: code generation plans the blob again from the final graph
+and takes the early file only when both plans are equal (`WeightsBlob.key`: every entry's
+name, offset, size, host size and dtype, layout and value); otherwise it writes the file as
+before. Nothing is half-written: a compile that fails, or is interrupted, stops the writer
+between two tensors and removes its directory; a killed one leaves a temporary that the next
+compile to the same output removes (`outdir.remove_stale_temporaries`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from spyrec.codegen.writer import WEIGHTS_FILE, WeightsBlob, WeightsStopped
+from spyrec.outdir import new_temporary
+
+
+class WeightsJob:
+    """One `weights.bin`, planned from `graph` now and written on a daemon thread into a new
+    temporary directory beside `target` (the output directory's real path)."""
+
+    def __init__(self, graph, target: Path):
+        self.blob = WeightsBlob.plan(graph)
+        self._dir = new_temporary(target)
+        self._path = self._dir / WEIGHTS_FILE
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="spyrec-weights")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.blob.write(self._path, self._stop)
+        except WeightsStopped:
+            pass
+        except BaseException as e:      # re-raised by `take`, where the file is needed
+            self._error = e
+
+    def take(self, blob: WeightsBlob, path: Path) -> bool:
+        """Move the finished file to `path` if it holds `blob` (planned from the final graph);
+        False, with the early file removed, if the plans differ. A failure of the writer (a
+        constant that cannot be laid out, a full disk) is raised here, as writing it now
+        would have raised it."""
+        if blob.key != self.blob.key:
+            self.discard()
+            return False
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            self.discard()
+            raise error
+        os.rename(self._path, path)
+        self.discard()
+        return True
+
+    def discard(self) -> None:
+        """Stop the writer (between two tensors), wait for it and remove its directory."""
+        self._stop.set()
+        self._thread.join()
+        shutil.rmtree(self._dir, ignore_errors=True)
