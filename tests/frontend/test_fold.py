@@ -307,9 +307,10 @@ def test_abs_sign_ceil_floor_folders_match_eager(dtype):
 
 
 def test_log_folds_within_one_ulp_and_t5_buckets_exactly():
-    """Eager's float32 log is SLEEF's (1 ulp), and which SLEEF depends on the host: on an
-    AVX-512 host it agreed bit for bit with the folder's (float64 log rounded once) on T5's
-    arguments (positions / max_exact), on an AVX2-only host 47 of 2,048 differ by one ulp.
+    """Eager's float32 log is SLEEF's (1 ulp), and which SLEEF depends on the host: on the
+    hosts CI has run on it agreed bit for bit with the folder's (float64 log rounded once) on
+    T5's arguments (positions / max_exact), on an AVX2-only AMD host 47 of 2,048 differ by one
+    ulp.
     What T5 keeps is the bucket (the log scaled and truncated to an integer): that is exact
     for HF T5's configurations at every relative position up to 4,096."""
     positions = torch.arange(0, 2048, dtype=torch.int64)
