@@ -198,7 +198,9 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
              estimate_cost: CostEstimate) -> dict:
     """`compile_program` itself."""
     checked = plan(source, out_dir, opts)
+    pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
     # The heavy imports (torch, sympy, xDSL) only once every option is known to be good.
+    from spyrec.codegen import build_outputs, write_atomically
     from spyrec.codegen.writer import Sha256Job
     from spyrec.frontend import load_program, lower_program
     from spyrec.frontend.limits import check_limits
@@ -219,54 +221,40 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
     check_layout_names(checked.layouts, graph, opts.layouts)
     timings.append({"name": "lower", "wall_ms": _ms(t0)})
     ctx = CompileContext(layouts_config=checked.layouts)
-    early = _EarlyWeights(_constants_final_step(checked.pipeline), check_output_dir(out_dir))
-    try:
-        return _compile_graph(graph, program, source, out_dir, opts, estimate_cost,
-                              checked, ctx, timings, early, source_sha256)
-    finally:
-        early.discard()
+    # weights.bin is written during the later passes; stopped and removed on any failure
+    with _EarlyWeights(_constants_final_step(pipeline), check_output_dir(out_dir)) as early:
+        instruments = _instruments(opts, timings) + [early]
+        for ins in instruments:
+            ins.after(0, "lower", graph, frozenset())
+        run_passes(graph, pipeline, ctx, instruments, timings)
+        t0 = _phase(opts, "codegen")
+        report = _report(graph, ctx, timings)
+        report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
+                              "fallback_reason": program.fallback_reason or None}
+        report["constant_folding"] = {"folded": program.constants_folded}
+        configs = {"pipeline": pipeline_path, "tiling": str(opts.tiling) if opts.tiling else None,
+                   "layouts": str(opts.layouts) if opts.layouts else None}
+        output = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
+                               check=opts.verify_each, self_contained=opts.self_contained,
+                               source_sha256=source_sha256)
+        timings.append({"name": "codegen", "wall_ms": _ms(t0)})
+        report["sdsc"] = sdsc_summary(output.files)
 
+        def finalize(tmp: Path) -> dict[str, str]:
+            t_cost = time.perf_counter()
+            report["cost"], cost_table, curve = estimate_cost(output, tmp)
+            if curve:
+                report["cost_curve"] = curve
+            timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
+            return {"report.json": _json(report),
+                    "report.txt": report_text(report) + "\n" + cost_table}
 
-def _compile_graph(graph, program, source: Path, out_dir: Path, opts: CompileOptions,
-                   estimate_cost: CostEstimate, checked: Plan, ctx: CompileContext,
-                   timings: list[dict], early: "_EarlyWeights", source_sha256) -> dict:
-    """The passes, code generation and the directory, from the lowered `graph`; `early`
-    starts writing weights.bin during the passes."""
-    from spyrec.codegen import build_outputs, write_atomically
-
-    pipeline, pipeline_path = checked.pipeline, checked.pipeline_path
-    instruments = _instruments(opts, timings) + [early]
-    for ins in instruments:
-        ins.after(0, "lower", graph, frozenset())
-    run_passes(graph, pipeline, ctx, instruments, timings)
-    t0 = _phase(opts, "codegen")
-    report = _report(graph, ctx, timings)
-    report["frontend"] = {"requested": opts.frontend, "used": program.frontend,
-                          "fallback_reason": program.fallback_reason or None}
-    report["constant_folding"] = {"folded": program.constants_folded}
-    configs = {"pipeline": pipeline_path, "tiling": str(opts.tiling) if opts.tiling else None,
-               "layouts": str(opts.layouts) if opts.layouts else None}
-    output = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
-                           check=opts.verify_each, self_contained=opts.self_contained,
-                           source_sha256=source_sha256)
-    timings.append({"name": "codegen", "wall_ms": _ms(t0)})
-    report["sdsc"] = sdsc_summary(output.files)
-
-    def finalize(tmp: Path) -> dict[str, str]:
-        t_cost = time.perf_counter()
-        report["cost"], cost_table, curve = estimate_cost(output, tmp)
-        if curve:
-            report["cost_curve"] = curve
-        timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
-        return {"report.json": _json(report),
-                "report.txt": report_text(report) + "\n" + cost_table}
-
-    write_atomically(out_dir, output.files, source, finalize,
-                     self_contained=opts.self_contained, weights_job=early.job)
-    if opts.timings:
-        for row in timings:
-            _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")
-    return report
+        write_atomically(out_dir, output.files, source, finalize,
+                         self_contained=opts.self_contained, weights_job=early.job)
+        if opts.timings:
+            for row in timings:
+                _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")
+        return report
 
 
 def _attach_symbols(graph, program, source: Path, opts: CompileOptions) -> None:
@@ -339,8 +327,11 @@ class _EarlyWeights(Instrument):
 
             self.job = WeightsJob(graph, self.target)
 
-    def discard(self) -> None:
-        if self.job is not None:
+    def __enter__(self) -> "_EarlyWeights":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.job is not None:    # a no-op once the file was taken
             self.job.discard()
 
 

@@ -11,10 +11,11 @@ release the GIL) into a temporary directory beside the output, and code generati
 finished file instead of writing it again.
 
 Correct by construction twice over: code generation plans the blob again from the final graph
-and takes the early file only when both plans are equal (`WeightsBlob.key`: every entry's
-name, offset, size, host size and dtype, layout and value); otherwise it writes the file as
-before. Nothing is half-written: a compile that fails, or is interrupted, stops the writer
-between two tensors and removes its directory; a killed one leaves a temporary that the next
+and takes the early file only when both were planned from the same constants
+(`WeightsBlob.key`, the state the contract check compares: every constant buffer in order,
+its host size and dtype, its layout and its value); otherwise it writes the file as before.
+Nothing is half-written: a compile that fails, or is interrupted, stops the writer between two
+tensors and removes its directory; a killed one leaves a temporary that the next
 compile to the same output removes (`outdir.remove_stale_temporaries`).
 """
 

@@ -35,6 +35,7 @@ from spyrec.codegen.symbols import SymbolTable
 from spyrec.ir import Graph
 from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.ir.symbols import SymLength
+from spyrec.ir.writes import constants_state
 from spyrec.ir.values import PaddedConstant
 from spyrec.layout.storage import STORAGE, PlacementError, write_device
 from spyrec.outdir import check_output_dir, replace_directory
@@ -119,20 +120,14 @@ class WeightsBlob:
     weights are on disk once: the table of Llama-3.2-1B is 525 MB)."""
 
     def __init__(self, entries: list[tuple], total: int, relayouts: dict[str, tuple],
-                 constants: list):
+                 constants: list, state: tuple[tuple, tuple]):
         self.entries = entries      # (buffer, offset, bytes, value) of the stored constants
         self.total = total
         self.relayouts = relayouts  # constant -> (the stored constant holding its value, pad)
         self.constants = constants  # every constant's buffer, in tensors order
-        self.key = self._key()      # what the file's bytes depend on, as planned
-
-    def _key(self) -> tuple:
-        """Everything `write` and `section` depend on, by value (buffers are edited in place
-        by passes, so the fields are copied) and the values by identity."""
-        return (tuple((buf.name, offset, nbytes, buf.host_size, buf.host_dtype, buf.layout,
-                       id(value)) for buf, offset, nbytes, value in self.entries),
-                self.total, tuple(sorted(self.relayouts.items())),
-                tuple(buf.name for buf in self.constants))
+        # what the file's bytes depend on, as planned (`ir.writes.constants_state`: the
+        # constants, their layouts and values by id), and the values, held so the ids stay theirs
+        self.key, self._held = state
 
     @classmethod
     def plan(cls, graph: Graph) -> "WeightsBlob":
@@ -153,7 +148,7 @@ class WeightsBlob:
             entries.append((buf, offset, nbytes, value))
             end = offset + nbytes
             offset += -(-nbytes // WEIGHTS_ALIGNMENT) * WEIGHTS_ALIGNMENT
-        return cls(entries, end, relayouts, constants)
+        return cls(entries, end, relayouts, constants, constants_state(graph))
 
     def section(self) -> dict:
         """The manifest's `weights` object: every constant in tensors order, stored ones with
