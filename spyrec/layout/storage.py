@@ -31,6 +31,7 @@ import numpy as np
 
 from spyrec.bf16 import bf16_bits_to_float32
 from spyrec.layout.device_layout import DeviceLayout
+from spyrec.layout.transpose import copy_strided
 
 # The numpy dtype that stores each device dtype (fp8 formats are not stored yet).
 STORAGE: dict[str, np.dtype] = {
@@ -149,12 +150,15 @@ class Placement:
                 index = tuple(i for _, ix, _ in combo for i in ix)
                 source = tuple(r for r, _, _ in combo)
                 shape = tuple(n for _, _, sh in combo for n in sh)
-                box[index] = values[source].reshape(shape)
+                # the Ellipsis keeps an all-integer index a (0-d) view, not a copied scalar
+                copy_strided(box[index + (Ellipsis,)], values[source].reshape(shape))
 
     def gather(self, device: np.ndarray, base: int) -> np.ndarray:
         """The host-shaped values (a copy) from the first replica."""
         box = self.device_view(device, base)
-        whole = np.ascontiguousarray(box).reshape(self.padded_shape)
+        whole = np.empty(box.shape, box.dtype)
+        copy_strided(whole, box)
+        whole = whole.reshape(self.padded_shape)
         if not self.padded:
             return whole
         return whole[tuple(slice(0, n) for n in self.host_shape)].copy()
