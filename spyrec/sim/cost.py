@@ -138,6 +138,31 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
     }
 
 
+def cost_key(spec: OpSpec) -> tuple:
+    """Everything `op_cost` reads of `spec` besides its identity (file, index, name, source):
+    the op, its iteration space and reduced vars, each arg's direction, element size,
+    coordinates (a gather's name its index tensor), LX placement and tile coordinates, and
+    each core's slice. Addresses are not in it: sticks are counted from coordinates relative
+    to each arg's base, which a stick boundary starts. The ops of the layers of a stack share
+    their keys."""
+    return (spec.op, tuple(spec.iteration_space.items()), spec.reduced,
+            tuple((a.is_input, a.itemsize, a.coordinates, a.in_lx, a.tile_coordinates,
+                   a.is_index) for a in spec.args),
+            tuple((c.core, tuple(c.ranges.items())) for c in spec.cores))
+
+
+def _shared_op_cost(spec: OpSpec, executions: int, p: CostParams, memo: dict) -> dict:
+    """`op_cost`, computed once per `cost_key` (a 16-layer decoder's ~800 ops have ~60
+    keys); each row its own dicts, with the op's own identity and executions."""
+    key = cost_key(spec)
+    cached = memo.get(key)
+    if cached is None:
+        cached = memo[key] = op_cost(spec, executions, p)
+    return {**cached, "file": spec.file, "index": spec.index, "name": spec.name,
+            "source": spec.source, "executions": executions,
+            "per_core": [dict(c) for c in cached["per_core"]]}
+
+
 def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
              p: CostParams = DEFAULT_PARAMS) -> dict:
     """The cost section of report.json: parameters, every op, totals per bundle and overall.
@@ -145,7 +170,8 @@ def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
     `bundles` maps each bundle (kernel) name to how often it executes each sdsc file.
     """
     counts = _file_counts(bundles)
-    rows = [op_cost(spec, counts.get(f, 0), p)
+    memo: dict[tuple, dict] = {}
+    rows = [_shared_op_cost(spec, counts.get(f, 0), p, memo)
             for f, spec in sorted(ops.items(), key=lambda kv: kv[1].index)]
     by_file = {r["file"]: r for r in rows}
     per_bundle = [dict(name=name, **_totals([(by_file[f], n) for f, n in per_file.items()], 1, p))

@@ -129,3 +129,27 @@ def test_no_constant_is_restickified_on_the_device(built, name):
     """DESIGN §3: a constant's layout is chosen at compile time, every layout it is read in."""
     out, _ = built[name]
     assert constant_restickifies(out) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ops_sharing_a_cost_key_get_their_own_rows_equal_to_op_cost(built, name):
+    """`estimate` costs each distinct `cost_key` once: every row is still what `op_cost` of
+    that op alone gives (own name, file, executions; own per-core dicts), and in the decoder
+    the two layers' ops do share keys (the memo is used, not just harmless)."""
+    from spyrec.sim.cost import cost_key, estimate, op_cost
+
+    out, _ = built[name]
+    program = read_output_dir(out)
+    cost = cost_for_directory(out)
+    specs = sorted(program.ops.values(), key=lambda s: s.index)
+    assert [r["file"] for r in cost["ops"]] == [s.file for s in specs]
+    for row, spec in zip(cost["ops"], specs):
+        alone = op_cost(spec, row["executions"])
+        assert row == alone, spec.file
+        assert row["per_core"] is not alone["per_core"]
+    rows = estimate(program.ops, {"main": {s.file: 1 for s in specs}})["ops"]
+    assert len({id(c) for r in rows for c in r["per_core"]}) == \
+        sum(len(r["per_core"]) for r in rows)
+    if name == "decoder_fp32":
+        keys = {cost_key(s) for s in specs}
+        assert len(keys) < len(specs)
