@@ -74,10 +74,15 @@ _COMPACT = json.JSONEncoder(separators=(", ", ": "))
 
 
 def sha256_of(path: Path) -> str:
+    """The file's SHA-256, read in 4 MiB blocks into one buffer: the read and the hashing
+    of a block release the GIL, and a thread beside compile's busy main thread waits for the
+    GIL again after each (1 MiB blocks made hashing a 2.5 GB `.pt2` take 10 s instead of 2)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    block = bytearray(4 << 20)
+    view = memoryview(block)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(block):
+            h.update(view[:n])
     return h.hexdigest()
 
 
@@ -161,21 +166,32 @@ class WeightsBlob:
                              "device_size": list(buf.layout.device_size), **where[buf.name]}
                             for buf in self.constants]}
 
-    def write(self, path: Path, stop: threading.Event | None = None) -> None:
+    def write(self, path: Path, stop: threading.Event | None = None, *,
+              skip: frozenset = frozenset(), done=None) -> None:
         """Create `path` and stream every tensor's device form into it: each is converted into
         one of two reused buffers while the other's bytes are written on a second thread (the
         conversion is numpy, the write the kernel's copy into the page cache; both release
         the GIL, so the two overlap on two cores), whole, with the gap after it (zeros) up to
         the next tensor's offset (`_BlockFile`). A set `stop` ends the writing between two
-        tensors (`WeightsStopped`): the caller is abandoning the file."""
+        tensors (`WeightsStopped`): the caller is abandoning the file.
+
+        With `skip` (`entry_identity`s), `path` is a file an earlier plan's `write` began:
+        the entries named there already hold exactly these bytes at these offsets and are
+        left as they are; everything else is written over (pages the file already has are
+        reused, much cheaper than new ones). `done(identity)` is called for each entry once
+        its bytes are in the file."""
         span = max((_round_up(b, WEIGHTS_ALIGNMENT) for _, _, b, _ in self.entries), default=0)
         scratch = [_page_aligned(span), _page_aligned(span)]
         pending: list[Future | None] = [None, None]
-        with _BlockFile(path) as f, ThreadPoolExecutor(1, "spyrec-weights") as writer:
+        with _BlockFile(path, reuse=bool(skip)) as f, \
+                ThreadPoolExecutor(1, "spyrec-weights") as writer:
             try:
                 for i, (buf, offset, nbytes, value) in enumerate(self.entries):
                     if stop is not None and stop.is_set():
                         raise WeightsStopped(path)
+                    identity = entry_identity(buf, offset, nbytes, value)
+                    if identity in skip:
+                        continue
                     block = scratch[i % 2]
                     if pending[i % 2] is not None:
                         pending[i % 2].result()        # its last write is done
@@ -183,6 +199,8 @@ class WeightsBlob:
                     _device_form(buf, value, block[:nbytes])
                     block[nbytes:whole] = 0
                     pending[i % 2] = writer.submit(f.write_at, offset, block[:whole])
+                    if done is not None:
+                        pending[i % 2].add_done_callback(_when_written(done, identity))
                 for job in pending:
                     if job is not None:
                         job.result()
@@ -191,6 +209,21 @@ class WeightsBlob:
                     if job is not None:
                         job.cancel()
             f.finish(self.total)
+
+
+def entry_identity(buf, offset: int, nbytes: int, value) -> tuple:
+    """What one stored tensor's bytes in weights.bin are a function of: its place (offset,
+    bytes), its buffer's name, host size, host dtype and layout, and its value (by id: the
+    caller holds the values it compares)."""
+    return (offset, nbytes, buf.name, buf.host_size, buf.host_dtype, buf.layout, id(value))
+
+
+def _when_written(done, identity: tuple):
+    """A future's callback: `done(identity)` if its write finished without error."""
+    def callback(future: Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            done(identity)
+    return callback
 
 
 class WeightsStopped(Exception):
@@ -238,9 +271,12 @@ class _BlockFile:
     240 MB/s, but the run that follows a compile then read the weights from disk: 4.1 -> 9.1
     s. Users compile once and run many times, so the run keeps the warm cache."""
 
-    def __init__(self, path: Path):
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        self.fd = os.open(path, flags, 0o644)   # a fresh directory: never reuse an entry
+    def __init__(self, path: Path, reuse: bool = False):
+        # a fresh directory: never an existing entry, unless it is the file an earlier plan
+        # of the same job began (`reuse`), written over in place
+        flags = os.O_WRONLY | os.O_CREAT | (0 if reuse else os.O_EXCL) | \
+            getattr(os, "O_CLOEXEC", 0)
+        self.fd = os.open(path, flags, 0o644)
 
     def __enter__(self) -> "_BlockFile":
         return self

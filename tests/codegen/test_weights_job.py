@@ -12,7 +12,7 @@ import torch
 
 from spyrec.codegen import weights_job, writer
 from spyrec.codegen.writer import WeightsBlob
-from spyrec.compiler import _constants_final_step
+from spyrec.compiler import _constants_steps
 from spyrec.errors import InternalError
 from spyrec.ir.writes import snapshot, written_fields
 from spyrec.passes.pipeline import build_pipeline, read_pipeline_file
@@ -32,20 +32,23 @@ def writes(monkeypatch):
     seen: list[str] = []
     original = WeightsBlob.write
 
-    def recording(self, path, stop=None):
+    def recording(self, path, stop=None, **options):
         seen.append(threading.current_thread().name)
-        return original(self, path, stop)
+        return original(self, path, stop, **options)
 
     monkeypatch.setattr(WeightsBlob, "write", recording)
     return seen
 
 
-def test_the_default_pipeline_fixes_constants_at_split_padding():
+def test_the_default_pipeline_may_change_constants_at_stick_layout_and_split_padding():
     entries, where = read_pipeline_file(None)
     pipeline = build_pipeline(entries, (), where=where)
-    step = _constants_final_step(pipeline)
-    assert pipeline[step - 1].name == "split_padding"
-    later = [p.name for p in pipeline[step:]]
+    first, last = _constants_steps(pipeline)
+    assert pipeline[first - 1].name == "stick_layout"
+    assert pipeline[last - 1].name == "split_padding"
+    between = [p.name for p in pipeline[first:last - 1]]
+    assert "coarse_tiling" in between               # runs while the weights are written
+    later = [p.name for p in pipeline[last:]]
     assert later[:2] == ["work_division", "superdsc_legalize"] and "memory_planning" in later
 
 
@@ -53,7 +56,7 @@ def test_weights_are_written_once_during_the_passes_and_equal_a_late_write(
         tmp_path, pt2, writes, monkeypatch):
     early = compile_pt2(pt2, tmp_path / "early")
     assert writes == ["spyrec-weights"]                 # once, on the job's thread
-    monkeypatch.setattr("spyrec.compiler._constants_final_step", lambda pipeline: -1)
+    monkeypatch.setattr("spyrec.compiler._constants_steps", lambda pipeline: (-1,))
     late = compile_pt2(pt2, tmp_path / "late")          # no job: written at the end
     assert writes == ["spyrec-weights", "MainThread"]
     data = (early / "weights.bin").read_bytes()
@@ -117,3 +120,84 @@ def test_a_pass_changing_a_constant_is_a_written_constants_field(tmp_path, pt2):
     name = next(iter(graph.constants))
     graph.constants[name] = np.asarray(graph.constants[name]).copy()   # another value
     assert written_fields(before, graph) == {"constants": f"constant {name!r}"}
+
+
+def _doubling(pick, doubled: list):
+    """A split_padding that also doubles one constant's value (a new value object: the plan
+    changes), `pick(names)` of the sorted constant names; its name goes into `doubled`."""
+    from spyrec.passes.split_padding import SplitPadding
+
+    real = SplitPadding.run
+
+    def run(self, graph, ctx):
+        real(self, graph, ctx)
+        name = pick(sorted(graph.constants))
+        graph.constants[name] = np.asarray(graph.constants[name]) * 2
+        doubled.append(name)
+    return run
+
+
+def _late_weights(tmp_path, pt2, monkeypatch) -> bytes:
+    """weights.bin of the same compile with no early job (written at the end)."""
+    monkeypatch.setattr("spyrec.compiler._constants_steps", lambda pipeline: (-1,))
+    return (compile_pt2(pt2, tmp_path / "late") / "weights.bin").read_bytes()
+
+
+def test_a_changed_constant_after_the_job_started_rewrites_only_that_tensor(
+        tmp_path, pt2, monkeypatch):
+    """The job starts after stick_layout; split_padding (here made to double the second
+    layer's weight) plans it again: only that tensor is converted again, on the job's thread,
+    in the same file, and the file equals a compile that wrote it at the end."""
+    from spyrec.passes.split_padding import SplitPadding
+
+    converted: list[tuple[str, str]] = []
+    real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
+
+    def form(buf, value, out):
+        converted.append((buf.name, threading.current_thread().name))
+        return real_form(buf, value, out)
+
+    def replan(self, graph):
+        self._thread.join()              # the first plan wholly written: a deterministic test
+        converted.append(("replan", "MainThread"))
+        return real_replan(self, graph)
+
+    doubled: list[str] = []
+    monkeypatch.setattr(writer, "_device_form", form)
+    monkeypatch.setattr(weights_job.WeightsJob, "replan", replan)
+    monkeypatch.setattr(SplitPadding, "run", _doubling(lambda names: names[1], doubled))
+    out = compile_pt2(pt2, tmp_path / "out")
+    names = [n for n, _ in converted]
+    cut = names.index("replan")
+    assert len(names[:cut]) == 3 and doubled[0] in names[:cut]
+    assert names[cut + 1:] == doubled
+    assert {t for n, t in converted if n != "replan"} == {"spyrec-weights"}
+    data = (out / "weights.bin").read_bytes()
+    assert data == _late_weights(tmp_path, pt2, monkeypatch)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_replan_before_the_first_plan_is_written_gives_the_same_file(
+        tmp_path, pt2, monkeypatch):
+    """The writer stopped part way (between two tensors) and started over on the new plan:
+    the file is still exactly the late write's."""
+    from spyrec.passes.split_padding import SplitPadding
+
+    gate = threading.Event()
+    real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
+
+    def slow_form(buf, value, out):
+        gate.wait(5)                     # held until split_padding has planned again
+        return real_form(buf, value, out)
+
+    def replan(self, graph):
+        gate.set()                       # the writer converts its tensor, then sees the stop
+        return real_replan(self, graph)
+
+    doubled: list[str] = []
+    monkeypatch.setattr(writer, "_device_form", slow_form)
+    monkeypatch.setattr(weights_job.WeightsJob, "replan", replan)
+    monkeypatch.setattr(SplitPadding, "run", _doubling(lambda names: names[0], doubled))
+    out = compile_pt2(pt2, tmp_path / "out")
+    assert doubled
+    assert (out / "weights.bin").read_bytes() == _late_weights(tmp_path, pt2, monkeypatch)
