@@ -29,7 +29,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from spyrec.codegen.writer import WEIGHTS_FILE, WeightsBlob, WeightsStopped
+from spyrec.codegen.writer import WEIGHTS_FILE, WeightsBlob, WeightsStopped, entry_identity
 from spyrec.outdir import new_temporary
 
 
@@ -45,23 +45,23 @@ class WeightsJob:
         # entry identities (`writer.entry_identity`) whose bytes are in the file, with their
         # values, held so that no other value takes their ids
         self._written: dict[tuple, object] = {}
-        self._start(frozenset())
+        self._start(frozenset(), reuse=False)
 
-    def _start(self, skip: frozenset) -> None:
+    def _start(self, skip: frozenset, reuse: bool) -> None:
         self._stop = threading.Event()
         self._error: BaseException | None = None
         values = {id(v): v for _, _, _, v in self.blob.entries}
         self._thread = threading.Thread(
-            target=self._run, args=(self.blob, skip, self._stop, values), daemon=True,
-            name="spyrec-weights")
+            target=self._run, args=(self.blob, skip, reuse, self._stop, values),
+            daemon=True, name="spyrec-weights")
         self._thread.start()
 
-    def _run(self, blob: WeightsBlob, skip: frozenset, stop: threading.Event,
+    def _run(self, blob: WeightsBlob, skip: frozenset, reuse: bool, stop: threading.Event,
              values: dict) -> None:
         def done(identity: tuple) -> None:
             self._written[identity] = values[identity[-1]]
         try:
-            blob.write(self._path, stop, skip=skip, done=done)
+            blob.write(self._path, stop, skip=skip, done=done, reuse=reuse)
         except WeightsStopped:
             pass
         except BaseException as e:      # re-raised by `take`, where the file is needed
@@ -80,7 +80,11 @@ class WeightsJob:
         self._stop.set()
         self._thread.join()
         self.blob = blob
-        self._start(frozenset(self._written))
+        # only the new plan's own entries stay known as written: another entry's bytes may
+        # be where the new plan writes (a third plan must not take them for its own)
+        ours = {entry_identity(*entry) for entry in blob.entries}
+        self._written = {i: v for i, v in self._written.items() if i in ours}
+        self._start(frozenset(self._written), reuse=True)
         return True
 
     def take(self, blob: WeightsBlob, path: Path) -> bool:

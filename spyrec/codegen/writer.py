@@ -167,7 +167,7 @@ class WeightsBlob:
                             for buf in self.constants]}
 
     def write(self, path: Path, stop: threading.Event | None = None, *,
-              skip: frozenset = frozenset(), done=None) -> None:
+              skip: frozenset = frozenset(), done=None, reuse: bool = False) -> None:
         """Create `path` and stream every tensor's device form into it: each is converted into
         one of two reused buffers while the other's bytes are written on a second thread (the
         conversion is numpy, the write the kernel's copy into the page cache; both release
@@ -175,15 +175,15 @@ class WeightsBlob:
         the next tensor's offset (`_BlockFile`). A set `stop` ends the writing between two
         tensors (`WeightsStopped`): the caller is abandoning the file.
 
-        With `skip` (`entry_identity`s), `path` is a file an earlier plan's `write` began:
-        the entries named there already hold exactly these bytes at these offsets and are
-        left as they are; everything else is written over (pages the file already has are
-        reused, much cheaper than new ones). `done(identity)` is called for each entry once
-        its bytes are in the file."""
+        With `reuse`, `path` may be a file an earlier plan's `write` began, written over
+        (pages the file already has are reused, much cheaper than new ones); the entries
+        `skip` names (`entry_identity`s) already hold exactly these bytes at these offsets
+        and are left as they are. `done(identity)` is called for each entry once its bytes
+        are in the file."""
         span = max((_round_up(b, WEIGHTS_ALIGNMENT) for _, _, b, _ in self.entries), default=0)
         scratch = [_page_aligned(span), _page_aligned(span)]
         pending: list[Future | None] = [None, None]
-        with _BlockFile(path, reuse=bool(skip)) as f, \
+        with _BlockFile(path, reuse=reuse) as f, \
                 ThreadPoolExecutor(1, "spyrec-weights") as writer:
             try:
                 for i, (buf, offset, nbytes, value) in enumerate(self.entries):

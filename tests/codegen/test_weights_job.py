@@ -201,3 +201,38 @@ def test_a_replan_before_the_first_plan_is_written_gives_the_same_file(
     out = compile_pt2(pt2, tmp_path / "out")
     assert doubled
     assert (out / "weights.bin").read_bytes() == _late_weights(tmp_path, pt2, monkeypatch)
+
+
+def test_bytes_a_later_plan_wrote_over_are_not_taken_for_the_first_plans(
+        tmp_path, pt2, monkeypatch):
+    """Three plans: the first writes weight w, the second writes 2w in its place, the third
+    (w again, the same value) must write w again, not trust the first plan's record."""
+    from spyrec.passes.split_padding import SplitPadding
+
+    jobs = []
+    real_init, real_replan = weights_job.WeightsJob.__init__, weights_job.WeightsJob.replan
+
+    def init(self, graph, target):
+        real_init(self, graph, target)
+        jobs.append(self)
+
+    def replan(self, graph):
+        self._thread.join()              # each plan wholly written: a deterministic test
+        return real_replan(self, graph)
+
+    real_run = SplitPadding.run
+
+    def run(self, graph, ctx):
+        real_run(self, graph, ctx)
+        name = sorted(graph.constants)[0]
+        original = graph.constants[name]
+        graph.constants[name] = np.asarray(original) * 2
+        assert jobs[0].replan(graph)                       # the second plan: 2w
+        graph.constants[name] = original                   # the third (the instrument's): w
+
+    monkeypatch.setattr(weights_job.WeightsJob, "__init__", init)
+    monkeypatch.setattr(weights_job.WeightsJob, "replan", replan)
+    monkeypatch.setattr(SplitPadding, "run", run)
+    out = compile_pt2(pt2, tmp_path / "out")
+    monkeypatch.setattr(SplitPadding, "run", real_run)
+    assert (out / "weights.bin").read_bytes() == _late_weights(tmp_path, pt2, monkeypatch)
