@@ -33,14 +33,14 @@ CHUNK_BYTES = 4 << 20
 
 def copy_strided(dst: np.ndarray, src: np.ndarray, *, min_bytes: int = MIN_BYTES,
                  chunk_bytes: int = CHUNK_BYTES) -> None:
-    """`dst[...] = src` (same shape), bit for bit; in two word-sized passes when the two
-    arrays' contiguous axes differ and `dst` has at least `min_bytes` (module docstring),
-    `chunk_bytes` of it at a time."""
+    """`dst[...] = src` (same shape; converting as assignment does when the dtypes differ),
+    bit for bit; in two word-sized passes when the two arrays' contiguous axes differ and
+    `dst` has at least `min_bytes` (module docstring), `chunk_bytes` of it at a time."""
     if dst.shape != src.shape:
         raise ValueError(f"copy_strided: shapes {dst.shape} and {src.shape} differ")
     plan = _word_plan(dst, src, min_bytes)
     if plan is None:
-        np.copyto(dst, src)
+        np.copyto(dst, src, casting="unsafe")     # what `dst[...] = src` does
         return
     a, order = plan
     outer = order[0]

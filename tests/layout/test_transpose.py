@@ -91,6 +91,15 @@ def test_a_weight_in_device_form_round_trips_through_the_word_passes():
     assert np.array_equal(back.view(np.uint16), host.view(np.uint16))
 
 
+def test_other_dtypes_convert_as_assignment_does():
+    dst = np.zeros((3, 4), np.int32)
+    src = np.arange(12, dtype=np.float64).reshape(3, 4) + 0.75
+    copy_strided(dst, src)
+    expected = np.zeros((3, 4), np.int32)
+    expected[...] = src
+    assert np.array_equal(dst, expected)
+
+
 def test_shapes_must_agree():
     with pytest.raises(ValueError, match="differ"):
         copy_strided(np.empty((2, 3)), np.empty((3, 2)))
