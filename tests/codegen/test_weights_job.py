@@ -137,6 +137,17 @@ def _doubling(pick, doubled: list):
     return run
 
 
+def _compile_patched(pt2, out, monkeypatch, form, replan, split_padding):
+    """compile_pt2 with the weights' conversion, the job's replan and split_padding's run
+    replaced."""
+    from spyrec.passes.split_padding import SplitPadding
+
+    monkeypatch.setattr(writer, "_device_form", form)
+    monkeypatch.setattr(weights_job.WeightsJob, "replan", replan)
+    monkeypatch.setattr(SplitPadding, "run", split_padding)
+    return compile_pt2(pt2, out)
+
+
 def _late_weights(tmp_path, pt2, monkeypatch) -> bytes:
     """weights.bin of the same compile with no early job (written at the end)."""
     monkeypatch.setattr("spyrec.compiler._constants_steps", lambda pipeline: (-1,))
@@ -148,7 +159,6 @@ def test_a_changed_constant_after_the_job_started_rewrites_only_that_tensor(
     """The job starts after stick_layout; split_padding (here made to double the second
     layer's weight) plans it again: only that tensor is converted again, on the job's thread,
     in the same file, and the file equals a compile that wrote it at the end."""
-    from spyrec.passes.split_padding import SplitPadding
 
     converted: list[tuple[str, str]] = []
     real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
@@ -163,10 +173,8 @@ def test_a_changed_constant_after_the_job_started_rewrites_only_that_tensor(
         return real_replan(self, graph)
 
     doubled: list[str] = []
-    monkeypatch.setattr(writer, "_device_form", form)
-    monkeypatch.setattr(weights_job.WeightsJob, "replan", replan)
-    monkeypatch.setattr(SplitPadding, "run", _doubling(lambda names: names[1], doubled))
-    out = compile_pt2(pt2, tmp_path / "out")
+    out = _compile_patched(pt2, tmp_path / "out", monkeypatch, form=form, replan=replan,
+                           split_padding=_doubling(lambda names: names[1], doubled))
     names = [n for n, _ in converted]
     cut = names.index("replan")
     assert len(names[:cut]) == 3 and doubled[0] in names[:cut]
@@ -181,7 +189,6 @@ def test_a_replan_before_the_first_plan_is_written_gives_the_same_file(
         tmp_path, pt2, monkeypatch):
     """The writer stopped part way (between two tensors) and started over on the new plan:
     the file is still exactly the late write's."""
-    from spyrec.passes.split_padding import SplitPadding
 
     gate = threading.Event()
     real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
@@ -195,10 +202,8 @@ def test_a_replan_before_the_first_plan_is_written_gives_the_same_file(
         return real_replan(self, graph)
 
     doubled: list[str] = []
-    monkeypatch.setattr(writer, "_device_form", slow_form)
-    monkeypatch.setattr(weights_job.WeightsJob, "replan", replan)
-    monkeypatch.setattr(SplitPadding, "run", _doubling(lambda names: names[0], doubled))
-    out = compile_pt2(pt2, tmp_path / "out")
+    out = _compile_patched(pt2, tmp_path / "out", monkeypatch, form=slow_form, replan=replan,
+                           split_padding=_doubling(lambda names: names[0], doubled))
     assert doubled
     assert (out / "weights.bin").read_bytes() == _late_weights(tmp_path, pt2, monkeypatch)
 
