@@ -42,26 +42,23 @@ class WeightsJob:
         self.blob = WeightsBlob.plan(graph)
         self._dir = new_temporary(target)
         self._path = self._dir / WEIGHTS_FILE
-        # entry identities (`writer.entry_identity`) whose bytes are in the file, with their
-        # values, held so that no other value takes their ids
-        self._written: dict[tuple, object] = {}
+        # entry identities (`writer.entry_identity`) of the current plan whose bytes are in
+        # the file; their ids name values the plan holds (`WeightsBlob` keeps them)
+        self._written: set[tuple] = set()
         self._start(frozenset(), reuse=False)
 
     def _start(self, skip: frozenset, reuse: bool) -> None:
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        values = {id(v): v for _, _, _, v in self.blob.entries}
         self._thread = threading.Thread(
-            target=self._run, args=(self.blob, skip, reuse, self._stop, values),
-            daemon=True, name="spyrec-weights")
+            target=self._run, args=(self.blob, skip, reuse, self._stop), daemon=True,
+            name="spyrec-weights")
         self._thread.start()
 
-    def _run(self, blob: WeightsBlob, skip: frozenset, reuse: bool, stop: threading.Event,
-             values: dict) -> None:
-        def done(identity: tuple) -> None:
-            self._written[identity] = values[identity[-1]]
+    def _run(self, blob: WeightsBlob, skip: frozenset, reuse: bool,
+             stop: threading.Event) -> None:
         try:
-            blob.write(self._path, stop, skip=skip, done=done, reuse=reuse)
+            blob.write(self._path, stop, skip=skip, done=self._written.add, reuse=reuse)
         except WeightsStopped:
             pass
         except BaseException as e:      # re-raised by `take`, where the file is needed
@@ -74,16 +71,15 @@ class WeightsJob:
         already wrote that the new plan holds at the same place alike: a pass that pads one
         weight costs that weight and the ones after it, not the whole file. A failure of
         the old plan's writer is dropped: the new plan meets its own."""
-        blob = WeightsBlob.plan(graph)
+        blob = WeightsBlob.plan(graph)   # while the old plan holds its values: ids unambiguous
         if blob.key == self.blob.key:
             return False
         self._stop.set()
         self._thread.join()
-        self.blob = blob
         # only the new plan's own entries stay known as written: another entry's bytes may
         # be where the new plan writes (a third plan must not take them for its own)
-        ours = {entry_identity(*entry) for entry in blob.entries}
-        self._written = {i: v for i, v in self._written.items() if i in ours}
+        self._written &= {entry_identity(*entry) for entry in blob.entries}
+        self.blob = blob
         self._start(frozenset(self._written), reuse=True)
         return True
 
