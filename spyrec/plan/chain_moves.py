@@ -341,16 +341,14 @@ class ChainMoves:
                   penalties: bool = True) -> SplitCost:
         """`split_estimate`, memoized on `estimate_key` (the layers of a stack share
         their ops' estimates: a move through one layer re-prices what the last one did)."""
-        same = self._key(op)             # per call: `keeps` tests reshape the op's ranges
-        if same is None:
-            return split_estimate(self.graph, op, split, self.producers, penalties=penalties)
-        key = (same, self._items(split), penalties)
+        # the key per call: `keeps` tests reshape the op's ranges
+        key = (self._key(op), self._items(split), penalties)
         if key not in self._estimates:
             self._estimates[key] = split_estimate(self.graph, op, split, self.producers,
                                                   penalties=penalties)
         return self._estimates[key]
 
-    def _key(self, op: Operation) -> tuple | None:
+    def _key(self, op: Operation) -> tuple:
         """`estimate_key` of `op` in another form, equal exactly when it is
         equal: what it says of op's own structure (its op, reduced vars, loops, accesses'
         buffers and indices) and of a writer's or reader's fixed facts is worked out once
@@ -359,25 +357,20 @@ class ChainMoves:
         got = self._static.get(op.name)
         if got is None:
             same = estimate_key(self.graph, op, self.producers)
-            if same is None:
-                got = self._static[op.name] = ()
-            else:
-                p, intern = self.producers, self._interned
-                structure = (same[0],) + same[2:6]
-                lx = []
-                for _, a in op.accesses():
-                    w = p.writers.get(a.buffer)
-                    lx.append(None if a.buffer not in p.lx_candidates else
-                              (False, None) if w is None or w is op else
-                              (w, intern.setdefault(("writer", w.reduced, w.output.index),
-                                                    len(intern))))
-                readers = None if same[7] is None else [
-                    (r, intern.setdefault(("reader", a.index), len(intern)))
-                    for r, a in p.readers.get(op.output.buffer, ())]
-                got = self._static[op.name] = (
-                    intern.setdefault(("op", structure), len(intern)), lx, readers)
-        if not got:
-            return None
+            p, intern = self.producers, self._interned
+            structure = (same[0],) + same[2:6]
+            lx = []
+            for _, a in op.accesses():
+                w = p.writers.get(a.buffer)
+                lx.append(None if a.buffer not in p.lx_candidates else
+                          (False, None) if w is None or w is op else
+                          (w, intern.setdefault(("writer", w.reduced, w.output.index),
+                                                len(intern))))
+            readers = None if same[7] is None else [
+                (r, intern.setdefault(("reader", a.index), len(intern)))
+                for r, a in p.readers.get(op.output.buffer, ())]
+            got = self._static[op.name] = (
+                intern.setdefault(("op", structure), len(intern)), lx, readers)
         sid, lx, readers = got
         items = self._items
         writers = []

@@ -98,8 +98,11 @@ def check_split_options(pass_name: str, cores: int, spread_within: float) -> Non
                           f"{spread_within}")
 
 
-def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
-    """Give every op of `graph` its core split; the report section (`summary`).
+def divide_work(graph: Graph, options: SplitOptions = SplitOptions(),
+                memo: dict | None = None) -> dict:
+    """Give every op of `graph` its core split; the report section (`summary`). `memo`:
+    estimates to share with other calls (`choose`'s keys hold no names and everything the
+    estimates depend on, so the candidate tilings of one attention site share them).
 
     K-splits are chosen op by op, and one op's K-split re-splits its producers (to keep
     their slices in LX) in ways its own estimate does not see; so when the plan takes any,
@@ -112,7 +115,7 @@ def divide_work(graph: Graph, options: SplitOptions = SplitOptions()) -> dict:
     if refused:
         raise UnsupportedProgram("\n".join(refused))
     start = [op.core_ranges for op in graph.ops]       # before any replica is added
-    plan = _choose_plan(graph, options, start)
+    plan = _choose_plan(graph, options, start, {} if memo is None else memo)
     if options.strategy == "cost":
         _explain_fewer_cores(graph, plan["ops"], options)
     spans = [(op_span(graph, op, op.core_splits)[0], op.name) for op in graph.ops]
@@ -138,11 +141,10 @@ def _explain_fewer_cores(graph: Graph, rows: list[dict], options: SplitOptions) 
         row["fewer_cores"] = _why_fewer(op, priced, chosen, options.cores)
 
 
-def _choose_plan(graph: Graph, options: SplitOptions, start: list) -> dict:
+def _choose_plan(graph: Graph, options: SplitOptions, start: list, memo: dict) -> dict:
     """The plan with K-splits, or without them (`divide_work`), compared as each op chose
     its split; chain moves then improve the one taken (moving chains in both would double
     work division's time)."""
-    memo: dict = {}
     producers, rows = _divide(graph, options, memo)
     if not (options.k_split and options.strategy == "cost" and options.lx_intermediates
             and _has_k_split(graph)):
@@ -355,16 +357,15 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
     fewer cores than `cores` says why (`fewer_cores`).
 
     `memo` shares the estimates between ops that differ only in buffer names (the layers of a
-    decoder stack) and touch no per-tile buffer (whose cost depends on its producer)."""
-    same = estimate_key(graph, op, producers)
-    key = None if same is None else (same, cores, k_split and bool(op.reduced))
-    if memo is not None and key is not None and key in memo:
+    decoder stack) and their neighbours' splits' names (`estimate_key`)."""
+    key = (estimate_key(graph, op, producers), cores, k_split and bool(op.reduced))
+    if memo is not None and key in memo:
         base, costs = memo[key]
     else:
         base = split_estimate(graph, op, greedy, producers)
         costs = [(split_estimate(graph, op, c, producers), c)
                  for c in candidates(graph, op, sticks, cores, k_split) if c != greedy]
-        if memo is not None and key is not None:
+        if memo is not None:
             memo[key] = base, costs
     best_cost, best = _pick(op, [(base, greedy)] + costs, producers, spread_within)
     row = {"op": op.name, "node": op.node, "split": split_text(best),

@@ -360,18 +360,17 @@ def _staged_trips(op: Operation, access: Access, sticks: int,
     return trips
 
 
-def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple | None:
+def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple:
     """What `estimate` of `op` depends on besides the split, without buffer names (the layers
-    of a decoder stack share it, so work division and chain moves memoize estimates on it);
-    None when it touches a per-tile buffer (priced by its producer's loop). Per access: the
-    buffer's sizes, strides, layout, whether stage_inputs may stage it, the index (a gather's
-    index tensor by name); per loop its count, tiled vars and trip span. An intermediate that
-    may live in LX adds what decides whether a split keeps its writer's slices (the writer's ranges,
-    reduced vars, split and output access) and, for op's output, its readers'."""
+    of a decoder stack share it, so work division and chain moves memoize estimates on it;
+    so do the ops of the flash candidates `--tiling auto` plans). Per access: the buffer's
+    sizes, strides, layout, whether stage_inputs may stage it, the index (a gather's index
+    tensor by name); per loop its count, tiled vars and trip span. A buffer that may live in
+    LX (an intermediate, or a per-tile buffer) adds what decides whether a split keeps its
+    writer's slices (the writer's ranges, reduced vars, split and output access) and, for op's
+    output, its readers'."""
     accesses = [a for _, a in op.accesses()]
     bufs = [graph.buffers[a.buffer] for a in accesses]
-    if any(b.per_tile for b in bufs):
-        return None
     lx = []
     for a in accesses:
         if a.buffer not in producers.lx_candidates:

@@ -226,6 +226,7 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
     best = None
     too_big: list[FlashTiles] = []
     priced_all: list[Priced] = []
+    memo: dict = {}       # the candidates' split estimates (ops alike in several tilings)
     for heads in [fixed[2]] if fixed[2] else _head_tiles(graph, site):
         before = best
         for queries in [fixed[0]] if fixed[0] else _query_tiles(site, heads, budget):
@@ -237,7 +238,7 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                     continue
                 beat = math.inf if best is None else best.time_us * (1 + NEAR)
                 priced = None if _lx_floor(site, tiles) > budget else \
-                    _price(graph, site, tiles, budget, beat)
+                    _price(graph, site, tiles, budget, beat, memo)
                 if priced is None:
                     too_big.append(tiles)
                     continue
@@ -264,7 +265,7 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                                                  key=lambda p: p.time_us)))
     if mode == "auto":
         try:
-            plain = _price(graph, site, None, budget // MATERIALIZED_LX_SHARE)
+            plain = _price(graph, site, None, budget // MATERIALIZED_LX_SHARE, memo=memo)
         except UnsupportedProgram:
             plain = None                 # materialized, no split fits the per-core span
         if plain is not None and plain.time_us <= best.time_us:
@@ -375,12 +376,12 @@ def _key_tiles(site: AttentionSite) -> list[int]:
 
 
 def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
-           budget: int, beat: float = math.inf) -> Priced | None:
+           budget: int, beat: float = math.inf, memo: dict | None = None) -> Priced | None:
     """The site alone, rewritten with `tiles` (None: as it is), planned and priced; None when
     a per-tile buffer does not fit LX; `OUTPRICED` when even its compute spread perfectly
     over the cores (`compute_floor_us`) takes longer than `beat` (planning it, most of a
     candidate's price, is then skipped: it can neither win nor tie)."""
-    planned = _planned(graph, site, tiles, check=False, beat=beat)
+    planned = _planned(graph, site, tiles, check=False, beat=beat, memo=memo)
     if planned is None or planned is OUTPRICED:
         return planned                       # None: tiles that do not move by whole sticks
     placement = place_lx(planned, budget)
@@ -405,10 +406,11 @@ def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int
 
 
 def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
-             check: bool, beat: float = math.inf) -> Graph | Priced | None:
+             check: bool, beat: float = math.inf,
+             memo: dict | None = None) -> Graph | Priced | None:
     """A copy of the site alone, rewritten with `tiles` (None: as it is) and planned as the
-    pipeline plans it (work division, staging); None when `tiles` fail their proof,
-    `OUTPRICED` when its compute floor is over `beat`."""
+    pipeline plans it (work division sharing `memo`, staging); None when `tiles` fail their
+    proof, `OUTPRICED` when its compute floor is over `beat`."""
     names = set(site.ops)
     sub = subgraph_of(graph, lambda op: op.name in names)
     if tiles is not None:
@@ -420,7 +422,7 @@ def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
             return None
     if compute_floor_us(sub, CORES) > beat:
         return OUTPRICED
-    divide_work(sub)
+    divide_work(sub, memo=memo)
     stage_inputs(sub)
     return sub
 
