@@ -52,6 +52,53 @@ class Allocation:
         return self.address <= address and address + nbytes <= self.end
 
 
+class _Table:
+    """Allocations in the order they came, with their byte and value extents as arrays: the
+    overlap check and the address lookup then test a few candidates instead of every earlier
+    allocation (a 3,000-op program has thousands; each test in Python was quadratic)."""
+
+    def __init__(self):
+        self.items: list[Allocation] = []
+        self._first: dict[Allocation, int] = {}     # `list.index`: the first equal one
+        self._named: dict[str, Allocation] = {}     # the first of each name
+        self._cols = np.zeros((4, 64), dtype=np.int64)   # address, end, first, last use
+
+    def add(self, alloc: Allocation) -> None:
+        n = len(self.items)
+        if n == self._cols.shape[1]:
+            self._cols = np.concatenate([self._cols, np.zeros_like(self._cols)], axis=1)
+        spans = alloc.values or (alloc.live,)
+        self._cols[:, n] = (alloc.address, alloc.end, min(x[0] for x in spans),
+                            max(x[1] for x in spans))
+        self.items.append(alloc)
+        self._first.setdefault(alloc, n)
+        self._named.setdefault(alloc.name, alloc)
+
+    def position(self, alloc: Allocation) -> int:
+        return self._first[alloc]
+
+    def named(self, name: str) -> Allocation | None:
+        return self._named.get(name)
+
+    def clashing(self, alloc: Allocation) -> Allocation | None:
+        """The first allocation `_overlap` says shares bytes with `alloc` while both hold a
+        value: only those whose bytes and value hulls meet `alloc`'s are tested."""
+        if not self.items or alloc.nbytes == 0:
+            return None
+        spans = alloc.values or (alloc.live,)
+        address, end, first, last = self._cols[:, :len(self.items)]
+        near = np.flatnonzero((address < alloc.end) & (alloc.address < end)
+                              & (first <= max(x[1] for x in spans))
+                              & (min(x[0] for x in spans) <= last))
+        return next((self.items[i] for i in near if _overlap(alloc, self.items[i])), None)
+
+    def holding(self, address: int, nbytes: int) -> list[Allocation]:
+        """The allocations holding bytes [address, address + nbytes), in order."""
+        starts, ends = self._cols[0, :len(self.items)], self._cols[1, :len(self.items)]
+        return [self.items[i] for i in np.flatnonzero((starts <= address)
+                                                      & (address + nbytes <= ends))]
+
+
 @dataclass
 class Segment:
     start: int              # bytes
@@ -68,8 +115,12 @@ class Hbm:
 
     def __init__(self, size_bytes: int):
         self.size_bytes = size_bytes
-        self.allocations: list[Allocation] = []
+        self._table = _Table()
         self.segments: list[Segment] = []     # sorted by start, disjoint
+
+    @property
+    def allocations(self) -> list[Allocation]:
+        return self._table.items
 
     def allocate(self, name: str, address: int, nbytes: int, device_dtype: str,
                  live: tuple[int, int] = ALWAYS_LIVE, fill: bool = True,
@@ -85,13 +136,13 @@ class Hbm:
                                  f"outside device memory [0, {self.size_bytes}) (manifest "
                                  f"hbm_bytes)")
         alloc = Allocation(name, address, nbytes, device_dtype, live)
-        for other in self.allocations:
-            if _overlap(alloc, other):
-                raise SimulatorFault(
-                    f"tensors '{other.name}' [{other.address}, {other.end}) and '{name}' "
-                    f"[{address}, {alloc.end}) overlap in HBM while both are live "
-                    f"(executions {_span(other.live)} and {_span(live)})")
-        self.allocations.append(alloc)
+        other = self._table.clashing(alloc)
+        if other is not None:
+            raise SimulatorFault(
+                f"tensors '{other.name}' [{other.address}, {other.end}) and '{name}' "
+                f"[{address}, {alloc.end}) overlap in HBM while both are live "
+                f"(executions {_span(other.live)} and {_span(live)})")
+        self._table.add(alloc)
         if nbytes == 0:
             return alloc
         if backing is not None:
@@ -117,7 +168,7 @@ class Hbm:
 
     def find(self, address: int, nbytes: int, name: str | None = None) -> Allocation | None:
         """The allocation holding bytes [address, address+nbytes); `name` breaks ties."""
-        hits = [a for a in self.allocations if a.contains(address, nbytes)]
+        hits = self._table.holding(address, nbytes)
         named = [a for a in hits if a.name == name]
         return (named or hits or [None])[0]
 
@@ -239,7 +290,9 @@ class Lx:
 
     def __init__(self, cores: int, usable_bytes: int):
         self.cores, self.usable_bytes = cores, usable_bytes
-        self.allocations: list[Allocation] = []
+        self._table = _Table()
+        # (offset, bytes) -> the allocations there: `handed_over` looks for a slot's others
+        self._slots: dict[tuple[int, int], list[Allocation]] = {}
         self.core_bytes = 0
         self.arena = np.zeros(0, dtype=np.uint8)
         self.tags = np.zeros(0, dtype=np.int64)
@@ -257,15 +310,20 @@ class Lx:
                 f"{self.usable_bytes} usable bytes of each core's LX (the backend owns the "
                 f"rest); re-run spyrec compile")
         alloc = Allocation(name, offset, nbytes, device_dtype, live, values)
-        for other in self.allocations:
-            if _overlap(alloc, other):
-                raise SimulatorFault(
-                    f"LX tensors '{other.name}' [{other.address}, {other.end}) and '{name}' "
-                    f"[{offset}, {alloc.end}) overlap in every core's LX while both hold a "
-                    f"value (executions {_clash(other, alloc)}); the LX plan is "
-                    f"wrong: re-run spyrec compile")
-        self.allocations.append(alloc)
+        other = self._table.clashing(alloc)
+        if other is not None:
+            raise SimulatorFault(
+                f"LX tensors '{other.name}' [{other.address}, {other.end}) and '{name}' "
+                f"[{offset}, {alloc.end}) overlap in every core's LX while both hold a "
+                f"value (executions {_clash(other, alloc)}); the LX plan is "
+                f"wrong: re-run spyrec compile")
+        self._table.add(alloc)
+        self._slots.setdefault((offset, nbytes), []).append(alloc)
         return alloc
+
+    @property
+    def allocations(self) -> list[Allocation]:
+        return self._table.items
 
     def build(self) -> None:
         """Size the arena to the highest allocated byte (all zeros when nothing is in LX)."""
@@ -281,13 +339,12 @@ class Lx:
         if not alloc.values:
             return False
         born = alloc.values[0][0]
-        return any(other is not alloc and other.address == alloc.address
-                   and other.nbytes == alloc.nbytes and any(v[1] == born and v[0] < born
-                                                            for v in other.values)
-                   for other in self.allocations)
+        return any(other is not alloc and any(v[1] == born and v[0] < born
+                                              for v in other.values)
+                   for other in self._slots.get((alloc.address, alloc.nbytes), ()))
 
     def find(self, name: str) -> Allocation | None:
-        return next((a for a in self.allocations if a.name == name), None)
+        return self._table.named(name)
 
     def view(self, device_dtype: str) -> np.ndarray:
         if device_dtype not in self._views:
@@ -305,7 +362,7 @@ class Lx:
 
     def tag(self, alloc: Allocation, tile_stick: np.ndarray) -> np.ndarray:
         """The tag of the stick holding stick `tile_stick` of the tile of `alloc`."""
-        return np.int64(self.allocations.index(alloc) + 1 << _TAG_SHIFT) + tile_stick
+        return np.int64(self._table.position(alloc) + 1 << _TAG_SHIFT) + tile_stick
 
     def tag_owner(self, tag: int) -> tuple[str | None, int]:
         """(tensor name, tile stick) a tag stands for; (None, -1) for a stick never written."""

@@ -76,3 +76,50 @@ def test_find_prefers_the_named_allocation():
     assert hbm.find(128, 128, "t2").name == "t2"
     assert hbm.find(128, 128).name == "t1"
     assert hbm.find(384, 256) is None
+
+
+# --- the allocation table against the plain scans it replaces --------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from spyrec.sim.memory import ALWAYS_LIVE, Allocation, Lx, _overlap, _Table  # noqa: E402
+
+_spans = st.tuples(st.integers(-1, 12), st.integers(0, 6)).map(lambda t: (t[0], t[0] + t[1]))
+_allocations = st.builds(
+    lambda a, n, live, values, always, name: Allocation(
+        name, a * 128, n * 128, "fp16", ALWAYS_LIVE if always else live, tuple(values)),
+    st.integers(0, 6), st.integers(0, 4), _spans, st.lists(_spans, max_size=3),
+    st.booleans(), st.sampled_from("abcd"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_allocations, min_size=1, max_size=12), st.integers(0, 800),
+       st.integers(0, 300))
+def test_table_answers_as_the_scans_do(allocs, address, nbytes):
+    """`clashing` is the first earlier allocation `_overlap` flags (the hull and byte filters
+    drop none of them); `holding` lists those containing a byte range, in order; `position`
+    is `list.index`; `named` is the first of a name. Mutations caught: a strict `<` in the
+    value-hull filter, dropping the byte filter's end test, a last-of-name index."""
+    table = _Table()
+    for alloc in allocs:
+        want = next((o for o in table.items if _overlap(alloc, o)), None)
+        assert table.clashing(alloc) is want
+        table.add(alloc)
+    assert table.holding(address, nbytes) == [a for a in allocs if a.contains(address, nbytes)]
+    for alloc in allocs:
+        assert table.position(alloc) == allocs.index(alloc)
+        assert table.named(alloc.name) is next(a for a in allocs if a.name == alloc.name)
+
+
+def test_lx_hands_over_only_within_one_slot():
+    """A slot's next value born at the execution that last reads the previous one keeps the
+    bytes; a tensor of another size at that offset does not count, nor one that ended
+    earlier."""
+    lx = Lx(2, 1 << 16)
+    old = lx.allocate("old", 0, 256, "fp16", values=((0, 3),))
+    other = lx.allocate("other", 0, 128, "fp16", values=((6, 7),))
+    new = lx.allocate("new", 0, 256, "fp16", values=((3, 5),))
+    late = lx.allocate("late", 0, 128, "fp16", values=((8, 9),))
+    assert lx.handed_over(new) and not lx.handed_over(old)
+    assert not lx.handed_over(late)           # `other` ends at 7, not 8
+    assert lx.find("other") is other and lx.tag(new, np.int64(0)) == 3 << 40
