@@ -1,6 +1,9 @@
 """weights.bin is written in whole page-aligned blocks at the tensors' offsets: the file is
 cut to its exact size and every tensor's gap is zeros."""
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 
 from spyrec.codegen import writer
@@ -29,3 +32,16 @@ def test_blocks_land_at_their_offsets_with_zero_gaps_and_an_exact_size(tmp_path)
 def test_page_aligned_buffers_start_on_a_page():
     buf = writer._page_aligned(3 * 4096)
     assert buf.ctypes.data % 4096 == 0 and not buf.any()
+
+
+def test_source_sha256_from_the_map_equals_hashlib(tmp_path, monkeypatch):
+    """The manifest's source digest is hashed from a map of the file, in blocks (shrunk here
+    so a small file spans several, the last one partial); an empty file and a device that
+    cannot be mapped are read instead and give hashlib's digest too."""
+    monkeypatch.setattr(writer, "HASH_BLOCK", 4096)
+    data = bytes(range(256)) * 41 + b"tail"          # 10,500 bytes: 2 blocks and a part
+    cases = {"blocks": data, "empty": b""}
+    for name, payload in cases.items():
+        (tmp_path / name).write_bytes(payload)
+        assert writer.sha256_of(tmp_path / name) == hashlib.sha256(payload).hexdigest(), name
+    assert writer.sha256_of(Path("/dev/null")) == hashlib.sha256(b"").hexdigest()
