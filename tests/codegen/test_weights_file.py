@@ -35,11 +35,12 @@ def test_page_aligned_buffers_start_on_a_page():
 
 
 def test_source_sha256_from_the_map_equals_hashlib(tmp_path, monkeypatch):
-    """The manifest's source digest is hashed from a map of the file, in blocks (shrunk here
-    so a small file spans several, the last one partial); an empty file and a device that
-    cannot be mapped are read instead and give hashlib's digest too."""
+    """The manifest's source digest is hashed from maps of the file, a window at a time, in
+    blocks (both shrunk here so a small file spans several, the last ones partial); an empty
+    file and a device are read instead and give hashlib's digest too."""
     monkeypatch.setattr(writer, "HASH_BLOCK", 4096)
-    data = bytes(range(256)) * 41 + b"tail"          # 10,500 bytes: 2 blocks and a part
+    monkeypatch.setattr(writer, "HASH_WINDOW", 8192)
+    data = bytes(range(256)) * 97 + b"tail"     # 24,836 bytes: 3 windows and a part
     cases = {"blocks": data, "empty": b""}
     for name, payload in cases.items():
         (tmp_path / name).write_bytes(payload)
