@@ -126,19 +126,24 @@ def divide_work(graph: Graph, options: SplitOptions = SplitOptions(),
 def _explain_fewer_cores(graph: Graph, rows: list[dict], options: SplitOptions) -> None:
     """Say in each row of an op taking 1 us or more on fewer than all the cores why:
     no split uses them all, or the estimate of the best that does (the op alone: chain moves
-    and the whole-plan choice weigh its neighbours too)."""
+    and the whole-plan choice weigh its neighbours too). Ops alike but for names (a stack's
+    layers) get one answer: it reads only what their `estimate_key` and split hold."""
     producers = Producers(graph, options.lx_intermediates)
     by_name = {op.name: op for op in graph.ops}
+    said: dict[tuple, str] = {}
     for row in rows:
         op = by_name.get(row["op"])
         if op is None or row["cores"] >= options.cores or row["time_us"] < 1.0:
             row.pop("fewer_cores", None)
             continue
-        priced = [(split_estimate(graph, op, c, producers), c)
-                  for c in candidates(graph, op, stick_vars(graph, op), options.cores,
-                                      options.k_split)]
-        chosen = split_estimate(graph, op, op.core_splits, producers)
-        row["fewer_cores"] = _why_fewer(op, priced, chosen, options.cores)
+        key = (estimate_key(graph, op, producers), tuple(sorted(op.core_splits.items())))
+        if key not in said:
+            priced = [(split_estimate(graph, op, c, producers), c)
+                      for c in candidates(graph, op, stick_vars(graph, op), options.cores,
+                                          options.k_split)]
+            chosen = split_estimate(graph, op, op.core_splits, producers)
+            said[key] = _why_fewer(op, priced, chosen, options.cores)
+        row["fewer_cores"] = said[key]
 
 
 def _choose_plan(graph: Graph, options: SplitOptions, start: list, memo: dict) -> dict:
