@@ -36,6 +36,7 @@ can live in LX.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import CORES
@@ -155,14 +156,13 @@ def _choose_plan(graph: Graph, options: SplitOptions, start: list, memo: dict) -
             and _has_k_split(graph)):
         return _finish(graph, producers, rows, options)
     with_k = [(op.core_splits, op.core_ranges) for op in graph.ops]
-    with_k_us, with_k_fair = _whole_plan_us(graph), _whole_plan_us(graph, FAIR_SHARE)
+    with_k_us, with_k_fair = _whole_plan_us(graph)
+    with_k_fair = with_k_fair()
     for op, ranges in zip(graph.ops, start):
         set_core_ranges(op, ranges)
     plain = replace(options, k_split=False)
     producers_plain, rows_plain = _divide(graph, plain, memo)
-    if not _better((with_k_us, with_k_fair),
-                   (_whole_plan_us(graph), lambda: _whole_plan_us(graph, FAIR_SHARE)),
-                   options.spread_within):
+    if not _better((with_k_us, with_k_fair), _whole_plan_us(graph), options.spread_within):
         return _finish(graph, producers_plain, rows_plain, plain)
     for op, (splits, ranges) in zip(graph.ops, with_k):
         set_core_ranges(op, ranges)
@@ -170,7 +170,8 @@ def _choose_plan(graph: Graph, options: SplitOptions, start: list, memo: dict) -
     return _finish(graph, Producers(graph, options.lx_intermediates), rows, options)
 
 
-def _better(a: tuple[float, float], b: tuple[float, object], spread_within: float) -> bool:
+def _better(a: tuple[float, float], b: tuple[float, Callable[[], float]],
+            spread_within: float) -> bool:
     """Is the plan with (time, fair-share time) `a` better than `b` (its fair-share time
     computed only if needed): cheaper by more than `spread_within`, or within it and cheaper
     at the fair share."""
@@ -181,13 +182,20 @@ def _better(a: tuple[float, float], b: tuple[float, object], spread_within: floa
     return (a[1], a[0]) < (b[1](), b[0])
 
 
-def _whole_plan_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
+def _whole_plan_us(graph: Graph) -> tuple[float, Callable[[], float]]:
     """The plan's time as the ops' estimates sum it once every split is known (one
-    execution of each op): an intermediate whose users do not all keep its writer's slices
-    is priced in HBM (the ops were priced as they were chosen, when later readers' splits
-    were assumptions), and each op's neighbours' traffic counts in their own estimates (no
-    penalties)."""
-    return sum(cost.time_us for _, cost in planned_estimates(graph, p))
+    execution of each op), and a function giving it at each core's fair share of the card's
+    bandwidth (`FAIR_SHARE`; to be called before any split changes): an intermediate whose
+    users do not all keep its writer's slices is priced in HBM (the ops were priced as they
+    were chosen, when later readers' splits were assumptions), and each op's neighbours'
+    traffic counts in their own estimates (no penalties). Both read one `planned_producers`
+    (which buffers can be in LX: most of the time)."""
+    producers = planned_producers(graph)
+
+    def total(p: CostParams) -> float:
+        return sum(split_estimate(graph, op, op.core_splits, producers, p,
+                                  penalties=False).time_us for op in graph.ops)
+    return total(DEFAULT_PARAMS), lambda: total(FAIR_SHARE)
 
 
 def planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
@@ -199,6 +207,14 @@ def planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
 def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS
                       ) -> list[tuple[Operation, SplitCost]]:
     """Each op's estimate under the splits work division chose (`_whole_plan_us`)."""
+    producers = planned_producers(graph)
+    return [(op, split_estimate(graph, op, op.core_splits, producers, p, penalties=False))
+            for op in graph.ops]
+
+
+def planned_producers(graph: Graph) -> Producers:
+    """The producers of a planned graph, its LX candidates only the buffers whose users all
+    give each core one slice (`lx_slices_problem`)."""
     producers = Producers(graph, intermediates=True)
     uses: dict[str, list[int]] = {}
     for i, op in enumerate(graph.ops):
@@ -207,8 +223,7 @@ def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS
     producers.lx_candidates = {
         name for name in producers.lx_candidates
         if lx_slices_problem(graph, graph.buffers[name], uses.get(name, [])) is None}
-    return [(op, split_estimate(graph, op, op.core_splits, producers, p, penalties=False))
-            for op in graph.ops]
+    return producers
 
 
 def _has_k_split(graph: Graph) -> bool:
