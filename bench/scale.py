@@ -233,7 +233,10 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
                            cache=CACHE_SLOTS, position=DECODE_POSITION, tokens=PREFILL_TOKENS,
                            pt2=str(pt2), npz=str(npz))
     if not (reuse and pt2.exists() and npz.exists()):
-        measured([PY, "-c", script], f"export of {name}", max_rss)
+        if measured([PY, "-c", script], f"export of {name}", max_rss)[1] == float("inf"):
+            raise SystemExit(f"scale: the export of {name} passed --max-rss-gb {max_rss:g} "
+                             f"(torch.export holds the weights more than once: the Granite "
+                             f"width decode at 16 layers passes 8 GB); give a larger --max-rss-gb")
     spyrec = [PY, "-m", "spyrec"]
     try:
         compile_s, compile_gb = measured([*spyrec, "compile", str(pt2), "-o", str(out), "-q"],
