@@ -156,8 +156,8 @@ def _choose_plan(graph: Graph, options: SplitOptions, start: list, memo: dict) -
             and _has_k_split(graph)):
         return _finish(graph, producers, rows, options)
     with_k = [(op.core_splits, op.core_ranges) for op in graph.ops]
-    with_k_us, with_k_fair = _whole_plan_us(graph)
-    with_k_fair = with_k_fair()
+    with_k_us, with_k_at_fair_share = _whole_plan_us(graph)
+    with_k_fair = with_k_at_fair_share()
     for op, ranges in zip(graph.ops, start):
         set_core_ranges(op, ranges)
     plain = replace(options, k_split=False)
@@ -193,8 +193,7 @@ def _whole_plan_us(graph: Graph) -> tuple[float, Callable[[], float]]:
     producers = planned_producers(graph)
 
     def total(p: CostParams) -> float:
-        return sum(split_estimate(graph, op, op.core_splits, producers, p,
-                                  penalties=False).time_us for op in graph.ops)
+        return sum(cost.time_us for _, cost in planned_estimates(graph, p, producers))
     return total(DEFAULT_PARAMS), lambda: total(FAIR_SHARE)
 
 
@@ -204,10 +203,13 @@ def planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
     return sum(cost.time_us * nest_trips(op.loops) for op, cost in planned_estimates(graph, p))
 
 
-def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS
+def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS,
+                      producers: Producers | None = None
                       ) -> list[tuple[Operation, SplitCost]]:
-    """Each op's estimate under the splits work division chose (`_whole_plan_us`)."""
-    producers = planned_producers(graph)
+    """Each op's estimate under the splits work division chose (`_whole_plan_us`);
+    `producers`: the graph's `planned_producers`, when the caller has them."""
+    if producers is None:
+        producers = planned_producers(graph)
     return [(op, split_estimate(graph, op, op.core_splits, producers, p, penalties=False))
             for op in graph.ops]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from spyrec.device import STICK_BYTES
 from spyrec.errors import SimulatorFault
-from spyrec.sim.memory import Allocation, Hbm
+from spyrec.sim.memory import Hbm
 from spyrec.sim.specs import ArgSpec, Execute, OpSpec
 
 
@@ -54,7 +54,7 @@ def check_window(spec: OpSpec, arg: ArgSpec, base: int, ex: Execute, hbm: Hbm) -
     if base % STICK_BYTES:
         raise SimulatorFault(f"{where}: the tile starts at {base}, not on a {STICK_BYTES}-byte "
                              f"stick boundary; re-run spyrec compile")
-    tensor = _named(hbm, arg.name)
+    tensor = hbm.named(arg.name)
     if tensor is None:
         if hbm.find(base, span) is None:
             raise SimulatorFault(f"{where}: the tile window [{base}, {base + span}) is not "
@@ -72,7 +72,3 @@ def check_window(spec: OpSpec, arg: ArgSpec, base: int, ex: Execute, hbm: Hbm) -
         f"{where}: the tile window [{base}, {base + span}) leaves tensor '{tensor.name}' "
         f"[{tensor.address}, {tensor.end}): it {how}; an affine map stride or a loop bound is "
         f"wrong: re-run spyrec compile")
-
-
-def _named(hbm: Hbm, name: str) -> Allocation | None:
-    return next((a for a in hbm.allocations if a.name == name), None)

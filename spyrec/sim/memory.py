@@ -122,6 +122,10 @@ class Hbm:
     def allocations(self) -> list[Allocation]:
         return self._table.items
 
+    def named(self, name: str) -> Allocation | None:
+        """The first allocation of tensor `name`."""
+        return self._table.named(name)
+
     def allocate(self, name: str, address: int, nbytes: int, device_dtype: str,
                  live: tuple[int, int] = ALWAYS_LIVE, fill: bool = True,
                  backing: np.ndarray | None = None) -> Allocation:
