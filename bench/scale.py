@@ -9,7 +9,10 @@ program the table has:
   `ru_maxrss` from `os.wait4`, the figure `/usr/bin/time -v` prints);
 - out MB: the output directory's size (manifest, sdsc files, weights);
 - write floor: wall s of a plain process writing as many bytes as weights.bin into a new file
-  beside it (the machine's page-cache fill rate, the floor under compile's weights part);
+  beside it as compile does (O_DIRECT where the file system takes it: the floor under
+  compile's weights part);
+- first run: wall s of the first `spyrec run` after the compile (and the write floor): it
+  reads the weights from disk, as compile wrote them past the page cache;
 - run: wall s and peak RSS of `spyrec run OUT --inputs in.npz`;
 - eager: wall s and peak RSS of a fresh process that loads the `.pt2` and runs its forward;
 - run_vs_eager: the two whole processes' ratio (issue 26's target: <= 1.0); with `--pairs N`
@@ -190,13 +193,19 @@ def measured(cmd: list[str], what: str, cap_gb: float,
 
 def write_floor(work: Path, nbytes: int) -> float:
     """Wall s of a fresh process writing `nbytes` of zeros into a new file beside the output
-    (16 MiB writes, no fsync, as compile writes weights.bin), then deleting it: the
-    machine's own floor under the weights part of a compile. On the test host a new file's
-    page cache fills at 0.25-3 GB/s depending on how recently the memory was used."""
+    as compile writes weights.bin (16 MiB page-aligned blocks, O_DIRECT where the file
+    system takes it, no fsync), then deleting it: the machine's own floor under the weights
+    part of a compile. On the test host that is the disk's ~1.1 GB/s; through the page cache
+    (without O_DIRECT) a new file fills at 0.25-3 GB/s depending on how recently the memory
+    was used."""
     path = work / "write_floor.tmp"
-    script = (f"import os\nb = bytes(16 << 20)\nfd = os.open({str(path)!r}, "
-              f"os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\nleft = {nbytes}\n"
-              f"while left > 0:\n    left -= os.write(fd, b[:min(left, len(b))])\n"
+    script = (f"import mmap, os\nb = mmap.mmap(-1, 16 << 20)\nfd = os.open({str(path)!r}, "
+              f"os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\n"
+              f"try:\n    import fcntl\n    fcntl.fcntl(fd, fcntl.F_SETFL, "
+              f"fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)\n"
+              f"except (OSError, AttributeError, ImportError):\n    pass\n"
+              f"left = -(-{nbytes} // 4096) * 4096\n"
+              f"while left > 0:\n    left -= os.write(fd, memoryview(b)[:min(left, len(b))])\n"
               f"os.close(fd)\n")
     try:
         return measured([PY, "-c", script], "write floor", 64.0)[0]
@@ -209,8 +218,9 @@ def dir_mb(path: Path) -> float:
 
 
 def paired_runs(run: list[str], eager: list[str], name: str, max_rss: float,
-                pairs: int) -> tuple[float, float, float, float, float]:
-    """(run s, run GB, eager s, eager GB, run / eager) of `pairs` pairs of whole processes,
+                pairs: int) -> tuple[float, float, float, float, float, float]:
+    """(run s, run GB, eager s, eager GB, run / eager, the first run's s) of `pairs` pairs of
+    whole processes,
     `spyrec run` then eager, one after the other: the medians of the walls and of the pairs'
     ratios, the largest peaks. On the test host one process's wall varies by up to 2x with
     the state of the page cache; a pair's two processes see about the same state."""
@@ -221,7 +231,7 @@ def paired_runs(run: list[str], eager: list[str], name: str, max_rss: float,
     ratios = [r[0] / e[0] for r, e in zip(runs, eagers)]
     return (statistics.median(r[0] for r in runs), max(r[1] for r in runs),
             statistics.median(e[0] for e in eagers), max(e[1] for e in eagers),
-            statistics.median(ratios))
+            statistics.median(ratios), runs[0][0])
 
 
 def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
@@ -244,7 +254,7 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
         if compile_gb == float("inf"):
             raise SystemExit(f"scale: spyrec compile of {name} passed --max-rss-gb")
         floor_s = write_floor(work, (out / "weights.bin").stat().st_size)
-        run_s, run_gb, eager_s, eager_gb, ratio = paired_runs(
+        run_s, run_gb, eager_s, eager_gb, ratio, first_run_s = paired_runs(
             [*spyrec, "run", str(out), "--inputs", str(npz), "-q"],
             [PY, "-c", EAGER.format(pt2=str(pt2), npz=str(npz))], name, max_rss, pairs)
         check_s = check_gb = float("nan")
@@ -257,7 +267,8 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
         report = json.loads((out / "report.json").read_text())
         row = {"program": name, "pt2_mb": pt2.stat().st_size / 1e6,
                "compile_s": compile_s, "compile_gb": compile_gb, "out_mb": dir_mb(out),
-               "write_floor_s": floor_s, "run_s": run_s, "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
+               "write_floor_s": floor_s, "first_run_s": first_run_s, "run_s": run_s,
+               "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
                "ops": report["ops"],
                "run_vs_eager": ratio, "pairs": pairs, "check_s": check_s, "check_gb": check_gb,
                "est_us": report["cost"]["totals"]["time_us"]}
@@ -271,7 +282,7 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
 
 COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f}"),
            ("compile_gb", "{:>10.2f}"), ("out_mb", "{:>8.0f}"), ("write_floor_s", "{:>13.1f}"),
-           ("run_s", "{:>7.1f}"),
+           ("first_run_s", "{:>11.1f}"), ("run_s", "{:>7.1f}"),
            ("run_gb", "{:>7.2f}"), ("eager_s", "{:>7.1f}"), ("eager_gb", "{:>8.2f}"),
            ("run_vs_eager", "{:>12.2f}"), ("check_s", "{:>7.1f}"), ("check_gb", "{:>8.2f}"),
            ("ops", "{:>5}"), ("est_us", "{:>10.1f}")]
@@ -327,8 +338,9 @@ def main(argv: list[str] | None = None) -> None:
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"depth {args.depth}; RSS in GB (peak resident set of the whole process); out_mb is "
-          f"the output directory; write_floor_s is a plain write of weights.bin's bytes; run_vs_eager is run_s / eager_s (both whole processes: load "
-          f"+ forward); check_* is `spyrec run --check` (nan: not asked); est_us is "
+          f"the output directory; write_floor_s is a plain write of weights.bin's bytes (as compile "
+          f"writes them); first_run_s is the first run after compile (weights read from disk); "
+          f"run_vs_eager is run_s / eager_s (both whole processes: load + forward); check_* is `spyrec run --check` (nan: not asked); est_us is "
           f"report.json cost.totals.time_us")
     print(table(rows))
     if args.json:

@@ -15,6 +15,8 @@ absolute path and SHA-256 for `run --check`) unless `self_contained` asks for `p
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import mmap
@@ -295,17 +297,24 @@ class _BlockFile:
     """A new file written in whole blocks at given offsets (gaps stay zero); `finish` cuts it
     to its exact size, the last block having been written whole.
 
-    Writes go through the page cache on purpose. Direct I/O (O_DIRECT) made compile of
-    Granite-8B width at 1 layer 8.9 s -> 4.7 s on the test host, whose page cache fills at
-    240 MB/s, but the run that follows a compile then read the weights from disk: 4.1 -> 9.1
-    s. Users compile once and run many times, so the run keeps the warm cache."""
+    Writes bypass the page cache (O_DIRECT) where the file system takes them: on the VM we
+    measure on, putting a page into the page cache costs the kernel 2-3.5 s per GB once the
+    host has reclaimed the guest's free memory (a plain `dd` of Granite-8B width's 7.2 GB at 16
+    layers: 15-25 s, 14-24 s of it system time), which made writing the weights the whole
+    critical path of a big compile; the same bytes written direct take 6.5 s, 1.3 s of it
+    system time (disk-bound). The price: the first `spyrec run` after a compile reads the
+    weights from disk instead of the page cache (later runs find them cached, as they would
+    after any reboot or cache drop). The blocks `WeightsBlob.write` hands over are
+    page-aligned buffers of whole pages at page offsets, what O_DIRECT asks; a file system that
+    refuses O_DIRECT, or a block that is not aligned, is written through the page cache."""
 
-    def __init__(self, path: Path, reuse: bool = False):
+    def __init__(self, path: Path, reuse: bool = False, direct: bool = True):
         # a fresh directory: never an existing entry, unless it is the file an earlier plan
         # of the same job began (`reuse`), written over in place
         flags = os.O_WRONLY | os.O_CREAT | (0 if reuse else os.O_EXCL) | \
             getattr(os, "O_CLOEXEC", 0)
         self.fd = os.open(path, flags, 0o644)
+        self.direct = direct and _set_direct(self.fd, True)
 
     def __enter__(self) -> "_BlockFile":
         return self
@@ -314,13 +323,45 @@ class _BlockFile:
         os.close(self.fd)
 
     def write_at(self, offset: int, block: np.ndarray) -> None:
-        view = memoryview(block)
+        view = memoryview(block).cast("B")
         done = 0
         while done < len(view):
-            done += os.pwrite(self.fd, view[done:], offset + done)
+            if self.direct and not _direct_aligned(view[done:], offset + done):
+                self.direct = _set_direct(self.fd, False)
+            try:
+                done += os.pwrite(self.fd, view[done:], offset + done)
+            except OSError as e:
+                if not (self.direct and e.errno == errno.EINVAL):
+                    raise
+                self.direct = _set_direct(self.fd, False)   # then again through the cache
 
     def finish(self, size: int) -> None:
         os.ftruncate(self.fd, size)
+
+
+DIRECT_ALIGNMENT = 4096     # the largest logical block size O_DIRECT may ask alignment to
+
+
+def _direct_aligned(view: memoryview, offset: int) -> bool:
+    """Whether a write of `view` at `offset` meets O_DIRECT's alignment: its address, length
+    and file offset all multiples of DIRECT_ALIGNMENT."""
+    address = np.frombuffer(view, np.uint8).ctypes.data if len(view) else 0
+    return not (address % DIRECT_ALIGNMENT or len(view) % DIRECT_ALIGNMENT
+                or offset % DIRECT_ALIGNMENT)
+
+
+def _set_direct(fd: int, on: bool) -> bool:
+    """Turn O_DIRECT on or off for `fd`; whether it is on afterwards (False where the
+    platform has no O_DIRECT or the file system refuses it)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | flag if on else flags & ~flag)
+    except OSError:
+        return False if on else bool(flags & flag)
+    return on
 
 
 @dataclass(frozen=True)

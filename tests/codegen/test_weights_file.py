@@ -46,3 +46,74 @@ def test_source_sha256_from_the_map_equals_hashlib(tmp_path, monkeypatch):
         (tmp_path / name).write_bytes(payload)
         assert writer.sha256_of(tmp_path / name) == hashlib.sha256(payload).hexdigest(), name
     assert writer.sha256_of(Path("/dev/null")) == hashlib.sha256(b"").hexdigest()
+
+
+def _fd_direct(fd):
+    import fcntl
+    import os
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0))
+
+
+def test_blocks_bypass_the_page_cache_where_the_file_system_allows(tmp_path):
+    """Aligned blocks are written with O_DIRECT when the file system takes it (the flag the
+    kernel holds for the descriptor says so); the bytes are the same either way."""
+    import os
+    if not hasattr(os, "O_DIRECT"):
+        return
+    path = tmp_path / "w.bin"
+    with writer._BlockFile(path) as f:
+        assert f.direct == _fd_direct(f.fd)
+        block = writer._page_aligned(8192)
+        block[:] = 7
+        f.write_at(4096, block)
+        assert f.direct == _fd_direct(f.fd)
+        f.finish(4096 + 8192)
+    assert path.read_bytes() == bytes(4096) + bytes([7]) * 8192
+
+
+def test_an_unaligned_block_is_written_through_the_cache(tmp_path):
+    """A block O_DIRECT cannot take (its address off a page, its length not whole pages)
+    turns direct writing off for the file instead of failing; its bytes land as given."""
+    path = tmp_path / "w.bin"
+    backing = writer._page_aligned(3 * 4096)
+    backing[:] = np.arange(3 * 4096, dtype=np.uint8)
+    with writer._BlockFile(path) as f:
+        f.write_at(0, backing[:4096])
+        f.write_at(4096, backing[1:1001])          # off a page, 1,000 bytes
+        assert not f.direct and not _fd_direct(f.fd)
+        f.finish(5096)
+    data = path.read_bytes()
+    assert data[:4096] == bytes(backing[:4096]) and data[4096:] == bytes(backing[1:1001])
+
+
+def test_a_file_system_refusing_direct_writes_gets_cached_ones(tmp_path, monkeypatch):
+    """Where setting O_DIRECT fails, or a direct write fails with EINVAL (file systems that
+    accept the flag and refuse the write), the file is written through the page cache."""
+    import errno
+    import fcntl
+    import os
+    if not hasattr(os, "O_DIRECT"):
+        return
+    real_fcntl, real_pwrite = fcntl.fcntl, os.pwrite
+
+    def no_direct(fd, cmd, arg=0):
+        if cmd == fcntl.F_SETFL and arg & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "no O_DIRECT here")
+        return real_fcntl(fd, cmd, arg)
+    monkeypatch.setattr(fcntl, "fcntl", no_direct)
+    with writer._BlockFile(tmp_path / "a.bin") as f:
+        assert not f.direct
+    monkeypatch.setattr(fcntl, "fcntl", real_fcntl)
+
+    def refuse_direct(fd, data, offset):
+        if _fd_direct(fd):
+            raise OSError(errno.EINVAL, "direct write refused")
+        return real_pwrite(fd, data, offset)
+    monkeypatch.setattr(os, "pwrite", refuse_direct)
+    block = writer._page_aligned(4096)
+    block[:] = 3
+    with writer._BlockFile(tmp_path / "b.bin") as f:
+        f.write_at(0, block)
+        assert not f.direct
+        f.finish(4096)
+    assert (tmp_path / "b.bin").read_bytes() == bytes([3]) * 4096
