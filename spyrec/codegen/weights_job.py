@@ -29,7 +29,9 @@ import shutil
 import threading
 from pathlib import Path
 
-from spyrec.codegen.writer import WEIGHTS_FILE, WeightsBlob, WeightsStopped, entry_identity
+from spyrec.codegen.writer import (
+    WEIGHTS_FILE, WeightsBlob, WeightsStopped, background_priority, entry_identity,
+)
 from spyrec.outdir import new_temporary
 
 
@@ -57,6 +59,7 @@ class WeightsJob:
 
     def _run(self, blob: WeightsBlob, skip: frozenset, reuse: bool,
              stop: threading.Event) -> None:
+        background_priority()
         try:
             blob.write(self._path, stop, skip=skip, done=self._written.add, reuse=reuse)
         except WeightsStopped:

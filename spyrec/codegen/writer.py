@@ -23,6 +23,7 @@ import mmap
 import os
 import shutil
 import stat
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -130,6 +131,7 @@ class Sha256Job:
         self._thread.start()
 
     def _run(self, path: Path) -> None:
+        background_priority()
         try:
             self._digest = sha256_of(path)
         except BaseException as e:     # re-raised where the digest is needed
@@ -215,7 +217,8 @@ class WeightsBlob:
         scratch = [_page_aligned(span), _page_aligned(span)]
         pending: list[Future | None] = [None, None]
         with _BlockFile(path, reuse=reuse) as f, \
-                ThreadPoolExecutor(1, "spyrec-weights") as writer:
+                ThreadPoolExecutor(1, "spyrec-weights",
+                                   initializer=background_priority) as writer:
             try:
                 for i, (buf, offset, nbytes, value) in enumerate(self.entries):
                     if stop is not None and stop.is_set():
@@ -279,6 +282,25 @@ def _device_form(buf, value, out: np.ndarray) -> None:
     except PlacementError as e:
         raise UnsupportedProgram(f"constant '{buf.name}' ({buf.source or 'no source'}): "
                                  f"{e}") from None
+
+
+# the nice value of compile's background threads (Linux): 0 is the passes' own
+BACKGROUND_NICE = 10
+
+
+def background_priority() -> None:
+    """Give the calling thread a lower CPU priority than compile's main thread (on Linux a
+    thread has its own nice value). The source hash and weights.bin run beside the passes on
+    a 2-core machine: at equal priority the three busy threads shared the cores and the
+    passes, the critical path of most compiles, got two thirds of one; niced, the passes
+    keep a core and the background work takes what is left (and every core once the main
+    thread waits for it). Nothing else changes: the same work, in the same order."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    except OSError:
+        pass                        # a sandbox refusing it: the threads run as before
 
 
 def _round_up(n: int, k: int) -> int:

@@ -117,3 +117,26 @@ def test_a_file_system_refusing_direct_writes_gets_cached_ones(tmp_path, monkeyp
         assert not f.direct
         f.finish(4096)
     assert (tmp_path / "b.bin").read_bytes() == bytes([3]) * 4096
+
+
+def test_background_threads_are_niced_and_the_main_thread_is_not():
+    """The source hash and weights.bin threads run at a lower priority than the passes (a
+    thread's own nice value on Linux); the calling thread's is untouched."""
+    import os
+    import sys
+    import threading
+    if not sys.platform.startswith("linux"):
+        return
+    main_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen = {}
+
+    def probe():
+        tid = threading.get_native_id()
+        seen["before"] = os.getpriority(os.PRIO_PROCESS, tid)
+        writer.background_priority()
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, tid)
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert seen["after"] == max(seen["before"], writer.BACKGROUND_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
