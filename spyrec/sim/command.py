@@ -51,6 +51,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     from spyrec.sim.cost import format_table
     from spyrec.sim.directory import is_foreign, load_output_dir
     from spyrec.sim.inputs import check_output_path, npz_arrays, read_inputs, write_npz
+    from spyrec.sim.prefetch import read_ahead_early
     from spyrec.sim.runner import simulate
 
     def progress(msg: str) -> None:
@@ -70,6 +71,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         check_output_path(output_path, "-o")
     if model_path is not None and not check:
         raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
+    read_ahead_early(out)          # the disk works while the directory is read and checked
     program = load_output_dir(out)
     expected = reference = None
     if check and is_foreign(out):   # no eager model: the manifest names expectations

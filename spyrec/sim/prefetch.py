@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
+import os
 import threading
 from functools import lru_cache
 
@@ -54,6 +55,39 @@ def advise(view: np.ndarray, advice: int) -> bool:
     start = view.ctypes.data // page * page
     end = view.ctypes.data + view.size
     return fn(start, end - start, advice) == 0
+
+
+def read_ahead_early(out_dir, nbytes: int = WINDOW_BYTES) -> threading.Thread | None:
+    """Start reading the first `nbytes` of OUT/weights.bin from disk on a daemon thread, and
+    return at once: called before the directory is read and checked, which takes seconds at
+    8B scale (the manifest, every sdsc file, the bundle), while the disk would otherwise
+    idle until `Prefetcher` starts. weights.bin holds the constants in manifest order, the
+    order the program first uses them, so these are the first window `Prefetcher` reads
+    (compile writes the file past the page cache: the first run after it reads from disk).
+    Only a hint (`POSIX_FADV_WILLNEED`): a missing, small or odd file, or a platform without
+    it, reads nothing; no value depends on it. The thread, for those who wait for it."""
+    advice = getattr(os, "POSIX_FADV_WILLNEED", None)
+    if advice is None:
+        return None
+    path = os.path.join(os.fspath(out_dir), "weights.bin")
+
+    def read() -> None:
+        try:
+            # (non-blocking: a FIFO named weights.bin must not hold the thread)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            if size >= SMALL_BYTES:
+                os.posix_fadvise(fd, 0, min(size, nbytes), advice)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    thread = threading.Thread(target=read, daemon=True, name="spyrec-read-ahead")
+    thread.start()
+    return thread
 
 
 class Prefetcher:

@@ -101,3 +101,37 @@ def test_real_mapping_is_faulted_in(tmp_path):
     assert np.array_equal(view, data)
     if not prefetch.advise(view, MADV_POPULATE_READ):
         pytest.skip("this kernel has no MADV_POPULATE_READ (the WILLNEED path ran)")
+
+
+def test_the_first_window_of_a_big_weights_file_is_read_before_the_directory(tmp_path,
+                                                                            monkeypatch):
+    """`read_ahead_early` asks the kernel for the first window of OUT/weights.bin (a hint,
+    on a thread); a small, missing or non-regular weights.bin is not read at all."""
+    import os
+
+    from spyrec.sim import prefetch
+    if not hasattr(os, "posix_fadvise"):
+        return
+    asked = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, n, advice: asked.append((at, n,
+                                                                                     advice)))
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "weights.bin", "wb") as f:
+        f.truncate(prefetch.SMALL_BYTES + 4096)          # sparse: no disk used
+    prefetch.read_ahead_early(big, nbytes=1 << 20).join()
+    assert asked == [(0, 1 << 20, os.POSIX_FADV_WILLNEED)]
+    prefetch.read_ahead_early(big).join()
+    assert asked[-1] == (0, prefetch.SMALL_BYTES + 4096, os.POSIX_FADV_WILLNEED)
+    asked.clear()
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "weights.bin").write_bytes(bytes(4096))
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "weights.bin")
+    for out in (small, fifo, tmp_path / "missing"):
+        thread = prefetch.read_ahead_early(out)
+        thread.join(timeout=5)
+        assert not thread.is_alive(), out
+    assert asked == []
