@@ -61,6 +61,10 @@ class ChainMoves:
         # disagreements whose move was not kept, without names: the layers of a stack repeat
         # them, and a move that did not pay in one layer does not in the next
         self._rejected: set[tuple] = set()
+        # disagreements whose move was kept: which of the three starts paid most (the next
+        # layer's same disagreement tries that one first, and the others only if it does not
+        # pay there)
+        self._chosen: dict[tuple, int] = {}
         # `_reader_follows` / `_writer_follows` results, keyed without names
         self._follows: dict[tuple, object] = {}
         # `_items` of each split dict seen (by id, the dict kept alive: splits are replaced,
@@ -88,12 +92,19 @@ class ChainMoves:
                 starts = [lambda: self._reader_follows(writer, reader, access),
                           lambda: self._writer_follows(writer, reader, access, False),
                           lambda: self._writer_follows(writer, reader, access, True)]
+                known = self._chosen.get(key)
+                if known is not None:     # the start that paid most where this pattern was
+                    probe = self._try(starts[known], keep=False)
+                    if probe[0] is not None:
+                        changed |= self._replay(probe[2])
+                        continue
                 probes = [self._try(start, keep=False) for start in starts]
                 gains = [probe[0] for probe in probes]
                 best = max(range(len(starts)), key=lambda i: gains[i] or 0.0)
                 if gains[best] is None:
                     self._rejected.add(key)
                 else:             # the move that pays most, of the three
+                    self._chosen[key] = best
                     changed |= self._replay(probes[best][2])
             changed |= self._lead_moves()
             if len(changed) == before:
