@@ -5,8 +5,9 @@ Each model is built from its `transformers` config with random fp16 weights (no 
 step (cache 256 slots; transformers' export recipe, as `tests/models/hf.py` `decode`). For each
 program the table has:
 
-- compile: wall s and peak RSS of `spyrec compile` (a fresh process; the peak is the child's
-  `ru_maxrss` from `os.wait4`, the figure `/usr/bin/time -v` prints; with `--pairs N`, the
+- compile: wall s and peak RSS of `spyrec compile` (a fresh process, after `sync` has flushed
+  the export's dirty pages, so that no other process's writeback is timed; the peak is the
+  child's `ru_maxrss` from `os.wait4`, the figure `/usr/bin/time -v` prints; with `--pairs N`, the
   median wall and the largest peak of N compiles);
 - out MB: the output directory's size (manifest, sdsc files, weights);
 - write floor: wall s of a plain process writing as many bytes as weights.bin into a new file
@@ -248,6 +249,9 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
             raise SystemExit(f"scale: the export of {name} passed --max-rss-gb {max_rss:g} "
                              f"(torch.export holds the weights more than once: the Granite "
                              f"width decode at 16 layers passes 8 GB); give a larger --max-rss-gb")
+    # the export's file is still being written back to disk (GBs of dirty pages): flushed
+    # here, untimed, so the compile is not timed against another process's writeback
+    os.sync()
     spyrec = [PY, "-m", "spyrec"]
     try:
         # `pairs` compiles, the median wall and the largest peak (one compile's wall swung

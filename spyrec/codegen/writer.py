@@ -216,7 +216,7 @@ class WeightsBlob:
         span = max((_round_up(b, WEIGHTS_ALIGNMENT) for _, _, b, _ in self.entries), default=0)
         scratch = [_page_aligned(span), _page_aligned(span)]
         pending: list[Future | None] = [None, None]
-        with _BlockFile(path, reuse=reuse) as f, \
+        with _BlockFile(path, reuse=reuse, direct=self.total >= DIRECT_MIN_BYTES) as f, \
                 ThreadPoolExecutor(1, "spyrec-weights",
                                    initializer=background_priority) as writer:
             try:
@@ -326,7 +326,8 @@ class _BlockFile:
     critical path of a big compile; the same bytes written direct take 6.5 s, 1.3 s of it
     system time (disk-bound). The price: the first `spyrec run` after a compile reads the
     weights from disk instead of the page cache (later runs find them cached, as they would
-    after any reboot or cache drop). The blocks `WeightsBlob.write` hands over are
+    after any reboot or cache drop), so `WeightsBlob.write` asks for it only for files of
+    DIRECT_MIN_BYTES or more. The blocks `WeightsBlob.write` hands over are
     page-aligned buffers of whole pages at page offsets, what O_DIRECT asks; a file system that
     refuses O_DIRECT, or a block that is not aligned, is written through the page cache."""
 
@@ -362,6 +363,10 @@ class _BlockFile:
 
 
 DIRECT_ALIGNMENT = 4096     # the largest logical block size O_DIRECT may ask alignment to
+# weights.bin files at least this big are written direct (`_BlockFile`); smaller ones through
+# the page cache, where the fill costs little and the run that follows finds them (the
+# threshold above which `spyrec run` prefetches the weights itself, sim/prefetch.py)
+DIRECT_MIN_BYTES = 512 << 20
 
 
 def _direct_aligned(view: memoryview, offset: int) -> bool:

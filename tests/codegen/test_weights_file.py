@@ -140,3 +140,22 @@ def test_background_threads_are_niced_and_the_main_thread_is_not():
     t.join()
     assert seen["after"] == max(seen["before"], writer.BACKGROUND_NICE)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
+
+
+def test_only_big_weight_files_are_written_direct(tmp_path, monkeypatch):
+    """WeightsBlob.write asks for O_DIRECT from DIRECT_MIN_BYTES up (the first run after
+    compile then reads from disk, worth it only where the page cache fill is seconds)."""
+    asked = []
+
+    class Recording(writer._BlockFile):
+        def __init__(self, path, reuse=False, direct=True):
+            asked.append(direct)
+            super().__init__(path, reuse=reuse, direct=direct)
+
+    monkeypatch.setattr(writer, "_BlockFile", Recording)
+    blob = writer.WeightsBlob([], 3 * 4096, {}, [], ((), ()))
+    blob.write(tmp_path / "small.bin")
+    monkeypatch.setattr(writer, "DIRECT_MIN_BYTES", 3 * 4096)
+    blob.write(tmp_path / "big.bin")
+    assert asked == [False, True]
+    assert (tmp_path / "big.bin").stat().st_size == 3 * 4096
