@@ -357,6 +357,8 @@ class _BlockFile:
                 if not (self.direct and e.errno == errno.EINVAL):
                     raise
                 self.direct = _set_direct(self.fd, False)   # then again through the cache
+                if self.direct:         # the flag would not come off: not a retry forever
+                    raise
 
     def finish(self, size: int) -> None:
         os.ftruncate(self.fd, size)

@@ -159,3 +159,27 @@ def test_only_big_weight_files_are_written_direct(tmp_path, monkeypatch):
     blob.write(tmp_path / "big.bin")
     assert asked == [False, True]
     assert (tmp_path / "big.bin").stat().st_size == 3 * 4096
+
+
+def test_a_direct_write_refused_with_the_flag_stuck_on_fails_once(tmp_path, monkeypatch):
+    """Where a direct write fails with EINVAL and O_DIRECT cannot be turned off again, the
+    error is raised (not retried forever)."""
+    import errno
+    import os
+    if not hasattr(os, "O_DIRECT"):
+        return
+    with writer._BlockFile(tmp_path / "c.bin") as f:
+        if not f.direct:
+            return                      # a file system without O_DIRECT: nothing to test
+        monkeypatch.setattr(writer, "_set_direct", lambda fd, on: True)
+
+        def refuse(fd, data, offset):
+            raise OSError(errno.EINVAL, "direct write refused")
+        monkeypatch.setattr(os, "pwrite", refuse)
+        block = writer._page_aligned(4096)
+        try:
+            f.write_at(0, block)
+        except OSError as e:
+            assert e.errno == errno.EINVAL
+        else:
+            raise AssertionError("the refused write was not reported")
