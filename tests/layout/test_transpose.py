@@ -46,12 +46,13 @@ def copies(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(copies(), st.sampled_from([0, 1 << 16]), st.sampled_from([64, 1 << 21]))
-def test_copy_strided_is_copyto_bit_for_bit(case, min_bytes, chunk):
+@given(copies(), st.sampled_from([0, 1 << 16]), st.sampled_from([64, 1 << 21]),
+       st.sampled_from([1, 3, 8, 1024]))
+def test_copy_strided_is_copyto_bit_for_bit(case, min_bytes, chunk, block):
     dst, src = case
     expected = np.empty_like(dst)
     np.copyto(expected, src)
-    copy_strided(dst, src, min_bytes=min_bytes, chunk_bytes=chunk)
+    copy_strided(dst, src, min_bytes=min_bytes, chunk_bytes=chunk, block_words=block)
     bits = np.dtype(f"u{dst.itemsize}")
     assert np.array_equal(dst.view(bits) if dst.flags.c_contiguous else
                           np.ascontiguousarray(dst).view(bits), expected.view(bits))
@@ -64,14 +65,36 @@ def test_the_word_passes_serve_a_stick_transpose_and_nothing_else():
     w = np.zeros((256, 512), np.float16)
     box = np.empty((4, 512, 64), np.float16).transpose(0, 2, 1)   # [out/64, lane, in]
     src = w.reshape(4, 64, 512)
-    assert transpose._word_plan(box, src) == (2, [0, 2, 1])
+    assert transpose._word_plan(box, src) == (2, [0, 2, 1], np.dtype(np.complex128))
     assert transpose._word_plan(np.empty_like(src), src) is None
     assert transpose._word_plan(box, src.astype(np.float32)) is None
     odd = np.zeros((4, 64, 510), np.float16)
     assert transpose._word_plan(np.empty((4, 510, 64), np.float16).transpose(0, 2, 1),
                                 odd) is None
     assert transpose._word_plan(box[:, :, :8], src[:, :, :8]) is None       # 4 KiB
+    four = np.zeros((4, 64, 516), np.float16)           # whole 8-byte words, not 16-byte ones
+    assert transpose._word_plan(np.empty((4, 516, 64), np.float16).transpose(0, 2, 1),
+                                four) == (2, [0, 2, 1], np.dtype(np.uint64))
     assert transpose._word_plan(np.empty((4, 512, 64)), src) is None         # fp64: no lanes
+
+
+def test_blocks_bound_the_words_read_across_rows():
+    """The Granite-8B MLP weight's transpose [out/64, lane, in] <- [out, in]: the first pass
+    walks lane x out/64 rows innermost, so the cut is out/64 at 1024 // 64 = 16 (1024 rows
+    of 16-byte words), and the outer axis (in) takes 4 MiB // (16 x 64 x 2 B) = 2048 rows."""
+    assert transpose._block((200, 64, 4096), [2, 0, 1], 2, 1024) == (0, 16)
+    assert transpose._block((16, 64, 4096), [2, 0, 1], 2, 1024) is None      # 1,024 rows
+    shape = (200, 64, 4096)
+    dst = np.empty((4096, 200, 64), np.float16).transpose(1, 2, 0)  # [in, out/64, lane]
+    src = np.empty(shape, np.float16)
+    seen = []
+    real = transpose._two_passes
+    transpose._two_passes = lambda d, s, *rest: seen.append(d.shape)
+    try:
+        copy_strided(dst, src)
+    finally:
+        transpose._two_passes = real
+    assert seen[0] == (16, 64, 2048) and len(seen) == 13 * 2
 
 
 def test_a_weight_in_device_form_round_trips_through_the_word_passes():
