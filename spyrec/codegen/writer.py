@@ -28,6 +28,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -41,7 +42,7 @@ from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.ir.symbols import SymLength
 from spyrec.ir.writes import constants_state
 from spyrec.ir.values import PaddedConstant
-from spyrec.layout.storage import STORAGE, PlacementError, write_device
+from spyrec.layout.storage import STORAGE, PlacementError, write_device_padded
 from spyrec.outdir import check_output_dir, replace_directory
 
 MANIFEST_FORMAT = "spyrec-manifest/3"
@@ -266,19 +267,23 @@ class WeightsStopped(Exception):
 
 def _device_form(buf, value, out: np.ndarray) -> None:
     """Write constant `buf`'s device form into the bytes `out`, from its host `value` (read
-    from the archive now, dropped after)."""
+    from the archive now, dropped after); a `PaddedConstant` is written padded in place."""
     from spyrec.errors import InternalError, UnsupportedProgram
 
-    host = value.load() if hasattr(value, "load") else np.asarray(value)
+    base, pad = (value.base, value.pad) if isinstance(value, PaddedConstant) else \
+        (value, (0,) * len(buf.host_size))
+    host = base.load() if hasattr(base, "load") else np.asarray(base)
     expected = np.dtype(HOST_NUMPY_DTYPES[buf.host_dtype])
-    if host.dtype.newbyteorder("=") != expected or tuple(host.shape) != tuple(buf.host_size):
+    padded = tuple(n + p for n, p in zip(host.shape, pad))
+    if host.dtype.newbyteorder("=") != expected or len(pad) != host.ndim or \
+            padded != tuple(buf.host_size):
         raise InternalError(f"weights: constant {buf.name!r} holds {host.dtype} "
-                            f"{list(host.shape)}, its tensor is {buf.host_dtype} "
+                            f"{list(padded)}, its tensor is {buf.host_dtype} "
                             f"{list(buf.host_size)}; please report this")
     device = out.view(STORAGE[buf.layout.device_dtype])
     try:
-        write_device(device, 0, host.astype(expected, copy=False), buf.host_dtype, buf.layout,
-                     fill=True)
+        write_device_padded(device, 0, host.astype(expected, copy=False), pad, buf.host_dtype,
+                            buf.layout, fill=True)
     except PlacementError as e:
         raise UnsupportedProgram(f"constant '{buf.name}' ({buf.source or 'no source'}): "
                                  f"{e}") from None
@@ -396,7 +401,8 @@ def _set_direct(fd: int, on: bool) -> bool:
 @dataclass(frozen=True)
 class BuiltOutput:
     """An output directory built in memory: every file by name, as written (`weights.bin` is a
-    `WeightsBlob` the writer streams), and the documents some of them print: manifest.json's,
+    `WeightsBlob` the writer streams; manifest.json a `LateJson` while the source's hash is
+    still running, its document's `source.sha256` None until written), and the documents some of them print: manifest.json's,
     every sdsc_<n>.json's by file name, and each bundle's executions as data
     (`bundle.bundle_file`). The documents are for whatever reads the output without the files
     (the cost estimate of report.json, spyrec/driver.py); they are plain JSON values, what
@@ -412,13 +418,30 @@ class BuiltOutput:
     symbols: tuple[SymLength, ...] = ()
 
 
+class LateJson:
+    """A JSON file whose document waits on a value another thread computes: the manifest's
+    source SHA-256. The document is complete but for it, and is written after the cost
+    estimate (`write_atomically`), so compile's main thread does not wait for the hash while
+    it still has work: Granite-8B width at 16 layers waited 4.3 s for it before the estimate
+    (the hash shares a core with weights.bin's conversion while the passes run)."""
+
+    def __init__(self, doc: dict, fill: Callable[[dict], None]):
+        self.doc = doc
+        self._fill = fill
+
+    def text(self) -> str:
+        """The file's text, once `fill` has put the late value into the document."""
+        self._fill(self.doc)
+        return dump_json(self.doc)
+
+
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
                   report: dict, check: bool = True, self_contained: bool = False,
                   source_sha256: Sha256Job | None = None) -> BuiltOutput:
     """Every file of the output directory (pure: no disk writes). `check`: the emitter
     re-derives each core's start address from our coordinates (codegen/superdsc.py)."""
     specs = [op_spec(graph, op) for op in graph.ops]
-    files: dict[str, bytes | str | WeightsBlob] = {}
+    files: dict[str, bytes | str | WeightsBlob | LateJson] = {}
     sdsc: dict[str, dict] = {}
     symbols = SymbolTable()
     for i, (op, spec) in enumerate(zip(graph.ops, specs)):
@@ -438,7 +461,8 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     blob = WeightsBlob.plan(graph)
     manifest_doc = manifest(graph, source, pipeline, configs, sdsc_names,
                             report.get("hbm_bytes", 0), blob, self_contained, source_sha256)
-    files["manifest.json"] = dump_json(manifest_doc)
+    files["manifest.json"] = dump_json(manifest_doc) if source_sha256 is None else \
+        LateJson(manifest_doc, lambda doc: doc["source"].update(sha256=source_sha256.result()))
     if blob.entries:
         files[WEIGHTS_FILE] = blob
     auto = (report.get("tiling") or {}).get("auto_config")
@@ -465,8 +489,8 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
     return {
         "format": MANIFEST_FORMAT, "spyrec_version": __version__,
         "source": {"file": source.name, "path": str(Path(source).resolve()),
-                   "sha256": (source_sha256.result() if source_sha256 is not None
-                              else sha256_of(source)),
+                   # a hash still running is filled in when the file is written (`LateJson`)
+                   "sha256": None if source_sha256 is not None else sha256_of(source),
                    "copy": PROGRAM_COPY if self_contained else None},
         "pipeline": pipeline, "configs": configs,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
@@ -555,7 +579,8 @@ def _lx_fields(graph: Graph, buf, writers: list) -> dict:
             "lx_bytes_per_core": lx_bytes_per_core(graph, buf, writers)}
 
 
-def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob], source: Path,
+def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob | LateJson],
+                     source: Path,
                      finalize=None, self_contained: bool = False, weights_job=None) -> None:
     """Write `files` (and, if `self_contained`, a copy of `source` as program.pt2) as `out_dir`,
     all or nothing.
@@ -569,13 +594,17 @@ def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob],
     def build(tmp: Path) -> None:
         early = {name: content for name, content in files.items()
                  if isinstance(content, WeightsBlob) and weights_job is not None}
+        late = {name: content for name, content in files.items()
+                if isinstance(content, LateJson)}
         for name, content in files.items():
-            if name not in early:
+            if name not in early and name not in late:
                 _write_file(tmp / name, content)
         if self_contained:
             shutil.copyfile(source, tmp / PROGRAM_COPY)
         for name, content in (finalize(tmp) if finalize else {}).items():
             _write_file(tmp / name, content)
+        for name, content in late.items():  # after finalize: its value was still coming
+            _write_file(tmp / name, content.text())
         for name, blob in early.items():    # last: finalize ran while it was still writing
             if not weights_job.take(blob, tmp / name):
                 _write_file(tmp / name, blob)
