@@ -343,6 +343,17 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
                      hbm_bytes_per_core=round(moved), cores=active)
 
 
+def time_floor_us(op: Operation, splits: dict[str, int], p: CostParams = DEFAULT_PARAMS
+                  ) -> float:
+    """A lower bound of `split_estimate(..., splits, ..., p).time_us`, whatever the producers
+    and penalties: its compute, ring and per-op overhead (the estimate adds the larger of
+    compute and memory, and penalties only add), without the accesses' sticks that make the
+    estimate dear. Rounding: the estimate rounds to 1e-6 us; compare with that slack."""
+    k_split = math.prod(k for v, k in splits.items() if v in op.reduced)
+    ring = ring_us(k_split, math.prod(n for v, n in op.core_ranges if v not in op.reduced), p)
+    return _compute_s(op, core0_slice(op, splits), p) * 1e6 + ring + p.op_overhead_us
+
+
 def _staged_trips(op: Operation, access: Access, sticks: int,
                   producers: Producers | None) -> int:
     """The loop trips one HBM read of `access` serves: its op's trips (`nest_trips`: those a
