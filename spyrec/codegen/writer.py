@@ -37,6 +37,7 @@ from spyrec.codegen.bundle import RunCounts, bundle_file
 from spyrec.codegen.opspec import op_spec, spec_tree
 from spyrec.codegen.superdsc import superdsc_document
 from spyrec.codegen.symbols import SymbolTable
+from spyrec.errors import InputFileError
 from spyrec.ir import Graph
 from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.ir.symbols import SymLength
@@ -135,6 +136,11 @@ class Sha256Job:
         background_priority()
         try:
             self._digest = sha256_of(path)
+        except OSError as e:          # raised where the digest is needed, naming the source
+            self._error = InputFileError(
+                f"{path}: cannot read it to record its SHA-256 in manifest.json "
+                f"({e.strerror or e}); nothing was written. Check that the file is readable "
+                f"and stays in place while spyrec compiles it.")
         except BaseException as e:     # re-raised where the digest is needed
             self._error = e
 

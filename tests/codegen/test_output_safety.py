@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import spyrec.codegen.writer as writer
-from spyrec.errors import OutputDirError
+from spyrec.errors import InputFileError, OutputDirError
 from spyrec.outdir import check_output_dir, remove_stale_temporaries
 from tests.programs import Lambda, compile_pt2, export
 
@@ -260,3 +260,17 @@ def test_a_failure_inside_the_write_leaves_the_file_system_as_it_was(pt2, tmp_pa
         compile_pt2(pt2, out, self_contained=True)   # the source copy is a step too
     assert _tree(tmp_path) == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_source_that_cannot_be_hashed_is_named_and_nothing_is_written(pt2, tmp_path,
+                                                                         monkeypatch):
+    """The hash runs beside the passes and manifest.json is written last (it waits for it):
+    a read error there names the source, not the output directory, and leaves nothing."""
+    def unreadable(path):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(writer, "sha256_of", unreadable)
+    out = tmp_path / "out"
+    with pytest.raises(InputFileError, match=r"cannot read it to record its SHA-256 in "
+                                             r"manifest.json \(Permission denied\)"):
+        compile_pt2(pt2, out)
+    assert list(tmp_path.iterdir()) == []
