@@ -408,8 +408,9 @@ def _set_direct(fd: int, on: bool) -> bool:
 class BuiltOutput:
     """An output directory built in memory: every file by name, as written (`weights.bin` is a
     `WeightsBlob` the writer streams; manifest.json a `LateJson` while the source's hash is
-    still running, its document's `source.sha256` None until written), and the documents some of them print: manifest.json's,
-    every sdsc_<n>.json's by file name, and each bundle's executions as data
+    still running, its document's `source.sha256` None until written), and the documents
+    some of them print: manifest.json's, every sdsc_<n>.json's by file name, and each
+    bundle's executions as data
     (`bundle.bundle_file`). The documents are for whatever reads the output without the files
     (the cost estimate of report.json, spyrec/driver.py); they are plain JSON values, what
     parsing the texts gives. The executions are those at every symbolic length's maximum;

@@ -400,6 +400,10 @@ def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str
     return best, row
 
 
+# the estimate rounds its time to 1e-6 us; a floor this far over the cheapest still loses
+FLOOR_SLACK_US = 1e-5
+
+
 def _priced_near(graph: Graph, op: Operation, base: SplitCost, splits: list[dict],
                  producers: Producers, spread_within: float) -> list[tuple[SplitCost, dict]]:
     """The estimates of `splits` (in their order) that `near_best` may pick beside `base`'s:
@@ -416,10 +420,6 @@ def _priced_near(graph: Graph, op: Operation, base: SplitCost, splits: list[dict
         priced[i] = split_estimate(graph, op, splits[i], producers)
         best = min(best, priced[i].time_us)
     return [(priced[i], c) for i, c in enumerate(splits) if i in priced]
-
-
-# the estimate rounds its time to 1e-6 us; a floor this far over the cheapest still loses
-FLOOR_SLACK_US = 1e-5
 
 
 def _pick(op: Operation, priced: list[tuple[SplitCost, dict]], producers: Producers,

@@ -310,7 +310,7 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
     the neighbours' own estimates, so it leaves them out."""
     extent = core0_slice(op, splits)
     active = math.prod(splits.values())
-    k_split = math.prod(k for v, k in splits.items() if v in op.reduced)
+    k_split = _k_split(op, splits)
     moved = penalty = 0
     for is_input, access in [(True, a) for a in op.reads()] + [(False, op.output)]:
         buf = graph.buffers[access.buffer]
@@ -335,7 +335,7 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
             moved += sticks * STICK_BYTES * share / _staged_trips(op, access, sticks, producers)
     memory_s = memory_seconds(moved, active, p)
     compute_s = _compute_s(op, extent, p)
-    ring = ring_us(k_split, math.prod(n for v, n in op.core_ranges if v not in op.reduced), p)
+    ring = _ring_us(op, k_split, p)
     # the neighbours' added traffic does not overlap this op's compute: it is time added
     time_s = max(compute_s, memory_s) + (card_seconds(penalty, p) if penalties else 0)
     return SplitCost(time_us=round(time_s * 1e6 + ring + p.op_overhead_us, 6),
@@ -348,10 +348,20 @@ def time_floor_us(op: Operation, splits: dict[str, int], p: CostParams = DEFAULT
     """A lower bound of `split_estimate(..., splits, ..., p).time_us`, whatever the producers
     and penalties: its compute, ring and per-op overhead (the estimate adds the larger of
     compute and memory, and penalties only add), without the accesses' sticks that make the
-    estimate dear. Rounding: the estimate rounds to 1e-6 us; compare with that slack."""
-    k_split = math.prod(k for v, k in splits.items() if v in op.reduced)
-    ring = ring_us(k_split, math.prod(n for v, n in op.core_ranges if v not in op.reduced), p)
-    return _compute_s(op, core0_slice(op, splits), p) * 1e6 + ring + p.op_overhead_us
+    estimate dear; the same terms, from the same functions. Rounding: the estimate rounds to
+    1e-6 us; compare with that slack."""
+    return (_compute_s(op, core0_slice(op, splits), p) * 1e6
+            + _ring_us(op, _k_split(op, splits), p) + p.op_overhead_us)
+
+
+def _k_split(op: Operation, splits: dict[str, int]) -> int:
+    """How many cores share each reduction (the product of the reduced vars' splits)."""
+    return math.prod(k for v, k in splits.items() if v in op.reduced)
+
+
+def _ring_us(op: Operation, k_split: int, p: CostParams) -> float:
+    """The ring that combines a K-split's partial sums (`costmodel.ring_us`)."""
+    return ring_us(k_split, math.prod(n for v, n in op.core_ranges if v not in op.reduced), p)
 
 
 def _staged_trips(op: Operation, access: Access, sticks: int,
