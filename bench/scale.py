@@ -20,7 +20,9 @@ program the table has:
 - eager: wall s and peak RSS of a fresh process that loads the `.pt2` and runs its forward;
 - run_vs_eager: the two whole processes' ratio (issue 26's target: <= 1.0); with `--pairs N`
   both are timed N times, alternately, and the medians are shown (walls, and the pairs' ratios);
-- check (with `--check`): `spyrec run --check`, simulation plus eager in one process;
+- budget: issue 26's compile budget, 1.5 s per GB of weights.bin plus 5 ms per op;
+- check (with `--check`): `spyrec run --check`, simulation plus eager in one process, and its
+  exit code (1: outputs beyond the tolerance);
 - ops and estimated us: `report.json` `ops` and `cost.totals.time_us`.
 
 `--models bert` is BERT-base fp16 (an encoder: prefill only; `--depth 12` is the real one).
@@ -148,12 +150,13 @@ def error_line(stderr: str) -> str:
 
 def measured(cmd: list[str], what: str, cap_gb: float,
              ok_codes: tuple[int, ...] = (0,),
-             timeout_s: float | None = None) -> tuple[float, float]:
+             timeout_s: float | None = None,
+             exit_codes: list[int] | None = None) -> tuple[float, float]:
     """(wall s, peak RSS GB) of `cmd`, one fresh process (the peak from wait4's rusage, what
     /usr/bin/time -v reports). The machine is shared: the process is killed as soon as its
     resident set passes `cap_gb` (polled from /proc), and the result is (wall, inf). A process
     still running after `timeout_s`, or exiting with a code not in `ok_codes`, raises
-    ProcessFailed."""
+    ProcessFailed; `exit_codes`, if given, gets the process's exit code."""
     t0 = time.perf_counter()
     err = tempfile.TemporaryFile(mode="w+")     # a pipe could fill up and stall the child
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
@@ -175,6 +178,8 @@ def measured(cmd: list[str], what: str, cap_gb: float,
             timed_out = True
         time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    if exit_codes is not None:
+        exit_codes.append(proc.returncode)
     wall = time.perf_counter() - t0
     err.seek(0)
     stderr = err.read()
@@ -192,6 +197,11 @@ def measured(cmd: list[str], what: str, cap_gb: float,
         print(f"scale: {what}: exit {proc.returncode}: {stderr.strip().splitlines()[-1]}",
               file=sys.stderr)
     return wall, usage.ru_maxrss / (1 << 20)
+
+
+def compile_budget_s(weights_bytes: int, ops: int) -> float:
+    """Issue 26's compile-time budget: 1.5 s per GB of weights plus 5 ms per op."""
+    return 1.5 * weights_bytes / 1e9 + 0.005 * ops
 
 
 def fresh_compile(command: list[str], out: Path, what: str, max_rss: float
@@ -280,19 +290,25 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
             [*spyrec, "run", str(out), "--inputs", str(npz), "-q"],
             [PY, "-c", EAGER.format(pt2=str(pt2), npz=str(npz))], name, max_rss, pairs)
         check_s = check_gb = float("nan")
+        check_exit = "-"
         if check:
-            # exit 1: outputs beyond --check's tolerance (fp16 drift grows with depth; the
-            # tolerance rule is issue 28's), still a complete run to time
+            # exit 1: outputs beyond --check's tolerance, still a complete run to time; the
+            # row says which (check_exit)
+            codes: list[int] = []
             check_s, check_gb = measured([*spyrec, "run", str(out), "--inputs", str(npz), "-q",
                                           "--check"], f"spyrec run --check of {name}",
-                                         max_rss, ok_codes=(0, 1))
+                                         max_rss, ok_codes=(0, 1), exit_codes=codes)
+            check_exit = str(codes[0])
         report = json.loads((out / "report.json").read_text())
         row = {"program": name, "pt2_mb": pt2.stat().st_size / 1e6,
-               "compile_s": compile_s, "compile_gb": compile_gb, "out_mb": dir_mb(out),
+               "compile_s": compile_s,
+               "budget_s": compile_budget_s((out / "weights.bin").stat().st_size, report["ops"]),
+               "compile_gb": compile_gb, "out_mb": dir_mb(out),
                "write_floor_s": floor_s, "first_run_s": first_run_s, "run_s": run_s,
                "run_gb": run_gb, "eager_s": eager_s, "eager_gb": eager_gb,
                "ops": report["ops"],
                "run_vs_eager": ratio, "pairs": pairs, "check_s": check_s, "check_gb": check_gb,
+               "check_exit": check_exit,
                "est_us": report["cost"]["totals"]["time_us"]}
     finally:
         if not keep:
@@ -303,11 +319,12 @@ def bench_one(work: Path, model: str, phase: str, depth: int, max_rss: float,
 
 
 COLUMNS = [("program", "{:<22}"), ("pt2_mb", "{:>8.0f}"), ("compile_s", "{:>9.1f}"),
+           ("budget_s", "{:>8.1f}"),
            ("compile_gb", "{:>10.2f}"), ("out_mb", "{:>8.0f}"), ("write_floor_s", "{:>13.1f}"),
            ("first_run_s", "{:>11.1f}"), ("run_s", "{:>7.1f}"),
            ("run_gb", "{:>7.2f}"), ("eager_s", "{:>7.1f}"), ("eager_gb", "{:>8.2f}"),
            ("run_vs_eager", "{:>12.2f}"), ("check_s", "{:>7.1f}"), ("check_gb", "{:>8.2f}"),
-           ("ops", "{:>5}"), ("est_us", "{:>10.1f}")]
+           ("check_exit", "{:>10}"), ("ops", "{:>5}"), ("est_us", "{:>10.1f}")]
 
 
 def table(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:
@@ -363,7 +380,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"depth {args.depth}; RSS in GB (peak resident set of the whole process); out_mb is "
           f"the output directory; write_floor_s is a plain write of weights.bin's bytes (as compile "
           f"writes them); first_run_s is the first run after compile (weights read from disk); "
-          f"run_vs_eager is run_s / eager_s (both whole processes: load + forward); check_* is `spyrec run --check` (nan: not asked); est_us is "
+          f"run_vs_eager is run_s / eager_s (both whole processes: load + forward); budget_s is issue "
+          f"26's compile budget (1.5 s per GB of weights.bin + 5 ms per op); check_* is `spyrec "
+          f"run --check` (nan, -: not asked; check_exit 1: outputs beyond tolerance); est_us is "
           f"report.json cost.totals.time_us")
     print(table(rows))
     if args.json:
