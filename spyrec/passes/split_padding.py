@@ -64,13 +64,14 @@ class SplitPadding(Pass):
         rows: list[dict] = []
         if self.enabled:
             new_ops: list[Operation] = []
+            memo: dict = {}         # the layers of a stack share their matmuls' estimates
             for op in graph.ops:
-                new_ops.extend(self._pad(graph, op, rows))
+                new_ops.extend(self._pad(graph, op, rows, memo))
             graph.ops = new_ops
             _drop_unread(graph, {row["weight"] for row in rows})
         ctx.report["split_padding"] = {"count": len(rows), "list": rows}
 
-    def _pad(self, graph: Graph, op: Operation, rows: list) -> list[Operation]:
+    def _pad(self, graph: Graph, op: Operation, rows: list, memo: dict) -> list[Operation]:
         site = _padding_site(graph, op)
         if site is None:
             return [op]
@@ -79,7 +80,13 @@ class SplitPadding(Pass):
         count = -(-n_real // unit)           # units (sticks) of N, a partial last one whole
         if count % self.cores == 0:
             return [op]                 # N alone divides over every core count
-        options = {n_real: _estimate(graph, op, n_var, n_real, self.cores, self.spread_within)}
+        key = _estimate_key(graph, op)
+
+        def estimate(n: int) -> _Priced:
+            if (key, n) not in memo:
+                memo[key, n] = _estimate(graph, op, n_var, n, self.cores, self.spread_within)
+            return memo[key, n]
+        options = {n_real: estimate(n_real)}
         if options[n_real].cores == self.cores:
             return [op]                 # already on every core
         for d in _divisors_up_to(self.cores):
@@ -88,8 +95,7 @@ class SplitPadding(Pass):
             if padded_units > count * (1 + MAX_GROWTH):
                 continue                # more padding than a split can win back
             if padded not in options:
-                options[padded] = _estimate(graph, op, n_var, padded, self.cores,
-                                            self.spread_within)
+                options[padded] = estimate(padded)
         # work_division's rule (plan/core_splits.py near_best); the smallest N on a tie
         best = near_best([(options[n], n) for n in sorted(options)], self.spread_within)[0][1]
         if best == n_real:
@@ -144,6 +150,16 @@ def _padding_site(graph: Graph, op: Operation) -> tuple[str, int] | None:
     n_var = free[0]
     sticks = stick_vars(graph, op)
     return n_var, sticks.get(n_var, 1)
+
+
+def _estimate_key(graph: Graph, op: Operation) -> tuple:
+    """What `_estimate` of a padding site depends on besides N, without buffer names: the
+    op's kind, ranges and accesses, and each accessed buffer's sizes, strides, dtype, layout
+    and role (the padded buffers and the copy are made from these alone)."""
+    return (op.op, op.ranges, op.reduced, str(op.constants),
+            tuple((a.index, b.host_size, b.host_strides, b.host_dtype, b.layout, b.role,
+                   b.per_tile)
+                  for a, b in ((a, graph.buffers[a.buffer]) for _, a in op.accesses())))
 
 
 def _estimate(graph: Graph, op: Operation, n_var: str, n: int, cores: int,

@@ -139,3 +139,38 @@ def test_options_out_of_range_are_one_message(tmp_path, setting, message, capsys
     code, _, err = cli(capsys, "compile", pt2, "-o", tmp_path / "out", "--set", setting)
     assert code == 2 and message in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+class TwoHeads(torch.nn.Module):
+    """Two lm_heads alike but for their weights (the layers of a stack)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.one, self.two = Head(), Head()
+        self.two.embed = self.one.embed
+
+    def forward(self, ids):
+        return self.one(ids) + self.two(ids)
+
+
+def test_matmuls_alike_but_for_names_are_priced_once(tmp_path, monkeypatch):
+    """The estimates of a padding site are memoized on what they depend on, without buffer
+    names: the second head pads as the first, from the first's estimates."""
+    from spyrec.passes import split_padding
+
+    calls = []
+    estimate = split_padding._estimate
+
+    def counted(graph, op, *args):
+        calls.append(op.name)
+        return estimate(graph, op, *args)
+    monkeypatch.setattr(split_padding, "_estimate", counted)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    run_and_compare(tmp_path / "one", Head(), (_ids(64),))
+    alone, calls[:] = len(calls), []
+    out = run_and_compare(tmp_path / "two", TwoHeads(), (_ids(64),))
+    first, second = _report(out)["split_padding"]["list"]
+    assert len(calls) == alone > 1 and len(set(calls)) == 1
+    assert {k: v for k, v in first.items() if k not in ("op", "weight", "padded", "source")} == \
+        {k: v for k, v in second.items() if k not in ("op", "weight", "padded", "source")}
