@@ -191,11 +191,19 @@ def _whole_plan_us(graph: Graph) -> tuple[float, Callable[[], float]]:
     users do not all keep its writer's slices is priced in HBM (the ops were priced as they
     were chosen, when later readers' splits were assumptions), and each op's neighbours'
     traffic counts in their own estimates (no penalties). Both read one `planned_producers`
-    (which buffers can be in LX: most of the time)."""
+    (which buffers can be in LX: most of the time); ops alike but for names (a stack's
+    layers: the same `estimate_key` and split) are priced once."""
     producers = planned_producers(graph)
+    keys = [(estimate_key(graph, op, producers), tuple(sorted(op.core_splits.items())))
+            for op in graph.ops]
 
     def total(p: CostParams) -> float:
-        return sum(cost.time_us for _, cost in planned_estimates(graph, p, producers))
+        times: dict[tuple, float] = {}
+        for op, key in zip(graph.ops, keys):
+            if key not in times:
+                times[key] = split_estimate(graph, op, op.core_splits, producers, p,
+                                            penalties=False).time_us
+        return sum(times[key] for key in keys)
     return total(DEFAULT_PARAMS), lambda: total(FAIR_SHARE)
 
 

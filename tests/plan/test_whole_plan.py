@@ -1,0 +1,36 @@
+"""The whole-plan time work division compares the plans with and without K-splits by
+(`core_splits._whole_plan_us`) prices ops alike but for names once: the same totals as
+pricing every op, from fewer estimates."""
+
+from samples.models import SAMPLES
+from spyrec.plan import core_splits
+from tests.programs import compile_pt2, export
+
+
+def test_whole_plan_totals_equal_every_ops_sum_from_fewer_estimates(tmp_path, monkeypatch):
+    seen = []
+    real_whole, real_estimate = core_splits._whole_plan_us, core_splits.split_estimate
+    calls = [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real_estimate(*args, **kwargs)
+
+    def checked(graph):
+        calls[0] = 0
+        monkeypatch.setattr(core_splits, "split_estimate", counted)
+        got, fair = real_whole(graph)
+        priced = calls[0]
+        monkeypatch.setattr(core_splits, "split_estimate", real_estimate)
+        every = sum(cost.time_us for _, cost in core_splits.planned_estimates(graph))
+        fair_every = sum(cost.time_us for _, cost in core_splits.planned_estimates(
+            graph, core_splits.FAIR_SHARE))
+        assert got == every and fair() == fair_every
+        seen.append((len(graph.ops), priced))
+        return got, fair
+
+    monkeypatch.setattr(core_splits, "_whole_plan_us", checked)
+    module, inputs = SAMPLES["decoder_fp32"]()
+    compile_pt2(export(tmp_path, module, inputs, "decoder_fp32"), tmp_path / "out")
+    assert seen, "the sample takes no K-split: nothing compared"
+    assert all(priced < ops for ops, priced in seen), seen
