@@ -86,10 +86,12 @@ class LxPlacement:
 
 
 def place_lx(graph: Graph, budget: int, intermediates: bool = True,
-             enabled: bool = True) -> LxPlacement:
+             enabled: bool = True, memo: dict | None = None) -> LxPlacement:
     """The placement of `graph`'s LX candidates in `budget` bytes per core (`intermediates`
     false: the per-tile buffers only; `enabled` false: none, but the report rows); the graph
-    is not changed."""
+    is not changed. `memo`: each buffer's slice analysis, kept across calls on one graph
+    while ops change (stage_inputs asks once per copy it tries: only the copy and its
+    readers change between two asks), keyed on everything it reads (`_slice_key`)."""
     users = _users(graph)
     rows: dict[str, dict] = {}
     sizes: dict[str, int] = {}
@@ -102,8 +104,13 @@ def place_lx(graph: Graph, budget: int, intermediates: bool = True,
         if reason == _NOT_AN_INTERMEDIATE:
             continue
         size, consumer = buf.layout.device_bytes, None
-        if reason is None:
+        if reason is None and memo is None:
             reason, size, consumer = _slice_bytes(graph, buf, users[name])
+        elif reason is None:
+            key = _slice_key(graph, buf, users[name])
+            if key not in memo:
+                memo[key] = _slice_bytes(graph, buf, users[name])
+            reason, size, consumer = memo[key]
         if reason is None:
             reason = _lx_args_refused(graph, buf, users[name], forms)
         if reason is None and not enabled:
@@ -281,6 +288,20 @@ def _slice_bytes(graph: Graph, buf: Buffer,
             if problem:
                 return problem, size, op
     return None, size, None
+
+
+def _slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
+    """What `_slice_bytes` of `buf` reads: the buffer (the object, its HBM address and
+    layout) and, in order, each op using it (its name, which the reasons quote, and every
+    field the slices and accesses come from), so an op changed in place misses."""
+    return (buf.name, id(buf), buf.hbm_address, buf.layout,
+            tuple(_op_state(graph.ops[i]) for i in uses))
+
+
+def _op_state(op: Operation) -> tuple:
+    return (op.name, op.op, op.ranges, op.inputs, op.output, op.reduced, op.index_inputs,
+            None if op.core_splits is None else tuple(op.core_splits.items()), op.loops,
+            op.replicas, op.replicas_fastest)
 
 
 def _same_slices(buf: Buffer, op: Operation, role: str, access, boxes: list,

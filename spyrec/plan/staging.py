@@ -68,6 +68,7 @@ class StagingOptions:
 def stage_inputs(graph: Graph, options: StagingOptions = StagingOptions()) -> list[dict]:
     """Stage what pays (module docstring) in `graph`; a report row per staged tensor."""
     rows = []
+    memo: dict = {}     # the LX placement's per-buffer analysis, across the copies tried
     if options.enabled:
         reads: dict[str, list] = {}     # staging re-points only the staged tensor's reads
         for op in graph.ops:
@@ -76,14 +77,15 @@ def stage_inputs(graph: Graph, options: StagingOptions = StagingOptions()) -> li
         mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
         for name in [n for n, b in graph.buffers.items()
                      if b.role in ("input", "constant") and n not in mutated]:
-            row = _stage(graph, name, reads.get(name, []), options) or \
-                _stage_tiles(graph, name, reads.get(name, []), options)
+            row = _stage(graph, name, reads.get(name, []), options, memo) or \
+                _stage_tiles(graph, name, reads.get(name, []), options, memo)
             if row:
                 rows.append(row)
     return rows
 
 
-def _stage(graph: Graph, name: str, reads: list, options: StagingOptions) -> dict | None:
+def _stage(graph: Graph, name: str, reads: list, options: StagingOptions,
+           memo: dict) -> dict | None:
     buf = graph.buffers[name]
     if _trips(reads) < 2 or not read_in_place(name, reads):
         return None
@@ -105,15 +107,15 @@ def _stage(graph: Graph, name: str, reads: list, options: StagingOptions) -> dic
                                       hbm_address=None, lx_address=None))
     at = _loop_span_start(graph.ops, first)        # before the loop a reader runs in
     if not _commit(graph, copy, at, reads, lambda op, a: Access(staged.name, a.index),
-                   options.budget_bytes):
+                   options.budget_bytes, memo):
         del graph.buffers[staged.name]
         return None
     return {"input": name, "buffer": staged.name, "reads": _trips(reads),
             "split": copy.core_splits, "bytes_per_core": box_bytes(buf, want[0])}
 
 
-def _stage_tiles(graph: Graph, name: str, reads: list, options: StagingOptions
-                 ) -> dict | None:
+def _stage_tiles(graph: Graph, name: str, reads: list, options: StagingOptions,
+                 memo: dict) -> dict | None:
     """Inside a loop: accesses that read the same tile of `name` on every trip (a
     softmax's max pass and its subtract over one row tile) read a per-tile copy instead,
     which one `identity` op in the loop body writes each trip."""
@@ -155,7 +157,8 @@ def _stage_tiles(graph: Graph, name: str, reads: list, options: StagingOptions
     graph.add_buffer(tile)
     copy = _split_giving(graph, copy, tile, want)
     first = min(position[id(op)] for op, _ in group)
-    if copy is None or not _commit(graph, copy, first, group, retiled, options.budget_bytes):
+    if copy is None or not _commit(graph, copy, first, group, retiled, options.budget_bytes,
+                                   memo):
         del graph.buffers[tile.name]
         return None
     return {"input": name, "buffer": tile.name, "reads": len(group),
@@ -163,7 +166,7 @@ def _stage_tiles(graph: Graph, name: str, reads: list, options: StagingOptions
             "per_tile": True}
 
 def _commit(graph: Graph, copy: Operation, at: int, reads: list,
-            repoint: Callable[[Operation, Access], Access], budget: int) -> bool:
+            repoint: Callable[[Operation, Access], Access], budget: int, memo: dict) -> bool:
     """Insert `copy` at `at` and point `reads` at its output; kept only when the LX
     placement in `budget` bytes would put that output in LX (else the copy only adds
     traffic: everything is undone but the buffer, which the caller drops)."""
@@ -174,7 +177,7 @@ def _commit(graph: Graph, copy: Operation, at: int, reads: list,
     for op in readers:
         op.inputs = tuple(repoint(op, a) if (id(op), a) in chosen else a
                           for a in op.inputs)
-    if copy.output.buffer in place_lx(graph, budget).addresses:
+    if copy.output.buffer in place_lx(graph, budget, memo=memo).addresses:
         return True
     graph.ops.pop(at)
     for op, inputs in zip(readers, before):
