@@ -82,7 +82,12 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    depths = [int(d) for d in args.depths.split(",")]
+    try:
+        depths = sorted({int(d) for d in args.depths.split(",")})
+    except ValueError:
+        depths = []
+    if not depths or depths[0] < 1:
+        ap.error(f"--depths {args.depths!r}: give layer counts of at least 1, e.g. 4,8,16")
     work = args.work or Path(tempfile.mkdtemp(prefix="spyrec-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []

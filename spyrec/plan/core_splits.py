@@ -198,12 +198,7 @@ def _whole_plan_us(graph: Graph) -> tuple[float, Callable[[], float]]:
             for op in graph.ops]
 
     def total(p: CostParams) -> float:
-        times: dict[tuple, float] = {}
-        for op, key in zip(graph.ops, keys):
-            if key not in times:
-                times[key] = split_estimate(graph, op, op.core_splits, producers, p,
-                                            penalties=False).time_us
-        return sum(times[key] for key in keys)
+        return sum(cost.time_us for _, cost in planned_estimates(graph, p, producers, keys))
     return total(DEFAULT_PARAMS), lambda: total(FAIR_SHARE)
 
 
@@ -214,14 +209,22 @@ def planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
 
 
 def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS,
-                      producers: Producers | None = None
+                      producers: Producers | None = None, keys: list[tuple] | None = None
                       ) -> list[tuple[Operation, SplitCost]]:
     """Each op's estimate under the splits work division chose (`_whole_plan_us`);
-    `producers`: the graph's `planned_producers`, when the caller has them."""
+    `producers`: the graph's `planned_producers`, when the caller has them; `keys`: one per
+    op, ops of equal keys (`estimate_key` and split) priced once."""
     if producers is None:
         producers = planned_producers(graph)
-    return [(op, split_estimate(graph, op, op.core_splits, producers, p, penalties=False))
-            for op in graph.ops]
+    priced: dict = {}
+    out = []
+    for i, op in enumerate(graph.ops):
+        key = i if keys is None else keys[i]
+        if key not in priced:
+            priced[key] = split_estimate(graph, op, op.core_splits, producers, p,
+                                         penalties=False)
+        out.append((op, priced[key]))
+    return out
 
 
 def planned_producers(graph: Graph) -> Producers:

@@ -104,13 +104,8 @@ def place_lx(graph: Graph, budget: int, intermediates: bool = True,
         if reason == _NOT_AN_INTERMEDIATE:
             continue
         size, consumer = buf.layout.device_bytes, None
-        if reason is None and memo is None:
-            reason, size, consumer = _slice_bytes(graph, buf, users[name])
-        elif reason is None:
-            key = _slice_key(graph, buf, users[name])
-            if key not in memo:
-                memo[key] = _slice_bytes(graph, buf, users[name])
-            reason, size, consumer = memo[key]
+        if reason is None:
+            reason, size, consumer = _slice_bytes_memo(graph, buf, users[name], memo)
         if reason is None:
             reason = _lx_args_refused(graph, buf, users[name], forms)
         if reason is None and not enabled:
@@ -290,11 +285,21 @@ def _slice_bytes(graph: Graph, buf: Buffer,
     return None, size, None
 
 
+def _slice_bytes_memo(graph: Graph, buf: Buffer, uses: list[int], memo: dict | None):
+    """`_slice_bytes`, from `memo` when it holds the answer for the same inputs."""
+    if memo is None:
+        return _slice_bytes(graph, buf, uses)
+    key = _slice_key(graph, buf, uses)
+    if key not in memo:
+        memo[key] = _slice_bytes(graph, buf, uses)
+    return memo[key]
+
+
 def _slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
-    """What `_slice_bytes` of `buf` reads: the buffer (the object, its HBM address and
-    layout) and, in order, each op using it (its name, which the reasons quote, and every
+    """What `_slice_bytes` of `buf` reads: the buffer (its name, sizes, layout and HBM
+    address) and, in order, each op using it (its name, which the reasons quote, and every
     field the slices and accesses come from), so an op changed in place misses."""
-    return (buf.name, id(buf), buf.hbm_address, buf.layout,
+    return (buf.name, buf.host_size, buf.host_dtype, buf.layout, buf.hbm_address,
             tuple(_op_state(graph.ops[i]) for i in uses))
 
 
