@@ -18,6 +18,7 @@ emitter.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import replace
@@ -87,14 +88,10 @@ class SuperDscReader:
             tuple(d for d in self.labels if d not in out_labels and d not in replica)
         op = opfunc.removesuffix("nonstick") if opfunc.endswith("nonstick") else opfunc
         name, source = _debug(w.get("debug_handle_", opfunc))
-        # each dim's slice ranges, once: cores x dims is the reader's hottest loop
-        spans = {d: [(k * self.P[d], (k + 1) * self.P[d]) for k in range(self.split[d])]
-                 for d in self.labels}
         firsts = [[None if s is None else s + shift for s in starts]   # LX or symbolic: None
                   for starts, shift in zip(self.starts, self.shift_bytes)]
-        cores = tuple(CoreSplit(c, {d: spans[d][slc[d]] for d in self.labels},
-                                tuple(f[c] for f in firsts))
-                      for c, slc in enumerate(self.slices))
+        ranges = _core_ranges(tuple(self.labels), tuple(self.P.values()), self.slice_keys)
+        cores = tuple(CoreSplit(c, ranges[c], tuple(f[c] for f in firsts)) for c in range(nc))
         masking = {d: (m[0][0], m[0][1]) for d, m in dsc["coordinateMasking_"].items()}
         return OpSpec(file=filename, index=index, op=op, name=name, source=source,
                       is_reduction=bool(reduced), iteration_space={d: (self.N[d], self.split[d])
@@ -134,17 +131,19 @@ class SuperDscReader:
             if stage.get(f"{d}_") != self.N[d] // self.split[d]:
                 self.fail(f"dscs_[0].dataStageParam_.0.ss_.{d}_", f"{stage.get(f'{d}_')}, but "
                           f"N_ / split = {self.N[d] // self.split[d]}")
-        labels, seen = set(self.labels), set()
+        labels = set(self.labels)
         splits = [self.split[d] for d in self.labels]
+        keys = []
         for c in range(nc):
             s = self.w["coreIdToWkSlice_"][str(c)]
             key = tuple(map(s.__getitem__, self.labels)) if s.keys() == labels else None
             if key is None or not all(0 <= k < n for k, n in zip(key, splits)):
                 self.fail(f"coreIdToWkSlice_.{c}", f"{s} is not a slice of every dim within "
                           f"its split")
-            seen.add(key)
-        if len(seen) != nc:
+            keys.append(key)
+        if len(set(keys)) != nc:
             self.fail("coreIdToWkSlice_", "two cores run the same slice")
+        self.slice_keys = tuple(keys)     # per core: its slice number of each dim of N_
 
     # --- tensors ------------------------------------------------------------------------------
 
@@ -513,3 +512,13 @@ def dlfloat16_value(bits: int) -> float:
         return sign * 0.0
     exp, mant = body >> 9, body & 0x1FF
     return sign * (1 + mant / 512) * 2.0 ** (exp - 31)
+
+
+@functools.lru_cache(maxsize=1024)
+def _core_ranges(labels: tuple[str, ...], per_core: tuple[int, ...],
+                 slice_keys: tuple[tuple[int, ...], ...]) -> tuple[dict, ...]:
+    """Each core's half-open range of every dim (dims `labels`, `per_core` values each, core c
+    running slice `slice_keys[c]`): cores x dims is the reader's hottest loop, and the ops of a
+    stack's layers share their splits. The dicts are shared: CoreSplit's ranges are read only."""
+    return tuple({d: (k * p, (k + 1) * p) for d, p, k in zip(labels, per_core, key)}
+                 for key in slice_keys)
