@@ -79,13 +79,14 @@ def find_sites(graph: Graph) -> list[AttentionSite]:
     readers: dict[str, list[Operation]] = {}
     for op in graph.ops:
         for a in op.reads():
-            readers.setdefault(a.buffer, [])
-            if op not in readers[a.buffer]:
-                readers[a.buffer].append(op)
+            users = readers.setdefault(a.buffer, [])
+            if not users or users[-1] is not op:    # an op reading a buffer twice: once
+                users.append(op)
     kept = set(graph.outputs) | set(graph.mutated_buffers.values())
     sites = []
+    position = {id(op): i for i, op in enumerate(graph.ops)}
     for op in graph.ops:
-        site = _match(graph, op, writer, readers, kept)
+        site = _match(graph, op, writer, readers, kept, position)
         if site is not None:
             sites.append(site)
     return sites
@@ -105,12 +106,13 @@ def unshare_masks(graph: Graph, sites: list[AttentionSite]) -> int:
         for a in op.reads():
             readers.setdefault(a.buffer, []).append(op)
     added: list[tuple[Operation, Operation]] = []        # (original, copy)
+    position = {id(o): i for i, o in enumerate(graph.ops)}    # ops are replaced in place
     for i, op in enumerate(list(graph.ops)):
         if op.name not in chain_ops:
             continue
         shape = graph.buffers[op.output.buffer].host_size[-2:]
         for a in op.inputs:
-            closure = _mask_closure(graph, writer, a.buffer, shape)
+            closure = _mask_closure(graph, writer, a.buffer, shape, position)
             users = {id(u) for u in readers.get(a.buffer, [])}
             if not closure or len(users) < 2 or readers[a.buffer][0] is op:
                 continue
@@ -119,20 +121,35 @@ def unshare_masks(graph: Graph, sites: list[AttentionSite]) -> int:
                 graph.add_buffer(replace(graph.buffers[m.output.buffer],
                                          name=renamed[m.output.buffer]))
                 added.append((m, _renamed(m, renamed, f"{m.name}__{op.name}")))
-            graph.ops[graph.ops.index(op)] = op = _renamed(op, renamed, op.name)
-    for original, copy in added:
-        graph.ops.insert(graph.ops.index(original) + 1, copy)
+            graph.ops[i] = op = _renamed(op, renamed, op.name)
+    if added:
+        graph.ops[:] = _with_copies(graph.ops, added)
     return len(added)
 
 
-def _mask_closure(graph, writer, buf: str, shape) -> list[Operation]:
+def _with_copies(ops: list[Operation], added: list[tuple[Operation, Operation]]
+                 ) -> list[Operation]:
+    """`ops` with each copy right after its original, the copies of one original latest
+    first (each was inserted just after it, in turn); one pass, not an insert per copy."""
+    after: dict[int, list[Operation]] = {}
+    for original, copy in added:
+        after.setdefault(id(original), []).insert(0, copy)
+    out: list[Operation] = []
+    for op in ops:
+        out.append(op)
+        out += after.get(id(op), ())
+    return out
+
+
+def _mask_closure(graph, writer, buf: str, shape, position: dict[int, int]) -> list[Operation]:
     """The elementwise ops computing mask operand `buf` of shape [.., S, L] (and the [.., S,
-    L] operands they read), in program order; [] when `buf` is not such a mask."""
+    L] operands they read), in program order (`position`: each op's index, by `id`); [] when
+    `buf` is not such a mask."""
     found: list[Operation] = []
     todo = [buf]
     while todo:
         op = writer.get(todo.pop())
-        if op is None or op in found or op.reduced or op.index_inputs or op.loops or \
+        if op is None or any(op is f for f in found) or op.reduced or op.index_inputs or op.loops or \
                 op.op == "batchmatmul" or \
                 graph.buffers[op.output.buffer].host_size[-2:] != shape or \
                 graph.buffers[op.output.buffer].role != "intermediate" or \
@@ -141,8 +158,7 @@ def _mask_closure(graph, writer, buf: str, shape) -> list[Operation]:
         found.append(op)
         todo += [a.buffer for a in op.inputs
                  if graph.buffers[a.buffer].host_size[-2:] == shape]
-    order = {id(o): i for i, o in enumerate(graph.ops)}
-    return sorted(found, key=lambda o: order[id(o)])
+    return sorted(found, key=lambda o: position[id(o)])
 
 
 def _renamed(op: Operation, buffers: dict[str, str], name: str) -> Operation:
@@ -153,8 +169,10 @@ def _renamed(op: Operation, buffers: dict[str, str], name: str) -> Operation:
                    output=moved(op.output))
 
 
-def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
-    """The site whose last op is `out` (probs @ v), or None."""
+def _match(graph, out, writer, readers, kept, position: dict[int, int]
+           ) -> AttentionSite | None:
+    """The site whose last op is `out` (probs @ v), or None (`position`: each op's index in
+    the program, by `id`)."""
     def only(buf: str, *users: Operation) -> bool:
         """`buf` is an intermediate read by exactly `users`."""
         return buf not in kept and graph.buffers[buf].role == "intermediate" and \
@@ -218,9 +236,8 @@ def _match(graph, out, writer, readers, kept) -> AttentionSite | None:
     gathers = [g for g in (_gather_of(graph, scores, writer, only),
                            _gather_of(graph, out, writer, only)) if g is not None]
     members += gathers
-    order = {id(op): i for i, op in enumerate(graph.ops)}
     return AttentionSite(
-        tuple(m.name for m in sorted(members, key=lambda m: order[id(m)])), scores.name,
+        tuple(m.name for m in sorted(members, key=lambda m: position[id(m)])), scores.name,
         tuple(c.name for c in chain), top.name, max_guard.name if max_guard else None,
         shifted.name, exp.name, total.name, sum_guard.name if sum_guard else None,
         probs.name, out.name, x.host_size[-2], x.host_size[-1],
