@@ -61,7 +61,9 @@ class State:
     inserted: int = 0             # copies the pass adds (ties: fewer ops win)
     # layouts of the buffers a later op still touches; the others are in `retired`
     layouts: dict[str, DeviceLayout] = field(default_factory=dict)
-    copies: frozenset = frozenset()
+    # source buffer -> the layouts of its copies, in the order they were made (shared
+    # between branches: replaced, never changed in place)
+    copies: dict = field(default_factory=dict)
     # the copies whose source a later op still reads (what merging compares)
     live_copies: frozenset = frozenset()
     # (parent, {buffer: layout}) chains, shared with the states this one branched from
@@ -218,8 +220,9 @@ class LayoutSearch:
             names = self._names[id(op)] = (op, tuple(dict.fromkeys(
                 a.buffer for _, a in op.accesses())))
         get = state.layouts.get      # canonical layouts: compared by identity
+        copies = state.copies
         return (tuple([id(get(n)) for n in names[1]]),
-                tuple([c for c in state.copies if c[0] in names[1]]))
+                tuple([copies.get(n, ()) for n in names[1]]))
 
     def _plan(self, i: int, op: Operation, state: State) -> list:
         """Per candidate output layout, None (infeasible) or what it does to a state: the
@@ -260,7 +263,10 @@ class LayoutSearch:
         return self._canon.setdefault(layout, layout)
 
     def _add_copy(self, i: int, s: State, copy: tuple) -> None:
-        s.copies = s.copies | {copy}
+        name, layout = copy
+        made = s.copies.get(name, ())
+        if layout not in made:
+            s.copies = {**s.copies, name: made + (layout,)}
         if self.last_read.get(copy[0], -1) > i:
             s.live_copies = s.live_copies | {copy}
         if self._made is not None:
@@ -364,8 +370,8 @@ class LayoutSearch:
         self._decide_free(access, s, target, op)
         if self._fits(op, access, s.layouts[access.buffer], target):
             return None
-        for name, layout in s.copies:
-            if name == access.buffer and self._fits(op, access, layout, target):
+        for layout in s.copies.get(access.buffer, ()):   # the first made that fits
+            if self._fits(op, access, layout, target):
                 return Decision("copy", layout)
         source = s.layouts[access.buffer]
         # A copy of the accessed view (an identity op, which reads any layout element by
