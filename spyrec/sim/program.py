@@ -30,7 +30,7 @@ from spyrec.layout.dtypes import device_dtype_for
 from spyrec.sim.lengths import read_symbols
 from spyrec.sim.specs import (
     Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout)
-from spyrec.sim.superdsc import Resolver, SuperDscReader
+from spyrec.sim.superdsc import Resolver, SuperDscReader, lx_starts_of
 
 _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
 
@@ -223,16 +223,17 @@ def read_op(out_dir: Path, filename: str, doc: dict, manifest: Manifest,
     if m and int(m.group(1)) != index:
         raise InputFileError(f"{path}: the top key {key!r} is op {index}, but the file is "
                              f"named {filename}")
-    resolve, lx_names = lookup or manifest_index(manifest)
+    resolve, lx_names, lx_starts = lookup or manifest_index(manifest)
     return SuperDscReader(path, key, wrapper, resolve, first, lx_names,
                           manifest.lx_args.get(filename, {}),
-                          _held_resolver(manifest, filename)).op(filename, index)
+                          _held_resolver(manifest, filename), lx_starts).op(filename, index)
 
 
 def manifest_index(manifest: Manifest) -> tuple:
-    """What the SuperDSC reader looks tensors up in (HBM by address, LX by offset): built once
-    per program, not once per op."""
-    return address_resolver(manifest.tensors.values()), _lx_names(manifest)
+    """What the SuperDSC reader looks tensors up in (HBM by address, LX by offset, LX offsets
+    by name): built once per program, not once per op."""
+    lx_names = _lx_names(manifest)
+    return address_resolver(manifest.tensors.values()), lx_names, lx_starts_of(lx_names)
 
 
 def address_resolver(tensors: Iterable[TensorSpec]) -> Resolver:

@@ -45,6 +45,15 @@ HeldResolver = Callable[[int], "tuple[str, int, int] | None"]
 LxNames = dict[int, list[str]]
 
 
+def lx_starts_of(lx_names: LxNames) -> dict[str, int]:
+    """Each LX tensor's offset, by name (its first in `lx_names`)."""
+    starts: dict[str, int] = {}
+    for start, names in lx_names.items():
+        for name in names:
+            starts.setdefault(name, start)
+    return starts
+
+
 class SuperDscReader:
     """One SuperDSC document (`wrapper`, under top key `key`; `path` for messages) read into an
     OpSpec by `op`, with the manifest's lookups: HBM tensors by address (`resolve`), LX
@@ -52,11 +61,14 @@ class SuperDscReader:
 
     def __init__(self, path: Path, key: str, wrapper: dict, resolve: Resolver,
                  first: Execute | None = None, lx_names: LxNames | None = None,
-                 lx_args: dict | None = None, held: HeldResolver | None = None):
+                 lx_args: dict | None = None, held: HeldResolver | None = None,
+                 lx_starts: dict[str, int] | None = None):
         self.path, self.key, self.w, self.resolve = path, key, wrapper, resolve
         self.first, self.lx_names = first, lx_names or {}
         self.lx_args = lx_args or {}   # manifest lx_args of this file: arg index -> tensor
         self.held = held or (lambda i: None)   # manifest hbm_args of this file
+        # LX tensor name -> its offset (`lx_names` inverted; the caller's, built once)
+        self.lx_starts = lx_starts if lx_starts is not None else lx_starts_of(self.lx_names)
 
     def fail(self, where: str, msg: str) -> None:
         raise InputFileError(f"{self.path}: at $.{self.key}.{where}: {msg}; the file is not "
@@ -192,7 +204,7 @@ class SuperDscReader:
             if named is not None:
                 # at the tensor's start, or inside it (one of several writers of a slice;
                 # the binding checks the arg's whole window lies in the tensor)
-                start = next((a for a, names in self.lx_names.items() if named in names), None)
+                start = self.lx_starts.get(named)
                 if start is None or a0 < start:
                     self.fail(f"dscs_[0].scheduleTree_[{i}]", f"LX offset {a0} is not where "
                               f"manifest lx_args puts '{named}'")
