@@ -46,7 +46,7 @@ from spyrec.ir.graph import nest_trips
 from spyrec.ir.lx import data_writer, set_core_ranges
 from spyrec.ir.span import op_span, span_problem
 from spyrec.plan.chain_moves import ChainMoves
-from spyrec.plan.lx_placement import lx_slices_problem
+from spyrec.plan.lx_placement import lx_slices_hold, lx_slices_problem
 from spyrec.plan.split_candidates import (
     candidates, greedy_split, replica_candidates, span_refusal, split_text, stick_vars,
 )
@@ -235,9 +235,10 @@ def planned_producers(graph: Graph) -> Producers:
     for i, op in enumerate(graph.ops):
         for name in dict.fromkeys(a.buffer for _, a in op.accesses()):
             uses.setdefault(name, []).append(i)
+    memo: dict = {}          # the layers of a stack ask alike
     producers.lx_candidates = {
         name for name in producers.lx_candidates
-        if lx_slices_problem(graph, graph.buffers[name], uses.get(name, [])) is None}
+        if lx_slices_hold(graph, graph.buffers[name], uses.get(name, []), memo)}
     return producers
 
 

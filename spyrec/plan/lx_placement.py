@@ -285,6 +285,33 @@ def _slice_bytes(graph: Graph, buf: Buffer,
     return None, size, None
 
 
+def lx_slices_hold(graph: Graph, buf: Buffer, uses: list[int], memo: dict) -> bool:
+    """`lx_slices_problem(graph, buf, uses) is None`, from `memo` when it holds the answer for
+    a buffer and users alike but for names (the layers of a stack): only the reasons quote
+    names, and which access is `buf`'s is kept (`_unnamed_slice_key`)."""
+    key = _unnamed_slice_key(graph, buf, uses)
+    holds = memo.get(key)
+    if holds is None:
+        holds = memo[key] = _slice_bytes(graph, buf, uses)[0] is None
+    return holds
+
+
+def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
+    """`_slice_key` without names: the buffer's sizes and layout and whether it has an HBM
+    address; each op using it with every field `_op_state` keeps but its name, an access
+    named only by whether it is `buf`'s."""
+    name = buf.name
+
+    def unnamed(a) -> tuple:
+        return a.buffer == name, a.index
+    return (buf.host_size, buf.host_dtype, buf.layout, buf.hbm_address is None,
+            tuple((op.op, op.ranges, tuple(map(unnamed, op.inputs)), unnamed(op.output),
+                   op.reduced, tuple(map(unnamed, op.index_inputs)),
+                   None if op.core_splits is None else tuple(op.core_splits.items()),
+                   op.loops, op.replicas, op.replicas_fastest)
+                  for op in (graph.ops[i] for i in uses)))
+
+
 def _slice_bytes_memo(graph: Graph, buf: Buffer, uses: list[int], memo: dict | None):
     """`_slice_bytes`, from `memo` when it holds the answer for the same inputs."""
     if memo is None:

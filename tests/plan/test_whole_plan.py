@@ -34,3 +34,36 @@ def test_whole_plan_totals_equal_every_ops_sum_from_fewer_estimates(tmp_path, mo
     compile_pt2(export(tmp_path, module, inputs, "decoder_fp32"), tmp_path / "out")
     assert seen, "the sample takes no K-split: nothing compared"
     assert all(priced < ops for ops, priced in seen), seen
+
+
+def test_planned_producers_lx_candidates_equal_each_buffer_asked_alone(tmp_path, monkeypatch):
+    """`planned_producers` asks `lx_slices_problem` once per buffer and users alike but for
+    names (`lx_slices_hold`): the same candidates as asking for every buffer, from fewer
+    slice analyses."""
+    from spyrec.plan import lx_placement
+
+    seen = []
+    real_producers, real_slices = core_splits.planned_producers, lx_placement._slice_bytes
+    calls = [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real_slices(*args, **kwargs)
+
+    def checked(graph):
+        calls[0] = 0
+        monkeypatch.setattr(lx_placement, "_slice_bytes", counted)
+        got = real_producers(graph)
+        asked = calls[0]
+        monkeypatch.setattr(lx_placement, "_slice_bytes", real_slices)
+        every = core_splits.Producers(graph, intermediates=True)
+        want = {name for name in every.lx_candidates if core_splits.lx_slices_problem(
+            graph, graph.buffers[name]) is None}
+        assert got.lx_candidates == want
+        seen.append((len(every.lx_candidates), asked))
+        return got
+
+    monkeypatch.setattr(core_splits, "planned_producers", checked)
+    module, inputs = SAMPLES["decoder_fp32"]()
+    compile_pt2(export(tmp_path, module, inputs, "decoder_fp32"), tmp_path / "out")
+    assert seen and all(asked < candidates for candidates, asked in seen), seen
