@@ -6,13 +6,15 @@ passes); `writer.py` serializes it. Field meanings: DESIGN §4 and docs/formats.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from spyrec.codegen.symbols import level_advances_bytes
 from spyrec.indexing import Indirect, Lin, evaluate
 from spyrec.ir import Access, Graph, Loop, Operation
 from spyrec.ir.graph import loop_identity
-from spyrec.ir.lx import core_slices
+from spyrec.ir.lx import split_slices
 from spyrec.indexing.sticks import access_coordinates
 
 
@@ -78,13 +80,25 @@ def _cores(graph: Graph, op: Operation, args: list[dict], splits: dict[str, int]
     here is core c of the op's SuperDSC file.
 
     Start addresses are evaluated for all cores at once (numpy arrays of slice starts)."""
-    slices = core_slices(op)         # op.core_splits: `splits` is them, or all 1
+    rows, env = _core_table(op.core_ranges, tuple(sorted((op.core_splits or {}).items())))
+    starts = [_start_addresses(graph, a, env, len(rows)) for a in args]
+    return [{"core": core, "ranges": ranges, "arg_start_bytes": [s[core] for s in starts]}
+            for core, ranges in enumerate(rows)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _core_table(core_ranges: tuple[tuple[str, int], ...], splits: tuple[tuple[str, int], ...]
+                ) -> tuple[tuple[dict, ...], dict[str, np.ndarray]]:
+    """Each core's ranges as the spec prints them ({var: [lo, hi]}) and each var's first
+    value on every core (the environment start addresses are evaluated in), for an op's
+    core ranges and split (ir/lx.py `core_slices`): the ops of a stack's layers share them.
+    Shared between specs, so read only (the writer only serializes them)."""
+    slices = split_slices(core_ranges, dict(splits))
     env = {v: np.array([ranges[v][0] for ranges in slices], dtype=np.int64)
-           for v, _ in op.core_ranges}
-    starts = [_start_addresses(graph, a, env, len(slices)) for a in args]
-    return [{"core": core, "ranges": {v: [lo, hi] for v, (lo, hi) in ranges.items()},
-             "arg_start_bytes": [s[core] for s in starts]}
-            for core, ranges in enumerate(slices)]
+           for v, _ in core_ranges}
+    for values in env.values():
+        values.flags.writeable = False
+    return tuple({v: [lo, hi] for v, (lo, hi) in ranges.items()} for ranges in slices), env
 
 
 def _start_addresses(graph: Graph, arg: dict, env: dict, n: int) -> list:

@@ -38,10 +38,10 @@ Box = tuple[tuple[int, int], ...]   # inclusive (lo, hi) per device dim, lanes e
 
 def core_slices(op: Operation) -> list[dict[str, tuple[int, int]]]:
     """Each core's half-open range per iteration var, in SuperDSC core order."""
-    return _slices(op.core_ranges, op.core_splits or {})
+    return split_slices(op.core_ranges, op.core_splits or {})
 
 
-def _slices(var_ranges: tuple[tuple[str, int], ...], splits: dict[str, int]
+def split_slices(var_ranges: tuple[tuple[str, int], ...], splits: dict[str, int]
             ) -> list[dict[str, tuple[int, int]]]:
     n_cores = math.prod(splits.get(v, 1) for v, _ in var_ranges)
     out = []
@@ -79,7 +79,7 @@ def _core_boxes(host_size, host_strides, layout, var_ranges, splits, index
     uses = [sorted(a.name for a in c.free_atoms() if isinstance(a, Var)) for c in coords[:-1]]
     known: dict[tuple, tuple[int, int]] = {}
     boxes = []
-    for ranges in _slices(var_ranges, dict(splits)):
+    for ranges in split_slices(var_ranges, dict(splits)):
         box = []
         for k, (c, names) in enumerate(zip(coords, uses)):
             key = (k, *(ranges[v] for v in names))
@@ -257,7 +257,7 @@ def _lane_shifted(host_size, host_strides, layout, var_ranges, splits, index) ->
     if not lane.free_atoms() or any(isinstance(leaf, Indirect) for leaf in lane.free_atoms()):
         return False
     return any(evaluate(lane, {Var(v): lo for v, (lo, _) in ranges.items()}) != 0
-               for ranges in _slices(var_ranges, dict(splits)))
+               for ranges in split_slices(var_ranges, dict(splits)))
 
 
 def keeps_lx_slices(buf: Buffer, op: Operation, op_boxes: list[Box] | None, writes: bool,
