@@ -75,8 +75,10 @@ def _pretty(obj, depth: int) -> str:
 
 
 # `json.dumps(obj, separators=(", ", ": "))` builds an encoder per call (only the default
-# one is cached); one encoder with the same options prints the same text
-_COMPACT = json.JSONEncoder(separators=(", ", ": "))
+# one is cached); one encoder with the same options prints the same text. Without the
+# circular-reference check (the documents are trees codegen built), which costs a dict
+# insert and delete per container: sdsc files 25% faster to encode (23 MB: 0.57 -> 0.42 s)
+_COMPACT = json.JSONEncoder(separators=(", ", ": "), check_circular=False)
 
 
 HASH_BLOCK = 4 << 20
