@@ -377,12 +377,27 @@ def _revisit(graph: Graph, producers: Producers, memo: dict, rows: list,
 def _split(graph: Graph, op: Operation, producers: Producers, memo: dict,
            options: SplitOptions) -> tuple[dict, dict]:
     """One op's split and its report row (the producers' splits are already chosen)."""
-    sticks = stick_vars(graph, op)
-    greedy = greedy_split(graph, op, sticks, options.cores)
+    sticks, greedy = _sticks_and_greedy(graph, op, options.cores, memo)
     if options.strategy == "greedy":
         return greedy, {}
     return choose(graph, op, sticks, greedy, options.cores, producers, memo, options.k_split,
                   options.spread_within)
+
+
+def _sticks_and_greedy(graph: Graph, op: Operation, cores: int, memo: dict
+                       ) -> tuple[dict[str, int], dict[str, int]]:
+    """`stick_vars` and `greedy_split` of `op` (fresh dicts), from `memo` for an op alike but
+    for names (the layers of a stack; `_divide` asks again for every op of the plan without
+    K-splits and of `_revisit`): both read only the op's kind, ranges, reduced vars and loops
+    and each access's index, buffer shape, layout and whether the buffer is in LX."""
+    key = ("greedy", op.op, op.core_ranges, op.reduced, op.loops, op.var_ranges, cores,
+           tuple((role, a.index, b.host_size, b.layout, b.lx_address is None)
+                 for role, a in op.accesses() for b in (graph.buffers[a.buffer],)))
+    found = memo.get(key)
+    if found is None:
+        sticks = stick_vars(graph, op)
+        found = memo[key] = sticks, greedy_split(graph, op, sticks, cores)
+    return dict(found[0]), dict(found[1])
 
 
 def choose(graph: Graph, op: Operation, sticks: dict[str, int], greedy: dict[str, int],

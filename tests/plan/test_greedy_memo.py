@@ -1,0 +1,29 @@
+"""Work division asks for each op's stick vars and greedy split once per op alike but for
+names (`core_splits._sticks_and_greedy`): the same answers as asking for every op, from
+fewer calls."""
+
+from samples.models import SAMPLES
+from spyrec.plan import core_splits
+from tests.programs import compile_pt2, export
+
+
+def test_memoized_greedy_splits_equal_fresh_ones_from_fewer_calls(tmp_path, monkeypatch):
+    real_memoized, real_greedy = core_splits._sticks_and_greedy, core_splits.greedy_split
+    calls, asked = [0], [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real_greedy(*args, **kwargs)
+
+    def checked(graph, op, cores, memo):
+        asked[0] += 1
+        sticks, greedy = real_memoized(graph, op, cores, memo)
+        fresh_sticks = core_splits.stick_vars(graph, op)
+        assert (sticks, greedy) == (fresh_sticks, real_greedy(graph, op, fresh_sticks, cores))
+        return sticks, greedy
+
+    monkeypatch.setattr(core_splits, "greedy_split", counted)
+    monkeypatch.setattr(core_splits, "_sticks_and_greedy", checked)
+    module, inputs = SAMPLES["decoder_fp32"]()
+    compile_pt2(export(tmp_path, module, inputs, "decoder_fp32"), tmp_path / "out")
+    assert 0 < calls[0] < asked[0] / 2, (calls, asked)
