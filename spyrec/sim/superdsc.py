@@ -253,44 +253,26 @@ class SuperDscReader:
         held = self.P if lx else self.N      # an LX arg holds only its core's slice
         indirect = {v["dim"]: (k, v["size"]) for k, v in node.get("indirectDim_", {}).items()}
         shift = self._check_folds(i, node, scale, stick, eps, label_order)
-        values = {d: self._gathered(i, d, indirect, names) if d in indirect else var(d)
-                  for d in order}
-        if shift:
-            values[stick] = values[stick] + shift
-        extent, coord = {}, {}
-        for d in order:
-            n, gap = held[d], gaps.get(d, 0)
-            if scale[d] <= 0:
-                extent[d], coord[d] = 1 + gap, ZERO
-            elif d == stick:
-                if gap % eps:
-                    self.fail(f"{where}.backGapCore_.{d}", f"{gap} is not whole sticks of {eps}")
-                extent[d] = -(-(n + shift) // eps) + gap // eps
-                coord[d] = floordiv(values[d], eps)
-            else:
-                extent[d], coord[d] = n + gap, values[d]
-            if d in indirect:
-                # the values an index may reach; a back gap (a strided view above the gathered
-                # dim) only widens the pitch, never the valid range
-                extent[d] = max(extent[d], _reach(indirect[d][1], d == stick, eps))
-        lane = mod(values[stick], eps) if scale.get(stick) == 1 else ZERO
+        if stick in gaps and gaps[stick] % eps and scale.get(stick, 0) > 0:
+            self.fail(f"{where}.backGapCore_.{stick}", f"{gaps[stick]} is not whole sticks "
+                      f"of {eps}")
+        if indirect:
+            values = {d: self._gathered(i, d, indirect, names) if d in indirect else var(d)
+                      for d in order}
+            sizes, coords, layout, strides, last = _geometry(
+                tuple(order), stick, eps, dtype, tuple(scale[d] for d in order),
+                tuple(held[d] for d in order), tuple(gaps.get(d, 0) for d in order), shift,
+                values, indirect)
+        else:      # the args of a stack's layers: one geometry per shape (`_plain_geometry`)
+            sizes, coords, layout, strides, last = _plain_geometry(
+                tuple(order), stick, eps, dtype, tuple(scale[d] for d in order),
+                tuple(held[d] for d in order), tuple(gaps.get(d, 0) for d in order), shift)
         dims = list(reversed(order))
-        sizes = tuple(extent[d] for d in dims) + (eps,)
-        coords = tuple(coord[d] for d in dims) + (lane,)
-        if len(sizes) < 2:
-            sizes, coords = (1,) + sizes, (ZERO,) + coords
-        layout = DeviceLayout(sizes, (-1,) * len(sizes), dtype)
-        strides = dict(zip(dims, layout.device_strides_elems))
         self.addressed.append({d: scale[d] == 1 for d in order})
         self.gathers.append({int(k.removeprefix("Tensor")) for k, _ in indirect.values()})
         wl = lds["wordLength"]
         self.shift_bytes.append(wl * (shift // eps * strides[stick] + shift % eps)
                                 if shift else 0)
-        last = sum((n - 1) * strides[d] for d in order
-                   if (n := (1 if coord[d] == ZERO else
-                             _reach(indirect[d][1], d == stick, eps) if d in indirect
-                             else -(-(held[d] + shift) // eps) if d == stick
-                             else held[d])) > 1)
         arg = ArgSpec(name=names[i], is_input=i < len(self.dsc["scheduleTree_"]) - 1,
                       arg_index=i, layout=layout, coordinates=coords,
                       coordinate_text=None, hbm_address=None,
@@ -534,3 +516,52 @@ def _core_ranges(labels: tuple[str, ...], per_core: tuple[int, ...],
     stack's layers share their splits. The dicts are shared: CoreSplit's ranges are read only."""
     return tuple({d: (k * p, (k + 1) * p) for d, p, k in zip(labels, per_core, key)}
                  for key in slice_keys)
+
+
+def _geometry(order: tuple[str, ...], stick: str, eps: int, dtype: str, scales: tuple,
+              held: tuple[int, ...], gaps: tuple[int, ...], shift: int, values: dict,
+              indirect: dict) -> tuple:
+    """An arg's device dims from its node (F §4): (sizes, coordinates in the dim labels,
+    DeviceLayout, device stride of each dim in elements, the offset of the last element a
+    core reaches). `values`: each dim's value (a var, or the index tensor's value where
+    `indirectDim_` names it); `indirect`: dim -> (index tensor, size)."""
+    if shift:
+        values = {**values, stick: values[stick] + shift}
+    extent, coord = {}, {}
+    for d, scale, n, gap in zip(order, scales, held, gaps):
+        if scale <= 0:
+            extent[d], coord[d] = 1 + gap, ZERO
+        elif d == stick:
+            extent[d] = -(-(n + shift) // eps) + gap // eps
+            coord[d] = floordiv(values[d], eps)
+        else:
+            extent[d], coord[d] = n + gap, values[d]
+        if d in indirect:
+            # the values an index may reach; a back gap (a strided view above the gathered
+            # dim) only widens the pitch, never the valid range
+            extent[d] = max(extent[d], _reach(indirect[d][1], d == stick, eps))
+    stick_scale = dict(zip(order, scales)).get(stick)
+    lane = mod(values[stick], eps) if stick_scale == 1 else ZERO
+    dims = list(reversed(order))
+    sizes = tuple(extent[d] for d in dims) + (eps,)
+    coords = tuple(coord[d] for d in dims) + (lane,)
+    if len(sizes) < 2:
+        sizes, coords = (1,) + sizes, (ZERO,) + coords
+    layout = DeviceLayout(sizes, (-1,) * len(sizes), dtype)
+    strides = dict(zip(dims, layout.device_strides_elems))
+    last = sum((n - 1) * strides[d] for d, n0 in zip(order, held)
+               if (n := (1 if coord[d] == ZERO else
+                         _reach(indirect[d][1], d == stick, eps) if d in indirect
+                         else -(-(n0 + shift) // eps) if d == stick
+                         else n0)) > 1)
+    return sizes, coords, layout, strides, last
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_geometry(order: tuple[str, ...], stick: str, eps: int, dtype: str, scales: tuple,
+                    held: tuple[int, ...], gaps: tuple[int, ...], shift: int) -> tuple:
+    """`_geometry` of an arg read through no index tensor (every dim its own var): a pure
+    function of its shape, so memoized (ops alike in a stack's layers ask alike). Shared
+    results: the caller reads them only."""
+    return _geometry(order, stick, eps, dtype, scales, held, gaps, shift,
+                     {d: var(d) for d in order}, {})

@@ -51,6 +51,13 @@ def test_unedited_files_give_eager_numbers(built):
                                atol=1e-2)
 
 
+def _gap(dsc: dict, i: int, gap: str) -> dict:
+    """A back gap entry for node i: one for the tensor in HBM, one per core in LX."""
+    node = dsc["scheduleTree_"][i]
+    cores = len(node["startAddressCoreCorelet_"]["data_"])
+    return {str(c): gap for c in range(cores)} if node["component_"] == "lx" else {"-1": gap}
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda w, d: d["scheduleTree_"][1]["startAddressCoreCorelet_"]["data_"].update(
         {"[2, 0, 0]": str(int(d["scheduleTree_"][1]["startAddressCoreCorelet_"]["data_"]
@@ -66,6 +73,8 @@ def test_unedited_files_give_eager_numbers(built):
     (lambda w, d: d["dataStageParam_"]["0"]["ss_"].update(mb_=32), r"ss_.mb_: 32"),
     (lambda w, d: d["primaryDsInfo_"]["OUTPUT"].update(stickSize_=[32]),
      r"do not make a 128-byte stick|stickSize_"),
+    (lambda w, d: d["scheduleTree_"][0].update(backGapCore_={"out": _gap(d, 0, "5")}),
+     r"backGapCore_.out: 5 is not whole sticks of 64"),
 ])
 def test_an_edited_field_is_reported(built, tmp_path, edit, message):
     path, inputs, _ = _copy(built, tmp_path, edit)
