@@ -256,17 +256,14 @@ class SuperDscReader:
         if stick in gaps and gaps[stick] % eps and scale.get(stick, 0) > 0:
             self.fail(f"{where}.backGapCore_.{stick}", f"{gaps[stick]} is not whole sticks "
                       f"of {eps}")
+        shape = (tuple(order), stick, eps, dtype, tuple(scale[d] for d in order),
+                 tuple(held[d] for d in order), tuple(gaps.get(d, 0) for d in order), shift)
         if indirect:
             values = {d: self._gathered(i, d, indirect, names) if d in indirect else var(d)
                       for d in order}
-            sizes, coords, layout, strides, last = _geometry(
-                tuple(order), stick, eps, dtype, tuple(scale[d] for d in order),
-                tuple(held[d] for d in order), tuple(gaps.get(d, 0) for d in order), shift,
-                values, indirect)
+            coords, layout, strides, last = _geometry(*shape, values, indirect)
         else:      # the args of a stack's layers: one geometry per shape (`_plain_geometry`)
-            sizes, coords, layout, strides, last = _plain_geometry(
-                tuple(order), stick, eps, dtype, tuple(scale[d] for d in order),
-                tuple(held[d] for d in order), tuple(gaps.get(d, 0) for d in order), shift)
+            coords, layout, strides, last = _plain_geometry(*shape)
         dims = list(reversed(order))
         self.addressed.append({d: scale[d] == 1 for d in order})
         self.gathers.append({int(k.removeprefix("Tensor")) for k, _ in indirect.values()})
@@ -521,9 +518,8 @@ def _core_ranges(labels: tuple[str, ...], per_core: tuple[int, ...],
 def _geometry(order: tuple[str, ...], stick: str, eps: int, dtype: str, scales: tuple,
               held: tuple[int, ...], gaps: tuple[int, ...], shift: int, values: dict,
               indirect: dict) -> tuple:
-    """An arg's device dims from its node (F §4): (sizes, coordinates in the dim labels,
-    DeviceLayout, device stride of each dim in elements, the offset of the last element a
-    core reaches). `values`: each dim's value (a var, or the index tensor's value where
+    """An arg's device dims from its node (F §4): (coordinates in the dim labels, DeviceLayout,
+    device stride of each dim in elements, the offset of the last element a core reaches). `values`: each dim's value (a var, or the index tensor's value where
     `indirectDim_` names it); `indirect`: dim -> (index tensor, size)."""
     if shift:
         values = {**values, stick: values[stick] + shift}
@@ -554,7 +550,7 @@ def _geometry(order: tuple[str, ...], stick: str, eps: int, dtype: str, scales: 
                          _reach(indirect[d][1], d == stick, eps) if d in indirect
                          else -(-(n0 + shift) // eps) if d == stick
                          else n0)) > 1)
-    return sizes, coords, layout, strides, last
+    return coords, layout, strides, last
 
 
 @functools.lru_cache(maxsize=4096)
