@@ -141,16 +141,23 @@ def _length(span: tuple[int, int] | None) -> int:
     return 0 if span is None else span[1] - span[0] + 1
 
 
+SPAN_BLOCK = 64      # op indices per bucket of `_first_fit`'s placed buffers
+
+
 def _first_fit(order: list[str], sizes: dict[str, int],
                live: dict[str, tuple[int, int]]) -> dict[str, int]:
     """Each buffer in `order` at the lowest offset clear of every placed buffer it is live
-    with (a buffer no op touches conflicts with nothing and goes to offset 0)."""
+    with (a buffer no op touches conflicts with nothing and goes to offset 0). The placed
+    buffers are found through buckets of `SPAN_BLOCK` op indices their spans touch, not by
+    scanning every one placed so far (quadratic in a long program's buffers)."""
     placed: list[tuple[int, int, tuple[int, int]]] = []     # (offset, end, live span)
+    buckets: dict[int, list[int]] = {}      # block -> indices in `placed` touching it
     offsets: dict[str, int] = {}
     for name in order:
         span = live.get(name)
-        busy = sorted((o, e) for o, e, s in placed
-                      if span is not None and s[0] <= span[1] and span[0] <= s[1])
+        busy = [] if span is None else sorted(
+            placed[k][:2] for k in _touching(buckets, span)
+            if placed[k][2][0] <= span[1] and span[0] <= placed[k][2][1])
         offset = 0
         for o, e in busy:
             if offset + sizes[name] <= o:
@@ -158,8 +165,19 @@ def _first_fit(order: list[str], sizes: dict[str, int],
             offset = max(offset, e)
         offsets[name] = offset
         if span is not None:
+            for block in range(span[0] // SPAN_BLOCK, span[1] // SPAN_BLOCK + 1):
+                buckets.setdefault(block, []).append(len(placed))
             placed.append((offset, offset + sizes[name], span))
     return offsets
+
+
+def _touching(buckets: dict[int, list[int]], span: tuple[int, int]) -> set[int]:
+    """The placed buffers registered in a block `span` touches (each once): every one whose
+    span overlaps it is among them."""
+    found: set[int] = set()
+    for block in range(span[0] // SPAN_BLOCK, span[1] // SPAN_BLOCK + 1):
+        found.update(buckets.get(block, ()))
+    return found
 
 
 def _bump(sizes: dict[str, int], order: list[str]) -> dict[str, int]:

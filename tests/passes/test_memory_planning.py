@@ -257,3 +257,37 @@ def test_a_plan_that_ignores_loops_is_refused_by_verifier_and_simulator(tmp_path
     bad, _ = _compile(tmp_path / "bad", "decoder_mlp_tokens", verify_each=False, **opts)
     with pytest.raises(SimulatorFault, match=r"overlap in HBM while both are live"):
         _simulate(bad, inputs)
+
+
+def _first_fit_by_scan(order, sizes, live):
+    """`_first_fit` as it was: every placed buffer scanned for each new one."""
+    placed, offsets = [], {}
+    for name in order:
+        span = live.get(name)
+        busy = sorted((o, e) for o, e, s in placed
+                      if span is not None and s[0] <= span[1] and span[0] <= s[1])
+        offset = 0
+        for o, e in busy:
+            if offset + sizes[name] <= o:
+                break
+            offset = max(offset, e)
+        offsets[name] = offset
+        if span is not None:
+            placed.append((offset, offset + sizes[name], span))
+    return offsets
+
+
+long_spans = st.tuples(st.integers(0, 400), st.integers(0, 200)).map(
+    lambda t: (t[0], t[0] + t[1]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 64).map(lambda k: 128 * k),
+                          st.one_of(st.none(), spans, long_spans)), max_size=60))
+def test_first_fit_through_span_buckets_places_as_scanning_every_buffer(items):
+    """Buckets of op indices (`SPAN_BLOCK`) find the same live neighbours as a scan: spans
+    within one block, across several, and buffers no op touches."""
+    sizes = {f"b{i}": size for i, (size, _) in enumerate(items)}
+    live = {f"b{i}": span for i, (_, span) in enumerate(items) if span is not None}
+    order = sorted(sizes, key=lambda n: (-sizes[n], n))
+    assert mp._first_fit(order, sizes, live) == _first_fit_by_scan(order, sizes, live)
