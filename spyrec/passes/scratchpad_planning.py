@@ -38,7 +38,8 @@ class ScratchpadPlanning(Pass):
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()
-        placement = place_lx(graph, self.budget_bytes, self.intermediates, self.enabled)
+        placement = place_lx(graph, self.budget_bytes, self.intermediates, self.enabled,
+                             memo={})     # the layers of a stack share their analyses
         apply_lx(graph, placement)
         ctx.report["scratchpad"] = {"budget_bytes": self.budget_bytes,
                                     "peak_bytes_per_core": placement.peak,

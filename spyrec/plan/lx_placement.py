@@ -91,7 +91,8 @@ def place_lx(graph: Graph, budget: int, intermediates: bool = True,
     false: the per-tile buffers only; `enabled` false: none, but the report rows); the graph
     is not changed. `memo`: each buffer's slice analysis, kept across calls on one graph
     while ops change (stage_inputs asks once per copy it tries: only the copy and its
-    readers change between two asks), keyed on everything it reads (`_slice_key`)."""
+    readers change between two asks), keyed on everything it reads (`_slice_key`; a buffer
+    whose slices hold, also without names: `_slice_bytes_memo`)."""
     users = _users(graph)
     rows: dict[str, dict] = {}
     sizes: dict[str, int] = {}
@@ -313,12 +314,21 @@ def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
 
 
 def _slice_bytes_memo(graph: Graph, buf: Buffer, uses: list[int], memo: dict | None):
-    """`_slice_bytes`, from `memo` when it holds the answer for the same inputs."""
+    """`_slice_bytes`, from `memo` when it holds the answer for the same inputs: a buffer
+    without a problem (no reason, no consumer: only its slice's bytes) for a buffer and
+    users alike but for names (the layers of a stack, `_unnamed_slice_key`), any other for
+    the same names too (its reason quotes them)."""
     if memo is None:
         return _slice_bytes(graph, buf, uses)
+    unnamed = ("unnamed", _unnamed_slice_key(graph, buf, uses))
+    size = memo.get(unnamed)
+    if size is not None:
+        return None, size, None
     key = _slice_key(graph, buf, uses)
     if key not in memo:
         memo[key] = _slice_bytes(graph, buf, uses)
+        if memo[key][0] is None:
+            memo[unnamed] = memo[key][1]
     return memo[key]
 
 

@@ -54,3 +54,38 @@ def test_an_op_changed_in_place_misses_the_memo(tmp_path, monkeypatch):
     after, fresh = real(graph, budget, memo=memo), real(graph, budget)
     assert changed and after.rows == fresh.rows and after.addresses == fresh.addresses
     assert after.rows != before.rows
+
+
+def test_buffers_alike_but_for_names_share_an_analysis_without_a_problem(tmp_path,
+                                                                          monkeypatch):
+    """A buffer whose slices hold (no reason) is analysed once for every buffer and users
+    alike but for names (the layers of a stack): scratchpad planning's placement of a
+    two-layer decoder equals the one without the memo, from fewer analyses."""
+    from spyrec.passes import scratchpad_planning
+
+    seen = []
+    real, real_slices = lx_placement.place_lx, lx_placement._slice_bytes
+    calls = [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real_slices(*args, **kwargs)
+
+    def both(graph, budget, intermediates=True, enabled=True, memo=None):
+        monkeypatch.setattr(lx_placement, "_slice_bytes", counted)
+        calls[0] = 0
+        got = real(graph, budget, intermediates, enabled, memo)
+        analysed = calls[0]
+        calls[0] = 0
+        fresh = real(graph, budget, intermediates, enabled)
+        every = calls[0]
+        monkeypatch.setattr(lx_placement, "_slice_bytes", real_slices)
+        assert got.addresses == fresh.addresses and got.rows == fresh.rows
+        seen.append((sum(r["reason"] is None for r in fresh.rows.values()), analysed, every))
+        return got
+
+    monkeypatch.setattr(scratchpad_planning, "place_lx", both)
+    module, inputs = hf.prefill("llama", torch.float32)
+    compile_pt2(export(tmp_path, module, inputs, "llama"), tmp_path / "out")
+    (fitting, analysed, every), = seen
+    assert fitting > 4 and analysed < every, seen
