@@ -42,7 +42,9 @@ def core_slices(op: Operation) -> list[dict[str, tuple[int, int]]]:
 
 
 def split_slices(var_ranges: tuple[tuple[str, int], ...], splits: dict[str, int]
-            ) -> list[dict[str, tuple[int, int]]]:
+                 ) -> list[dict[str, tuple[int, int]]]:
+    """Each core's half-open range per var of `var_ranges` split by `splits`, in SuperDSC
+    core order (the first split var fastest)."""
     n_cores = math.prod(splits.get(v, 1) for v, _ in var_ranges)
     out = []
     for c in range(n_cores):

@@ -519,8 +519,9 @@ def _geometry(order: tuple[str, ...], stick: str, eps: int, dtype: str, scales: 
               held: tuple[int, ...], gaps: tuple[int, ...], shift: int, values: dict,
               indirect: dict) -> tuple:
     """An arg's device dims from its node (F §4): (coordinates in the dim labels, DeviceLayout,
-    device stride of each dim in elements, the offset of the last element a core reaches). `values`: each dim's value (a var, or the index tensor's value where
-    `indirectDim_` names it); `indirect`: dim -> (index tensor, size)."""
+    device stride of each dim in elements, the offset of the last element a core reaches).
+    `values`: each dim's value (a var, or the index tensor's value where `indirectDim_`
+    names it); `indirect`: dim -> (index tensor, size)."""
     if shift:
         values = {**values, stick: values[stick] + shift}
     extent, coord = {}, {}

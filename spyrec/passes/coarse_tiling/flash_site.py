@@ -149,8 +149,8 @@ def _mask_closure(graph, writer, buf: str, shape, position: dict[int, int]) -> l
     todo = [buf]
     while todo:
         op = writer.get(todo.pop())
-        if op is None or any(op is f for f in found) or op.reduced or op.index_inputs or op.loops or \
-                op.op == "batchmatmul" or \
+        if op is None or any(op is f for f in found) or op.reduced or op.index_inputs or \
+                op.loops or op.op == "batchmatmul" or \
                 graph.buffers[op.output.buffer].host_size[-2:] != shape or \
                 graph.buffers[op.output.buffer].role != "intermediate" or \
                 dim_vars(graph.buffers[op.output.buffer], op) is None:
