@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -19,7 +20,7 @@ from spyrec.driver import compile_and_estimate
 from spyrec.errors import ConfigError
 from spyrec.passes.coarse_tiling.spec import read_tiling_file
 from spyrec.sim.runner import simulate
-from tests.differential.harness import assert_close, host_array
+from tests.differential.harness import TOLERANCE, as_float, assert_close, host_array
 from tests.programs import Lambda, compile_pt2, export, load_json
 
 PROGRAMS = {**{f"tiling/{k}": v for k, v in TILING_SAMPLES.items()},
@@ -41,6 +42,25 @@ def check_eager(out: Path, module, inputs) -> None:
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     for i, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, f"output {i}")
+
+
+def check_as_close_as_eager(out: Path, module, inputs) -> None:
+    """The simulator's output equals eager's within the dtype's tolerance, or is no further
+    from the exact (float64) result than 4x eager's own error plus that tolerance: a chain
+    whose sums cancel (exp, x - sum, * y, x - sum: terms of ~4,000 leaving ~1.4) loses an ulp
+    of its large intermediates in any summation order (hypothesis found one 4.9e-4 off, on
+    this session's code and on the older one alike); a wrong program misses by far more."""
+    names = load_json(out / "manifest.json")["inputs"]
+    (got,) = simulate(out, {n: host_array(t) for n, t in zip(names, inputs)}).outputs
+    with torch.no_grad():
+        want = module(*inputs)
+        exact = module(*(t.double() for t in inputs)).numpy()
+    try:
+        assert_close(got, want, "output 0")
+    except AssertionError:
+        eager_error = np.abs(want.double().numpy() - exact).max()
+        error = np.abs(as_float(got, want.dtype) - exact).max()
+        assert error <= 4 * eager_error + TOLERANCE[want.dtype], (error, eager_error)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -141,7 +161,7 @@ def test_random_chains_auto_equal_eager(tmp_path_factory, ops, rows, cols, dtype
     pt2 = export(tmp, module, (x, y))
     out = compile_pt2(pt2, tmp / "auto", tiling=Path("auto"))
     print("seed", seed, ops, rows, cols, dtype)
-    check_eager(out, module, (x, y))
+    check_as_close_as_eager(out, module, (x, y))
     if load_json(out / "report.json")["tiling"]["auto"]["groups"]:
         assert hbm(out) < hbm(compile_pt2(pt2, tmp / "flat"))
 
