@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -65,3 +66,21 @@ def cli(capsys, *args) -> tuple[int, str, str]:
         code = e.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@contextlib.contextmanager
+def counting_calls(owner, name: str):
+    """Count the calls of `owner.name` (a module's function) while the block runs, the real
+    function still answering; yields a one-item list holding the count. Memo tests compare
+    it with the calls the same work makes without the memo."""
+    real = getattr(owner, name)
+    count = [0]
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+    setattr(owner, name, counted)
+    try:
+        yield count
+    finally:
+        setattr(owner, name, real)

@@ -4,16 +4,12 @@ fewer calls."""
 
 from samples.models import SAMPLES
 from spyrec.plan import core_splits
-from tests.programs import compile_pt2, export
+from tests.programs import compile_pt2, counting_calls, export
 
 
 def test_memoized_greedy_splits_equal_fresh_ones_from_fewer_calls(tmp_path, monkeypatch):
     real_memoized, real_greedy = core_splits._sticks_and_greedy, core_splits.greedy_split
-    calls, asked = [0], [0]
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return real_greedy(*args, **kwargs)
+    asked = [0]
 
     def checked(graph, op, cores, memo):
         asked[0] += 1
@@ -22,8 +18,8 @@ def test_memoized_greedy_splits_equal_fresh_ones_from_fewer_calls(tmp_path, monk
         assert (sticks, greedy) == (fresh_sticks, real_greedy(graph, op, fresh_sticks, cores))
         return sticks, greedy
 
-    monkeypatch.setattr(core_splits, "greedy_split", counted)
     monkeypatch.setattr(core_splits, "_sticks_and_greedy", checked)
     module, inputs = SAMPLES["decoder_fp32"]()
-    compile_pt2(export(tmp_path, module, inputs, "decoder_fp32"), tmp_path / "out")
+    with counting_calls(core_splits, "greedy_split") as calls:
+        compile_pt2(export(tmp_path, module, inputs, "decoder_fp32"), tmp_path / "out")
     assert 0 < calls[0] < asked[0] / 2, (calls, asked)

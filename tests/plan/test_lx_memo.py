@@ -7,7 +7,7 @@ import torch
 
 from spyrec.plan import lx_placement, staging
 from tests.models import hf
-from tests.programs import compile_pt2, export
+from tests.programs import compile_pt2, counting_calls, export
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -64,22 +64,15 @@ def test_buffers_alike_but_for_names_share_an_analysis_without_a_problem(tmp_pat
     from spyrec.passes import scratchpad_planning
 
     seen = []
-    real, real_slices = lx_placement.place_lx, lx_placement._slice_bytes
-    calls = [0]
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return real_slices(*args, **kwargs)
+    real = lx_placement.place_lx
 
     def both(graph, budget, intermediates=True, enabled=True, memo=None):
-        monkeypatch.setattr(lx_placement, "_slice_bytes", counted)
-        calls[0] = 0
-        got = real(graph, budget, intermediates, enabled, memo)
+        with counting_calls(lx_placement, "_slice_bytes") as calls:
+            got = real(graph, budget, intermediates, enabled, memo)
         analysed = calls[0]
-        calls[0] = 0
-        fresh = real(graph, budget, intermediates, enabled)
+        with counting_calls(lx_placement, "_slice_bytes") as calls:
+            fresh = real(graph, budget, intermediates, enabled)
         every = calls[0]
-        monkeypatch.setattr(lx_placement, "_slice_bytes", real_slices)
         assert got.addresses == fresh.addresses and got.rows == fresh.rows
         seen.append((sum(r["reason"] is None for r in fresh.rows.values()), analysed, every))
         return got

@@ -4,24 +4,17 @@ pricing every op, from fewer estimates."""
 
 from samples.models import SAMPLES
 from spyrec.plan import core_splits
-from tests.programs import compile_pt2, export
+from tests.programs import compile_pt2, counting_calls, export
 
 
 def test_whole_plan_totals_equal_every_ops_sum_from_fewer_estimates(tmp_path, monkeypatch):
     seen = []
-    real_whole, real_estimate = core_splits._whole_plan_us, core_splits.split_estimate
-    calls = [0]
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return real_estimate(*args, **kwargs)
+    real_whole = core_splits._whole_plan_us
 
     def checked(graph):
-        calls[0] = 0
-        monkeypatch.setattr(core_splits, "split_estimate", counted)
-        got, fair = real_whole(graph)
+        with counting_calls(core_splits, "split_estimate") as calls:
+            got, fair = real_whole(graph)
         priced = calls[0]
-        monkeypatch.setattr(core_splits, "split_estimate", real_estimate)
         every = sum(cost.time_us for _, cost in core_splits.planned_estimates(graph))
         fair_every = sum(cost.time_us for _, cost in core_splits.planned_estimates(
             graph, core_splits.FAIR_SHARE))
@@ -43,19 +36,12 @@ def test_planned_producers_lx_candidates_equal_each_buffer_asked_alone(tmp_path,
     from spyrec.plan import lx_placement
 
     seen = []
-    real_producers, real_slices = core_splits.planned_producers, lx_placement._slice_bytes
-    calls = [0]
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return real_slices(*args, **kwargs)
+    real_producers = core_splits.planned_producers
 
     def checked(graph):
-        calls[0] = 0
-        monkeypatch.setattr(lx_placement, "_slice_bytes", counted)
-        got = real_producers(graph)
+        with counting_calls(lx_placement, "_slice_bytes") as calls:
+            got = real_producers(graph)
         asked = calls[0]
-        monkeypatch.setattr(lx_placement, "_slice_bytes", real_slices)
         every = core_splits.Producers(graph, intermediates=True)
         want = {name for name in every.lx_candidates if core_splits.lx_slices_problem(
             graph, graph.buffers[name]) is None}
