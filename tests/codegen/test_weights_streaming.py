@@ -71,3 +71,34 @@ def test_compile_never_holds_all_weights(tmp_path):
     assert load_json(out / "manifest.json")["weights"]["bytes"] >= total
     assert peak < total / 4, f"compile peaked at {peak / 2**20:.1f} MiB for " \
                              f"{total / 2**20:.0f} MiB of weights"
+
+
+def test_the_archive_directory_is_read_once_per_file(tmp_path):
+    """Reading every weight parses the zip's directory once (`program._members`), not once
+    per weight; an archive written again in place is another file, read afresh."""
+    import shutil
+    import zipfile
+
+    import spyrec.frontend.program as program_module
+    from tests.programs import counting_calls
+
+    module = Stack(6, 64).eval()
+    pt2 = export(tmp_path, module, (torch.randn(4, 64),), "stack")
+    program_module._members.cache_clear()
+    state = read_program(pt2).state
+    names = [f"layers.{i}.weight" for i in range(6)]
+    with counting_calls(zipfile, "ZipFile") as opened:
+        values = [state[n] for n in names]
+    assert opened[0] == 1
+    for value, layer in zip(values, module.layers):
+        assert np.array_equal(value, layer.weight.detach().numpy())
+
+    other = Stack(6, 64)                            # new values, same names and shapes
+    with torch.no_grad():
+        for layer in other.layers:
+            layer.weight.mul_(-1)
+    (tmp_path / "again").mkdir()
+    again = export(tmp_path / "again", other.eval(), (torch.randn(4, 64),), "stack")
+    shutil.copyfile(again, pt2)                     # the same path, rewritten
+    state = read_program(pt2).state
+    assert np.array_equal(state[names[0]], -module.layers[0].weight.detach().numpy())
