@@ -295,19 +295,21 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
                                check=opts.verify_each, self_contained=opts.self_contained,
                                source_sha256=source_sha256)
         timings.append({"name": "codegen", "wall_ms": _ms(t0)})
-        report["sdsc"] = sdsc_summary(output.files)
+        t_cost = time.perf_counter()
+        with _estimate_beside(graph, lambda: estimate_cost(output, out_dir)) as estimate:
+            # the sdsc files' text is printed here (and written), while a child estimates
+            report["sdsc"] = sdsc_summary(output.files)
 
-        def finalize(tmp: Path) -> dict[str, str]:
-            t_cost = time.perf_counter()
-            report["cost"], cost_table, curve = estimate_cost(output, tmp)
-            if curve:
-                report["cost_curve"] = curve
-            timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
-            return {"report.json": _json(report),
-                    "report.txt": report_text(report) + "\n" + cost_table}
+            def finalize(tmp: Path) -> dict[str, str]:
+                report["cost"], cost_table, curve = estimate.result()
+                if curve:
+                    report["cost_curve"] = curve
+                timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
+                return {"report.json": _json(report),
+                        "report.txt": report_text(report) + "\n" + cost_table}
 
-        write_atomically(out_dir, output.files, source, finalize,
-                         self_contained=opts.self_contained, weights_job=early.job)
+            write_atomically(out_dir, output.files, source, finalize,
+                             self_contained=opts.self_contained, weights_job=early.job)
         if opts.timings:
             for row in timings:
                 _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")
@@ -336,10 +338,28 @@ def _attach_symbols(graph, program, source: Path, opts: CompileOptions) -> None:
 
 
 def sdsc_summary(files: dict) -> dict:
-    """How many sdsc files (all SuperDSC) and their bytes, for the report."""
-    sizes = [len(text.encode()) if isinstance(text, str) else len(text)
-             for name, text in files.items() if name.startswith("sdsc_")]
+    """How many sdsc files (all SuperDSC) and their bytes, for the report (a `JsonDoc`'s
+    text is printed here, once)."""
+    from spyrec.codegen.writer import printed
+
+    texts = [printed(content) for name, content in files.items() if name.startswith("sdsc_")]
+    sizes = [len(t.encode()) if isinstance(t, str) else len(t) for t in texts]
     return {"files": len(sizes), "bytes": sum(sizes)}
+
+
+# From this many ops on, compile's cost estimate runs in a forked child (`spyrec.beside`)
+# while the parent prints and writes the files: each is ~1 ms per op of Python, and the
+# other core is free by then. Below it, a fork (~10 ms) would cost more than it saves.
+ESTIMATE_BESIDE_MIN_OPS = 128
+
+
+def _estimate_beside(graph, estimate: Callable[[], tuple]):
+    """`estimate` computed beside the caller (a `spyrec.beside.Beside`) for a program of
+    `ESTIMATE_BESIDE_MIN_OPS` ops or more, else when its result is asked for; either way
+    the same result."""
+    from spyrec.beside import Beside
+
+    return Beside(estimate, fork=len(graph.ops) >= ESTIMATE_BESIDE_MIN_OPS)
 
 
 def _ms(t0: float) -> float:

@@ -410,7 +410,8 @@ def _set_direct(fd: int, on: bool) -> bool:
 class BuiltOutput:
     """An output directory built in memory: every file by name, as written (`weights.bin` is a
     `WeightsBlob` the writer streams; manifest.json a `LateJson` while the source's hash is
-    still running, its document's `source.sha256` None until written), and the documents
+    still running, its document's `source.sha256` None until written; opspecs.json and each
+    sdsc file a `JsonDoc`, printed when first written or measured), and the documents
     some of them print: manifest.json's, every sdsc_<n>.json's by file name, and each
     bundle's executions as data
     (`bundle.bundle_file`). The documents are for whatever reads the output without the files
@@ -419,12 +420,34 @@ class BuiltOutput:
     `run_counts` says how often each bundle runs each file at other lengths (the cost curve),
     and `symbols` are the graph's symbolic lengths (none for a static program)."""
 
-    files: dict[str, bytes | str | WeightsBlob]
+    files: dict[str, bytes | str | JsonDoc | LateJson | WeightsBlob]
     manifest: dict
     sdsc: dict[str, dict]
     executions: dict[str, list[tuple]]
     run_counts: dict[str, RunCounts]
     symbols: tuple[SymLength, ...] = ()
+
+
+class JsonDoc:
+    """A JSON file printed when first asked (`text`), then kept: opspecs.json and the sdsc
+    documents, so that compile can fork its cost estimate (`spyrec.beside`) before spending
+    ~1 ms per op on their text, and print them while the child estimates."""
+
+    __slots__ = ("doc", "_text")
+
+    def __init__(self, doc: dict):
+        self.doc = doc
+        self._text: str | None = None
+
+    def text(self) -> str:
+        if self._text is None:
+            self._text = dump_json(self.doc)
+        return self._text
+
+
+def printed(content: bytes | str | JsonDoc | LateJson) -> bytes | str:
+    """A built file's content as written: text for a document (`JsonDoc`, `LateJson`)."""
+    return content.text() if isinstance(content, (JsonDoc, LateJson)) else content
 
 
 class LateJson:
@@ -458,11 +481,11 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
         accesses = list(op.accesses())
         bufs = [graph.buffers[a.buffer] for _, a in accesses]
         sdsc[name] = superdsc_document(i, spec, bufs, [r for r, _ in accesses], symbols, check)
-        files[name] = dump_json(sdsc[name])
+        files[name] = JsonDoc(sdsc[name])
     sdsc_names = list(sdsc)
     tree = spec_tree(graph.ops, specs)
-    files["opspecs.json"] = dump_json({"format": OPSPECS_FORMAT,
-                                       "kernels": [{"name": "main", "specs": tree}]})
+    files["opspecs.json"] = JsonDoc({"format": OPSPECS_FORMAT,
+                                     "kernels": [{"name": "main", "specs": tree}]})
     lengths = tuple(graph.symbols.values())
     files[BUNDLE_FILE], executions, run_counts = bundle_file(
         sdsc_names, [op.loops for op in graph.ops],
@@ -588,7 +611,8 @@ def _lx_fields(graph: Graph, buf, writers: list) -> dict:
             "lx_bytes_per_core": lx_bytes_per_core(graph, buf, writers)}
 
 
-def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob | LateJson],
+def write_atomically(out_dir: Path,
+                     files: dict[str, bytes | str | JsonDoc | WeightsBlob | LateJson],
                      source: Path,
                      finalize=None, self_contained: bool = False, weights_job=None) -> None:
     """Write `files` (and, if `self_contained`, a copy of `source` as program.pt2) as `out_dir`,
@@ -621,7 +645,9 @@ def write_atomically(out_dir: Path, files: dict[str, bytes | str | WeightsBlob |
     replace_directory(check_output_dir(out_dir), build)
 
 
-def _write_file(path: Path, content: bytes | str | WeightsBlob) -> None:
+def _write_file(path: Path, content: bytes | str | JsonDoc | WeightsBlob) -> None:
+    if isinstance(content, JsonDoc):
+        content = printed(content)
     if isinstance(content, str):
         content = content.encode("utf-8")
     if isinstance(content, WeightsBlob):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spyrec.codegen.writer import build_outputs
+from spyrec.codegen.writer import build_outputs, printed
 from spyrec.errors import InputFileError
 from spyrec.ir.parser import parse
 from spyrec.ir.verify import verify
@@ -60,7 +60,8 @@ def compile_text(text: str, tmp: Path, cores: int = 32) -> tuple[dict, CompileCo
     src = tmp / "prog.pt2"
     src.write_bytes(b"not read")
     configs = {"pipeline": None, "tiling": None, "layouts": None}
-    return build_outputs(graph, src, [], configs, ctx.report).files, ctx
+    files = build_outputs(graph, src, [], configs, ctx.report).files
+    return {name: printed(content) for name, content in files.items()}, ctx
 
 
 def dsc(files: dict, n: int) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spyrec.codegen.writer import build_outputs
+from spyrec.codegen.writer import build_outputs, printed
 from spyrec.driver import estimate_cost
 from spyrec.ir import Loop, TripSpan
 from spyrec.ir.graph import nest_trips
@@ -92,7 +92,8 @@ def compile_graph(text: str, tmp: Path, unrolled: bool = False):
                                                         "layouts": None}, ctx.report)
     out = tmp / "out"
     out.mkdir()
-    for name, data in built.files.items():
+    for name, content in built.files.items():
+        data = printed(content)
         (out / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
     return out, built
 
@@ -146,7 +147,7 @@ def test_bundle_computes_the_bounds_and_parses_with_xdsl(tmp_path):
 
 def test_opspecs_state_the_range(tmp_path):
     _, built = compile_graph(row_sum(CAUSAL), tmp_path)
-    specs = json.loads(built.files["opspecs.json"])
+    specs = json.loads(printed(built.files["opspecs.json"]))
     validate(specs, "opspecs", "opspecs.json")
     (outer,) = specs["kernels"][0]["specs"]
     assert "start" not in outer["loop"]
