@@ -348,8 +348,10 @@ def sdsc_summary(files: dict) -> dict:
 
 
 # From this many ops on, compile's cost estimate runs in a forked child (`spyrec.beside`)
-# while the parent prints and writes the files: each is ~1 ms per op of Python, and the
-# other core is free by then. Below it, a fork (~10 ms) would cost more than it saves.
+# while the parent prints and writes the files: each is ~1 ms per op of Python, and in a
+# program of few weights the other core is idle by then (beside a weights.bin still being
+# written the three share the cores: Llama-3.2-1B d16 gains little). Below it, a fork
+# (~10 ms) would cost more than it saves.
 ESTIMATE_BESIDE_MIN_OPS = 128
 
 
