@@ -1,3 +1,3 @@
-from spyrec.cli import main
+from spyrec.cli import entry
 
-main()
+entry()

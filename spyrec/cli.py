@@ -10,8 +10,10 @@ answer at once.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -183,5 +185,50 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(INTERNAL_EXIT)
 
 
+def entry() -> None:
+    """The `spyrec` process (the console script, `python -m spyrec`): `main`, then an exit
+    that skips tearing the interpreter down. A compile leaves its module-level caches and
+    interned objects for the interpreter to free one by one at exit: 0.09-0.17 s after a
+    compile of 816 ops, 0.14-0.24 s after 2,416 (measured from the last atexit handler to
+    the process's end), for nothing. The exit keeps what a normal one does that matters: atexit
+    handlers run (temporary directories' finalizers, torch's), the output streams are
+    flushed, the exit status is the one `main` gave. With a non-daemon thread still running
+    (which a normal exit would wait for) it exits normally. `main` itself, which tests call
+    in-process, is unchanged."""
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = _exit_status(e.code)
+    leave(code)
+
+
+def _exit_status(code) -> int:
+    """The process status `sys.exit(code)` gives: None 0, an int itself, anything else
+    printed on stderr and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def leave(code: int) -> None:
+    """End the process with status `code` without the interpreter's teardown (`entry`)."""
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if others or run_exit_handlers is None:
+        sys.exit(code)
+    run_exit_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe or stream: nothing more to say
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    entry()
