@@ -196,6 +196,7 @@ class StoredTensor:
             return array.astype(dtype)
         return np.array(array) if copy else array
 
+
 def _identity(path: Path) -> tuple:
     """Which file `path` is now (a replaced or rewritten archive is another)."""
     st = os.stat(path)
