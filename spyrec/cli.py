@@ -223,6 +223,8 @@ def leave(code: int) -> None:
         sys.exit(code)
     run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:                  # started with the descriptor closed
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):   # a closed pipe or stream: nothing more to say

@@ -4,6 +4,7 @@ and a still-running non-daemon thread's work."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -70,3 +71,12 @@ def test_a_running_non_daemon_thread_finishes_its_work(tmp_path):
         """, str(mark))
     assert done.returncode == 0
     assert mark.read_text() == "written"
+
+
+def test_a_closed_output_descriptor_is_no_traceback():
+    """Started with stdout closed (`spyrec --version >&-`), Python has no sys.stdout."""
+    done = subprocess.run([sys.executable, "-m", "spyrec", "--version"],
+                          stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1))
+    assert done.returncode == 0
+    assert "Traceback" not in done.stderr
