@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from spyrec.beside import Beside
 from spyrec.errors import ConfigError, InputFileError
 from spyrec.outdir import check_output_dir
 from spyrec.passes.pipeline import (
@@ -296,7 +297,8 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
                                source_sha256=source_sha256)
         timings.append({"name": "codegen", "wall_ms": _ms(t0)})
         t_cost = time.perf_counter()
-        with _estimate_beside(graph, lambda: estimate_cost(output, out_dir)) as estimate:
+        with Beside(lambda: estimate_cost(output, out_dir),
+                    fork=len(graph.ops) >= ESTIMATE_BESIDE_MIN_OPS) as estimate:
             # the sdsc files' text is printed here (and written), while a child estimates
             report["sdsc"] = sdsc_summary(output.files)
 
@@ -353,15 +355,6 @@ def sdsc_summary(files: dict) -> dict:
 # written the three share the cores: Llama-3.2-1B d16 gains little). Below it, a fork
 # (~10 ms) would cost more than it saves.
 ESTIMATE_BESIDE_MIN_OPS = 128
-
-
-def _estimate_beside(graph, estimate: Callable[[], tuple]):
-    """`estimate` computed beside the caller (a `spyrec.beside.Beside`) for a program of
-    `ESTIMATE_BESIDE_MIN_OPS` ops or more, else when its result is asked for; either way
-    the same result."""
-    from spyrec.beside import Beside
-
-    return Beside(estimate, fork=len(graph.ops) >= ESTIMATE_BESIDE_MIN_OPS)
 
 
 def _ms(t0: float) -> float:

@@ -445,8 +445,9 @@ class JsonDoc:
         return self._text
 
 
-def printed(content: bytes | str | JsonDoc | LateJson) -> bytes | str:
-    """A built file's content as written: text for a document (`JsonDoc`, `LateJson`)."""
+def printed(content):
+    """A built file's content as written: text for a document (`JsonDoc`, `LateJson`),
+    anything else (bytes, str, a `WeightsBlob`, which streams itself) as it is."""
     return content.text() if isinstance(content, (JsonDoc, LateJson)) else content
 
 
@@ -637,7 +638,7 @@ def write_atomically(out_dir: Path,
         for name, content in (finalize(tmp) if finalize else {}).items():
             _write_file(tmp / name, content)
         for name, content in late.items():  # after finalize: its value was still coming
-            _write_file(tmp / name, content.text())
+            _write_file(tmp / name, content)
         for name, blob in early.items():    # last: finalize ran while it was still writing
             if not weights_job.take(blob, tmp / name):
                 _write_file(tmp / name, blob)
@@ -645,9 +646,8 @@ def write_atomically(out_dir: Path,
     replace_directory(check_output_dir(out_dir), build)
 
 
-def _write_file(path: Path, content: bytes | str | JsonDoc | WeightsBlob) -> None:
-    if isinstance(content, JsonDoc):
-        content = printed(content)
+def _write_file(path: Path, content: bytes | str | JsonDoc | LateJson | WeightsBlob) -> None:
+    content = printed(content)
     if isinstance(content, str):
         content = content.encode("utf-8")
     if isinstance(content, WeightsBlob):
