@@ -30,6 +30,12 @@ from spyrec.sim.specs import ArgSpec, Execute, OpSpec
 from spyrec.sim.strided import Strided
 
 MAX_CHUNK_POINTS = 1 << 22   # bounds the int64 offset arrays to ~32 MiB each
+# Chunks split their var at multiples of this (a whole number of sticks of any dtype: 128
+# bytes hold at most 128 elements). A boundary inside a stick leaves a stick-dim access with
+# no strided form (`Strided.from_terms`), and the read falls back to per-element offsets: a
+# Granite-8B-width down projection's weight, chunked at 327 of 4,096 columns, was read that
+# way in every layer.
+CHUNK_ALIGN = 128
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,8 @@ def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
     arg varies along (a matmul's weight: split over its N, each chunk reads its slice of the
     weight once, instead of the whole weight once per slice of M), else the outermost. The
     budget counts what is materialized: each arg's values span only the vars its coordinates
-    use, so a matmul runs in a few large chunks (a kernel never builds the M*N*K box)."""
+    use, so a matmul runs in a few large chunks (a kernel never builds the M*N*K box). Cuts
+    fall on multiples of `CHUNK_ALIGN`, so every stick-dim access keeps its strided form."""
     vars_, extents = spec.vars, spec.extents
     out_vars = arg_vars(spec, spec.output)
     used = [arg_vars(spec, a) for a in spec.args]
@@ -88,6 +95,8 @@ def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
         yield Chunk(vars_, (0,) * len(vars_), extents)
         return
     step = max(1, max_points // max(per_unit))
+    if step >= CHUNK_ALIGN:
+        step -= step % CHUNK_ALIGN
     for start in range(0, extents[split], step):
         lo = [0] * len(vars_)
         hi = list(extents)

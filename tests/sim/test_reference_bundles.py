@@ -258,6 +258,31 @@ def test_matmul_chunks_by_what_each_arg_holds(tmp_path, rng, monkeypatch):
                                atol=1e-2)
 
 
+def test_matmul_chunks_cut_at_whole_sticks(tmp_path, rng, monkeypatch):
+    """A budget of 200 weight columns per chunk cuts at multiples of 128 instead: a cut
+    inside a stick (64 fp16 columns) left the weight's access with no strided form, and
+    every chunk read it through per-element int64 offsets (`relative`), which must not be
+    asked for here. The numbers are those of the unchunked run."""
+    from spyrec.sim import access, executor
+
+    d = write_bundle(tmp_path / "mm", "sdsc_0_batchmatmul.json", matmul(64, 256, 640),
+                     matmul_manifest(64, 256, 640))
+    spec = read_output_dir(d).ops["sdsc_0_batchmatmul.json"]
+    budget = 256 * 200
+    assert [(c.lo[1], c.hi[1]) for c in access.chunks(spec, budget)] == [
+        (0, 128), (128, 256), (256, 384), (384, 512), (512, 640)]
+    x, w = _fp16(rng, 64, 256), _fp16(rng, 256, 640)
+    (whole,) = simulate(d, {"x": x, "w": w}).outputs
+
+    def no_offsets(self, b):
+        raise AssertionError(f"per-element offsets for {b.arg.name}")
+
+    monkeypatch.setattr(executor, "chunks", lambda s, *_: access.chunks(s, budget))
+    monkeypatch.setattr(access.ChunkAccess, "relative", no_offsets)
+    (got,) = simulate(d, {"x": x, "w": w}).outputs
+    np.testing.assert_array_equal(got, whole)
+
+
 @pytest.mark.skipif(not os.environ.get("SPYREC_FULL_REFERENCE"),
                     reason="the published size takes 10-20 s and 1.7 GB: make reference")
 def test_published_matmul_full_size(tmp_path, rng):
