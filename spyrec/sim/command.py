@@ -27,7 +27,9 @@ from spyrec.progress import Progress
                    "input names.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the outputs (.npz, or .safetensors by suffix; keys "
-                   "output_0, …; written under exactly this name); default OUT/outputs.npz.")
+                   "output_0, …; written under exactly this name); default OUT/outputs.npz. "
+                   "An existing file is replaced only if it is an .npz or .safetensors other "
+                   "than the --inputs file.")
 @click.option("--check", is_flag=True,
               help="Also run the source .pt2 in PyTorch eager and compare; exit 1 on a "
                    "mismatch. The .pt2 is --model, else OUT/program.pt2 (--self-contained), "
@@ -50,7 +52,8 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
                                    format_checks)
     from spyrec.sim.cost import format_table
     from spyrec.sim.directory import is_foreign, load_output_dir
-    from spyrec.sim.inputs import check_output_path, npz_arrays, read_inputs, write_npz
+    from spyrec.sim.inputs import (check_output_path, check_run_output, npz_arrays,
+                                   read_inputs, write_npz)
     from spyrec.sim.prefetch import read_ahead_early
     from spyrec.sim.runner import simulate
 
@@ -69,6 +72,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     # missing or changed source .pt2 fails in a second rather than after the whole run.
     if output_path is not None:
         check_output_path(output_path, "-o")
+        check_run_output(output_path, inputs_path)
     if model_path is not None and not check:
         raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
     read_ahead_early(out)          # the disk works while the directory is read and checked

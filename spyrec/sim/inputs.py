@@ -148,6 +148,33 @@ def check_output_path(path: str | Path, option: str) -> None:
                              f"first or choose another path")
 
 
+OUTPUT_SUFFIXES = (".npz", ".safetensors")
+
+
+def check_run_output(path: Path, inputs_path: Path) -> None:
+    """`spyrec run -o`: refuse a name that would replace a file the run reads or one that is
+    not an outputs file. The outputs are written under exactly the name given, so
+    `-o OUT/manifest.json` would turn the compiled directory's manifest into an .npz, and
+    `-o` naming the --inputs file would replace the inputs with the outputs. An existing file
+    is replaced only when its name says it holds arrays (.npz, .safetensors); a new file may
+    have any name."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    try:
+        same = inputs_path.is_file() and os.path.samefile(path, inputs_path)
+    except OSError:
+        same = False
+    if same:
+        raise InputFileError(f"-o {path}: is the --inputs file; the run reads it, and its "
+                             f"outputs would replace it: choose another name")
+    if path.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise InputFileError(f"-o {path}: an existing file that is not an .npz or "
+                             f".safetensors (it may be part of a compiled directory or a "
+                             f"model); spyrec run does not replace it: choose another name, "
+                             f"or delete the file first")
+
+
 def host_form(t: TensorSpec) -> str:
     """How an array of tensor `t` must look in an npz: dtype (and tag) and shape."""
     dtype = "uint16 bits tagged bfloat16" if t.host_dtype == "bfloat16" else t.host_dtype

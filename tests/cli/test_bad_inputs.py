@@ -228,6 +228,16 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
     # run: where the outputs go
     ("output-dir-missing", lambda fx, d: run_args(fx.out, fx.npz, "-o", d / "no" / "o.npz"), 2,
      ("-o", "does not exist")),
+    ("output-is-the-manifest", lambda fx, d: run_args(fx.out, fx.npz, "-o",
+                                                      fx.out / "manifest.json"), 2,
+     ("manifest.json", "does not replace it")),
+    ("output-is-the-weights", lambda fx, d: run_args(fx.out, fx.npz, "-o",
+                                                     fx.out / "weights.bin"), 2,
+     ("weights.bin", "does not replace it")),
+    ("output-is-the-model", lambda fx, d: run_args(fx.out, fx.npz, "-o", fx.pt2), 2,
+     ("mlp_fp16.pt2", "does not replace it")),
+    ("output-is-the-inputs", lambda fx, d: run_args(fx.out, fx.npz, "-o", fx.npz), 2,
+     ("is the --inputs file",)),
     # run / inspect: a tampered output directory
     ("manifest-huge-hbm", lambda fx, d: run_args(
         tampered_manifest(fx, d, lambda m: {**m, "hbm_bytes": 10**15}), fx.npz), 2,
@@ -425,6 +435,21 @@ def test_run_output_is_written_under_exactly_the_name_given(fx, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
     with np.load(tmp_path / "results") as saved:
         assert saved.files == ["output_0"]
+
+
+def test_run_replaces_an_earlier_outputs_file_and_leaves_the_directory_whole(fx, tmp_path):
+    """An existing .npz named by -o is replaced (a second run's outputs), and the rows that
+    named the compiled directory's own files, the model or the inputs left them as they were
+    (refused before any work: their rows above say exit 2)."""
+    before = {p: p.read_bytes() for p in (fx.out / "manifest.json", fx.out / "weights.bin",
+                                          fx.pt2, fx.npz)}
+    target = tmp_path / "results.npz"
+    target.write_bytes(b"an earlier run's outputs")
+    result = spyrec(run_args(fx.out, fx.npz, "-o", target, "-q"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    with np.load(target) as saved:
+        assert saved.files == ["output_0"]
+    assert {p: p.read_bytes() for p in before} == before
 
 
 # --- a bug in spyrec: exit 70, one line; the traceback only when asked for ----------------------
