@@ -105,10 +105,11 @@ def inspect_data(out_dir: Path, tensor: str | None = None) -> dict:
 
 def write_svg(out_dir: Path, tensor: str, path: Path) -> None:
     """TENSOR's stick layout drawn into `path` (stick_svg.py)."""
-    from spyrec.sim.inputs import write_file
+    from spyrec.sim.inputs import check_replaceable, write_file
     from spyrec.stick_svg import stick_layout_svg
 
     out_dir = Path(out_dir)
+    check_replaceable(path, "--svg", (".svg",), out_dir)
     manifest = _manifest(out_dir)
     write_file(path, stick_layout_svg(_tensor(out_dir, manifest, tensor)).encode(), "--svg",
                "the picture")
@@ -117,10 +118,11 @@ def write_svg(out_dir: Path, tensor: str, path: Path) -> None:
 def write_trace(out_dir: Path, path: Path) -> dict:
     """The cost model's timeline as a Chrome/Perfetto trace in `path`; returns the cost."""
     from spyrec.cost_trace import cost_trace
-    from spyrec.sim.inputs import write_file
+    from spyrec.sim.inputs import check_replaceable, write_file
     from spyrec.sim.directory import is_foreign, load_output_dir
     from spyrec.sim.program_cost import program_cost
 
+    check_replaceable(path, "--trace", (".json",), Path(out_dir))
     if not is_foreign(Path(out_dir)):   # a reference bundle has its own manifest
         _manifest(Path(out_dir))    # the same checks and messages as the other views
     program = load_output_dir(out_dir)

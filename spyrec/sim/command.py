@@ -52,8 +52,8 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
                                    format_checks)
     from spyrec.sim.cost import format_table
     from spyrec.sim.directory import is_foreign, load_output_dir
-    from spyrec.sim.inputs import (check_output_path, check_run_output, npz_arrays,
-                                   read_inputs, write_npz)
+    from spyrec.sim.inputs import (OUTPUT_SUFFIXES, check_output_path, check_replaceable,
+                                   npz_arrays, read_inputs, write_npz)
     from spyrec.sim.prefetch import read_ahead_early
     from spyrec.sim.runner import simulate
 
@@ -72,7 +72,8 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     # missing or changed source .pt2 fails in a second rather than after the whole run.
     if output_path is not None:
         check_output_path(output_path, "-o")
-        check_run_output(output_path, inputs_path)
+        check_replaceable(output_path, "-o", OUTPUT_SUFFIXES, out,
+                          {"--inputs": inputs_path})
     if model_path is not None and not check:
         raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
     read_ahead_early(out)          # the disk works while the directory is read and checked

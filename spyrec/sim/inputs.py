@@ -12,6 +12,7 @@ ends with the expected signature, so a user fixes everything in one round trip.
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import math
 import mmap
@@ -26,6 +27,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
+from spyrec.outdir import OWN_FILES
 from spyrec.sim.lengths import bind_lengths, fits_shape, shape_text
 from spyrec.sim.prefetch import SMALL_BYTES
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
@@ -151,28 +153,38 @@ def check_output_path(path: str | Path, option: str) -> None:
 OUTPUT_SUFFIXES = (".npz", ".safetensors")
 
 
-def check_run_output(path: Path, inputs_path: Path) -> None:
-    """`spyrec run -o`: refuse a name that would replace a file the run reads or one that is
-    not an outputs file. The outputs are written under exactly the name given, so
-    `-o OUT/manifest.json` would turn the compiled directory's manifest into an .npz, and
-    `-o` naming the --inputs file would replace the inputs with the outputs. An existing file
-    is replaced only when its name says it holds arrays (.npz, .safetensors); a new file may
+def check_replaceable(path: str | Path, option: str, suffixes: tuple[str, ...],
+                      out_dir: Path | None = None, reads: dict[str, Path] | None = None
+                      ) -> None:
+    """Refuse to let `option` replace a file the command reads, a file of the compiled
+    directory `out_dir` (its own names, spyrec run's outputs.npz aside), or an existing file
+    whose suffix is not one of `suffixes` (the kind `option` writes). Files are written under
+    exactly the name given, so `spyrec run -o OUT/manifest.json` made the manifest an .npz
+    and `inspect --trace OUT/report.json` would put a trace in the report; a new file may
     have any name."""
     path = Path(path)
     if not path.is_file():
         return
+    for what, other in (reads or {}).items():
+        if _same_file(path, other):
+            raise InputFileError(f"{option} {path}: is the {what} file; the command reads "
+                                 f"it, and its output would replace it: choose another name")
+    if out_dir is not None and _same_file(path.parent, out_dir) and path.name != "outputs.npz" \
+            and any(fnmatch.fnmatchcase(path.name, own) for own in OWN_FILES):
+        raise InputFileError(f"{option} {path}: is a file of the compiled directory {out_dir}; "
+                             f"{option} does not replace it: choose a name outside it")
+    if path.suffix.lower() not in suffixes:
+        raise InputFileError(f"{option} {path}: an existing file that is not "
+                             f"{' or '.join(suffixes)} (it may be a model or a compiled "
+                             f"directory's file); {option} does not replace it: choose another "
+                             f"name, or delete the file first")
+
+
+def _same_file(a: Path, b: Path) -> bool:
     try:
-        same = inputs_path.is_file() and os.path.samefile(path, inputs_path)
+        return os.path.samefile(a, b)
     except OSError:
-        same = False
-    if same:
-        raise InputFileError(f"-o {path}: is the --inputs file; the run reads it, and its "
-                             f"outputs would replace it: choose another name")
-    if path.suffix.lower() not in OUTPUT_SUFFIXES:
-        raise InputFileError(f"-o {path}: an existing file that is not an .npz or "
-                             f".safetensors (it may be part of a compiled directory or a "
-                             f"model); spyrec run does not replace it: choose another name, "
-                             f"or delete the file first")
+        return False
 
 
 def host_form(t: TensorSpec) -> str:

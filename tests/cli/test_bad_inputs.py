@@ -238,6 +238,9 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
      ("mlp_fp16.pt2", "does not replace it")),
     ("output-is-the-inputs", lambda fx, d: run_args(fx.out, fx.npz, "-o", fx.npz), 2,
      ("is the --inputs file",)),
+    ("trace-is-the-report", lambda fx, d: ["inspect", fx.out, "--trace",
+                                           fx.out / "report.json"], 2,
+     ("report.json", "compiled directory")),
     # run / inspect: a tampered output directory
     ("manifest-huge-hbm", lambda fx, d: run_args(
         tampered_manifest(fx, d, lambda m: {**m, "hbm_bytes": 10**15}), fx.npz), 2,
@@ -442,7 +445,7 @@ def test_run_replaces_an_earlier_outputs_file_and_leaves_the_directory_whole(fx,
     named the compiled directory's own files, the model or the inputs left them as they were
     (refused before any work: their rows above say exit 2)."""
     before = {p: p.read_bytes() for p in (fx.out / "manifest.json", fx.out / "weights.bin",
-                                          fx.pt2, fx.npz)}
+                                          fx.out / "report.json", fx.pt2, fx.npz)}
     target = tmp_path / "results.npz"
     target.write_bytes(b"an earlier run's outputs")
     result = spyrec(run_args(fx.out, fx.npz, "-o", target, "-q"), tmp_path)
