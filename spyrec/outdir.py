@@ -32,11 +32,12 @@ from pathlib import Path
 from spyrec.errors import OutputDirError
 
 MANIFEST_FORMAT_PREFIX = "spyrec-manifest/"
-# Every name spyrec writes into an output directory (`outputs.npz` is `spyrec run`'s default).
+RUN_OUTPUTS = "outputs.npz"        # `spyrec run`'s outputs when -o does not name a file
+# Every name spyrec writes into an output directory (RUN_OUTPUTS is `spyrec run`'s default).
 # constants.npz / constants.safetensors: the weights of format-1 directories (before weights.bin).
 OWN_FILES = ("manifest.json", "opspecs.json", "bundle.mlir", "weights.bin", "constants.npz",
              "constants.safetensors", "program.pt2", "report.json", "report.txt", "tiling.yaml",
-             "outputs.npz", "sdsc_*.json")
+             RUN_OUTPUTS, "sdsc_*.json")
 STALE_AFTER_SECONDS = 24 * 3600
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?:spyrec-)?(?P<kind>tmp|old)-(?P<pid>\d+)(?:-\d+)?$")
 _MAX_MANIFEST_BYTES = 64 << 20

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from spyrec.errors import CheckMismatch, InputFileError
+from spyrec.outdir import RUN_OUTPUTS
 from spyrec.progress import Progress
 
 
@@ -86,7 +87,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     inputs = read_inputs(program.manifest, inputs_path)
     result = simulate(out, inputs, log=detail, program=program)
     ticker.done()
-    output_path = output_path or out / "outputs.npz"
+    output_path = output_path or out / RUN_OUTPUTS
     write_npz(output_path, npz_arrays(result.outputs, result.output_dtypes, result.names))
     progress(f"{len(result.outputs)} output(s) written to {output_path} "
              f"({result.wall_s:.2f} s)")

@@ -27,7 +27,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from spyrec.errors import InputFileError
-from spyrec.outdir import OWN_FILES
+from spyrec.outdir import OWN_FILES, RUN_OUTPUTS
 from spyrec.sim.lengths import bind_lengths, fits_shape, shape_text
 from spyrec.sim.prefetch import SMALL_BYTES
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
@@ -157,7 +157,7 @@ def check_replaceable(path: str | Path, option: str, suffixes: tuple[str, ...],
                       out_dir: Path | None = None, reads: dict[str, Path] | None = None
                       ) -> None:
     """Refuse to let `option` replace a file the command reads, a file of the compiled
-    directory `out_dir` (its own names, spyrec run's outputs.npz aside), or an existing file
+    directory `out_dir` (its own names, spyrec run's RUN_OUTPUTS aside), or an existing file
     whose suffix is not one of `suffixes` (the kind `option` writes). Files are written under
     exactly the name given, so `spyrec run -o OUT/manifest.json` made the manifest an .npz
     and `inspect --trace OUT/report.json` would put a trace in the report; a new file may
@@ -169,7 +169,7 @@ def check_replaceable(path: str | Path, option: str, suffixes: tuple[str, ...],
         if _same_file(path, other):
             raise InputFileError(f"{option} {path}: is the {what} file; the command reads "
                                  f"it, and its output would replace it: choose another name")
-    if out_dir is not None and _same_file(path.parent, out_dir) and path.name != "outputs.npz" \
+    if out_dir is not None and _same_file(path.parent, out_dir) and path.name != RUN_OUTPUTS \
             and any(fnmatch.fnmatchcase(path.name, own) for own in OWN_FILES):
         raise InputFileError(f"{option} {path}: is a file of the compiled directory {out_dir}; "
                              f"{option} does not replace it: choose a name outside it")
