@@ -210,7 +210,8 @@ class ChunkAccess:
         self.env = chunk.env()
         self._relative: dict[tuple, np.ndarray] = {}
         self._strided: dict[tuple, Strided | None] = {}
-        self._cores: np.ndarray | None = None
+        self._cores: list[np.ndarray] | None = None
+        self._cores_separable = False
         for b in bindings:
             if b.arg.is_index:
                 self.env[Indirect(b.arg.name)] = self.read(b, np.dtype(np.int64))
@@ -268,8 +269,8 @@ class ChunkAccess:
                        for leaf in c.free_atoms()):
                 terms = self._terms(b)
                 if b.lx is not None:
-                    cores = self._arg_cores(b, per_slice=not b.arg.is_input)
-                    split = _separable(cores)
+                    parts = self._arg_cores(b, per_slice=not b.arg.is_input)
+                    split = parts if self._cores_separable else _separable(parts[0])
                     terms = None if split is None else terms + [
                         t * (self.lx.core_bytes // b.arg.itemsize) for t in split]
                 if terms is not None:
@@ -284,31 +285,27 @@ class ChunkAccess:
         if key not in self._relative:
             parts = self._terms(b)
             if b.lx is not None:
-                cores = self._arg_cores(b, per_slice=not b.arg.is_input)
-                parts.append(cores * (self.lx.core_bytes // b.arg.itemsize))
+                parts += [t * (self.lx.core_bytes // b.arg.itemsize)
+                          for t in self._arg_cores(b, per_slice=not b.arg.is_input)]
             self._relative[key] = _broadcast_sum(parts)
         return self._relative[key]
 
-    def _arg_cores(self, b: Binding, per_slice: bool) -> np.ndarray:
-        """`cores()` for LX arg b, thinned along the vars b does not use: an op split over a
-        var its input does not use (a matmul split over N reading rows from LX) has that
-        input replicated on each of those cores (ir/lx.py). The tag check reads one point
-        per core slice (`per_slice`), proving every core holds its own copy; the values are
-        then read from the first slice's core alone (the copies are equal), so the read
-        does not grow by the unused var's whole range."""
-        cores = self.cores()
-        for axis, keep in self._unused_axes(b, per_slice).items():
-            cores = np.take(cores, keep, axis=axis)
-        return cores
+    def _arg_cores(self, b: Binding, per_slice: bool) -> list[np.ndarray]:
+        """`core_parts()` for LX arg b, thinned along the vars b does not use: an op split
+        over a var its input does not use (a matmul split over N reading rows from LX) has
+        that input replicated on each of those cores (ir/lx.py). The tag check reads one
+        point per core slice (`per_slice`), proving every core holds its own copy; the
+        values are then read from the first slice's core alone (the copies are equal), so
+        the read does not grow by the unused var's whole range."""
+        return _thinned(self.core_parts(), self._unused_axes(b, per_slice))
 
     def _unused_axes(self, b: Binding, per_slice: bool) -> dict[int, np.ndarray]:
         """Axis -> kept positions, for each var b does not use that splits the cores."""
-        cores = self.cores()
         used = {leaf.name for c in b.arg.coordinates + b.arg.tile_coordinates
                 for leaf in c.free_atoms() if isinstance(leaf, Var)}
         out = {}
         for axis, v in enumerate(self.chunk.vars):
-            if v in used or cores.ndim == 0 or cores.shape[axis] == 1:
+            if v in used or self.spec.iteration_space[v][1] == 1:
                 continue
             keep = np.zeros(1, dtype=np.int64)
             if per_slice:
@@ -320,11 +317,17 @@ class ChunkAccess:
 
     # --- LX ---------------------------------------------------------------------------------
 
-    def cores(self) -> np.ndarray:
-        """The core that runs each point (coreIdToWkSlice_), broadcast over the split vars."""
+    def core_parts(self) -> list[np.ndarray]:
+        """The core that runs each point (coreIdToWkSlice_) as broadcastable parts whose sum
+        it is (`core_parts`); `_cores_separable` says whether they are a constant and one
+        term per split var."""
         if self._cores is None:
-            self._cores = core_ids(self.spec, self.chunk)
+            self._cores, self._cores_separable = core_parts(self.spec, self.chunk)
         return self._cores
+
+    def cores(self) -> np.ndarray:
+        """The core of each point as one array, broadcast over the split vars."""
+        return _broadcast_sum(self.core_parts())
 
     def lx_sticks(self, b: Binding) -> tuple[np.ndarray, np.ndarray, dict]:
         """(index into lx.tags, expected tag, env) at one point per stick of an LX arg: tags
@@ -339,14 +342,12 @@ class ChunkAccess:
                 name = Var(self.chunk.vars[axis])
                 env[name] = np.take(env[name], keep, axis=axis)
         if thinned is not None:
-            axis, keep = thinned
-            if cores.ndim and cores.shape[axis] > 1:
-                cores = np.take(cores, keep, axis=axis)
+            cores = _thinned(cores, dict([thinned]))
         # per stick: the lane coordinate is left out (device layouts are stick-aligned)
         rel = _broadcast_sum(
             [np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s in
              zip(b.arg.coordinates[:-1], b.arg.layout.device_strides_elems[:-1])] +
-            [cores * (self.lx.core_bytes // b.arg.itemsize)])
+            [t * (self.lx.core_bytes // b.arg.itemsize) for t in cores])
         sticks = (rel + b.base_elems) * b.arg.itemsize // STICK_BYTES
         tile = _broadcast_sum([np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s
                                in zip(b.arg.tile_coordinates, b.arg.tile_strides_elems)])
@@ -426,23 +427,51 @@ class ChunkAccess:
         return cores
 
 
-def core_ids(spec: OpSpec, chunk: Chunk) -> np.ndarray:
+def core_parts(spec: OpSpec, chunk: Chunk) -> tuple[list[np.ndarray], bool]:
     """The id of the core whose slice holds each point of `chunk` (product splits of equal
-    slices, as SuperDSC's `numWkSlicesPerDim_` gives), broadcastable over the chunk."""
+    slices, as SuperDSC's `numWkSlicesPerDim_` gives) as broadcastable parts whose sum it
+    is, and whether they are separable: a constant plus one term per split var, each
+    varying along its own axis alone (the form a strided LX access needs); else one array
+    over the chunk. Decided on the slices of the
+    core grid the chunk touches (a few dozen cells), never on a chunk-sized array: the
+    chunk's map repeats each cell along every axis, so it is such a sum exactly when those
+    cells are (a Granite-8B-width layer's elementwise ops spent 30% of their time building
+    and comparing chunk-sized core maps)."""
     per = [spec.iteration_space[v][0] // spec.iteration_space[v][1] for v in spec.vars]
     grid = np.zeros([k for _, k in spec.iteration_space.values()], dtype=np.int64)
     for c in spec.cores:
         grid[tuple(c.ranges[v][0] // p for v, p in zip(spec.vars, per))] = c.core
+    first = [lo // p for lo, p in zip(chunk.lo, per)]
+    cells = grid[tuple(slice(f, (hi - 1) // p + 1) if hi > lo else slice(f, f + 1)
+                       for f, lo, hi, p in zip(first, chunk.lo, chunk.hi, per))]
     rank = len(spec.vars)
-    index = []
+    index = []          # per axis: each point's cell along it (shape 1 where unsplit)
     for axis, (v, p) in enumerate(zip(spec.vars, per)):
         shape = [1] * rank
         if spec.iteration_space[v][1] > 1:
             shape[axis] = chunk.hi[axis] - chunk.lo[axis]
-            index.append(np.arange(chunk.lo[axis], chunk.hi[axis]).reshape(shape) // p)
+            index.append(np.arange(chunk.lo[axis], chunk.hi[axis]).reshape(shape) // p
+                         - first[axis])
         else:
             index.append(np.zeros(shape, dtype=np.int64))
-    return grid[tuple(index)]
+    terms = _separable(cells)
+    if terms is None:
+        return [cells[tuple(index)]], False
+    return [terms[0]] + [np.take(t, index[_axis(t)].ravel(), axis=_axis(t))
+                         for t in terms[1:]], True
+
+
+def _axis(term: np.ndarray) -> int:
+    """The one axis a separable term varies along."""
+    return next(a for a, n in enumerate(term.shape) if n > 1)
+
+
+def _thinned(parts: list[np.ndarray], keep: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """Broadcastable parts with each axis of `keep` reduced to its kept positions."""
+    for axis, positions in keep.items():
+        parts = [np.take(t, positions, axis=axis) if t.ndim and t.shape[axis] > 1 else t
+                 for t in parts]
+    return parts
 
 
 def _separable(cores: np.ndarray) -> list[np.ndarray] | None:

@@ -22,8 +22,9 @@ from spyrec.sim import threads
 from spyrec.sim.access import Binding, Chunk, ChunkAccess, arg_vars, bind, chunks, one_to_one
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm, Lx
-from spyrec.sim.numerics import is_integer, to_storage
+from spyrec.sim.numerics import is_integer, storage_dtype, to_storage
 from spyrec.sim.specs import Execute, OpSpec
+from spyrec.sim.torch_kernels import half_matmuls
 
 
 def compute_dtype(spec: OpSpec, kern: Kernel) -> np.dtype:
@@ -42,12 +43,24 @@ def compute_dtype(spec: OpSpec, kern: Kernel) -> np.dtype:
     return np.dtype(np.float32 if floats else np.int64)
 
 
+def operand_dtype(spec: OpSpec, compute: np.dtype) -> np.dtype:
+    """The dtype the operands are read in: `compute`, but fp16 for a batchmatmul of fp16
+    operands into an fp16 output when torch's half matmul is in use (sim/torch_kernels.py:
+    the same float32 accumulation and single rounding, without converting the weights)."""
+    if spec.op == "batchmatmul" and compute == np.float32 and half_matmuls() and \
+            all(storage_dtype(a.device_dtype) == np.float16
+                for a in (*spec.value_inputs, spec.output)):
+        return np.dtype(np.float16)
+    return compute
+
+
 def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
     """Execute `spec` once with the operands of `ex` (tile bases, symbol values) on the
     arenas `hbm` and `lx`."""
     kern = KERNELS[spec.op]
     bindings = bind(spec, ex, hbm, lx)
     compute = compute_dtype(spec, kern)
+    operands = operand_dtype(spec, compute)
     reduced_axes = tuple(spec.vars.index(v) for v in spec.reduced)
     values_in = [b for b in bindings[:-1] if not b.arg.is_index]
     padding = _padding(spec)
@@ -59,7 +72,7 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
         with np.errstate(all="ignore"):   # inf/NaN are data here, as in eager (per thread)
             access = ChunkAccess(spec, bindings, chunk, hbm, lx, ex.where())
             inputs = [_masked(spec, chunk, _at_rank(
-                          shared[i] if i in shared else access.read(b, compute, arena_order),
+                          shared[i] if i in shared else access.read(b, operands, arena_order),
                           len(chunk.shape)))
                       for i, b in enumerate(values_in)]
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
@@ -69,7 +82,7 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
 
     if parallel_safe(spec, bindings):       # the same chunks whatever the thread count
         work = list(chunks(spec, threads.CHUNK_POINTS))
-        shared.update(_invariant_reads(spec, bindings, values_in, work, hbm, lx, ex, compute,
+        shared.update(_invariant_reads(spec, bindings, values_in, work, hbm, lx, ex, operands,
                                        arena_order))
         threads.run_all(run_chunk, work)
         return

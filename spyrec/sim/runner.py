@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from spyrec.sim.cast import TORCH_CASTS_FROM_BYTES, use_torch_casts
+from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, use_torch
 from spyrec.costmodel import CostParams, DEFAULT_PARAMS
 from spyrec.sim.program_cost import program_cost
 from spyrec.sim import threads
@@ -187,8 +187,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     threads.count()             # a bad SPYREC_SIM_THREADS fails now, not at the first big op
     program = program or load_output_dir(out_dir)
     manifest = program.manifest
-    if program.weights is not None and program.weights.nbytes >= TORCH_CASTS_FROM_BYTES:
-        use_torch_casts()       # exact either way; 2.5x faster weight reads (sim/cast.py)
+    if program.weights is not None and program.weights.nbytes >= TORCH_FROM_BYTES:
+        use_torch()     # faster weight reads and fp16 matmuls (sim/torch_kernels.py)
     host_inputs = check_inputs(manifest, inputs)
     lengths = bind_lengths(manifest, host_inputs, "the input dict")
     if lengths != manifest.maxima():

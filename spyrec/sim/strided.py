@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spyrec.layout.storage import valid_boxes
-from spyrec.sim.cast import cast_copy
+from spyrec.sim.torch_kernels import cast_copy
 
 Digits = tuple[tuple[int, int], ...]     # (extent, stride in elements), outermost first
 

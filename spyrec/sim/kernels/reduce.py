@@ -21,6 +21,7 @@ import numpy as np
 
 from spyrec.sim.blas import single_threaded_blas
 from spyrec.sim.kernels.registry import KernelContext, kernel
+from spyrec.sim.torch_kernels import half_matmul
 
 
 def _broadcast_factor(ctx: KernelContext, x: np.ndarray) -> int:
@@ -55,10 +56,15 @@ def min_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
 
 @kernel("batchmatmul", arity=2)
 def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
-    """sum over the reduced axes of x*y, as one batched sgemm."""
-    x, y = (np.asarray(v, dtype=ctx.compute) for v in inputs)
+    """sum over the reduced axes of x*y, as one batched sgemm (fp16 operands, read so when
+    torch's half matmul is in use: one torch matmul, unless a reduced axis needs summing
+    first)."""
     rank = len(ctx.shape)
     reduced = set(ctx.reduced_axes)
+    x, y = inputs
+    half = x.dtype == y.dtype == np.float16 and not _needs_presum(ctx, x, y, reduced)
+    if not half:
+        x, y = (np.asarray(v, dtype=ctx.compute) for v in inputs)
     # A reduced axis only one operand varies along is summed out first (and an axis neither
     # varies along multiplies the result), so K is always shared.
     x, y, scale = _presum(ctx, x, y, reduced)
@@ -72,7 +78,7 @@ def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     size = lambda axes: math.prod(ctx.shape[a] for a in axes)  # noqa: E731
     xs = _arrange(x, batch + m_axes + k_axes).reshape(size(batch), size(m_axes), size(k_axes))
     ys = _arrange(y, batch + k_axes + n_axes).reshape(size(batch), size(k_axes), size(n_axes))
-    out = _matmul(xs, ys)
+    out = half_matmul(xs, ys) if half else _matmul(xs, ys)
     if scale != 1:
         out = out * ctx.compute.type(scale)
     # back to iteration axes: (batch, m, n) in that order, then to axis order with size-1 gaps
@@ -93,6 +99,15 @@ def _matmul(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
         return np.matmul(xs, ys)
     single_threaded_blas()
     return np.matmul(xs, ys)
+
+
+def _needs_presum(ctx: KernelContext, x: np.ndarray, y: np.ndarray, reduced: set[int]
+                  ) -> bool:
+    """Whether `_presum` would sum an operand or scale the product (a reduced axis of more
+    than one point that not both operands vary along): a half matmul then converts them
+    first, so that the sum and the scale are float32 before the single rounding."""
+    return any((x.shape[a] > 1) != (y.shape[a] > 1) or
+               (x.shape[a] == y.shape[a] == 1 and ctx.shape[a] > 1) for a in reduced)
 
 
 def _presum(ctx: KernelContext, x: np.ndarray, y: np.ndarray,

@@ -1,0 +1,160 @@
+"""torch's kernels in the simulator (used for programs with >= 3 GiB of weights,
+sim/torch_kernels.py).
+
+Copies give the same bits through numpy and through torch's vectorized copy: fp16 -> fp32 is
+exact, infinities, signed zeros and subnormals included, from strided and read-only views; a
+NaN stays a NaN (torch quiets a signaling NaN's payload, which no op can observe).
+
+Half matmuls are the device's product: float32 accumulation and one rounding, so they differ
+from numpy's float32 sgemm (then rounded to fp16) only by the order of the additions — at most
+one fp16 step, at a few outputs — and their results do not depend on torch's thread count.
+Each test turns torch on for itself only (`torch_on`): a process that imported it for one
+test must not run every later test's matmuls through it.
+"""
+
+import numpy as np
+import pytest
+
+from spyrec.sim import torch_kernels as cast
+
+
+@pytest.fixture
+def torch_on(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(cast, "_torch", torch)
+    return torch
+
+
+@pytest.mark.parametrize("writeable", [True, False])
+def test_torch_and_numpy_casts_give_the_same_bits(writeable, torch_on):
+    bits = np.arange(1 << 16, dtype=np.uint16)               # every fp16 value
+    device = np.resize(bits, (8, 1024, 64)).view(np.float16)   # 8 sticks of 64 x 1024 rows
+    box = np.lib.stride_tricks.as_strided(device, (1024, 8, 64),
+                                          (128, 1024 * 128, 2), writeable=writeable)
+    by_numpy = np.empty((1024, 8, 64), np.float32)
+    np.copyto(by_numpy, box, casting="unsafe")
+    by_torch = np.empty_like(by_numpy)
+    cast.cast_copy(by_torch, box)
+    assert box.size >= cast._MIN_ELEMENTS
+    nan = np.isnan(by_numpy)
+    assert np.array_equal(np.isnan(by_torch), nan) and nan.sum() == 2 * 1023 * 8   # every NaN pattern of both signs
+    assert np.array_equal(by_torch.view(np.uint32)[~nan], by_numpy.view(np.uint32)[~nan])
+
+
+def test_unused_axes_take_the_vectorized_copy(torch_on, monkeypatch):
+    """A strided read's unused vars are axes of one element with stride 0 (anywhere in the
+    shape): they are dropped, so the copy still goes through torch; a negative stride falls
+    back to numpy with the axes where they were."""
+    device = np.random.default_rng(0).standard_normal(8 * 1024 * 64).astype(np.float16)
+    box = np.lib.stride_tricks.as_strided(device, (1024, 1, 8, 64, 1),
+                                          (128, 0, 1024 * 128, 2, 0), writeable=False)
+    want = box.astype(np.float32)
+
+    def no_numpy(*args, **kwargs):
+        raise AssertionError("numpy's scalar cast was used")
+
+    got = np.empty(box.shape, np.float32)
+    with monkeypatch.context() as m:
+        m.setattr(cast.np, "copyto", no_numpy)
+        cast.cast_copy(got, box)
+    assert np.array_equal(got, want)
+    backwards = box[::-1]
+    got = np.empty(backwards.shape, np.float32)
+    cast.cast_copy(got, backwards)
+    assert np.array_equal(got, want[::-1])
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4096, 640), (1, 128, 1024, 256), (8, 64, 64, 96),
+                                   (2, 3, 4160, 33)])
+def test_half_matmul_is_float32_accumulation_rounded_once(shape, torch_on):
+    """Within half an fp16 step of the exact product plus float32 accumulation's error bound
+    (k * 2**-24 * sum |x y|), as numpy's sgemm rounded once is; differing from that at few
+    outputs (the order of the additions)."""
+    b, m, k, n = shape
+    rng = np.random.default_rng(k)
+    xs = rng.standard_normal((b, m, k)).astype(np.float16)
+    ys = (rng.standard_normal((b, k, n)) / 16).astype(np.float16)
+    got = cast.half_matmul(xs, ys)
+    x64, y64 = xs.astype(np.float64), ys.astype(np.float64)
+    exact = np.matmul(x64, y64)
+    rounding = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64) / 2
+    bound = rounding + k * 2.0 ** -24 * np.matmul(np.abs(x64), np.abs(y64))
+    sgemm = np.matmul(xs.astype(np.float32), ys.astype(np.float32)).astype(np.float16)
+    assert got.dtype == np.float16 and got.shape == (b, m, n)
+    assert (np.abs(sgemm - exact) <= bound).all()
+    assert (np.abs(got - exact) <= bound).all()
+    assert (got != sgemm).mean() < 0.02
+
+
+@pytest.mark.parametrize("m", [1, 64])
+def test_half_matmul_accumulates_in_float32(m, torch_on):
+    """16,384 ones sum to 16,384: an fp16 accumulator stops at 2,048 (2,048 + 1 rounds back)."""
+    ones = np.ones((1, m, 16384), np.float16)
+    got = cast.half_matmul(ones, np.ones((1, 16384, 8), np.float16))
+    assert (got == 16384).all()
+
+
+def test_half_matmul_does_not_depend_on_torch_threads(torch_on):
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((4, 96, 2048)).astype(np.float16)
+    ys = (rng.standard_normal((4, 2048, 320)) / 16).astype(np.float16)
+    saved = torch_on.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            torch_on.set_num_threads(threads)
+            results.append(cast.half_matmul(xs, ys))
+    finally:
+        torch_on.set_num_threads(saved)
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+
+
+def _attention_mlp(dtype):
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Linear(256, 512, bias=False)
+            self.down = torch.nn.Linear(512, 128)
+
+        def forward(self, x):
+            h = self.up(x)
+            q, k = h[..., :128], h[..., 128:256]
+            att = torch.softmax(q @ k.transpose(-1, -2), -1)
+            return self.down(torch.relu(h)) + (att @ q)
+
+    torch.manual_seed(0)
+    return Block().to(dtype).eval(), torch.randn(2, 64, 256).to(dtype)
+
+
+@pytest.mark.parametrize("dtype, halves", [("float16", 4), ("float32", 0)])
+def test_a_program_runs_its_fp16_matmuls_as_half_matmuls(dtype, halves, tmp_path, torch_on,
+                                                         monkeypatch):
+    """With torch on, each batchmatmul of fp16 operands into fp16 (two projections, two
+    attention products) is one half matmul per chunk, and the outputs stay those of the
+    float32 path but for a few elements, each a few fp16 steps off (a matmul's output one
+    step off, through the softmax and the sum after it); an fp32 program has none."""
+    import spyrec
+    from spyrec.sim.kernels import reduce
+
+    module, x = _attention_mlp(getattr(torch_on, dtype))
+    with torch_on.no_grad():
+        out = spyrec.compile(torch_on.export.export(module, (x,)), tmp_path / "out")
+        want = module(x).float().numpy()
+    inputs = {"x": x.numpy()}
+    monkeypatch.setattr(cast, "_torch", None)
+    by_numpy = spyrec.run(out, inputs)["output_0"].astype(np.float32)
+    monkeypatch.setattr(cast, "_torch", torch_on)
+    calls = []
+    monkeypatch.setattr(reduce, "half_matmul",
+                        lambda xs, ys: calls.append(xs.shape) or cast.half_matmul(xs, ys))
+    by_torch = spyrec.run(out, inputs)["output_0"].astype(np.float32)
+    assert len(calls) == halves
+    tol = 2e-2 if dtype == "float16" else 1e-5
+    assert np.allclose(by_torch, want, atol=tol, rtol=tol)
+    differ = by_torch != by_numpy
+    assert differ.mean() < 0.01
+    if differ.any():
+        step = np.spacing(np.abs(by_numpy[differ]).astype(np.float16)).astype(np.float32)
+        assert (np.abs(by_torch - by_numpy)[differ] <= 4 * step).all()
