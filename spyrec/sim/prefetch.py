@@ -10,7 +10,12 @@ read the whole file ahead at once evicts the first layers' weights to make room 
 `Prefetcher` walks the trace's constants in execution order on a daemon thread and faults
 their pages in (`MADV_POPULATE_READ` through libc, which blocks that thread only: ctypes
 releases the GIL) while the ops compute, staying at most `window` bytes ahead of the op
-that runs. Where the kernel has no `MADV_POPULATE_READ` (Linux < 5.14) it asks for
+that runs. The window is what the machine can hold beside the run (`window_bytes`: the
+kernel's MemAvailable less `RESERVE_BYTES`, at least `WINDOW_BYTES`), so where the weights
+fit the disk reads without a pause from the first op to the last. A fixed 2 GB window left
+it idle whenever the reader was that far ahead, and on a disk that slows down after the
+first ~12 GiB read (this test host: 1.9 GiB/s, then 0.48) those idle seconds came back at
+the end: Granite-8B width at 40 layers waited ~8 s on its last layers' weights. Where the kernel has no `MADV_POPULATE_READ` (Linux < 5.14) it asks for
 asynchronous read-ahead (`MADV_WILLNEED`) of the same ranges instead. Reading ahead changes
 no value: the pages are the file's either way.
 """
@@ -28,7 +33,8 @@ import numpy as np
 
 MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
 MADV_POPULATE_READ = 22            # Linux 5.14+: fault the range in, readable
-WINDOW_BYTES = 2 << 30             # how far ahead of the running op the pages may be read
+WINDOW_BYTES = 2 << 30             # the least the pages may be read ahead of the running op
+RESERVE_BYTES = 4 << 30            # memory left to the run and everything else (`window_bytes`)
 PIECE_BYTES = 64 << 20             # one madvise call: the thread re-checks the window between
 SMALL_BYTES = 512 << 20            # below this the whole file is read ahead at once
 
@@ -57,8 +63,25 @@ def advise(view: np.ndarray, advice: int) -> bool:
     return fn(start, end - start, advice) == 0
 
 
-def read_ahead_early(out_dir, nbytes: int = WINDOW_BYTES) -> threading.Thread | None:
-    """Start reading the first `nbytes` of OUT/weights.bin from disk on a daemon thread, and
+def window_bytes(meminfo: str = "/proc/meminfo") -> int:
+    """How far ahead of the running op the weights may be read: the memory the kernel says
+    is available without swapping (MemAvailable: free pages plus the page cache it can drop)
+    less `RESERVE_BYTES` for the run's own arrays and the rest of the machine, and never
+    less than `WINDOW_BYTES`; `WINDOW_BYTES` where that is not known (not Linux)."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) << 10
+                    return max(WINDOW_BYTES, available - RESERVE_BYTES)
+    except (OSError, ValueError, IndexError):
+        pass
+    return WINDOW_BYTES
+
+
+def read_ahead_early(out_dir, nbytes: int | None = None) -> threading.Thread | None:
+    """Start reading the first `nbytes` (default `window_bytes()`) of OUT/weights.bin from
+    disk on a daemon thread, and
     return at once: called before the directory is read and checked, which takes seconds at
     8B scale (the manifest, every sdsc file, the bundle), while the disk would otherwise
     idle until `Prefetcher` starts. weights.bin holds the constants in manifest order, the
@@ -72,6 +95,7 @@ def read_ahead_early(out_dir, nbytes: int = WINDOW_BYTES) -> threading.Thread | 
     path = os.path.join(os.fspath(out_dir), "weights.bin")
 
     def read() -> None:
+        ahead = window_bytes() if nbytes is None else nbytes
         try:
             # (non-blocking: a FIFO named weights.bin must not hold the thread)
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -80,7 +104,7 @@ def read_ahead_early(out_dir, nbytes: int = WINDOW_BYTES) -> threading.Thread | 
         try:
             size = os.fstat(fd).st_size
             if size >= SMALL_BYTES:
-                os.posix_fadvise(fd, 0, min(size, nbytes), advice)
+                os.posix_fadvise(fd, 0, min(size, ahead), advice)
         except OSError:
             pass
         finally:
@@ -96,9 +120,9 @@ class Prefetcher:
     `steps[i]` lists the constant byte views execution i reads (each view read once, at its
     first step); `at(i)` says execution i is about to run; `close()` stops the thread."""
 
-    def __init__(self, steps: list[list[np.ndarray]], window: int = WINDOW_BYTES):
+    def __init__(self, steps: list[list[np.ndarray]], window: int | None = None):
         self._order = _first_uses(steps)        # [(step, view)] in execution order
-        self._window = window
+        self._window = window_bytes() if window is None else window
         self._current = 0
         self._stopped = False
         self._changed = threading.Condition()

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, use_torch
+from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, torch_threads, use_torch
 from spyrec.costmodel import CostParams, DEFAULT_PARAMS
 from spyrec.sim.program_cost import program_cost
 from spyrec.sim import threads
@@ -200,12 +200,27 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
                                later)
     hbm = place_tensors(program, constants)
     lx = place_lx(program)
-    births = _births(lx.allocations)
-    hbm_births = _births([a for a in hbm.allocations if a.live[0] > 0])
     for name, array in host_inputs.items():
         write_tensor(hbm, manifest.tensors[name], array)
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
         f"{manifest.hbm_bytes} bytes of HBM")
+    with torch_threads(1):
+        _run_trace(program, constants, later, hbm, lx, log)
+    tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
+    outputs = [read_tensor(hbm, manifest.tensors[name], lengths) for name in tensors]
+    dtypes = [manifest.tensors[name].host_dtype for name in tensors]
+    names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
+        fqn for fqn, _ in manifest.mutated_buffers)
+    return SimResult(outputs, dtypes, program, time.perf_counter() - start, names)
+
+
+def _run_trace(program: OutputProgram, constants: dict[str, np.ndarray],
+               later: dict[str, Callable[[], None]], hbm: Hbm, lx: Lx, log: Log) -> None:
+    """Execute the trace in order on `hbm` and `lx`: each LX and HBM tensor started where its
+    life does, the weights read from disk ahead of the ops (`_prefetcher`), the constants
+    of `later` laid out on a thread until an op needs them."""
+    births = _births(lx.allocations)
+    hbm_births = _births([a for a in hbm.allocations if a.live[0] > 0])
     prefetch = _prefetcher(program, {name: v for name, v in constants.items()
                                      if name not in later})
     relayouts = Relayouts(later)       # laid out on a thread while the ops run
@@ -230,9 +245,3 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         relayouts.close()
         if prefetch is not None:
             prefetch.close()
-    tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
-    outputs = [read_tensor(hbm, manifest.tensors[name], lengths) for name in tensors]
-    dtypes = [manifest.tensors[name].host_dtype for name in tensors]
-    names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
-        fqn for fqn, _ in manifest.mutated_buffers)
-    return SimResult(outputs, dtypes, program, time.perf_counter() - start, names)

@@ -20,6 +20,12 @@ fp16 value, with the same largest error against the exact product. The results d
 depend on torch's thread count (tests/sim/test_torch_kernels.py), as the simulator's chunks
 do not (sim/executor.py).
 
+Threads. The simulator's chunks already run on every core (sim/threads.py), and each thread
+that calls torch would start an OpenMP team of its own whose workers spin between calls: a
+Granite-8B-width prefill spent 15 of its 52 CPU-seconds spinning while the ops waited for
+weights from disk. The runner therefore keeps torch on one thread for the run
+(`torch_threads`), giving the caller's setting back afterwards.
+
 Importing torch costs ~1.5 s, which the faster kernels repay from about 1.25 G elements
 (2.5 GB of fp16 weights), so the runner turns them on only for programs with at least
 `TORCH_FROM_BYTES` of weights (`use_torch`), and smaller runs stay torch-free.
@@ -27,6 +33,7 @@ Importing torch costs ~1.5 s, which the faster kernels repay from about 1.25 G e
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -47,6 +54,21 @@ def use_torch() -> bool:
             return False
         _torch = torch
     return True
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """Run with torch's intra-op thread count at `count` (module docstring), the caller's
+    count back afterwards; nothing to do while torch is not in use."""
+    if _torch is None:
+        yield
+        return
+    saved = _torch.get_num_threads()
+    _torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        _torch.set_num_threads(saved)
 
 
 def half_matmuls() -> bool:

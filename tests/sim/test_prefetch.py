@@ -1,4 +1,4 @@
-"""The weights prefetcher (spyrec.sim.prefetch): execution order, a bounded window, a fallback
+"""The weights prefetcher (spyrec.sim.prefetch): execution order, a window sized by the available memory, a fallback
 for kernels without MADV_POPULATE_READ, and a real mapping faulted in."""
 
 from __future__ import annotations
@@ -135,3 +135,17 @@ def test_the_first_window_of_a_big_weights_file_is_read_before_the_directory(tmp
         thread.join(timeout=5)
         assert not thread.is_alive(), out
     assert asked == []
+
+
+@pytest.mark.parametrize("meminfo, window", [
+    ("MemTotal:       24000000 kB\nMemAvailable:   20971520 kB\n", 16 << 30),
+    ("MemAvailable:    3145728 kB\n", 2 << 30),      # never below WINDOW_BYTES
+    ("MemTotal:       24000000 kB\n", 2 << 30),      # no MemAvailable line
+    ("MemAvailable:   lots\n", 2 << 30),
+    (None, 2 << 30),                                 # no /proc (not Linux)
+])
+def test_the_window_is_the_available_memory_less_the_reserve(meminfo, window, tmp_path):
+    path = tmp_path / "meminfo"
+    if meminfo is not None:
+        path.write_text(meminfo)
+    assert prefetch.window_bytes(str(path)) == window

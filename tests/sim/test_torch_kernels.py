@@ -158,3 +158,21 @@ def test_a_program_runs_its_fp16_matmuls_as_half_matmuls(dtype, halves, tmp_path
     if differ.any():
         step = np.spacing(np.abs(by_numpy[differ]).astype(np.float16)).astype(np.float32)
         assert (np.abs(by_torch - by_numpy)[differ] <= 4 * step).all()
+
+
+def test_a_run_keeps_torch_on_one_thread_and_gives_the_count_back(torch_on):
+    saved = torch_on.get_num_threads()
+    torch_on.set_num_threads(2)
+    try:
+        with cast.torch_threads(1):
+            assert torch_on.get_num_threads() == 1
+        assert torch_on.get_num_threads() == 2
+    finally:
+        torch_on.set_num_threads(saved)
+
+
+def test_torch_threads_needs_no_torch_while_it_is_off(monkeypatch):
+    monkeypatch.setattr(cast, "_torch", None)
+    with cast.torch_threads(1):
+        pass
+    assert cast._torch is None
