@@ -133,13 +133,13 @@ def _small_files_first(out_dir: str, weights: str) -> bool:
     when weights.bin is no big regular file (nothing to read ahead then)."""
     advice = getattr(os, "POSIX_FADV_WILLNEED", None)
     try:
+        info = os.stat(weights)
+        if not stat.S_ISREG(info.st_mode) or info.st_size < SMALL_BYTES:
+            return False
         with os.scandir(out_dir) as entries:
             files = [e.path for e in entries
                      if e.path != weights and e.is_file(follow_symlinks=False)]
-        info = os.stat(weights)
     except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or info.st_size < SMALL_BYTES:
         return False
     for name in files if advice is not None else ():
         try:
