@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, torch_threads, use_torch
+from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, torch_run, use_torch
 from spyrec.costmodel import CostParams, DEFAULT_PARAMS
 from spyrec.sim.program_cost import program_cost
 from spyrec.sim import threads
@@ -187,7 +187,8 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
     threads.count()             # a bad SPYREC_SIM_THREADS fails now, not at the first big op
     program = program or load_output_dir(out_dir)
     manifest = program.manifest
-    if program.weights is not None and program.weights.nbytes >= TORCH_FROM_BYTES:
+    big = program.weights is not None and program.weights.nbytes >= TORCH_FROM_BYTES
+    if big:
         use_torch()     # faster weight reads and fp16 matmuls (sim/torch_kernels.py)
     host_inputs = check_inputs(manifest, inputs)
     lengths = bind_lengths(manifest, host_inputs, "the input dict")
@@ -204,7 +205,7 @@ def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _qui
         write_tensor(hbm, manifest.tensors[name], array)
     log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
         f"{manifest.hbm_bytes} bytes of HBM")
-    with torch_threads(1):
+    with torch_run(big):
         _run_trace(program, constants, later, hbm, lx, log)
     tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
     outputs = [read_tensor(hbm, manifest.tensors[name], lengths) for name in tensors]

@@ -24,7 +24,7 @@ Threads. The simulator's chunks already run on every core (sim/threads.py), and 
 that calls torch would start an OpenMP team of its own whose workers spin between calls: a
 Granite-8B-width prefill spent 15 of its 52 CPU-seconds spinning while the ops waited for
 weights from disk. The runner therefore keeps torch on one thread for the run
-(`torch_threads`), giving the caller's setting back afterwards.
+(`torch_run`), giving the caller's setting back afterwards.
 
 Importing torch costs ~1.5 s, which the faster kernels repay from about 1.25 G elements
 (2.5 GB of fp16 weights), so the runner turns them on only for programs with at least
@@ -42,6 +42,7 @@ TORCH_FROM_BYTES = 3 << 30           # weights in weights.bin: the import pays o
 _MIN_ELEMENTS = 1 << 18              # below this numpy's fixed cost is lower
 
 _torch = None
+_half_on = False      # inside `torch_run`
 
 
 def use_torch() -> bool:
@@ -57,24 +58,30 @@ def use_torch() -> bool:
 
 
 @contextlib.contextmanager
-def torch_threads(count: int):
-    """Run with torch's intra-op thread count at `count` (module docstring), the caller's
-    count back afterwards; nothing to do while torch is not in use."""
-    if _torch is None:
+def torch_run(enabled: bool):
+    """Run with torch's half matmuls on and its intra-op thread count at 1 (module
+    docstring) when `enabled` (a program with GBs of weights) and torch can be imported;
+    the caller's thread count and the previous state come back afterwards. Half matmuls
+    are on only inside, so a small program run after a big one in the same process
+    (`spyrec.run` twice) still multiplies as it does alone."""
+    global _half_on
+    if not enabled or not use_torch():
         yield
         return
-    saved = _torch.get_num_threads()
-    _torch.set_num_threads(count)
+    saved = _torch.get_num_threads(), _half_on
+    _torch.set_num_threads(1)
+    _half_on = True
     try:
         yield
     finally:
-        _torch.set_num_threads(saved)
+        _torch.set_num_threads(saved[0])
+        _half_on = saved[1]
 
 
 def half_matmuls() -> bool:
-    """Whether `half_matmul` multiplies (torch is in use), so fp16 operands may be read as
-    they are stored instead of converted."""
-    return _torch is not None
+    """Whether fp16 matmuls go to `half_matmul` now (inside `torch_run`), so their operands
+    may be read as they are stored instead of converted."""
+    return _half_on
 
 
 def cast_copy(dst: np.ndarray, src: np.ndarray) -> None:

@@ -22,6 +22,7 @@ from spyrec.sim import torch_kernels as cast
 def torch_on(monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(cast, "_torch", torch)
+    monkeypatch.setattr(cast, "_half_on", True)
     return torch
 
 
@@ -143,9 +144,9 @@ def test_a_program_runs_its_fp16_matmuls_as_half_matmuls(dtype, halves, tmp_path
         out = spyrec.compile(torch_on.export.export(module, (x,)), tmp_path / "out")
         want = module(x).float().numpy()
     inputs = {"x": x.numpy()}
-    monkeypatch.setattr(cast, "_torch", None)
+    monkeypatch.setattr(cast, "_half_on", False)
     by_numpy = spyrec.run(out, inputs)["output_0"].astype(np.float32)
-    monkeypatch.setattr(cast, "_torch", torch_on)
+    monkeypatch.setattr(cast, "_half_on", True)
     calls = []
     monkeypatch.setattr(reduce, "half_matmul",
                         lambda xs, ys: calls.append(xs.shape) or cast.half_matmul(xs, ys))
@@ -160,19 +161,16 @@ def test_a_program_runs_its_fp16_matmuls_as_half_matmuls(dtype, halves, tmp_path
         assert (np.abs(by_torch - by_numpy)[differ] <= 4 * step).all()
 
 
-def test_a_run_keeps_torch_on_one_thread_and_gives_the_count_back(torch_on):
+def test_a_big_run_has_torch_on_one_thread_and_half_matmuls_only_inside(torch_on,
+                                                                         monkeypatch):
+    monkeypatch.setattr(cast, "_half_on", False)
     saved = torch_on.get_num_threads()
     torch_on.set_num_threads(2)
     try:
-        with cast.torch_threads(1):
-            assert torch_on.get_num_threads() == 1
-        assert torch_on.get_num_threads() == 2
+        with cast.torch_run(True):
+            assert torch_on.get_num_threads() == 1 and cast.half_matmuls()
+        assert torch_on.get_num_threads() == 2 and not cast.half_matmuls()
+        with cast.torch_run(False):           # a small program: nothing changes
+            assert torch_on.get_num_threads() == 2 and not cast.half_matmuls()
     finally:
         torch_on.set_num_threads(saved)
-
-
-def test_torch_threads_needs_no_torch_while_it_is_off(monkeypatch):
-    monkeypatch.setattr(cast, "_torch", None)
-    with cast.torch_threads(1):
-        pass
-    assert cast._torch is None
