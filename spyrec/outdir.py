@@ -53,7 +53,8 @@ def check_output_dir(out: str | Path) -> Path:
                              f"directory. Choose a directory path (it is created if missing).")
     cwd = Path.cwd().resolve()
     if target == cwd or target in cwd.parents:
-        raise OutputDirError(f"-o {out}: is the current directory{'' if target == cwd else ' or contains it'}; "
+        which = "" if target == cwd else " or contains it"
+        raise OutputDirError(f"-o {out}: is the current directory{which}; "
                              f"spyrec replaces its output directory as a whole. Choose a new "
                              f"directory, e.g. -o out/.")
     _check_ancestors(out, target)

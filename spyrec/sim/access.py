@@ -432,11 +432,10 @@ def core_parts(spec: OpSpec, chunk: Chunk) -> tuple[list[np.ndarray], bool]:
     slices, as SuperDSC's `numWkSlicesPerDim_` gives) as broadcastable parts whose sum it
     is, and whether they are separable: a constant plus one term per split var, each
     varying along its own axis alone (the form a strided LX access needs); else one array
-    over the chunk. Decided on the slices of the
-    core grid the chunk touches (a few dozen cells), never on a chunk-sized array: the
-    chunk's map repeats each cell along every axis, so it is such a sum exactly when those
-    cells are (a Granite-8B-width layer's elementwise ops spent 30% of their time building
-    and comparing chunk-sized core maps)."""
+    over the chunk. Decided on the slices of the core grid the chunk touches (a few dozen
+    cells), never on a chunk-sized array: the chunk's map repeats each cell along every
+    axis, so it is such a sum exactly when those cells are (a Granite-8B-width layer's
+    elementwise ops spent 30% of their time building and comparing chunk-sized core maps)."""
     per = [spec.iteration_space[v][0] // spec.iteration_space[v][1] for v in spec.vars]
     grid = np.zeros([k for _, k in spec.iteration_space.values()], dtype=np.int64)
     for c in spec.cores:

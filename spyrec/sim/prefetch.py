@@ -15,9 +15,10 @@ kernel's MemAvailable less `RESERVE_BYTES`, at least `WINDOW_BYTES`), so where t
 fit the disk reads without a pause from the first op to the last. A fixed 2 GB window left
 it idle whenever the reader was that far ahead, and on a disk that slows down after the
 first ~12 GiB read (this test host: 1.9 GiB/s, then 0.48) those idle seconds came back at
-the end: Granite-8B width at 40 layers waited ~8 s on its last layers' weights. Where the kernel has no `MADV_POPULATE_READ` (Linux < 5.14) it asks for
-asynchronous read-ahead (`MADV_WILLNEED`) of the same ranges instead. Reading ahead changes
-no value: the pages are the file's either way.
+the end: Granite-8B width at 40 layers waited ~8 s on its last layers' weights. Where the
+kernel has no `MADV_POPULATE_READ` (Linux < 5.14) it asks for asynchronous read-ahead
+(`MADV_WILLNEED`) of the same ranges instead (`_read_piece`). Reading ahead changes no
+value: the pages are the file's either way.
 """
 
 from __future__ import annotations
@@ -103,8 +104,6 @@ def read_ahead_early(out_dir, nbytes: int | None = None) -> threading.Thread | N
 
 def _read_ahead(out_dir: str, nbytes: int | None) -> None:
     path = os.path.join(out_dir, "weights.bin")
-    if not _small_files_first(out_dir, path):
-        return
     try:
         # (non-blocking: a FIFO named weights.bin must not hold the thread)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -120,28 +119,27 @@ def _read_ahead(out_dir: str, nbytes: int | None) -> None:
     finally:
         os.close(fd)
     try:
+        _small_files_first(out_dir, path)
         _populate(mapped, window_bytes() if nbytes is None else nbytes)
     finally:
         mapped.close()      # the pages stay in the page cache
 
 
-def _small_files_first(out_dir: str, weights: str) -> bool:
+def _small_files_first(out_dir: str, weights: str) -> None:
     """Ask for every other regular file of the directory (the manifest, the sdsc files, the
     bundle: a few MB), each whole, before the weights: the loader reads them one by one
     while this thread keeps the disk busy, and queued behind 64 MiB pieces of weights each
-    waited its turn (Granite-8B width at 40 layers: loading took 9.4 s instead of 4). False
-    when weights.bin is no big regular file (nothing to read ahead then)."""
+    waited its turn (Granite-8B width at 40 layers: loading took 9.4 s instead of 4)."""
     advice = getattr(os, "POSIX_FADV_WILLNEED", None)
+    if advice is None:
+        return
     try:
-        info = os.stat(weights)
-        if not stat.S_ISREG(info.st_mode) or info.st_size < SMALL_BYTES:
-            return False
         with os.scandir(out_dir) as entries:
             files = [e.path for e in entries
                      if e.path != weights and e.is_file(follow_symlinks=False)]
     except OSError:
-        return False
-    for name in files if advice is not None else ():
+        return
+    for name in files:
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -152,7 +150,6 @@ def _small_files_first(out_dir: str, weights: str) -> bool:
             pass
         finally:
             os.close(fd)
-    return True
 
 
 def _populate(mapped: mmap.mmap, nbytes: int) -> None:
@@ -164,12 +161,18 @@ def _populate(mapped: mmap.mmap, nbytes: int) -> None:
     populate = True
     for lo in range(0, min(view.size, nbytes), PIECE_BYTES):
         piece = view[lo:min(lo + PIECE_BYTES, nbytes)]
-        if populate and not advise(piece, MADV_POPULATE_READ):
-            populate = False                # an older kernel: read-ahead hints instead
+        populate = _read_piece(piece, populate)
         if populate:
             advise(piece, MADV_DONTNEED)
-        else:
-            advise(piece, MADV_WILLNEED)
+
+
+def _read_piece(piece: np.ndarray, populate: bool) -> bool:
+    """Fault `piece` in (`MADV_POPULATE_READ`), or where the kernel refuses that (an older
+    one), ask for read-ahead of it instead; whether populating still works."""
+    if populate and advise(piece, MADV_POPULATE_READ):
+        return True
+    advise(piece, MADV_WILLNEED)
+    return False
 
 
 class Prefetcher:
@@ -207,10 +210,7 @@ class Prefetcher:
                 piece = view[lo:lo + PIECE_BYTES]
                 if not self._wait_for_room(ahead, piece.size):
                     return
-                if populate and not advise(piece, MADV_POPULATE_READ):
-                    populate = False            # an older kernel: read-ahead hints instead
-                if not populate:
-                    advise(piece, MADV_WILLNEED)
+                populate = _read_piece(piece, populate)
                 ahead.append((step, piece.size))
 
     def _wait_for_room(self, ahead: list[tuple[int, int]], nbytes: int) -> bool:
