@@ -18,7 +18,7 @@ and takes the early file only when both were planned from the same constants
 (`WeightsBlob.key`, the state the contract check compares: every constant buffer in order,
 its host size and dtype, its layout and its value); otherwise it writes the file as before.
 Nothing is half-written: a compile that fails, or is interrupted, stops the writer between two
-tensors and removes its directory; a killed one leaves a temporary that the next
+pieces (of ~16 MB) and removes its directory; a killed one leaves a temporary that the next
 compile to the same output removes (`outdir.remove_stale_temporaries`).
 """
 
@@ -70,8 +70,8 @@ class WeightsJob:
     def replan(self, graph) -> bool:
         """Plan the blob again from `graph` (a pass that may write constants has run since
         the job started); True if the plan changed. The writer then stops between two
-        tensors and starts over on the new plan in the same file, leaving the tensors it
-        already wrote that the new plan holds at the same place alike: a pass that pads one
+        pieces (a few ms) and starts over on the new plan in the same file, leaving the
+        tensors it wholly wrote that the new plan holds at the same place alike: a pass that pads one
         weight costs that weight and the ones after it, not the whole file. A failure of
         the old plan's writer is dropped: the new plan meets its own."""
         blob = WeightsBlob.plan(graph)   # while the old plan holds its values: ids unambiguous
@@ -104,7 +104,7 @@ class WeightsJob:
         return True
 
     def discard(self) -> None:
-        """Stop the writer (between two tensors), wait for it and remove its directory."""
+        """Stop the writer (between two pieces), wait for it and remove its directory."""
         self._stop.set()
         self._thread.join()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -43,7 +43,9 @@ from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.ir.symbols import SymLength
 from spyrec.ir.writes import constants_state
 from spyrec.ir.values import PaddedConstant
-from spyrec.layout.storage import STORAGE, PlacementError, write_device_padded
+from spyrec.layout.storage import (
+    STORAGE, PlacementError, device_rows, write_device_padded, write_device_rows,
+)
 from spyrec.outdir import check_output_dir, replace_directory
 
 MANIFEST_FORMAT = "spyrec-manifest/3"
@@ -210,48 +212,135 @@ class WeightsBlob:
 
     def write(self, path: Path, stop: threading.Event | None = None, *,
               skip: frozenset = frozenset(), done=None, reuse: bool = False) -> None:
-        """Create `path` and stream every tensor's device form into it: each is converted into
-        one of two reused buffers while the other's bytes are written on a second thread (the
-        conversion is numpy, the write the kernel's copy into the page cache; both release
-        the GIL, so the two overlap on two cores), whole, with the gap after it (zeros) up to
-        the next tensor's offset (`_BlockFile`). A set `stop` ends the writing between two
-        tensors (`WeightsStopped`): the caller is abandoning the file.
+        """Create `path` and stream every tensor's device form into it, a piece of about
+        PIECE_BYTES at a time (`_pieces`): each piece is converted into one of two reused
+        buffers while the other's bytes are written on a second thread (the conversion is
+        numpy, the write the kernel's; both release the GIL, so the two overlap on two cores,
+        within a tensor as well as between two), with the gap after each tensor (zeros) up to
+        the next one's offset (`_PieceStream`). A set `stop` ends the writing between two
+        pieces (`WeightsStopped`): the caller is abandoning the file, or starting over on a
+        new plan, for which a tensor stopped part way is not written (`done` not called).
 
         With `reuse`, `path` may be a file an earlier plan's `write` began, written over
         (pages the file already has are reused, much cheaper than new ones); the entries
         `skip` names (`entry_identity`s) already hold exactly these bytes at these offsets
-        and are left as they are. `done(identity)` is called for each entry once its bytes
-        are in the file."""
-        span = max((_round_up(b, WEIGHTS_ALIGNMENT) for _, _, b, _ in self.entries), default=0)
-        scratch = [_page_aligned(span), _page_aligned(span)]
-        pending: list[Future | None] = [None, None]
+        and are left as they are. `done(identity)` is called for each entry once all its
+        bytes are in the file."""
+        plans = [(entry, _pieces(entry[0], entry[2])) for entry in self.entries]
+        span = max((n for _, pieces in plans for _, n in pieces), default=0)
         with _BlockFile(path, reuse=reuse, direct=self.total >= DIRECT_MIN_BYTES) as f, \
                 ThreadPoolExecutor(1, "spyrec-weights",
-                                   initializer=background_priority) as writer:
-            try:
-                for i, (buf, offset, nbytes, value) in enumerate(self.entries):
+                                   initializer=background_priority) as writer, \
+                _PieceStream(f, writer, span) as stream:
+            for (buf, offset, nbytes, value), pieces in plans:
+                identity = entry_identity(buf, offset, nbytes, value)
+                if identity in skip:
+                    continue
+                host, pad = _host_values(buf, value)
+                stream.begin(offset)
+                for rows, piece_bytes in pieces:
                     if stop is not None and stop.is_set():
                         raise WeightsStopped(path)
-                    identity = entry_identity(buf, offset, nbytes, value)
-                    if identity in skip:
-                        continue
-                    block = scratch[i % 2]
-                    if pending[i % 2] is not None:
-                        pending[i % 2].result()        # its last write is done
-                    whole = _round_up(nbytes, WEIGHTS_ALIGNMENT)
-                    _device_form(buf, value, block[:nbytes])
-                    block[nbytes:whole] = 0
-                    pending[i % 2] = writer.submit(f.write_at, offset, block[:whole])
-                    if done is not None:
-                        pending[i % 2].add_done_callback(_when_written(done, identity))
-                for job in pending:
-                    if job is not None:
-                        job.result()
-            finally:
-                for job in pending:
-                    if job is not None:
-                        job.cancel()
+                    stream.piece(piece_bytes,
+                                 lambda out: _device_form(buf, host, pad, out, rows))
+                writes = stream.end()
+                if done is not None and writes:
+                    writes[-1].add_done_callback(_when_written(done, identity, writes))
+                elif done is not None:         # no bytes: nothing to wait for
+                    done(identity)
+            stream.drain()
             f.finish(self.total)
+
+
+# bytes of device form made and written at a time (`_pieces`): small enough that the two
+# buffers cost little to fault in and the last tensor's conversion and write overlap, big
+# enough that a piece's Python is nothing beside its copies
+PIECE_BYTES = 16 << 20
+
+
+def _pieces(buf, nbytes: int) -> list[tuple[range | None, int]]:
+    """The pieces constant `buf` (`nbytes` of device form) is made in: (device rows, bytes)
+    of about PIECE_BYTES each where its layout splits by rows (`device_rows`), else the
+    whole tensor at once (rows None)."""
+    layout, rows = buf.layout, buf.layout.device_size[0]
+    if nbytes <= PIECE_BYTES or 0 in buf.host_size or \
+            device_rows(tuple(buf.host_size), layout) is None:
+        return [(None, nbytes)]
+    row_bytes = nbytes // rows
+    per = max(1, PIECE_BYTES // row_bytes)
+    return [(range(a, min(a + per, rows)), (min(a + per, rows) - a) * row_bytes)
+            for a in range(0, rows, per)]
+
+
+class _PieceStream:
+    """Pieces of consecutive tensors into a `_BlockFile` through two page-aligned buffers
+    of `span` bytes (the largest piece) plus two pages. O_DIRECT wants whole pages at page
+    offsets, and a piece may end inside a page: only its whole pages are written, and the
+    rest is carried to the start of the other buffer, ahead of the next piece. A tensor's
+    last piece is written whole, with zeros up to the next WEIGHTS_ALIGNMENT (where the next
+    tensor begins)."""
+
+    def __init__(self, f: "_BlockFile", writer: ThreadPoolExecutor, span: int):
+        size = _round_up(span, WEIGHTS_ALIGNMENT) + 2 * WEIGHTS_ALIGNMENT
+        self.f, self.writer = f, writer
+        self.buffers = [_page_aligned(size), _page_aligned(size)]
+        self.pending: list[Future | None] = [None, None]
+        self.k = 0                  # the buffer the next piece goes into
+        self.carry = 0              # bytes at its start that belong before that piece
+        self.at = 0                 # the file offset of its byte 0
+        self.writes: list[Future] = []
+
+    def __enter__(self) -> "_PieceStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for job in self.pending:
+            if job is not None:
+                job.cancel()
+
+    def _buffer(self, k: int) -> np.ndarray:
+        """Buffer k % 2, once its last write is done."""
+        if self.pending[k % 2] is not None:
+            self.pending[k % 2].result()
+        return self.buffers[k % 2]
+
+    def _submit(self, block: np.ndarray) -> None:
+        job = self.writer.submit(self.f.write_at, self.at, block)
+        self.pending[self.k % 2] = job
+        self.writes.append(job)
+        self.at += len(block)
+
+    def begin(self, offset: int) -> None:
+        self.carry, self.at, self.writes = 0, offset, []
+
+    def piece(self, nbytes: int, form: Callable[[np.ndarray], None]) -> None:
+        """`form(out)` makes the next `nbytes` of the tensor in `out`; its whole pages are
+        written."""
+        block = self._buffer(self.k)
+        end = self.carry + nbytes
+        form(block[self.carry:end])
+        cut = end - end % WEIGHTS_ALIGNMENT
+        if cut:
+            self._submit(block[:cut])
+            self.k += 1
+            self._buffer(self.k)[:end - cut] = block[cut:end]
+        self.carry = end - cut
+
+    def end(self) -> list[Future]:
+        """Write what the tensor's last piece left, zero-filled to WEIGHTS_ALIGNMENT; the
+        tensor's writes, in order."""
+        if self.carry:
+            block = self._buffer(self.k)
+            block[self.carry:WEIGHTS_ALIGNMENT] = 0
+            self._submit(block[:WEIGHTS_ALIGNMENT])
+            self.k += 1
+        self.carry = 0
+        return self.writes
+
+    def drain(self) -> None:
+        for job in self.pending:
+            if job is not None:
+                job.result()
 
 
 def entry_identity(buf, offset: int, nbytes: int, value) -> tuple:
@@ -261,10 +350,11 @@ def entry_identity(buf, offset: int, nbytes: int, value) -> tuple:
     return (offset, nbytes, buf.name, buf.host_size, buf.host_dtype, buf.layout, id(value))
 
 
-def _when_written(done, identity: tuple):
-    """A future's callback: `done(identity)` if its write finished without error."""
+def _when_written(done, identity: tuple, writes: list[Future]):
+    """A callback for an entry's last write: `done(identity)` if every one of its `writes`
+    finished without error (they run in order on one thread, so all are finished then)."""
     def callback(future: Future) -> None:
-        if not future.cancelled() and future.exception() is None:
+        if all(not w.cancelled() and w.exception() is None for w in writes):
             done(identity)
     return callback
 
@@ -273,10 +363,11 @@ class WeightsStopped(Exception):
     """`WeightsBlob.write` was told to stop before the file was complete."""
 
 
-def _device_form(buf, value, out: np.ndarray) -> None:
-    """Write constant `buf`'s device form into the bytes `out`, from its host `value` (read
-    from the archive now, dropped after); a `PaddedConstant` is written padded in place."""
-    from spyrec.errors import InternalError, UnsupportedProgram
+def _host_values(buf, value) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Constant `buf`'s host values (mapped from the archive now, dropped after its pieces
+    are made) and the zero padding after them (a `PaddedConstant`'s), checked against the
+    buffer."""
+    from spyrec.errors import InternalError
 
     base, pad = (value.base, value.pad) if isinstance(value, PaddedConstant) else \
         (value, (0,) * len(buf.host_size))
@@ -288,10 +379,21 @@ def _device_form(buf, value, out: np.ndarray) -> None:
         raise InternalError(f"weights: constant {buf.name!r} holds {host.dtype} "
                             f"{list(padded)}, its tensor is {buf.host_dtype} "
                             f"{list(buf.host_size)}; please report this")
+    return host.astype(expected, copy=False), tuple(pad)
+
+
+def _device_form(buf, host: np.ndarray, pad: tuple[int, ...], out: np.ndarray,
+                 rows: range | None) -> None:
+    """Write device rows `rows` (None: all) of constant `buf`'s device form into the bytes
+    `out`, from its host values zero-padded by `pad` (`_host_values`)."""
+    from spyrec.errors import UnsupportedProgram
+
     device = out.view(STORAGE[buf.layout.device_dtype])
     try:
-        write_device_padded(device, 0, host.astype(expected, copy=False), pad, buf.host_dtype,
-                            buf.layout, fill=True)
+        if rows is None:
+            write_device_padded(device, 0, host, pad, buf.host_dtype, buf.layout, fill=True)
+        else:
+            write_device_rows(device, host, pad, buf.host_dtype, buf.layout, rows, fill=True)
     except PlacementError as e:
         raise UnsupportedProgram(f"constant '{buf.name}' ({buf.source or 'no source'}): "
                                  f"{e}") from None

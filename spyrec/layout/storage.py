@@ -276,6 +276,53 @@ def write_device_padded(device: np.ndarray, base: int, host: np.ndarray, pad: tu
         device, base, storage_values(host, host_dtype, layout.device_dtype))
 
 
+def device_rows(host_shape: tuple[int, ...], layout: DeviceLayout) -> tuple[int, int] | None:
+    """(host dim d, host elements per device row) when device dim 0 walks the outermost
+    digit of host dim d and no slot is replicated: device rows [a, b) then hold exactly the
+    host elements whose index along d is in [a * step, b * step), every other dim whole, so a
+    tensor's device form can be made a few rows at a time (`write_device_rows`). None for
+    any other layout (one row, a broadcast replica, device dim 0 walking an inner digit)."""
+    if layout.device_size[0] <= 1:
+        return None
+    place = placement(tuple(host_shape), layout)
+    if place.replicas != [0]:
+        return None
+    outer = layout.device_strides_elems[0]
+    for d, digits in enumerate(place.digits):
+        if digits[0][1] == outer and digits[0][0] <= layout.device_size[0]:
+            return d, math.prod(e for e, _ in digits[1:])
+    return None
+
+
+def write_device_rows(device: np.ndarray, host: np.ndarray, pad: tuple[int, ...],
+                      host_dtype: str, layout: DeviceLayout, rows: range, fill: bool) -> None:
+    """Device rows `rows` (along device dim 0) of `write_device_padded(host, pad)`, into the
+    1-D typed `device` that holds just those rows: the same bytes the whole write puts
+    there. Only for a layout `device_rows` splits (a caller's bug otherwise)."""
+    shape = tuple(n + p for n, p in zip(host.shape, pad))
+    split = device_rows(shape, layout)
+    if split is None:
+        raise ValueError(f"device layout {list(layout.device_size)} cannot be written by rows")
+    d, step = split
+    place = placement(shape, layout)
+    outer = layout.device_strides_elems[0]
+    if fill and (place.padded or not place.covers_layout):
+        device[:len(rows) * outer] = FILL_VALUE[layout.device_dtype]
+    lo, hi = rows.start * step, min(rows.stop * step, shape[d])
+    if hi <= lo:
+        return
+    digits = list(place.digits)
+    digits[d] = [(len(rows), outer)] + digits[d][1:]
+    piece = Placement(shape[:d] + (hi - lo,) + shape[d + 1:], digits, np.zeros(1, np.int64),
+                      covers_layout=False)
+    if any(pad):
+        piece.fill(device, 0, 0)
+    real = host[(slice(None),) * d + (slice(lo, min(hi, host.shape[d])),)]
+    if real.size:
+        piece.leading(real.shape).scatter(
+            device, 0, storage_values(real, host_dtype, layout.device_dtype))
+
+
 def write_device(device: np.ndarray, base: int, host: np.ndarray, host_dtype: str,
                  layout: DeviceLayout, fill: bool) -> None:
     """Store `host` at element `base` of the 1-D typed `device` array in `layout`; with

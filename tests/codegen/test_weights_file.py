@@ -183,3 +183,97 @@ def test_a_direct_write_refused_with_the_flag_stuck_on_fails_once(tmp_path, monk
             assert e.errno == errno.EINVAL
         else:
             raise AssertionError("the refused write was not reported")
+
+
+def _constant(name, host_size, dtype, order, pad=None, seed=0):
+    """A constant buffer in a stick layout with its value (zero-padded by `pad`)."""
+    from types import SimpleNamespace
+
+    from spyrec.ir.values import PaddedConstant
+    from spyrec.layout import stick_layout
+    from spyrec.layout.device_layout import contiguous_strides
+
+    layout = stick_layout(host_size, contiguous_strides(host_size), dtype, order)
+    real = tuple(n - p for n, p in zip(host_size, pad or (0,) * len(host_size)))
+    value = (np.random.default_rng(seed).standard_normal(real) * 50).astype(dtype)
+    buf = SimpleNamespace(name=name, host_size=tuple(host_size), host_dtype=dtype,
+                          layout=layout, source=None)
+    return buf, (PaddedConstant(value, tuple(pad)) if pad else value)
+
+
+def _blob(constants):
+    entries, offset = [], 0
+    for buf, value in constants:
+        entries.append((buf, offset, buf.layout.device_bytes, value))
+        end = offset + buf.layout.device_bytes
+        offset = writer._round_up(end, writer.WEIGHTS_ALIGNMENT)
+    return writer.WeightsBlob(entries, end, {}, [b for b, _ in constants], ((), ()))
+
+
+def test_tensors_written_in_pieces_are_the_whole_tensors_bytes(tmp_path, monkeypatch):
+    """Big tensors are made and written a few device rows at a time, through two buffers,
+    whole pages per write: rows of 4,736 bytes (an embedding's [K/64, 37, 64] layout) end
+    inside pages, a zero-padded weight and a small one follow. With pieces of ~10 KB (several
+    per tensor, ending at other places in a page) the file is byte for byte the one written
+    a tensor at a time, and still direct where the file system allows. Layouts: embed
+    [10, 37, 64] fp16 (rows of 4,736 bytes, two per 10 KB piece); w [7, 96, 32] fp32 (rows of
+    12,288, the last one part fill); lm [3, 64, 64] fp16 (the last row all zero padding)."""
+    constants = [_constant("embed", (37, 640), "float16", (0, 1), seed=1),
+                 _constant("w_npad", (200, 96), "float32", (1, 0), pad=(0, 0), seed=2),
+                 _constant("lm_npad", (130, 64), "float16", (1, 0), pad=(7, 0), seed=3),
+                 _constant("bias", (5,), "float16", (0,), seed=4)]
+    assert [len(writer._pieces(b, b.layout.device_bytes)) for b, _ in constants] == [1] * 4
+    whole = _blob(constants)
+    whole.write(tmp_path / "whole.bin")
+
+    directs = []
+
+    class Recording(writer._BlockFile):
+        def finish(self, size):
+            directs.append(self.direct)
+            super().finish(size)
+
+    monkeypatch.setattr(writer, "PIECE_BYTES", 10_000)
+    monkeypatch.setattr(writer, "DIRECT_MIN_BYTES", 0)
+    monkeypatch.setattr(writer, "_BlockFile", Recording)
+    pieces = [len(writer._pieces(b, b.layout.device_bytes)) for b, _ in constants]
+    assert pieces == [5, 7, 3, 1]
+    done = []
+    _blob(constants).write(tmp_path / "pieces.bin", done=done.append)
+    assert (tmp_path / "pieces.bin").read_bytes() == (tmp_path / "whole.bin").read_bytes()
+    assert [identity[2] for identity in done] == ["embed", "w_npad", "lm_npad", "bias"]
+    with writer._BlockFile(tmp_path / "probe.bin") as probe:
+        assert directs == [probe.direct]
+
+
+def test_a_tensor_stopped_between_pieces_is_not_counted_as_written(tmp_path, monkeypatch):
+    """A replan stops the writer between two pieces: the tensor it was making is not
+    reported done, so the next plan writes it again (skipping only the whole ones), and the
+    file ends up the one written in one go."""
+    import threading
+
+    constants = [_constant("first", (64, 64), "float16", (1, 0), seed=5),
+                 _constant("embed", (37, 640), "float16", (0, 1), seed=6)]
+    _blob(constants).write(tmp_path / "whole.bin")
+    monkeypatch.setattr(writer, "PIECE_BYTES", 10_000)
+    stop, done, made = threading.Event(), [], []
+    real_form = writer._device_form
+
+    def form(buf, host, pad, out, rows):
+        made.append(buf.name)
+        if made.count("embed") == 2:
+            stop.set()                   # after embed's second piece of five
+        return real_form(buf, host, pad, out, rows)
+
+    monkeypatch.setattr(writer, "_device_form", form)
+    try:
+        _blob(constants).write(tmp_path / "w.bin", stop, done=done.append)
+    except writer.WeightsStopped:
+        pass
+    else:
+        raise AssertionError("the writer did not stop")
+    assert [identity[2] for identity in done] == ["first"]
+    made.clear()
+    _blob(constants).write(tmp_path / "w.bin", skip=frozenset(done), reuse=True)
+    assert made == ["embed"] * 5
+    assert (tmp_path / "w.bin").read_bytes() == (tmp_path / "whole.bin").read_bytes()

@@ -98,7 +98,7 @@ def test_a_compile_failing_after_the_job_started_leaves_nothing(tmp_path, pt2, m
 
 
 def test_a_failing_writer_fails_the_compile_with_its_own_error(tmp_path, pt2, monkeypatch):
-    def broken(buf, value, out):
+    def broken(buf, host, pad, out, rows):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(writer, "_device_form", broken)
@@ -163,9 +163,9 @@ def test_a_changed_constant_after_the_job_started_rewrites_only_that_tensor(
     converted: list[tuple[str, str]] = []
     real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
 
-    def form(buf, value, out):
+    def form(buf, host, pad, out, rows):
         converted.append((buf.name, threading.current_thread().name))
-        return real_form(buf, value, out)
+        return real_form(buf, host, pad, out, rows)
 
     def replan(self, graph):
         self._thread.join()              # the first plan wholly written: a deterministic test
@@ -193,9 +193,9 @@ def test_a_replan_before_the_first_plan_is_written_gives_the_same_file(
     gate = threading.Event()
     real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
 
-    def slow_form(buf, value, out):
+    def slow_form(buf, host, pad, out, rows):
         gate.wait(5)                     # held until split_padding has planned again
-        return real_form(buf, value, out)
+        return real_form(buf, host, pad, out, rows)
 
     def replan(self, graph):
         gate.set()                       # the writer converts its tensor, then sees the stop

@@ -51,3 +51,45 @@ def test_leading_keeps_the_slots_of_the_elements_it_keeps():
     placement((192, 64), layout).leading((130, 64)).scatter(device, 0, host)
     assert np.array_equal(device[:130 * 64].reshape(130, 64), host)
     assert np.isnan(device[130 * 64:]).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(padded_cases(), st.data())
+def test_rows_written_piece_by_piece_are_the_whole_write(case, data):
+    """weights.bin's writer makes a big constant's device form a few device rows at a time
+    (`write_device_rows`): any cut into row ranges gives the whole write's bytes, padding,
+    fill and zero padding included."""
+    from spyrec.layout.storage import device_rows, write_device_rows
+
+    shape, pad, dtype, layout, seed = case
+    padded = tuple(n + p for n, p in zip(shape, pad))
+    if device_rows(padded, layout) is None:
+        return
+    host = (np.random.default_rng(seed).standard_normal(shape) * 100).astype(dtype)
+    storage = STORAGE[layout.device_dtype]
+    expected = np.full(layout.device_elems, 7, storage)
+    write_device_padded(expected, 0, host, pad, dtype, layout, fill=True)
+    rows = layout.device_size[0]
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, rows - 1), max_size=4))
+                      if rows > 1 else []))
+    row = layout.device_elems // rows
+    got = np.full(layout.device_elems, 7, storage)
+    for a, b in zip([0] + cuts, cuts + [rows]):
+        write_device_rows(got[a * row:b * row], host, pad, dtype, layout, range(a, b),
+                          fill=True)
+    bits = np.dtype(f"u{storage.itemsize}")
+    assert np.array_equal(got.view(bits), expected.view(bits))
+
+
+def test_rows_are_split_where_the_layout_allows_it():
+    """A weight [N, K] in its matmul layout [N/64, K, 64] has one row per 64 of N; the
+    embedding layout [K/64, N, 64] one per 64 of K; a layout whose dim 0 is a replica none."""
+    from spyrec.layout.device_layout import DeviceLayout
+    from spyrec.layout.storage import device_rows
+
+    assert device_rows((256, 128), stick_layout((256, 128), (128, 1), "float16", (1, 0))) \
+        == (0, 64)
+    assert device_rows((256, 128), stick_layout((256, 128), (128, 1), "float16", (0, 1))) \
+        == (1, 64)
+    assert device_rows((4, 64), DeviceLayout((3, 4, 64), (0, 64, 1), "fp16")) is None
+    assert device_rows((64,), DeviceLayout((1, 64), (-1, 1), "fp16")) is None
