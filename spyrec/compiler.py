@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from spyrec.beside import Beside
 from spyrec.errors import ConfigError, InputFileError
+from spyrec.hostmem import no_automatic_collections
 from spyrec.outdir import check_output_dir
 from spyrec.passes.pipeline import (
     Instrument, IRPrinter, Verifier, build_pipeline, check_dump_dir, describe, read_pipeline_file,
@@ -177,7 +178,7 @@ def compile_program(source: Path, out_dir: Path, opts: CompileOptions,
     """Compile `source` into `out_dir`; returns the report, its cost section from
     `estimate_cost` (report.schema.json requires one; spyrec/driver.py `compile_and_estimate`
     passes the simulator's)."""
-    with _no_automatic_collections(), _short_gil_slices():
+    with no_automatic_collections(), _short_gil_slices():
         return _compile(source, out_dir, opts, estimate_cost)
 
 
@@ -198,33 +199,13 @@ def _short_gil_slices(seconds: float = 0.0005):
         sys.setswitchinterval(saved)
 
 
-@contextlib.contextmanager
-def _no_automatic_collections():
-    """Run with the cyclic garbage collector's automatic collections off. A compile builds
-    millions of small objects (index expressions, memo keys) and keeps most of them to the
-    end, and they make almost no cycles: at a first-generation threshold of 50,000, a
-    Llama-3.2-1B d16 compile's 43 collections took 0.33 s and freed 1,270 objects, a
-    2,416-op program's 70 took 0.84 s and freed 391 (issue 26): each one re-scanned live
-    objects for nothing. Reference counting frees everything else as before, and
-    `_CollectWhenGrown` collects between passes should the resident set grow by
-    `COLLECT_AFTER_GROWTH` since the last time (cycles some program's pass may yet make).
-    The caller's setting comes back afterwards."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 COLLECT_AFTER_GROWTH = 1 << 30      # bytes of resident set between two collections
 
 
 class _CollectWhenGrown(Instrument):
     """After each pass, a full collection if the process's resident set (`rss`: bytes, or
     None where it cannot be read) is `COLLECT_AFTER_GROWTH` over what it was at the last
-    one: the bound on what `_no_automatic_collections` can leave uncollected."""
+    one: the bound on what `no_automatic_collections` can leave uncollected."""
 
     def __init__(self, rss: Callable[[], int | None] | None = None):
         self.rss = rss or resident_bytes

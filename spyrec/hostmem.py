@@ -8,10 +8,16 @@ simulator allocate arrays of that size per weight and per op, so the CLI turns t
 for its own process, the same switch as numpy's documented `NUMPY_MADVISE_HUGEPAGE=0`; a user
 who set that variable keeps their choice. Library callers (`spyrec.api`) are left alone: the
 setting belongs to their process.
+
+Compile and run also pause the cyclic garbage collector while they work
+(`no_automatic_collections`), for themselves and library callers alike, giving the caller's
+setting back afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import sys
 
@@ -34,3 +40,23 @@ def no_numpy_hugepage_advice() -> bool:
             return False
     _set_madvise_hugepage(False)
     return True
+
+
+@contextlib.contextmanager
+def no_automatic_collections():
+    """Run with the cyclic garbage collector's automatic collections off. Compile and run
+    build millions of small objects (index expressions, memo keys, op specs) and keep most
+    of them to the end, and they make almost no cycles, so each collection only re-scanned
+    live objects: at a first-generation threshold of 50,000, a Llama-3.2-1B d16 compile's 43
+    collections took 0.33 s and freed 1,270 objects, a 2,416-op program's 70 took 0.84 s and
+    freed 391 (issue 26); a Granite-8B-width d8 prefill run's 551 took 0.23 s (4% of its
+    wall). Reference counting frees everything else as before (compile also collects
+    between passes should its resident set grow a GiB: `compiler._CollectWhenGrown`). The
+    caller's setting comes back afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

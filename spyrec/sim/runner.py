@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from spyrec.hostmem import no_automatic_collections
 from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, torch_run, use_torch
 from spyrec.costmodel import CostParams, DEFAULT_PARAMS
 from spyrec.sim.program_cost import program_cost
@@ -182,7 +183,14 @@ def at_lengths(program: OutputProgram, lengths: dict[str, int]) -> OutputProgram
 
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
              program: OutputProgram | None = None) -> SimResult:
-    """Run the compiled program in `out_dir` on `inputs` (name -> host array)."""
+    """Run the compiled program in `out_dir` on `inputs` (name -> host array), with the
+    cyclic collector paused (`no_automatic_collections`: the specs make no cycles)."""
+    with no_automatic_collections():
+        return _simulate(out_dir, inputs, log, program)
+
+
+def _simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log,
+              program: OutputProgram | None) -> SimResult:
     start = time.perf_counter()
     threads.count()             # a bad SPYREC_SIM_THREADS fails now, not at the first big op
     program = program or load_output_dir(out_dir)

@@ -85,9 +85,12 @@ def half_matmuls() -> bool:
 
 
 def cast_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src converted to dst's dtype (same shape; src may be any strided view)."""
+    """dst[...] = src converted to dst's dtype (same shape; src may be any strided view).
+    fp16 into fp16 too: a half matmul's weight is rearranged into (K, N) this way, and
+    torch's copy of a strided fp16 view is faster than numpy's (105 MB of Granite's MLP
+    weight: 0.022 s against 0.036 s)."""
     if (_torch is not None and dst.size >= _MIN_ELEMENTS and src.dtype == np.float16
-            and dst.dtype == np.float32 and dst.flags.c_contiguous):
+            and dst.dtype in (np.float32, np.float16) and dst.flags.c_contiguous):
         # axes of one element (a strided read's unused vars: stride 0) are dropped first
         squeezed = src[tuple(0 if n == 1 else slice(None) for n in src.shape)]
         if all(s > 0 for s in squeezed.strides):

@@ -3,7 +3,8 @@ sim/torch_kernels.py).
 
 Copies give the same bits through numpy and through torch's vectorized copy: fp16 -> fp32 is
 exact, infinities, signed zeros and subnormals included, from strided and read-only views; a
-NaN stays a NaN (torch quiets a signaling NaN's payload, which no op can observe).
+NaN stays a NaN (torch quiets a signaling NaN's payload, which no op can observe); fp16 ->
+fp16 (a half matmul's weight rearranged) keeps every bit.
 
 Half matmuls are the device's product: float32 accumulation and one rounding, so they differ
 from numpy's float32 sgemm (then rounded to fp16) only by the order of the additions — at most
@@ -63,6 +64,25 @@ def test_unused_axes_take_the_vectorized_copy(torch_on, monkeypatch):
     got = np.empty(backwards.shape, np.float32)
     cast.cast_copy(got, backwards)
     assert np.array_equal(got, want[::-1])
+
+
+def test_a_half_weight_is_rearranged_by_torch_bit_for_bit(torch_on, monkeypatch):
+    """A half matmul reads its weight as stored, rearranged from sticks of N into (K, N): an
+    fp16 -> fp16 copy of a strided view, through torch's copy (faster than numpy's), every
+    bit pattern kept, NaNs included."""
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    device = np.resize(bits, (8, 1024, 64)).view(np.float16)   # [N/64, K, 64]
+    box = np.lib.stride_tricks.as_strided(device, (1024, 8, 64), (128, 1024 * 128, 2),
+                                          writeable=False)     # (K, N/64, 64)
+    got = np.empty(box.shape, np.float16)
+
+    def no_numpy(*args, **kwargs):
+        raise AssertionError("numpy's copy was used")
+
+    with monkeypatch.context() as m:
+        m.setattr(cast.np, "copyto", no_numpy)
+        cast.cast_copy(got, box)
+    assert np.array_equal(got.view(np.uint16), np.ascontiguousarray(box).view(np.uint16))
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 4096, 640), (1, 128, 1024, 256), (8, 64, 64, 96),
