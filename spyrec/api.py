@@ -98,11 +98,11 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
     from spyrec.sim.check import check_outputs, check_reference_program, describe_failure
     from spyrec.sim.inputs import check_inputs, npz_arrays, read_inputs
     from spyrec.sim.directory import load_output_dir
-    from spyrec.sim.prefetch import read_ahead_early
+    from spyrec.sim.prefetch import begin_run
     from spyrec.sim.runner import simulate
 
     out = Path(out)
-    read_ahead_early(out)          # the disk works while the directory is read and checked
+    begin_run(out)     # torch if needed, then the disk works while the directory is read
     program = load_output_dir(out)
     reference = None
     if model is not None and not check:

@@ -56,7 +56,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     from spyrec.sim.directory import is_foreign, load_output_dir
     from spyrec.sim.inputs import (OUTPUT_SUFFIXES, check_output_path, check_replaceable,
                                    npz_arrays, read_inputs, write_npz)
-    from spyrec.sim.prefetch import read_ahead_early
+    from spyrec.sim.prefetch import begin_run
     from spyrec.sim.runner import simulate
 
     def progress(msg: str) -> None:
@@ -78,7 +78,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
                           {"--inputs": inputs_path})
     if model_path is not None and not check:
         raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
-    read_ahead_early(out)          # the disk works while the directory is read and checked
+    begin_run(out)     # torch if needed, then the disk works while the directory is read
     with no_automatic_collections():        # the directory's specs make no cycles either
         program = load_output_dir(out)
     expected = reference = None

@@ -157,3 +157,26 @@ def test_the_window_is_the_available_memory_less_the_reserve(meminfo, window, tm
     if meminfo is not None:
         path.write_text(meminfo)
     assert prefetch.window_bytes(str(path)) == window
+
+
+def test_a_big_program_imports_torch_before_the_weights_take_the_disk(tmp_path, monkeypatch):
+    """`begin_run`: torch first (its libraries queued behind the weights' reads made a cold
+    Granite-8B-width d40 run 35.5 s instead of 25.2), then the read-ahead; a weights.bin
+    under TORCH_FROM_BYTES, a missing one or a directory in its place imports nothing."""
+    from spyrec.sim import torch_kernels
+
+    calls = []
+    monkeypatch.setattr(torch_kernels, "TORCH_FROM_BYTES", 5000)
+    monkeypatch.setattr(torch_kernels, "use_torch", lambda: calls.append("torch") or True)
+    monkeypatch.setattr(prefetch, "read_ahead_early", lambda out: calls.append("read"))
+    cases = {"big": 5000, "small": 4999, "missing": None, "directory": "dir"}
+    for name, size in cases.items():
+        out = tmp_path / name
+        out.mkdir()
+        if size == "dir":
+            (out / "weights.bin").mkdir()
+        elif size is not None:
+            (out / "weights.bin").write_bytes(bytes(size))
+        calls.clear()
+        prefetch.begin_run(out)
+        assert calls == (["torch", "read"] if name == "big" else ["read"]), name
