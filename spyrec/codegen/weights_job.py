@@ -71,9 +71,9 @@ class WeightsJob:
         """Plan the blob again from `graph` (a pass that may write constants has run since
         the job started); True if the plan changed. The writer then stops between two
         pieces (a few ms) and starts over on the new plan in the same file, leaving the
-        tensors it wholly wrote that the new plan holds at the same place alike: a pass that pads one
-        weight costs that weight and the ones after it, not the whole file. A failure of
-        the old plan's writer is dropped: the new plan meets its own."""
+        tensors it wholly wrote that the new plan holds at the same place alike: a pass
+        that pads one weight costs that weight and the ones after it, not the whole file.
+        A failure of the old plan's writer is dropped: the new plan meets its own."""
         blob = WeightsBlob.plan(graph)   # while the old plan holds its values: ids unambiguous
         if blob.key == self.blob.key:
             return False

@@ -8,9 +8,10 @@ input gives byte-identical files.
 
 Weights are streamed: `build_outputs` lays `weights.bin` out from layouts alone (the
 manifest's `weights` section), and the writer converts each tensor into its device form from
-the `.pt2` archive one at a time (`StoredTensor.load` maps it; `WeightsBlob.write`), so compile
-never holds the weights in memory. The source `.pt2` is not copied (the manifest names its
-absolute path and SHA-256 for `run --check`) unless `self_contained` asks for `program.pt2`.
+the `.pt2` archive a few device rows at a time (`StoredTensor.load` maps it;
+`WeightsBlob.write`), so compile never holds the weights in memory. The source `.pt2` is not
+copied (the manifest names its absolute path and SHA-256 for `run --check`) unless
+`self_contained` asks for `program.pt2`.
 """
 
 from __future__ import annotations
