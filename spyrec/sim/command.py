@@ -48,7 +48,6 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
                 quiet: bool) -> None:
     """Simulate the compiled program in OUT on the inputs in an .npz file."""
     # Imported here, not at the top: `spyrec compile` and `--help` must not pay for them.
-    from spyrec.hostmem import no_automatic_collections
     from spyrec.sim import foreign
     from spyrec.sim.check import (check_outputs, check_reference_program, describe_failure,
                                    format_checks)
@@ -79,8 +78,7 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
     if model_path is not None and not check:
         raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
     begin_run(out)     # torch if needed, then the disk works while the directory is read
-    with no_automatic_collections():        # the directory's specs make no cycles either
-        program = load_output_dir(out)
+    program = load_output_dir(out)
     expected = reference = None
     if check and is_foreign(out):   # no eager model: the manifest names expectations
         expected = foreign.expected_outputs(out, program.manifest)

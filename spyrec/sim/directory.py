@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from spyrec.errors import InputFileError
+from spyrec.hostmem import no_automatic_collections
 from spyrec.sim.foreign import DOCS, FORMAT, read_reference_dir
 from spyrec.sim.loader import read_spyrec_dir
 from spyrec.sim.program import OutputProgram
@@ -24,9 +25,11 @@ from spyrec.sim.verify import verify_program
 
 
 def load_output_dir(out_dir: str | Path) -> OutputProgram:
-    """Read and statically verify an output directory (sim/verify.py)."""
-    program = read_output_dir(out_dir)
-    verify_program(program)
+    """Read and statically verify an output directory (sim/verify.py), with the cyclic
+    collector paused (`no_automatic_collections`: the specs it builds make no cycles)."""
+    with no_automatic_collections():
+        program = read_output_dir(out_dir)
+        verify_program(program)
     return program
 
 

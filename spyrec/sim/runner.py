@@ -184,7 +184,8 @@ def at_lengths(program: OutputProgram, lengths: dict[str, int]) -> OutputProgram
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
              program: OutputProgram | None = None) -> SimResult:
     """Run the compiled program in `out_dir` on `inputs` (name -> host array), with the
-    cyclic collector paused (`no_automatic_collections`: the specs make no cycles)."""
+    cyclic collector paused (`no_automatic_collections`: the run's arrays and specs make no
+    cycles; loading pauses it too, `load_output_dir`)."""
     with no_automatic_collections():
         return _simulate(out_dir, inputs, log, program)
 
