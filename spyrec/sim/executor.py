@@ -22,7 +22,7 @@ from spyrec.sim import threads
 from spyrec.sim.access import Binding, Chunk, ChunkAccess, arg_vars, bind, chunks, one_to_one
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm, Lx
-from spyrec.sim.numerics import is_integer, storage_dtype, to_storage
+from spyrec.sim.numerics import assignable, is_integer, storage_dtype
 from spyrec.sim.specs import Execute, OpSpec
 from spyrec.sim.torch_kernels import half_matmuls
 
@@ -178,7 +178,7 @@ def _write(spec: OpSpec, b: Binding, access: ChunkAccess, result: np.ndarray,
     what = f"output '{b.arg.name}' of {spec.describe()}"
     unique = one_to_one(spec, b, chunk)
     form = access.strided(b) if unique else None
-    stored = to_storage(np.broadcast_to(result, shape), b.arg.device_dtype, what)
+    stored = assignable(np.broadcast_to(result, shape), b.arg.device_dtype, what)
     if form is not None and form.lengths == shape:
         form.write(access.base_view(b), stored)
     else:

@@ -59,6 +59,18 @@ def to_storage(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:
     return values.astype(target)
 
 
+def assignable(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:
+    """`values` ready to be assigned into a `device_dtype` array: float values as they are
+    when the device dtype is a float too, since numpy's assignment then rounds them exactly
+    as `to_storage` does (the same IEEE cast, round to nearest even, NaN kept), in the one
+    pass that writes them (a Granite-8B-width layer stored every output twice: converted to
+    a new array, then copied into place); anything else through `to_storage`."""
+    values = np.asarray(values)
+    if values.dtype.kind == "f" and storage_dtype(device_dtype).kind == "f":
+        return values
+    return to_storage(values, device_dtype, what)
+
+
 def float_to_int(values: np.ndarray, target: np.dtype) -> np.ndarray:
     """The device's float → int conversion: truncation toward zero, saturating at the ends of
     `target` (NaN → 0, ±inf → max/min). Eager on x86 gives INT_MIN for every value that does

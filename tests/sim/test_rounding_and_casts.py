@@ -85,3 +85,37 @@ def test_argmax_without_a_dim_counts_real_points_not_padding_lanes(tmp_path):
     x[2, 3] = 10.0
     x[1, 4] = -10.0
     run_and_compare(tmp_path, ArgMax(), (x,), frontend="fast")
+
+
+@pytest.mark.parametrize("device", ["fp16", "fp32"])
+@pytest.mark.parametrize("source", [np.float16, np.float32, np.float64])
+def test_assigning_floats_rounds_as_to_storage_bit_for_bit(rng, device, source):
+    """`assignable` hands float values to a float output unconverted (the executor stores
+    them in the one assignment that writes them): that assignment rounds exactly as
+    `to_storage` does, NaN payloads, overflow to inf, subnormals and ties included."""
+    from spyrec.sim.numerics import assignable, storage_dtype
+
+    bits = rng.integers(0, 1 << 32, 4096, dtype=np.uint64).astype(np.uint32)
+    with np.errstate(all="ignore"):
+        values = np.concatenate([
+            bits.view(np.float32).astype(source),                # every kind of float32
+            (rng.standard_normal(4096) * 1e-6).astype(source),   # fp16 subnormals
+            np.array(SPECIAL + [65520.0, 65519.99, 2.0 ** -25, 2.0 ** -24 * 1.5],
+                     dtype=source)])
+        want = to_storage(values, device, "test")
+        given = assignable(values, device, "test")
+        got = np.empty(values.shape, dtype=storage_dtype(device))
+        got[...] = given
+    assert given is values or given.base is values
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_assigning_to_an_integer_output_still_goes_through_to_storage():
+    """Float into int saturates and int out of range faults: `assignable` keeps that path."""
+    from spyrec.errors import SimulatorFault
+    from spyrec.sim.numerics import assignable
+
+    assert assignable(np.array([np.nan, -np.inf, 3.7]), "int32", "x").tolist() == [
+        0, np.iinfo(np.int32).min, 3]
+    with pytest.raises(SimulatorFault):
+        assignable(np.array([1 << 40]), "int32", "x")
