@@ -70,6 +70,13 @@ class Strided:
         """From per-coordinate offset terms (each broadcastable over the chunk `shape`), or
         None if one varies along two axes, a term has no digit form, or the padded box
         leaves [0, limit) elements of the view."""
+        form = cls.of_terms(terms, shape)
+        return form if form is not None and form.fits(limit) else None
+
+    @classmethod
+    def of_terms(cls, terms: list[np.ndarray], shape: tuple[int, ...]) -> "Strided | None":
+        """`from_terms` before the bounds check (`fits`): the form depends only on the
+        terms, so one form serves every arg accessed alike, wherever it is."""
         rank = len(shape)
         offset, per_axis = 0, [None] * rank
         for term in terms:
@@ -94,11 +101,14 @@ class Strided:
                 return None
             axes_digits.append(ds)
             lengths.append(len(f))
-        lo = offset + sum(min(0, (e - 1) * s) for ds in axes_digits for e, s in ds)
-        hi = offset + sum(max(0, (e - 1) * s) for ds in axes_digits for e, s in ds)
-        if lo < 0 or hi >= limit:
-            return None
         return cls(offset, tuple(axes_digits), tuple(lengths))
+
+    def fits(self, limit: int) -> bool:
+        """Whether every element of the padded box lies in [0, limit) of the view."""
+        digits_ = [d for ds in self.axes for d in ds]
+        lo = self.offset + sum(min(0, (e - 1) * s) for e, s in digits_)
+        hi = self.offset + sum(max(0, (e - 1) * s) for e, s in digits_)
+        return lo >= 0 and hi < limit
 
     @property
     def padded(self) -> bool:

@@ -110,3 +110,47 @@ def test_read_follows_the_arena_order():
     assert got.T.flags.c_contiguous
     plain = form.read(device, np.dtype(np.float32))    # other kernels: the chunk's order
     assert np.array_equal(plain, got) and plain.flags.c_contiguous
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 60_000), st.integers(1, 5_000))
+def test_chunk_cuts_cover_the_var_in_an_even_count_of_aligned_near_equal_ranges(extent, step):
+    """`access._cuts`: the ranges tile [0, extent) in order, none longer than `step`; where a
+    step holds a whole `CHUNK_ALIGN` they start at its multiples, are an even number unless
+    the var has a single aligned unit to split (so two threads finish together) and differ
+    by at most one unit (12,800 columns at 1,024: 14 ranges of 896 or 1,024, not 12 x 1,024
+    and 512)."""
+    from spyrec.sim.access import CHUNK_ALIGN, _cuts
+
+    cuts = _cuts(extent, step)
+    assert cuts[0][0] == 0 and cuts[-1][1] == extent
+    assert all(a[1] == b[0] for a, b in zip(cuts, cuts[1:]))
+    assert all(0 < hi - lo <= step for lo, hi in cuts)
+    if step >= CHUNK_ALIGN:
+        units = -(-extent // CHUNK_ALIGN)
+        assert all(lo % CHUNK_ALIGN == 0 for lo, _ in cuts)
+        assert len(cuts) % 2 == 0 or len(cuts) == units
+        full = [hi - lo for lo, hi in cuts[:-1]]
+        assert not full or max(full) - min(full) <= CHUNK_ALIGN
+    assert _cuts(12_800, 1_024) == [(i * 100 // 14 * 128, (i + 1) * 100 // 14 * 128)
+                                    for i in range(14)]
+
+
+def test_one_strided_form_serves_every_arg_accessed_alike():
+    """`access._hbm_form` is cached on the access alone (coordinates, device size, tile base,
+    chunk): the same form comes back for a second op's arg, the bounds check stays per arg
+    (`fits`: a view too short for the box has no form), and a coordinate out of its dim is
+    reported by the uncached path (`_OUT_OF_RANGE`)."""
+    from spyrec.indexing import FloorDiv, Lin, Mod, Var
+    from spyrec.sim.access import _OUT_OF_RANGE, Chunk, _hbm_form
+
+    n = Var("n")
+    coords = (Lin({FloorDiv(Lin({n: 1}), 64): 1}), Lin(), Lin({Mod(Lin({n: 1}), 64): 1}))
+    chunk = Chunk(("n",), (128,), (320,))       # sticks 2-4 of a (5, 2, 64) device layout
+    form = _hbm_form(coords, (5, 2, 64), (0, 0, 0), chunk)
+    assert form == Strided(256, (((3, 128), (64, 1)),), (192,))
+    assert _hbm_form(tuple(coords), (5, 2, 64), (0, 0, 0), Chunk(("n",), (128,), (320,))) \
+        is form
+    assert form.fits(576) and not form.fits(575)
+    assert _hbm_form(coords, (4, 2, 64), (0, 0, 0), chunk) is _OUT_OF_RANGE
+    assert _hbm_form(coords, (5, 2, 64), (1, 0, 0), chunk) is _OUT_OF_RANGE
