@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from spyrec.errors import InputFileError
 from spyrec.indexing import Lin, Var
@@ -203,6 +204,14 @@ class OpSpec:
     @property
     def extents(self) -> tuple[int, ...]:
         return tuple(n for n, _ in self.iteration_space.values())
+
+    @cached_property
+    def split_signature(self) -> tuple:
+        """The iteration space and its per-core split as one hashable value: what the cores
+        that run each point depend on, so ops alike in it (a model's layers) share the
+        simulator's per-access work (`sim/access.py`)."""
+        return (tuple(self.iteration_space.items()),
+                tuple((c.core, tuple(c.ranges.items())) for c in self.cores))
 
     @property
     def points(self) -> int:

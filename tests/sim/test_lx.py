@@ -73,6 +73,40 @@ def test_intermediates_in_lx_equal_eager_and_never_touch_hbm(untiled, tmp_path, 
         4 * PER_CORE, 4 * PER_CORE, 4 * PER_CORE)
 
 
+def test_lx_accesses_alike_share_their_per_stick_work(untiled, tmp_path, inputs, monkeypatch):
+    """Each of the 4 tiles runs add, mul, add_1 again with the same LX accesses: the per-stick
+    offsets are worked out once per distinct access (`access._LX_WORK`) and every later
+    execution finds them; the base and the tensor's tag stay each binding's own (mul's output
+    `mul` and add's `add` are accessed alike at LX offsets PER_CORE and 0: a shared base
+    would read the wrong tensor's tags and stop the run). Then a consumer split differently
+    is still caught after the memo holds the consistent program's accesses."""
+    from spyrec.sim import access
+
+    made = []
+    original = access.ChunkAccess._stick_offsets
+    monkeypatch.setattr(access, "_LX_WORK", access._Memo(64))
+    monkeypatch.setattr(access.ChunkAccess, "_stick_offsets",
+                        lambda self, b: made.append(b.arg.name) or original(self, b))
+    looped = in_lx(untiled, tmp_path)
+    calls = []
+    sticks = access.ChunkAccess.lx_sticks
+    monkeypatch.setattr(access.ChunkAccess, "lx_sticks",
+                        lambda self, b: calls.append(b.arg.name) or sticks(self, b))
+    assert np.array_equal(simulate(looped.path, inputs).outputs[0], eager(inputs))
+    assert len(calls) == 4 * 4          # per tile: add writes, mul reads and writes, z reads
+    assert 0 < len(made) <= 4 and len(made) < len(calls)
+    _swap_cores(looped.path, "sdsc_1.json", 1, 2)       # as in the test below
+    symbols = dict(looped.symbols)
+    c = list(symbols["sdsc_1.json"])
+    c[1], c[2] = (c[1][0], c[2][1], c[1][2]), (c[2][0], c[1][1], c[2][2])
+    symbols["sdsc_1.json"] = c
+    (looped.path / "bundle.mlir").write_text(
+        loop_bundle(["sdsc_0.json", "sdsc_1.json", "sdsc_2.json"], symbols, COUNTS))
+    with pytest.raises(SimulatorFault, match="core 2 reads LX arg 'add'.*holds stick 64 of "
+                                             "the tile, not stick 32"):
+        simulate(looped.path, inputs)
+
+
 def test_lx_args_are_read_per_core(untiled, tmp_path):
     program = read_output_dir(in_lx(untiled, tmp_path).path)
     y = program.ops["sdsc_0.json"].output
