@@ -84,7 +84,7 @@ def test_lx_accesses_alike_share_their_per_stick_work(untiled, tmp_path, inputs,
 
     made = []
     original = access.ChunkAccess._stick_offsets
-    monkeypatch.setattr(access, "_LX_WORK", access._Memo(64))
+    monkeypatch.setattr(access, "_LX_WORK", access._Memo(1 << 20))
     monkeypatch.setattr(access.ChunkAccess, "_stick_offsets",
                         lambda self, b: made.append(b.arg.name) or original(self, b))
     looped = in_lx(untiled, tmp_path)

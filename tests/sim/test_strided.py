@@ -154,3 +154,27 @@ def test_one_strided_form_serves_every_arg_accessed_alike():
     assert form.fits(576) and not form.fits(575)
     assert _hbm_form(coords, (4, 2, 64), (0, 0, 0), chunk) is _OUT_OF_RANGE
     assert _hbm_form(coords, (5, 2, 64), (1, 0, 0), chunk) is _OUT_OF_RANGE
+
+
+def test_the_lx_memo_is_bounded_in_bytes_least_recently_used_out_first():
+    """`access._Memo`: an entry is made once while it stays; past the byte limit the least
+    recently used entries go (a hit counts as a use), whatever their count."""
+    from spyrec.sim.access import _Memo
+
+    made = []
+    memo = _Memo(3 * (_Memo.ENTRY_BYTES + 800))
+
+    def get(key):
+        return memo.get(key, lambda: made.append(key) or (np.zeros(100), {"n": np.zeros(0)}))
+
+    for key in "abc":
+        get(key)
+    get("a")                    # a is now the most recent: b goes first
+    get("d")
+    assert made == list("abcd")
+    get("a"), get("c"), get("d")
+    assert made == list("abcd")
+    get("b")
+    assert made == list("abcdb")
+    get("a")                    # a was least recent when b came back
+    assert made == list("abcdba")
