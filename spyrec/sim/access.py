@@ -23,7 +23,7 @@ import numpy as np
 
 from spyrec.errors import SimulatorFault
 from spyrec.indexing import Indirect, Lin, Mod, Var, evaluate
-from spyrec.layout import STICK_BYTES
+from spyrec.layout import STICK_BYTES, DeviceLayout
 from spyrec.sim.addresses import check_window, symbolic_base
 from spyrec.sim.memory import Allocation, Hbm, Lx
 from spyrec.sim.specs import ArgSpec, Execute, OpSpec
@@ -261,14 +261,9 @@ class ChunkAccess:
     def _terms(self, b: Binding) -> list[np.ndarray]:
         """Per device dim, coordinate x stride over the chunk (each varies only along the
         vars its coordinate uses), bounds-checked per dim."""
-        arg = b.arg
-        terms = []
-        for j, (coord, size, stride) in enumerate(zip(
-                arg.coordinates, arg.layout.device_size, arg.layout.device_strides_elems)):
-            value = np.asarray(evaluate(coord, self.env), dtype=np.int64) + b.tile_coords[j]
-            if value.size and (value.min() < 0 or value.max() >= size):
-                _out_of_range(self.spec, b, self.chunk, self.env, j, value)
-            terms.append(value * stride)
+        terms, bad = _offset_terms(b.arg.coordinates, b.arg.layout, b.tile_coords, self.env)
+        if bad is not None:
+            _out_of_range(self.spec, b, self.chunk, self.env, *bad)
         return terms
 
     def strided(self, b: Binding) -> Strided | None:
@@ -282,8 +277,7 @@ class ChunkAccess:
             if _gathers(arg.coordinates):
                 pass                        # data-dependent: the offset path (`relative`)
             elif b.lx is None:
-                form = _hbm_form(arg.coordinates, arg.layout.device_size, b.tile_coords,
-                                 self.chunk)
+                form = _hbm_form(arg.coordinates, arg.layout, b.tile_coords, self.chunk)
                 if form is _OUT_OF_RANGE:
                     self._terms(b)          # raises, naming the point and the coordinate
                     form = None
@@ -520,25 +514,29 @@ def _gathers(coordinates: tuple[Lin, ...]) -> bool:
 
 
 @lru_cache(maxsize=1 << 12)
-def _hbm_form(coordinates: tuple[Lin, ...], device_size: tuple[int, ...],
-              tile_coords: tuple[int, ...], chunk: Chunk) -> Strided | None:
+def _hbm_form(coordinates: tuple[Lin, ...], layout: DeviceLayout, tile_coords: tuple[int, ...],
+              chunk: Chunk) -> Strided | None:
     """An HBM arg's strided form over `chunk` before its bounds check (`Strided.fits`), or
     `_OUT_OF_RANGE`: a function of the access alone, not of where the arg lives, so a
     transformer's layers, which repeat their accesses at other addresses, find each one
     computed."""
-    env = chunk.env()
+    terms, bad = _offset_terms(coordinates, layout, tile_coords, chunk.env())
+    return _OUT_OF_RANGE if bad is not None else Strided.of_terms(terms, chunk.shape)
+
+
+def _offset_terms(coordinates: tuple[Lin, ...], layout: DeviceLayout,
+                  tile_coords: tuple[int, ...], env: dict
+                  ) -> tuple[list[np.ndarray], tuple[int, np.ndarray] | None]:
+    """Per device dim, (coordinate + tile base) x stride on `env`, and None; or, at the first
+    dim whose coordinate leaves 0..size-1, (that dim, its values) in place of None."""
     terms = []
-    for coord, size, stride, tile in zip(coordinates, device_size,
-                                         _row_major_strides(device_size), tile_coords):
-        value = np.asarray(evaluate(coord, env), dtype=np.int64) + tile
+    for j, (coord, size, stride) in enumerate(zip(coordinates, layout.device_size,
+                                                  layout.device_strides_elems)):
+        value = np.asarray(evaluate(coord, env), dtype=np.int64) + tile_coords[j]
         if value.size and (value.min() < 0 or value.max() >= size):
-            return _OUT_OF_RANGE
+            return terms, (j, value)
         terms.append(value * stride)
-    return Strided.of_terms(terms, chunk.shape)
-
-
-def _row_major_strides(size: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(math.prod(size[j + 1:]) for j in range(len(size)))
+    return terms, None
 
 
 def core_parts(spec: OpSpec, chunk: Chunk) -> tuple[list[np.ndarray], bool]:

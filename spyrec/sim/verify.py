@@ -136,18 +136,18 @@ def _core_problems(spec: OpSpec) -> list[str]:
 
 def _coverage_problems(spec: OpSpec) -> list[str]:
     """The core boxes must tile the iteration space: every point run by exactly one core.
-    Decided once per distinct space and split (`_coverage`): a transformer's layers repeat
-    them (Granite-8B width d40: 2,056 ops, a few dozen splits; 0.8 s of loading before)."""
-    extents = tuple(n for n, _ in spec.iteration_space.values())
-    boxes = tuple(tuple(c.ranges[v] for v in spec.iteration_space) for c in spec.cores)
-    return list(_coverage(tuple(spec.iteration_space), extents, boxes))
+    Decided once per distinct space and split (`OpSpec.split_signature`): a transformer's
+    layers repeat them (Granite-8B width d40: 2,056 ops; 0.8 s of loading before)."""
+    return list(_coverage(spec.split_signature))
 
 
 @lru_cache(maxsize=1 << 12)
-def _coverage(vars_: tuple[str, ...], extents: tuple[int, ...],
-              boxes: tuple[tuple[tuple[int, int], ...], ...]) -> tuple[str, ...]:
-    """`_coverage_problems` of the space `extents` (over `vars_`) and the cores' `boxes`
-    (per core, per var: [lo, hi))."""
+def _coverage(signature: tuple) -> tuple[str, ...]:
+    """`_coverage_problems` of a space and its cores' boxes (`OpSpec.split_signature`)."""
+    space, cores = signature
+    vars_ = tuple(v for v, _ in space)
+    extents = tuple(n for _, (n, _) in space)
+    boxes = [tuple(dict(ranges)[v] for v in vars_) for _, ranges in cores]
     cuts = [np.array(sorted({0, n} | {b for box in boxes for b in box[i]}))
             for i, n in enumerate(extents)]
     cells = math.prod(len(c) - 1 for c in cuts)

@@ -142,18 +142,21 @@ def test_one_strided_form_serves_every_arg_accessed_alike():
     (`fits`: a view too short for the box has no form), and a coordinate out of its dim is
     reported by the uncached path (`_OUT_OF_RANGE`)."""
     from spyrec.indexing import FloorDiv, Lin, Mod, Var
+    from spyrec.layout import DeviceLayout
     from spyrec.sim.access import _OUT_OF_RANGE, Chunk, _hbm_form
 
     n = Var("n")
     coords = (Lin({FloorDiv(Lin({n: 1}), 64): 1}), Lin(), Lin({Mod(Lin({n: 1}), 64): 1}))
     chunk = Chunk(("n",), (128,), (320,))       # sticks 2-4 of a (5, 2, 64) device layout
-    form = _hbm_form(coords, (5, 2, 64), (0, 0, 0), chunk)
+    layout = DeviceLayout((5, 2, 64), (0, 1, 2), "fp16")
+    form = _hbm_form(coords, layout, (0, 0, 0), chunk)
     assert form == Strided(256, (((3, 128), (64, 1)),), (192,))
-    assert _hbm_form(tuple(coords), (5, 2, 64), (0, 0, 0), Chunk(("n",), (128,), (320,))) \
-        is form
+    assert _hbm_form(tuple(coords), DeviceLayout((5, 2, 64), (0, 1, 2), "fp16"), (0, 0, 0),
+                     Chunk(("n",), (128,), (320,))) is form
     assert form.fits(576) and not form.fits(575)
-    assert _hbm_form(coords, (4, 2, 64), (0, 0, 0), chunk) is _OUT_OF_RANGE
-    assert _hbm_form(coords, (5, 2, 64), (1, 0, 0), chunk) is _OUT_OF_RANGE
+    assert _hbm_form(coords, DeviceLayout((4, 2, 64), (0, 1, 2), "fp16"), (0, 0, 0),
+                     chunk) is _OUT_OF_RANGE
+    assert _hbm_form(coords, layout, (1, 0, 0), chunk) is _OUT_OF_RANGE
 
 
 def test_the_lx_memo_is_bounded_in_bytes_least_recently_used_out_first():
