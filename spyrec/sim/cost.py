@@ -32,6 +32,7 @@ from spyrec.costmodel import (
     memory_seconds, ring_us,
 )
 from spyrec.device import STICK_BYTES
+from spyrec.indexing.expr import FloorDiv, Lin, Mod, Var
 from spyrec.sim.footprint import ArgFootprint, support
 from spyrec.sim.specs import CoreSplit, OpSpec
 
@@ -74,6 +75,33 @@ def core_cost(spec: OpSpec, core: CoreSplit, active: int, p: CostParams,
             "compute_us": _us(compute_s * 1e6), "memory_us": _us(memory_s * 1e6)}
 
 
+def _offset_periods(spec: OpSpec) -> dict[str, int]:
+    """Per var, a shift of its slice that changes no core's cost: 1 where every coordinate
+    of every arg uses it as a plain term (the shift moves those coordinates by a constant,
+    a one-to-one map of the sticks), d / gcd(b, d) where it also sits in `floor((b v + ..) /
+    d)` or `(b v + ..) mod d`, whose values then shift by a constant too; absent (no
+    shift) inside anything else, or in a gathered arg's index. Cores alike but for such
+    shifts (the row slices of most ops) are priced once."""
+    periods: dict[str, int] = {}
+    unknown: set[str] = set()
+    for a in spec.args:
+        for c in a.coordinates:
+            for atom, _ in c.terms:
+                if isinstance(atom, Var):
+                    periods.setdefault(atom.name, 1)
+                elif isinstance(atom, (FloorDiv, Mod)) and all(
+                        isinstance(x, Var) for x, _ in atom.num.terms):
+                    d = abs(atom._args[1])
+                    for x, b in atom.num.terms:
+                        periods[x.name] = math.lcm(periods.get(x.name, 1),
+                                                   d // math.gcd(b, d))
+                else:
+                    unknown |= support(spec, Lin(((atom, 1),)))
+    for v in spec.vars:         # a var no coordinate uses: its offset reaches nothing
+        periods.setdefault(v, 1)
+    return {v: n for v, n in periods.items() if v not in unknown}
+
+
 def _footprints(spec: OpSpec) -> list[tuple[bool, int, ArgFootprint, bool]]:
     """(is_input, itemsize, footprint, in LX) of every arg of `spec`."""
     return [(a.is_input, a.itemsize, ArgFootprint(spec, a), a.in_lx) for a in spec.args]
@@ -98,7 +126,16 @@ def op_cost(spec: OpSpec, executions: int, p: CostParams = DEFAULT_PARAMS) -> di
     footprints = _footprints(spec)
     klass = cost_class(spec.op)
     m_vars = _m_vars(spec) if klass == MATMUL else None
-    cores = [core_cost(spec, c, active, p, footprints, m_vars) for c in spec.cores]
+    periods = _offset_periods(spec)
+    alike: dict[tuple, dict] = {}     # cores whose slices differ only by a period's shift
+    cores = []
+    for c in spec.cores:
+        key = tuple((v, hi - lo, lo % periods[v] if periods.get(v) else lo)
+                    for v, (lo, hi) in c.ranges.items())
+        found = alike.get(key)
+        if found is None:
+            found = alike[key] = core_cost(spec, c, active, p, footprints, m_vars)
+        cores.append(found if found["core"] == c.core else {**found, "core": c.core})
     used = [c for c in cores if c["points"]] or cores
     k_split = math.prod(k for v, (_, k) in spec.iteration_space.items() if v in spec.reduced)
     out_elems = math.prod(n for v, (n, _) in spec.iteration_space.items()
