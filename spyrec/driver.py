@@ -43,19 +43,23 @@ def estimate_cost(output: BuiltOutput, out_dir: Path) -> tuple[dict, str, list[d
 
     program = program_from_documents(out_dir, output.manifest, output.sdsc, output.executions)
     cost = program_cost(program)
-    return cost, format_table(cost), cost_curve(output, cost)
+    return cost, format_table(cost), cost_curve(output, cost, program.ops)
 
 
-def cost_curve(output: BuiltOutput, cost: dict) -> list[dict]:
+def cost_curve(output: BuiltOutput, cost: dict, ops: dict | None = None) -> list[dict]:
     """report.json `cost_curve` of a program with symbolic lengths (empty without): its
     estimated time and HBM traffic at each length of `curve_lengths`, from `cost` (the
-    estimate at the maxima, whose per-execution rows hold at every length: a symbolic length
-    changes how often the ops of a bound loop run, never what one run moves)."""
-    from spyrec.sim.cost import cost_at
+    estimate at the maxima, whose per-execution rows hold at every length for an op in a
+    bound loop: a symbolic length changes how often it runs, never what one run moves) and,
+    for an op whose own size is a length (`ops`, by file: `OpSpec.lengths`), its cost at
+    that length."""
+    from spyrec.sim.cost import SizedCosts, cost_at
 
     kernels = output.manifest["kernels"]
-    return [{"lengths": lengths, **cost_at(cost, {k["name"]: output.run_counts[k["bundle"]].at(
-                lengths) for k in kernels})}
+    sized = SizedCosts(ops or {})
+    return [{"lengths": lengths, **cost_at(
+                cost, {k["name"]: output.run_counts[k["bundle"]].at(lengths) for k in kernels},
+                resized=sized.rows(lengths))}
             for lengths in curve_lengths(output.symbols)]
 
 

@@ -65,7 +65,9 @@ def bundle_file(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None 
     data["arguments"] = ", ".join(map(_argument, lengths))
     line, column = _body_start()
     first = line + len(data["maps"]) + len(data["body"]) - len(b.body)   # b.body[0]'s line
-    return render_bundle(data), list(_unroll(b.tree, first, column, ())), RunCounts(b.tree)
+    maxima = {s.name: s.maximum for s in lengths}
+    return (render_bundle(data), list(_unroll(b.tree, first, column, (), maxima)),
+            RunCounts(b.tree))
 
 
 def _argument(symbol: SymLength) -> str:
@@ -85,8 +87,12 @@ def _build(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None,
     return b
 
 
-def _map_expr(advance: tuple[int, ...]) -> str:
-    return " + ".join(["s0"] + [f"{a}*d{j}" for j, a in enumerate(advance) if a])
+def _map_expr(advance: tuple[int, ...], terms: tuple[tuple[int, int], ...] = ()) -> str:
+    """`s0 + a*d0 + …` (the address at iteration 0 plus each loop level's advance), then
+    `(s<k> floordiv div) * bytes` per length term, s<k> the k-th symbolic length operand."""
+    return " + ".join(["s0"] + [f"{a}*d{j}" for j, a in enumerate(advance) if a]
+                      + [f"(s{k} floordiv {div}) * {b}"
+                         for k, (div, b) in enumerate(terms, start=1)])
 
 
 class _Builder:
@@ -103,7 +109,7 @@ class _Builder:
     def data(self, symbols: Mapping[str, SymLength]) -> dict:
         """The template's data: maps, and the body after its constants (`symbols`: the
         symbolic lengths by name, which bound loops divide)."""
-        if not self.bounds:
+        if not self.bounds and not self.syms:
             return {"maps": [], "body": self.body}
         head = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index"]
         tiles = sorted({loop.bound.per_trip for loop in self.bounds if loop.bound} - {0, 1})
@@ -111,7 +117,8 @@ class _Builder:
         head += [_loop_bound(k, loop, symbols) for k, loop in enumerate(self.bounds)]
         head += [f"%sym_{s.n} = arith.constant {s.address} : index" for s in self.syms]
         maps = [{"index": k, "dims": [f"d{j}" for j in range(len(adv))],
-                 "expr": _map_expr(adv)} for adv, k in self.maps.items()]
+                 "symbols": ["s0"] + [f"s{j}" for j in range(1, len(terms) + 1)],
+                 "expr": _map_expr(adv, terms)} for (adv, terms), k in self.maps.items()]
         return {"maps": maps, "body": head + self.body}
 
     def nest(self, items: list, depth: int) -> list:
@@ -150,9 +157,12 @@ class _Builder:
         ivars = ", ".join(f"%i_{j}" for j in range(depth))
         for s in syms:
             assert len(s.advance_bytes) == depth, (name, s)
-            k = self.maps.setdefault(s.advance_bytes, len(self.maps))
+            terms = tuple((div, b) for _, div, b in s.length_terms)
+            k = self.maps.setdefault((s.advance_bytes, terms), len(self.maps))
             self.syms.append(s)
-            self.body.append(f"{pad}%addr_{s.n} = affine.apply #map_{k}({ivars})[%sym_{s.n}]")
+            operands = "".join(f", %{symbol}" for symbol, _, _ in s.length_terms)
+            self.body.append(f"{pad}%addr_{s.n} = affine.apply #map_{k}({ivars})"
+                             f"[%sym_{s.n}{operands}]")
         operands = ", ".join(f"%addr_{s.n}" for s in syms)
         ids = ", ".join(str(s.id) for s in syms)
         self.body.append(f'{pad}sdscbundle.sdsc_execute ({operands}) {{sdsc_filename = '
@@ -243,19 +253,19 @@ def _count(nodes: list, lengths: Mapping[str, int], outer: int, counts: dict[str
             counts[node.name] = counts.get(node.name, 0) + 1
 
 
-def _unroll(nodes: list, first_line: int, column: int, trips: tuple[int, ...]):
+def _unroll(nodes: list, first_line: int, column: int, trips: tuple[int, ...],
+            maxima: Mapping[str, int]):
     """The executions of `nodes` inside loops at iterations `trips` (outermost first), in
     order (`first_line`: the line of body line 0; `column`: the body's). Each symbol's operand
-    is its address plus its advance per trip of each loop: the `affine.apply` of its map
-    (`_map_expr`)."""
+    is its address plus its advance per trip of each loop and its length terms at the
+    `maxima`: the `affine.apply` of its map (`_map_expr`)."""
     loop = tuple((f"i_{depth}", i) for depth, i in enumerate(trips))
     for node in nodes:
         if isinstance(node, _For):
             for i in node.loop.trips(trips[-1] if trips else 0):
-                yield from _unroll(node.body, first_line, column, trips + (i,))
+                yield from _unroll(node.body, first_line, column, trips + (i,), maxima)
             continue
-        operands = tuple(s.address + sum(a * i for a, i in zip(s.advance_bytes, trips))
-                         for s in node.syms)
+        operands = tuple(s.at(trips, maxima) for s in node.syms)
         yield (node.name, operands, first_line + node.line, column + node.indent,
                tuple(s.id for s in node.syms), loop)
 

@@ -60,6 +60,7 @@ def op_spec(graph: Graph, op: Operation) -> dict:
         "reduced": list(op.reduced),
         "op_info": {"constants": dict(op.constants)},
         "tiled_symbols": [],
+        **({"lengths": dict(op.lengths)} if op.lengths else {}),
         "args": args,
     }
     spec["cores"] = _cores(graph, op, args, splits)

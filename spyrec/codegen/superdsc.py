@@ -125,6 +125,7 @@ class _Emitter:
         self.sizes = {d: d.size for d in self.digits}
         self.masking = self._masking(dims)
         self.core_slices = self._core_slices()
+        self.lengths = self._length_digits(spec.get("lengths", {}))
 
     # --- op level ---------------------------------------------------------------------------
 
@@ -141,6 +142,18 @@ class _Emitter:
         padded = -(-d.size // src.elems_per_stick) * src.elems_per_stick
         self.sizes[d] = padded
         return {d: (d.size, padded - d.size)}
+
+    def _length_digits(self, lengths: dict[str, str]) -> dict[Digit, str]:
+        """The label of each var that runs a symbolic length (`Operation.lengths`) -> the
+        symbol: `dimToSymbolMapping_`. Such a var is one label (N_ holds its maximum)."""
+        out = {}
+        for v, symbol in lengths.items():
+            digits = self.dims.var_digits.get(v, [])
+            if len(digits) != 1:
+                raise NotExpressible(f"{v} runs the symbolic length {symbol} but is "
+                                     f"{len(digits)} SuperDSC dims, not one")
+            out[digits[0]] = symbol
+        return out
 
     def _core_slices(self) -> list[dict[Digit, int]]:
         """The core -> slice map (F §2.9): labels in order, the first split dim fastest, as
@@ -179,6 +192,8 @@ class _Emitter:
             "coreIdToDscSchedule": {str(c): [[-1, 0, 0, 0]] for c in range(nc)},
             "dscs_": [{opfunc: self._dsc()}],
         }
+        if self.lengths:    # later-format optional key (F §5): dims whose size is a symbol
+            wrapper["dimToSymbolMapping_"] = {self.names[d]: s for d, s in self.lengths.items()}
         # later-format optional key (F §5): the FX node and source line, for messages
         debug = {"debug_handle_": _debug_handle(self.spec)}
         return {f"{self.index}_{opfunc}": {**debug, **wrapper}}
@@ -378,17 +393,39 @@ class _Emitter:
         return self.bufs[i].lx_address is not None
 
     def _symbolic(self, i: int) -> bool:
-        """An HBM arg that advances with an enclosing loop (F §3.G rule 1)."""
-        return self.symbols is not None and not self._in_lx(i) and \
-            any(self.spec["args"][i]["_advance_bytes"])
+        """An HBM arg that advances with an enclosing loop (F §3.G rule 1), or whose cores
+        start at a share of a symbolic length (`_length_steps`)."""
+        return self.symbols is not None and not self._in_lx(i) and (
+            any(self.spec["args"][i]["_advance_bytes"]) or bool(self._length_steps(i)))
+
+    def _length_steps(self, i: int) -> list[tuple[Digit, int, int]]:
+        """(label, divisor, bytes per slice and per L // divisor) of each split label running
+        a symbolic length that arg i walks: core c's slice s of it starts s * (L / split)
+        values in, i.e. `bytes * s * (L // divisor)` bytes (whole sticks on the stick dim)."""
+        if not self.lengths or self._in_lx(i):
+            return []
+        t = self.dims.tensors[i]
+        strides = {lv.digit: lv.stride for lv in t.levels}
+        wl = self.bufs[i].layout.dtype.itemsize
+        return [(d, self.splits[d] * (t.elems_per_stick if d == t.stick else 1),
+                 wl * strides[d]) for d in self.lengths if self.splits[d] > 1 and d in strides]
 
     def _start_data(self, i: int, info: dict) -> dict[str, str]:
         """`startAddressCoreCorelet_.data_`: per core a decimal address (the tile's first
-        element at iteration 0), the same LX offset on every core, or a symbol id."""
+        element at iteration 0), the same LX offset on every core, or a symbol id (the start
+        at the maximum less its length terms, which the bundle adds at the run's length)."""
         starts = self._starts(i, info)
         if self._symbolic(i):
             advance = tuple(self.spec["args"][i]["_advance_bytes"])
-            starts = [self.symbols.symbol(self.index, a, advance) for a in starts]
+            steps = self._length_steps(i)
+            ids = []
+            for c, a in enumerate(starts):
+                moved = [(d, div, b * self.core_slices[c][d]) for d, div, b in steps
+                         if self.core_slices[c][d]]
+                at_zero = a - sum(b * (self.sizes[d] // div) for d, div, b in moved)
+                terms = tuple((self.lengths[d], div, b) for d, div, b in moved)
+                ids.append(self.symbols.symbol(self.index, at_zero, advance, terms))
+            starts = ids
         return {f"[{c}, 0, 0]": str(a) for c, a in enumerate(starts)}
 
     def _back_gaps(self, i: int, gaps: dict[Digit, int]) -> dict:

@@ -69,11 +69,20 @@ def level_advances_bytes(buf: Buffer, op: Operation, access: Access) -> tuple[in
 @dataclass(frozen=True)
 class Symbol:
     """One symbolic start address: `%sym_<n>` holds `address` (iteration 0) and the op's
-    operand is `affine.apply` of `advance_bytes` (one coefficient per loop level)."""
+    operand is `affine.apply` of `advance_bytes` (one coefficient per loop level) plus, for
+    an op whose size follows a symbolic length (`Operation.lengths`), `bytes * (L floordiv
+    divisor)` per `(symbol, divisor, bytes)` of `length_terms`: a core's slice of a length
+    starts its share (L / cores) times its slice number into it."""
 
     id: int                       # negative: -n
     address: int
     advance_bytes: tuple[int, ...]
+    length_terms: tuple[tuple[str, int, int], ...] = ()
+
+    def at(self, trips: tuple[int, ...], lengths: dict[str, int]) -> int:
+        """The operand at loop iterations `trips` and symbolic `lengths`."""
+        return self.address + sum(a * i for a, i in zip(self.advance_bytes, trips)) + \
+            sum(b * (lengths[s] // d) for s, d, b in self.length_terms)
 
     @property
     def n(self) -> int:
@@ -87,16 +96,19 @@ class SymbolTable:
     issued: int = 0
     per_op: dict[int, list[Symbol]] = field(default_factory=dict)
 
-    def symbol(self, op_index: int, address: int, advance_bytes: tuple[int, ...]) -> int:
-        """The id of (address, advance) in op `op_index`: reused when the op already has it.
-        (The reference keys ids by address alone; an address that two args reach with
-        different advances cannot share one operand, so the advance is part of the key.)"""
+    def symbol(self, op_index: int, address: int, advance_bytes: tuple[int, ...],
+               length_terms: tuple[tuple[str, int, int], ...] = ()) -> int:
+        """The id of (address, advance, length terms) in op `op_index`: reused when the op
+        already has it. (The reference keys ids by address alone; an address that two args
+        reach with different advances cannot share one operand, so the advance is part of
+        the key.)"""
         symbols = self.per_op.setdefault(op_index, [])
         for s in symbols:
-            if s.address == address and s.advance_bytes == advance_bytes:
+            if (s.address, s.advance_bytes, s.length_terms) == \
+                    (address, advance_bytes, length_terms):
                 return s.id
         self.issued += 1
-        symbols.append(Symbol(-self.issued, address, advance_bytes))
+        symbols.append(Symbol(-self.issued, address, advance_bytes, length_terms))
         return -self.issued
 
     def of(self, op_index: int) -> list[Symbol]:

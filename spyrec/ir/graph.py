@@ -218,6 +218,11 @@ class Operation:
     # the copies are the fastest dim of the core order (else the slowest): `core_ranges`
     replicas: int = 1
     replicas_fastest: bool = False
+    # (var, symbol) per iteration variable that runs a symbolic length's whole extent
+    # (issue 30): `ranges` holds the symbol's maximum, and at a length L the op runs L values
+    # of it, each core the same share of them (work_division splits such a var only by a
+    # divisor of the granularity). The op's own size follows the length: no loop around it
+    lengths: tuple[tuple[str, str], ...] = ()
 
     __hash__ = None  # mutable (passes write core_splits)
 
@@ -230,7 +235,7 @@ class Operation:
         return (self.name, self.op, self.ranges, self.inputs, self.output, self.reduced,
                 constants_text(self.constants), self.index_inputs, self.source,
                 self.core_splits, self.loops, self.index_bounds, self.node, self.scope,
-                self.replicas, self.replicas_fastest)
+                self.replicas, self.replicas_fastest, self.lengths)
 
     @property
     def is_reduction(self) -> bool:

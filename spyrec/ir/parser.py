@@ -197,12 +197,14 @@ class _Line:
         constants = self.attrs() if self.keyword("attrs") else {}
         cores = dict(self.bracketed(self.split)) if self.keyword("cores") else None
         loops = tuple(self.bracketed(self.loop)) if self.keyword("loops") else ()
+        lengths = tuple(self.bracketed(self.length)) if self.keyword("lengths") else ()
         node = self.name() if self.keyword("node") else None
         scope = self.string() if self.keyword("scope") else ""
         graph.ops.append(Operation(name, opcode, ranges, tuple(inputs), output, reduced,
                                    constants, gathers, self.source(), cores, loops,
                                    index_bounds=bounds, node=node, scope=scope,
-                                   replicas=replicas, replicas_fastest=fastest))
+                                   replicas=replicas, replicas_fastest=fastest,
+                                   lengths=lengths))
 
     def access(self) -> Access:
         buffer = self.name()
@@ -227,6 +229,12 @@ class _Line:
         low = self.integer()
         self.expect("..")
         return low, self.integer() + 1
+
+    def length(self) -> tuple[str, str]:
+        """`VAR=SYMBOL`: a var running a symbolic length's whole extent."""
+        var = self.name()
+        self.expect("=")
+        return var, self.name()
 
     def split(self) -> tuple[str, int]:
         var = self.name()

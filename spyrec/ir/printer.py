@@ -93,6 +93,9 @@ def format_op(op: Operation) -> str:
         text += f" cores [{splits}]"
     if op.loops:
         text += f" loops [{', '.join(map(format_loop, op.loops))}]"
+    if op.lengths:
+        pairs = (f"{format_name(v)}={format_name(s)}" for v, s in op.lengths)
+        text += f" lengths [{', '.join(pairs)}]"
     if op.node is not None:
         text += f" node {format_name(op.node)}"
     if op.scope:

@@ -310,6 +310,27 @@ def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
         yield f"cores {_splits(splits)} use {total} cores; the device has {DEVICE_CORES}"
     yield from _whole_sticks(graph, op, splits)
     yield from _replicas(graph, op, splits)
+    yield from _length_splits(graph, op, splits)
+
+
+def _length_splits(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
+    """A var running a symbolic length (`Operation.lengths`) is split by a divisor of the
+    granularity, so that at every admissible length each core runs the same whole number of
+    values (whole sticks, where the var walks the output's stick dim)."""
+    out = graph.buffers.get(op.output.buffer)
+    stick = None
+    if op.lengths and out is not None and out.layout is not None and _tiles(out):
+        stick = stick_info(tuple(out.host_size), out.host_strides, out.layout, op.var_ranges,
+                           op.output.index).stick_var
+    for v, name in op.lengths:
+        symbol, k = graph.symbols.get(name), splits.get(v, 1)
+        if symbol is None:
+            continue
+        unit = k * (out.layout.elems_per_stick if v == stick else 1)
+        if symbol.granularity % unit:
+            yield (f"cores {_splits(splits)}: {v} runs the symbolic length {name} "
+                   f"({symbol.describe()}), which {k} cores cannot share in whole "
+                   f"{'sticks' if v == stick else 'values'} at every length")
 
 
 def _replicas(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
@@ -352,6 +373,27 @@ def _whole_sticks(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterat
     if k > 1 and (dict(op.ranges)[stick] // k) % e:
         yield (f"cores {_splits(splits)}: splitting stick variable {stick} into {k} slices "
                f"gives cores partial sticks of {format_access(op.output)} ({e} per stick)")
+
+
+def check_lengths(graph: Graph, op: Operation) -> Iterator[str]:
+    """Each var of `Operation.lengths` is an iteration variable of the op, not tiled by a
+    loop, whose range is the maximum of a symbol of the graph read from a shape (a reduced
+    one sums the length's values)."""
+    sizes = dict(op.ranges)
+    tiled = {v for loop in op.loops for v in loop.tiled}
+    for v, name in op.lengths:
+        symbol = graph.symbols.get(name)
+        if v not in sizes:
+            yield f"lengths [{v}={name}]: {v} is not an iteration variable of the op"
+        elif symbol is None or symbol.value_of is not None:
+            yield f"lengths [{v}={name}]: {name} is not a symbolic length of an input's shape"
+        elif sizes[v] != symbol.maximum:
+            yield (f"lengths [{v}={name}]: {v}<{sizes[v]}, but {name}'s maximum is "
+                   f"{symbol.maximum}")
+        elif v in tiled:
+            yield f"lengths [{v}={name}]: {v} is tiled by a loop"
+    if len({v for v, _ in op.lengths}) != len(op.lengths):
+        yield "lengths: a variable is listed twice"
 
 
 def check_span(graph: Graph, op: Operation) -> Iterator[str]:
@@ -565,7 +607,7 @@ def _evaluate_trips(op: Operation, diff: Lin, trips: dict, levels: list) -> str 
 
 OP_CHECKS: tuple[Callable[[Graph, Operation], Iterator[str]], ...] = (
     check_kind, check_ranges, check_accesses, check_stick_compatible, check_core_splits,
-    check_span, check_loops)
+    check_span, check_loops, check_lengths)
 
 
 # --- the whole graph ---------------------------------------------------------------------------

@@ -89,7 +89,8 @@ PASSES: dict[str, PassLoader] = dict([
     _entry("coarse_tiling", "CoarseTiling", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),
            writes=("ops", "buffers", "Operation.op", "Operation.ranges", "Operation.reduced",
-                   "Operation.constants", "Operation.loops", "Operation.inputs",
+                   "Operation.constants", "Operation.loops", "Operation.lengths",
+                   "Operation.inputs",
                    "Operation.output", "Operation.index_inputs", "Buffer.host_size",
                    "Buffer.layout", "Buffer.per_tile")),
     # Reads layouts; pads a matmul's N (a constant weight's zero rows, a padded output and

@@ -215,7 +215,8 @@ def _rewrite(graph: Graph, op: Operation, n_var: str, n: int, names: tuple[str, 
     copy = Operation(f"{op.name}__unpad", "identity",
                      tuple((v, k) for v, k in op.ranges if v in o_dims),
                      (Access(new_out.name, _index(new_out, o_dims)),), op.output,
-                     source=op.source, node=op.node, scope=op.scope)
+                     source=op.source, node=op.node, scope=op.scope,
+                     lengths=tuple((v, s) for v, s in op.lengths if v in o_dims))
     pad = tuple(n - k if d == w_dims[n_var] else 0 for d, k in enumerate(weight.host_size))
     return _Padded([matmul, copy], new_w, new_out, pad)
 

@@ -222,7 +222,8 @@ def _copy_for(graph: Graph, op: Operation, k: int) -> tuple[Buffer, Operation] |
             return buf, Operation(buf.name, "identity", tuple((v, sizes[v]) for v in names),
                                   (op.inputs[k],), written, source=op.source,
                                   core_splits=_kept_splits(op, names), node=op.node,
-                                  scope=op.scope)
+                                  scope=op.scope,
+                                  lengths=tuple((v, s) for v, s in op.lengths if v in names))
     return None
 
 
@@ -390,6 +391,14 @@ def fix(op: Operation, v: str, m: int) -> list[Operation]:
 
 def _rewritten(op: Operation, mapping: dict, ranges: tuple, reduced: tuple,
                name: str) -> Operation:
+    cut = [v for v, s in op.lengths if Var(v) in mapping]
+    if cut:
+        raise UnsupportedProgram(
+            f"op {op.name!r}{f' ({op.source})' if op.source else ''} walks the symbolic "
+            f"length {dict(op.lengths)[cut[0]]} through a view SuperDSC can express only "
+            f"cut into pieces, which a length cannot be: compile it with --set "
+            f"coarse_tiling.symbolic=tiled, or export that dim static")
+
     def sub(a: Access) -> Access:
         return Access(a.buffer, substitute(a.index, mapping))
     before = dict(op.core_ranges)

@@ -22,6 +22,7 @@ taking the largest divisor of its range that the remaining cores allow.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Iterator
 
@@ -53,13 +54,15 @@ def greedy_split(graph: Graph, op: Operation, sticks: dict[str, int], cores: int
     One that leaves a core over the span limit gives way to the fitting candidate that
     splits the earliest vars of that order most (a K-split only when nothing else fits: the
     limit is the hardware's); UnsupportedProgram when no valid split fits."""
-    greedy = _greedy(op, sticks, cores)
+    ranges = divisible_ranges(graph, op)
+    greedy = _greedy(op, ranges, sticks, cores)
     if fits(graph, op, greedy):
         return greedy
-    fitting = [s for s in _valid(op, sticks, cores, k_split=True) if fits(graph, op, s)]
+    fitting = [s for s in _valid(op, ranges, sticks, cores, k_split=True)
+               if fits(graph, op, s)]
     if not fitting:
         raise UnsupportedProgram(span_refusal(graph, op, cores))
-    order = _greedy_order(op, sticks)
+    order = _greedy_order(ranges, sticks)
     return max(fitting, key=lambda s: (not any(s[v] > 1 for v in op.reduced),
                                        tuple(s[v] for v, _ in order)))
 
@@ -70,7 +73,7 @@ def candidates(graph: Graph, op: Operation, sticks: dict[str, int], cores: int,
     product <= cores; a reduced var is split only with `k_split`. A split never widens a
     core's span, so when the whole op fits on one core every split does (the common case,
     answered without asking per split)."""
-    valid = _valid(op, sticks, cores, k_split)
+    valid = _valid(op, divisible_ranges(graph, op), sticks, cores, k_split)
     if fits(graph, op, {}):
         return valid
     return [s for s in valid if fits(graph, op, s)]
@@ -82,7 +85,7 @@ def span_refusal(graph: Graph, op: Operation, cores: int) -> str | None:
     and what to do — or None when one does."""
     if fits(graph, op, {}):
         return None
-    valid = _valid(op, stick_vars(graph, op), cores, k_split=True)
+    valid = _valid(op, divisible_ranges(graph, op), stick_vars(graph, op), cores, k_split=True)
     if any(fits(graph, op, s) for s in valid):
         return None
     best = min(valid, key=lambda s: op_span(graph, op, s)[0])
@@ -97,13 +100,24 @@ def span_refusal(graph: Graph, op: Operation, cores: int) -> str | None:
             f"(examples in configs/tiling/) so that each tile spans less")
 
 
-def _greedy(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]:
-    """The fixed-order split, whatever its span."""
-    splits = {v: 1 for v, _ in op.core_ranges}
+def divisible_ranges(graph: Graph, op: Operation) -> tuple[tuple[str, int], ...]:
+    """The op's core ranges as far as a split must divide them: a var running a symbolic
+    length (`Operation.lengths`) counts its granularity, which divides every admissible
+    length, so each core gets the same share at all of them."""
+    if not op.lengths:
+        return op.core_ranges
+    granule = {v: graph.symbols[s].granularity for v, s in op.lengths}
+    return tuple((v, math.gcd(n, granule[v]) if v in granule else n) for v, n in op.core_ranges)
+
+
+def _greedy(op: Operation, ranges: tuple[tuple[str, int], ...], sticks: dict[str, int],
+            cores: int) -> dict[str, int]:
+    """The fixed-order split, whatever its span (`ranges`: `divisible_ranges`)."""
+    splits = {v: 1 for v, _ in ranges}
     copies = op.replicas
     splits.update({REPLICA_VAR: copies} if copies > 1 else {})
     left = cores // copies
-    for v, n in _greedy_order(op, sticks):
+    for v, n in _greedy_order(ranges, sticks):
         if v in op.reduced or v == REPLICA_VAR or left == 1:
             continue
         e = sticks.get(v, 1)
@@ -115,18 +129,20 @@ def _greedy(op: Operation, sticks: dict[str, int], cores: int) -> dict[str, int]
     return splits
 
 
-def _greedy_order(op: Operation, sticks: dict[str, int]) -> list[tuple[str, int]]:
+def _greedy_order(ranges: tuple[tuple[str, int], ...], sticks: dict[str, int]
+                  ) -> list[tuple[str, int]]:
     """Vars that are no arg's stick dim first, then stick vars, each in core order."""
-    return [(v, n) for v, n in op.core_ranges if v not in sticks] + \
-        [(v, n) for v, n in op.core_ranges if v in sticks]
+    return [(v, n) for v, n in ranges if v not in sticks] + \
+        [(v, n) for v, n in ranges if v in sticks]
 
 
-def _valid(op: Operation, sticks: dict[str, int], cores: int,
-           k_split: bool = False) -> list[dict[str, int]]:
-    """Every split the rules allow (module docstring), whatever its span."""
+def _valid(op: Operation, ranges: tuple[tuple[str, int], ...], sticks: dict[str, int],
+           cores: int, k_split: bool = False) -> list[dict[str, int]]:
+    """Every split the rules allow (module docstring), whatever its span (`ranges`:
+    `divisible_ranges`)."""
     options = []
     partial = k_split and op.op in PARTIAL_SUMS and not op.loops
-    for v, n in op.core_ranges:
+    for v, n in ranges:
         e = sticks.get(v, 1)
         if v == REPLICA_VAR:
             options.append((v, [n]))          # copies are split over all of them

@@ -97,7 +97,10 @@ def _stage(graph: Graph, name: str, reads: list, options: StagingOptions,
         return None                         # not read twice alike: nothing to save
     if box_bytes(buf, want[0]) > options.max_fraction * LX_USABLE_BYTES_PER_CORE:
         return None
-    copy = _copy_op(graph, buf, want)
+    lengths = _copy_lengths(graph, name, reads)
+    if lengths is None:
+        return None
+    copy = _copy_op(graph, buf, want, lengths)
     if copy is None:
         return None
     first = _first_position(graph.ops, reads)
@@ -287,16 +290,31 @@ def _groups_by_slices(buf: Buffer, reads: list) -> dict[tuple, list]:
     return groups
 
 
-def _copy_op(graph: Graph, buf: Buffer, want: tuple) -> Operation | None:
+def _copy_lengths(graph: Graph, name: str, reads: list) -> tuple | None:
+    """The copy's `Operation.lengths` for staging `name` for `reads`: a tensor whose dim is a
+    symbolic length, read by ops whose size is that length, is copied at the length too
+    (each core then holds the share its readers take at every length); None (not staged)
+    when only some of its readers are sized, whose shares would differ at a length."""
+    symbolic = graph.symbolic_dims.get(name, {})
+    sized = [bool(op.lengths) for op, _ in reads]
+    if not symbolic or not any(sized):
+        return ()
+    if not all(sized):
+        return None
+    return tuple((f"c{d}", s) for d, s in sorted(symbolic.items()))
+
+
+def _copy_op(graph: Graph, buf: Buffer, want: tuple, lengths: tuple = ()) -> Operation | None:
     """An identity copy of `buf` into `<buf>__staged` whose split gives each core the boxes
-    `want` (in core order), or None if no split of its dims does."""
+    `want` (in core order), or None if no split of its dims does (`lengths`: its vars that
+    run a symbolic length, `_copy_lengths`)."""
     name = graph.fresh_name(f"{buf.name}__staged")
     dims = [(f"c{d}", n) for d, n in enumerate(buf.host_size)]
     index = sum((var(v) * s for (v, _), s in zip(dims, contiguous_strides(buf.host_size))),
                 const(0))
     op = Operation(name=name, op="identity", ranges=tuple(dims),
                    inputs=(Access(buf.name, index),), output=Access(name, index),
-                   source=buf.source)
+                   source=buf.source, lengths=lengths)
     graph.buffers[name] = buf      # for stick_vars and core_boxes: the copy's layout is buf's
     try:
         return _split_giving(graph, op, buf, want)

@@ -231,14 +231,40 @@ def _file_counts(bundles: dict[str, dict[str, int]]) -> dict[str, int]:
     return counts
 
 
-def cost_at(cost: dict, bundles: dict[str, dict[str, int]], p: CostParams = DEFAULT_PARAMS
-            ) -> dict:
+class SizedCosts:
+    """The per-execution cost of each op whose size is a symbolic length (`OpSpec.lengths`)
+    at given lengths, for the cost curve: ops alike at the maxima (a stack's layers, the
+    same `cost_key`) are priced once per length."""
+
+    def __init__(self, ops: dict[str, OpSpec], p: CostParams = DEFAULT_PARAMS):
+        self.p = p
+        self.alike: dict[tuple, list[OpSpec]] = {}
+        for spec in ops.values():
+            if spec.lengths:
+                self.alike.setdefault(cost_key(spec), []).append(spec)
+
+    def rows(self, lengths: dict[str, int]) -> dict[str, dict]:
+        """file -> its `op_cost` row (executions left at 1) at `lengths`."""
+        out = {}
+        for specs in self.alike.values():
+            row = op_cost(specs[0].at(lengths), 1, self.p)
+            for spec in specs:
+                out[spec.file] = {**row, "file": spec.file, "index": spec.index,
+                                  "name": spec.name, "source": spec.source}
+        return out
+
+
+def cost_at(cost: dict, bundles: dict[str, dict[str, int]], p: CostParams = DEFAULT_PARAMS,
+            resized: dict[str, dict] | None = None) -> dict:
     """Time and HBM traffic of the program of `cost` (an `estimate`) when its bundles execute
     each file `bundles` times instead (a program with symbolic lengths at another length:
-    its ops are the same, only their trips differ). Summed as `estimate` sums its totals, so
-    at the estimate's own counts it gives its totals exactly."""
+    its ops are the same, only their trips differ), and the files of `resized` cost the
+    rows given (an op whose size is a length, at that length: `SizedCosts.rows`). Summed as
+    `estimate` sums its totals, so at the estimate's own counts it gives its totals exactly."""
     counts = _file_counts(bundles)
-    totals = _totals([(r, counts.get(r["file"], 0)) for r in cost["ops"]], len(bundles), p)
+    resized = resized or {}
+    rows = [resized.get(r["file"], r) for r in cost["ops"]]
+    totals = _totals([(r, counts.get(r["file"], 0)) for r in rows], len(bundles), p)
     return {"time_us": totals["time_us"],
             "hbm_bytes": totals["hbm_read_bytes"] + totals["hbm_write_bytes"]}
 

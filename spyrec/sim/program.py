@@ -313,6 +313,7 @@ def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | 
         for filename in kernel.ops:
             if filename not in ops:
                 ops[filename] = op_spec(filename, first.get(filename))
+                _check_lengths(out_dir / filename, ops[filename], manifest)
         checked: set[tuple] = set()      # a loop's executions of one op bind alike
         for ex in executes:
             key = (ex.file, ex.symbol_ids, len(ex.operands))
@@ -320,6 +321,26 @@ def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | 
                 check_symbols(ops[ex.file], ex)
                 checked.add(key)
     return OutputProgram(out_dir, manifest, ops, tuple(trace), weights)
+
+
+def _check_lengths(path: Path, spec: OpSpec, manifest: Manifest) -> None:
+    """An op sized by a symbolic length (`dimToSymbolMapping_`) names a symbol of the
+    manifest read from a shape, holds its maximum, and splits it so that every admissible
+    length gives each core a whole share (`OpSpec.at`)."""
+    for v, name in spec.lengths.items():
+        values = manifest.symbols.get(name)
+        where = f"{path}: dimToSymbolMapping_.{v}"
+        if values is None or name in manifest.read_from:
+            raise InputFileError(f"{where}: {name!r} is not a symbolic length of an input's "
+                                 f"shape in manifest.json (its symbols: "
+                                 f"{', '.join(manifest.symbols) or 'none'}); re-run spyrec "
+                                 f"compile")
+        n, k = spec.iteration_space[v]
+        if n != values[-1] or any(length % k for length in values):
+            raise InputFileError(f"{where}: N_ {n} split {k} ways, but {name} runs "
+                                 f"{values[0]}..{values[-1]} by {values.step}: N_ must be its "
+                                 f"maximum and the split must divide every length; re-run "
+                                 f"spyrec compile")
 
 
 # One execution as `program_from_documents` takes it: (sdsc file, operand values, line and

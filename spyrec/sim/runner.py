@@ -172,13 +172,15 @@ def _prefetcher(program: OutputProgram, constants: dict[str, np.ndarray]) -> Pre
 
 def at_lengths(program: OutputProgram, lengths: dict[str, int]) -> OutputProgram:
     """The program run at symbolic `lengths` (manifest `symbols`): its bundles executed again
-    with those arguments (the loader's trace is at the maxima). The ops and the statements are
-    those already read and checked; only the trips differ."""
+    with those arguments (the loader's trace is at the maxima), and the ops whose size is a
+    length at that length (`OpSpec.at`). The ops and the statements are those already read
+    and checked; only the trips and those sizes differ."""
     from spyrec.sim.bundle import read_bundle
 
     trace = tuple((kernel.name, ex) for kernel in program.manifest.kernels
                   for ex in read_bundle(program.out_dir / kernel.bundle, lengths))
-    return replace(program, trace=trace)
+    ops = {name: spec.at(lengths) for name, spec in program.ops.items()}
+    return replace(program, trace=trace, ops=ops)
 
 
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,

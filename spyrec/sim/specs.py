@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from functools import cached_property
 
 from spyrec.errors import InputFileError
-from spyrec.indexing import Lin, Var
+from spyrec.indexing import Lin, Var, mod, substitute, var
 from spyrec.layout import DeviceLayout
 from spyrec.layout.dtypes import DEVICE_DTYPES
 
@@ -134,6 +135,12 @@ class ArgSpec:
     # of the data a stick holds, so a reader with another layout or split is caught.
     tile_coordinates: tuple[Lin, ...] = ()
     tile_strides_elems: tuple[int, ...] = ()
+    # Of an op whose size follows a symbolic length (`OpSpec.lengths`): an LX arg's
+    # coordinates before they were made core-local (`OpSpec.at` localizes them again for a
+    # length's per-core share), and a symbolic arg's bytes per slice of each split label it
+    # walks (its `core_origin_bytes` at another length).
+    global_coordinates: tuple[Lin, ...] = ()
+    origin_steps: tuple[tuple[str, int], ...] = ()
 
     @property
     def in_lx(self) -> bool:
@@ -195,6 +202,9 @@ class OpSpec:
     cores: tuple[CoreSplit, ...] = ()
     # reduced var -> (first masked coordinate, count): padding lanes read as the mask constant
     masking: dict = field(default_factory=dict)
+    # var -> symbolic length it runs (`dimToSymbolMapping_`): the spec is at the symbol's
+    # maximum; `at` gives it at another length
+    lengths: dict[str, str] = field(default_factory=dict)
 
     @property
     def vars(self) -> tuple[str, ...]:
@@ -240,10 +250,81 @@ class OpSpec:
     def output(self) -> ArgSpec:
         return self.args[-1]
 
+    def at(self, lengths: dict[str, int]) -> "OpSpec":
+        """This op at symbolic `lengths` (self, when it runs no symbolic length): each var
+        of `self.lengths` runs its length, each core the same share of it from its slice's
+        start (k * L / split); LX args are core-local over that share, and a symbolic arg's
+        per-core origins move with it. Layouts and addresses stay the maximum's."""
+        sizes = {v: lengths[s] for v, s in self.lengths.items() if s in lengths}
+        if not sizes or all(self.iteration_space[v][0] == n for v, n in sizes.items()):
+            return self
+        for v, n in sizes.items():
+            k = self.iteration_space[v][1]
+            if n % k or n > self.iteration_space[v][0]:
+                raise InputFileError(f"{self.describe()}: {v} runs {self.lengths[v]} = {n}, "
+                                     f"which its {k} cores cannot share evenly, or past its "
+                                     f"maximum {self.iteration_space[v][0]}")
+        space = {v: ((sizes[v], k) if v in sizes else (n, k))
+                 for v, (n, k) in self.iteration_space.items()}
+        scale = {v: (sizes[v], self.iteration_space[v][0]) for v in sizes}   # (L, max)
+        slices = [{v: c.ranges[v][0] // (m // self.iteration_space[v][1])
+                   for v, (_, m) in scale.items()} for c in self.cores]
+        args = tuple(_arg_at(a, space, scale, slices) for a in self.args)
+        cores = tuple(CoreSplit(c.core, _ranges_at(c.ranges, space, self.iteration_space),
+                                _starts_at(c, args, slices[i], scale))
+                      for i, c in enumerate(self.cores))
+        return _replace(self, iteration_space=space, cores=cores, args=args)
+
     def describe(self) -> str:
         """How messages name this op: file, op kind, FX name and source line."""
         where = f", {self.source}" if self.source else ""
         return f"{self.file} ({self.op} '{self.name}'{where})"
+
+
+def _ranges_at(ranges: dict[str, tuple[int, int]], space: dict, maximum: dict) -> dict:
+    """A core's ranges when `space` replaces the `maximum` iteration space: a var whose size
+    changed runs the same slice number of its new per-core share."""
+    out = {}
+    for v, (lo, hi) in ranges.items():
+        n, k = space[v]
+        if n == maximum[v][0]:
+            out[v] = (lo, hi)
+        else:
+            share, slice_ = n // k, lo // (maximum[v][0] // k)
+            out[v] = (slice_ * share, (slice_ + 1) * share)
+    return out
+
+
+def _arg_at(arg: ArgSpec, space: dict, scale: dict, slices: list[dict[str, int]]
+            ) -> ArgSpec:
+    """`arg` of an op run at the iteration `space` (`OpSpec.at`; `scale`: var -> (length,
+    maximum) of each var that runs a symbolic length; `slices`: per core, its slice number
+    of each such var)."""
+    if arg.global_coordinates:
+        local = {Var(v): mod(var(v), n // k) for v, (n, k) in space.items() if k > 1}
+        return _replace(arg, coordinates=tuple(substitute(c, local)
+                                               for c in arg.global_coordinates))
+    moved = [(v, step) for v, step in arg.origin_steps if v in scale]
+    if arg.symbols is None or not moved:
+        return arg
+    origins = tuple(o - sum(s[v] * (step - step * scale[v][0] // scale[v][1])
+                            for v, step in moved)
+                    for o, s in zip(arg.core_origin_bytes, slices))
+    return _replace(arg, core_origin_bytes=origins)
+
+
+def _starts_at(core: CoreSplit, args: tuple[ArgSpec, ...], slices: dict[str, int],
+              scale: dict) -> tuple[int | None, ...]:
+    """A core's `arg_start_bytes` at another length: an arg with a fixed start keeps it
+    unless it walks a var whose share moved (then its start, like a symbolic arg's origin,
+    moves by the share's change); None stays None (LX, symbolic, gathered)."""
+    out = []
+    for start, a in zip(core.arg_start_bytes, args):
+        if start is not None:
+            start -= sum(slices[v] * (step - step * scale[v][0] // scale[v][1])
+                         for v, step in a.origin_steps if v in scale)
+        out.append(start)
+    return tuple(out)
 
 
 def device_layout(label: str, size: list, stride_map: list, device_dtype: str) -> DeviceLayout:

@@ -88,6 +88,7 @@ class SuperDscReader:
         self._check_split(nc)
         self.slices = [w["coreIdToWkSlice_"][str(c)] for c in range(nc)]
         self.P = {d: self.N[d] // self.split[d] for d in self.labels}
+        self.lengths = self._lengths()
         args = self._args(nc)
         out_labels = {d for d, used in self.addressed[-1].items() if used}
         for j in self.gathers[-1]:      # a scatter's destination moves with its index reads
@@ -109,7 +110,19 @@ class SuperDscReader:
                       is_reduction=bool(reduced), iteration_space={d: (self.N[d], self.split[d])
                                                                    for d in self.labels},
                       reduced=reduced, constants=constants, args=tuple(args), cores=cores,
-                      masking=masking)
+                      masking=masking, lengths=self.lengths)
+
+    def _lengths(self) -> dict[str, str]:
+        """`dimToSymbolMapping_`: labels of N_ that run a symbolic length, each a var of the
+        iteration space no reduction, gather or copy count uses (checked by the caller's
+        manifest: the symbol, and N_ at its maximum, `program.py`)."""
+        mapping = self.w.get("dimToSymbolMapping_", {})
+        for d, symbol in mapping.items():
+            if d not in self.N:
+                self.fail(f"dimToSymbolMapping_.{d}", f"{d} is not a dim of N_ {self.labels}")
+            if not isinstance(symbol, str) or not symbol:
+                self.fail(f"dimToSymbolMapping_.{d}", f"a symbol name is required, got {symbol!r}")
+        return dict(mapping)
 
     def _replica_labels(self) -> set[str]:
         """Labels no tensor addresses, split over all their values (docs/formats.md,
@@ -279,11 +292,17 @@ class SuperDscReader:
         if lx:
             self.starts.append([None] * nc)
             return self._lx_arg(i, node, nc, arg, dims, stick, eps)
+        steps = self._origin_steps(wl, scale, stick, eps, strides)
+        origins = self._origins(steps)
+        if self.lengths:
+            arg = replace(arg, origin_steps=tuple(steps))
         if node.get("isStartAddrSymbolic_") == 1:
-            origins = self._origins(wl, scale, stick, eps, strides)
             self.starts.append([None] * nc)
             return self._symbolic_arg(i, node, nc, arg, origins)
-        origins = self._origins(wl, scale, stick, eps, strides)
+        if any(d in self.lengths for d, _ in steps):
+            self.fail(f"{where}.isStartAddrSymbolic_", f"cores start at a share of the "
+                      f"symbolic length of {[d for d, _ in steps if d in self.lengths]}, "
+                      f"which no fixed address can say: the start must be symbolic")
         starts = self._starts(i, node, nc, origins, scale.get(stick) == 1)
         self.starts.append(starts)
         return replace(arg, hbm_address=starts[0] - origins[0])
@@ -306,12 +325,15 @@ class SuperDscReader:
                       f"{self.split[d]}, size {size})")
         return Lin({Indirect(names[j]): 1})
 
-    def _origins(self, wl: int, scale: dict, stick: str, eps: int,
-                 strides: dict) -> list[int]:
+    def _origin_steps(self, wl: int, scale: dict, stick: str, eps: int,
+                      strides: dict) -> list[tuple[str, int]]:
+        """(dim, bytes per slice) of each split dim the arg addresses (F §4.2 step 6)."""
+        return [(d, wl * (self.P[d] // eps if d == stick else self.P[d]) * strides[d])
+                for d in self.labels if scale.get(d) == 1 and self.split[d] > 1]
+
+    def _origins(self, steps: list[tuple[str, int]]) -> list[int]:
         """Bytes from the tensor's origin to each core's first element (F §4.2 step 6): linear
-        in the core's slice numbers, one step per addressed dim."""
-        steps = [(d, wl * (self.P[d] // eps if d == stick else self.P[d]) * strides[d])
-                 for d in self.labels if scale.get(d) == 1 and self.split[d] > 1]
+        in the core's slice numbers, one step per addressed dim (`_origin_steps`)."""
         if not steps:
             return [0] * len(self.slices)
         return [sum(slc[d] * step for d, step in steps) for slc in self.slices]
@@ -386,6 +408,8 @@ class SuperDscReader:
                       "cannot write its output into LX: each core would hold a partial")
         local = {Var(d): mod(var(d), self.P[d]) for d in self.labels if self.split[d] > 1}
         coords = tuple(substitute(c, local) for c in arg.coordinates)
+        if self.lengths:        # localized again at each length (`OpSpec.at`)
+            arg = replace(arg, global_coordinates=arg.coordinates)
         lead = len(arg.coordinates) - 1 - len(dims)     # a padding dim added for rank 1
         # the tile's unsplit layout: where each stick's data sits in the whole tile
         full = tuple(1 if c == ZERO else -(-self.N[d] // eps) if d == stick else self.N[d]

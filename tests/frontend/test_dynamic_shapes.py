@@ -319,13 +319,18 @@ def test_compile_tiles_a_dynamic_program_and_a_plain_load_refuses_it(tmp_path, c
     tests/sim/); a caller that does not ask for them still gets the refusal."""
     pt2 = _multiple_of_64(tmp_path)
     s = _only_symbol(read_program(pt2))
+    code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "tiled", "--set",
+                         "coarse_tiling.symbolic=tiled")
+    assert code == 0 and "Traceback" not in err
+    (row,) = json.loads((tmp_path / "tiled" / "report.json").read_text())["symbols"]
+    assert {(lp["count_at_maximum"], lp["per_trip"]) for lp in row["loops"]} == {(32, 64)}
     code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "out")
     assert code == 0 and "Traceback" not in err
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     (row,) = report["symbols"]
     assert (row["symbol"], row["minimum"], row["maximum"], row["granularity"]) == \
         (s, 128, 2048, 64)
-    assert {(lp["count_at_maximum"], lp["per_trip"]) for lp in row["loops"]} == {(32, 64)}
+    assert row["loops"] == [] and row["sized_ops"] >= 1     # the default: ops sized by it
     curve = report["cost_curve"]
     assert [p["lengths"][s] for p in curve] == list(range(128, 2049, 64))
     times = [p["time_us"] for p in curve]

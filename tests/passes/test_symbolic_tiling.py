@@ -21,9 +21,10 @@ from tests.programs import Lambda, export
 S = SymLength("s", 64, 128, 256, "input x dim 1")
 
 
-def _planned(pt2: Path, dims: dict[int, dict[int, str]], outputs: dict[int, dict[int, str]]):
+def _planned(pt2: Path, dims: dict[int, dict[int, str]], outputs: dict[int, dict[int, str]],
+             mode: str = "tiled"):
     """The graph of `pt2` with symbol `S` on input/output dims (by position), through the
-    default pipeline; (graph, report)."""
+    default pipeline with `coarse_tiling.symbolic` = `mode`; (graph, report)."""
     from spyrec.compiler import CompileOptions, plan
     from spyrec.frontend import load_program, lower_program
     from spyrec.passes.pipeline import run_passes
@@ -34,7 +35,8 @@ def _planned(pt2: Path, dims: dict[int, dict[int, str]], outputs: dict[int, dict
         graph.symbols = {"s": S}
         graph.symbolic_dims = {graph.inputs[i]: d for i, d in dims.items()} | \
             {graph.outputs[i]: d for i, d in outputs.items()}
-    checked = plan(pt2, pt2.with_suffix(""), CompileOptions())
+    checked = plan(pt2, pt2.with_suffix(""),
+                   CompileOptions(sets=[f"coarse_tiling.symbolic={mode}"]))
     ctx = CompileContext(layouts_config=checked.layouts)
     run_passes(graph, checked.pipeline, ctx, [], [])
     return graph, ctx.report
@@ -131,6 +133,44 @@ def test_causal_attention_over_the_length_becomes_flash_loops_bound_by_it(tmp_pa
     assert [loops["fa0.0"].bound.count(n) for n in (128, 192, 256)] == [1, 2, 2]
     keyed = [lp for key, lp in loops.items() if key.startswith("fa0.1")]
     assert keyed and all(lp.bound == LoopBound("s", 64) and lp.span is not None for lp in keyed)
+
+
+def test_sized_every_op_walking_the_length_runs_it_whole(tmp_path):
+    """`sized`: no loop; every op walking the token dim runs the length itself, its split of
+    that var a divisor of the granularity (64); the report counts them."""
+    module, inputs = _mlp(torch.randn(1, 256, 128))
+    graph, report = _planned(export(tmp_path, module, inputs), {0: {1: "s"}}, {0: {1: "s"}},
+                             "sized")
+    assert not any(op.loops for op in graph.ops)
+    walking = [op for op in graph.ops if not all(a.buffer in graph.constants
+                                                 for a in op.inputs)]
+    assert walking and all(len(op.lengths) == 1 and op.lengths[0][1] == "s" for op in walking)
+    for op in walking:
+        (v, _), = op.lengths
+        assert dict(op.ranges)[v] == 256 and 64 % op.core_splits[v] == 0, op
+    (group,) = report["tiling"]["groups"]
+    assert group["loops"] == [] and group["sized"]["symbol"] == "s"
+    assert report["symbols"][0]["sized_ops"] == len(walking)
+
+
+def test_sized_causal_attention_is_one_query_tile_and_a_key_loop_bound_by_it(tmp_path):
+    """`sized`: the query tile is every query (no query loop; the flash ops run the length's
+    queries), the key tiles divide the granularity and the key loop runs the length over its
+    tile (one query tile reaches every key tile: no span; the causal mask runs on each)."""
+    q, k, v = (torch.randn(1, 2, 256, 64).half() for _ in range(3))
+    module = Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    graph, report = _planned(export(tmp_path, module, (q, k, v)),
+                             {i: {2: "s"} for i in range(3)}, {0: {2: "s"}}, "sized")
+    (row,) = report["attention"]
+    assert row["query_tile"] == 256 and 64 % row["key_tile"] == 0
+    loops = {lp.key: lp for op in graph.ops for lp in op.loops}
+    assert "fa0.0" not in loops
+    keyed = [lp for key, lp in loops.items() if key.startswith("fa0.1")]
+    assert keyed and all(lp.bound == LoopBound("s", row["key_tile"]) and lp.span is None
+                         for lp in keyed)
+    looped = [op for op in graph.ops if op.loops]
+    assert looped and all(op.lengths and op.lengths[0][1] == "s" for op in looped
+                          if op.op != "fill")
 
 
 def _decode_step():

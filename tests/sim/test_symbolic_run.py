@@ -307,11 +307,19 @@ def test_a_sum_over_attention_rows_adds_only_the_rows_the_length_has(tmp_path):
     module = Lambda(attend_then_pool)
     module.w = torch.nn.Parameter(torch.randn(64, 64, generator=torch.Generator().manual_seed(1)))
     x = torch.randn(1, 256, 64, generator=torch.Generator().manual_seed(0))
-    out = compile_pt2(export(tmp_path, module, (x,), dynamic_shapes={
-        "args": ({1: 64 * torch.export.Dim("s", max=4)},)}), tmp_path / "out")
+    pt2 = export(tmp_path, module, (x,), dynamic_shapes={
+        "args": ({1: 64 * torch.export.Dim("s", max=4)},)})
+    tiled = compile_pt2(pt2, tmp_path / "tiled", sets=["coarse_tiling.symbolic=tiled"])
+    sized = compile_pt2(pt2, tmp_path / "sized")
     for tokens in (128, 192):
-        result = simulate(out, {"args_0": x[:, :tokens].numpy()})
+        result = simulate(tiled, {"args_0": x[:, :tokens].numpy()})
         with torch.no_grad():
             assert_close(result.outputs[0], module(x[:, :tokens]), f"{tokens} tokens")
         runs = {r["name"]: r["executions"] for r in result.cost["ops"]}
         assert runs["matmul"] == runs["sum_1__part"] == tokens // 64, runs
+        # sized: the attention's output op and the sum run once, over the length's rows
+        result = simulate(sized, {"args_0": x[:, :tokens].numpy()})
+        with torch.no_grad():
+            assert_close(result.outputs[0], module(x[:, :tokens]), f"{tokens} tokens, sized")
+        runs = {r["name"]: r["executions"] for r in result.cost["ops"]}
+        assert runs["matmul"] == runs["sum_1"] == 1, runs

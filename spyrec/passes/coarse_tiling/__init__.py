@@ -30,6 +30,7 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 
 MODES = ("config", "auto")
 ATTENTION = ("auto", "always", "never")
+SYMBOLIC = ("sized", "tiled")
 
 
 @register_pass("coarse_tiling")
@@ -44,6 +45,9 @@ class CoarseTiling(Pass):
     query_tile: int = 0
     key_tile: int = 0
     head_tile: int = 0
+    # ops walking a symbolic length outside attention: "sized" runs each once over the whole
+    # length (its size follows the length), "tiled" in a loop of granularity-sized tiles
+    symbolic: str = "sized"
 
     def _check_options(self) -> None:
         """Read and shape-check the config before the model is loaded (exit 2 on error)."""
@@ -54,6 +58,9 @@ class CoarseTiling(Pass):
             if getattr(self, name) < 0:
                 raise ConfigError(f"coarse_tiling.{name} must be 0 (chosen) or a positive "
                                   f"number of rows/keys, got {getattr(self, name)}")
+        if self.symbolic not in SYMBOLIC:
+            raise ConfigError(f"coarse_tiling.symbolic must be one of {', '.join(SYMBOLIC)}, "
+                              f"got {self.symbolic!r}")
         if self.mode not in MODES:
             raise ConfigError(f"coarse_tiling.mode must be one of {', '.join(MODES)}, got "
                               f"{self.mode!r}")
@@ -104,7 +111,7 @@ class CoarseTiling(Pass):
             from spyrec.passes.coarse_tiling.config import read_tiling_file
 
             given += check_shape(read_tiling_file(Path(self.config)), self.config).attention
-        rows = tile_attention(graph, self.attention, given)
+        rows = tile_attention(graph, self.attention, given, sized=self.symbolic == "sized")
         if rows:
             ctx.report["attention"] = rows
 
@@ -118,7 +125,7 @@ class CoarseTiling(Pass):
                 f"coarse_tiling: the program has symbolic lengths "
                 f"({', '.join(graph.symbols)}), which spyrec tiles itself; --tiling, "
                 f"mode auto and unroll are not supported with them yet: drop them")
-        groups = tile_symbolic(graph)
+        groups = tile_symbolic(graph, sized=self.symbolic == "sized")
         ctx.report["tiling"] = {"config": "symbolic lengths", "unrolled": False,
                                 "unrolled_ops_added": 0, "groups": groups}
 

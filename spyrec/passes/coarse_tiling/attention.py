@@ -81,10 +81,11 @@ OUTPRICED = Priced(None, math.inf)
 
 
 def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
-                   budget: int = LX_USABLE_BYTES_PER_CORE) -> list[dict]:
+                   budget: int = LX_USABLE_BYTES_PER_CORE, sized: bool = False) -> list[dict]:
     """Rewrite every site `mode` ("auto" or "always") selects, with the tiles of the first
     `given` entry matching its node (a tile it leaves 0 is chosen); one report row per
-    site."""
+    site. `sized`: a symbolic number of queries may be one tile of every query, whose ops
+    the symbolic pass then sizes by the length (`query_tile_allowed`)."""
     rows, memo = [], {}
     sites = find_sites(graph)
     if unshare_masks(graph, sites):
@@ -101,7 +102,8 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
                 f"{what}_granule": graph.symbols[name].granularity
                 for what, name in zip(("query", "key"), symbolic) if name})
             if symbolic[0]:
-                site = replace(site, query_shortest=graph.symbols[symbolic[0]].minimum)
+                site = replace(site, query_shortest=graph.symbols[symbolic[0]].minimum,
+                               query_whole=sized)
             site_mode = "always"   # a symbolic length is tiled, or nothing runs at every length
         elif (filled := runtime_key_limit(graph, site)) is not None:
             symbolic = (None, keys_symbol(graph, site, filled))
@@ -337,8 +339,15 @@ def _head_tiles(graph: Graph, site: AttentionSite) -> list[int]:
 def _query_tiles(site: AttentionSite, heads: int, budget: int) -> list[int]:
     """Divisors of the queries whose loop the hardware can count and whose tile, with the
     smallest key tile, is not over the LX budget by `_lx_floor` (at most `MAX_ROWS_PER_CORE`
-    rows per core), the largest first: the first `MAX_QUERY_TILES` that may fit."""
+    rows per core), the largest first: the first `MAX_QUERY_TILES` that may fit. Queries
+    that ops may run whole over a symbolic length (`AttentionSite.query_whole`) take one tile
+    of every query when it may fit: a query loop's tile would be at most the shortest length
+    (`query_tile_allowed`), re-reading K and V length / tile times at the longest, and the
+    whole tile's ops run each length's own queries."""
     smallest = _key_tiles(site)[0]
+    if site.query_whole and heads * site.queries <= MAX_ROWS_PER_CORE * CORES and \
+            _lx_floor(site, FlashTiles(site.queries, smallest, heads)) <= budget:
+        return [site.queries]
     divisors = [d for d in range(1, site.queries + 1)
                 if query_tile_allowed(site, d) and site.queries // d <= MAX_LOOP_TRIPS
                 and heads * d <= MAX_ROWS_PER_CORE * CORES
@@ -357,6 +366,8 @@ def query_tile_allowed(site: AttentionSite, tile: int) -> bool:
     `symbolic.padding_problems`). Larger tiles re-read K and V fewer times."""
     if site.queries % tile:
         return False
+    if site.query_whole and tile == site.queries:
+        return True      # no query loop: the ops run the length's queries (sized)
     granule = site.query_granule
     # (a tile of every query makes no query loop for the length to bound)
     return not granule or granule % tile == 0 or (

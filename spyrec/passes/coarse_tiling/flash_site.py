@@ -59,6 +59,9 @@ class AttentionSite:
     query_granule: int = 0
     key_granule: int = 0
     query_shortest: int = 0     # the shortest admissible number of queries (symbolic)
+    # a symbolic number of queries that ops may run whole (`coarse_tiling.symbolic: sized`):
+    # a tile of every query is then allowed, its ops sized by the length (no query loop)
+    query_whole: bool = False
 
     @property
     def safe(self) -> bool:

@@ -37,16 +37,25 @@ from spyrec.passes.coarse_tiling.dimnames import (
 WHERE = "symbolic lengths"
 
 
-def tile_symbolic(graph: Graph) -> list[dict]:
-    """Put every op carrying a symbolic dim into a bound loop over it (one report row per
-    group); UnsupportedProgram naming the op when the program depends on a length otherwise."""
+def tile_symbolic(graph: Graph, sized: bool = False) -> list[dict]:
+    """Put every op carrying a symbolic dim into a bound loop over it, or (`sized`) make it
+    run the whole length itself (`Operation.lengths`; a sum over the length then sums the
+    length's values) (one report row per group); UnsupportedProgram naming the op when the
+    program depends on a length otherwise."""
     from spyrec.passes.coarse_tiling.transform import tile_graph
 
     named = symbol_names(graph)
     groups = _groups(graph, named)
+    if sized:
+        rows = [_size_group(graph, g) for g in groups]
+        groups = []
+        _size_looped(graph, named)
+        _size_writers(graph)
+    else:
+        rows = []
     for group in groups:
         check_contiguous(graph, [op for op in graph.ops if op.name in group.vars], group.where)
-    rows = tile_graph(graph, TilingPlan(WHERE, tuple(groups), {
+    rows += tile_graph(graph, TilingPlan(WHERE, tuple(groups), {
         s.name: s.maximum for s in graph.symbols.values()}))
     _bind_loops(graph, groups)
     problems = padding_problems(graph, symbol_names(graph))
@@ -128,6 +137,67 @@ def _group(graph: Graph, named: DimNames, symbol: str, ops: list[Operation],
                      where)
 
 
+def _size_looped(graph: Graph, named: DimNames) -> None:
+    """Ops already in loops (flash attention's) that walk a symbolic length of a shape with
+    a variable no loop tiles run that length whole: a flash whose query tile is every query
+    (`attention.query_tile_allowed`) has no query loop, its key loop bound by the length."""
+    for i, op in enumerate(graph.ops):
+        if not op.loops:
+            continue
+        tiled = {v for loop in op.loops for v in loop.tiled}
+        sizes = dict(op.ranges)
+        lengths = tuple((v, name) for v, name in sorted(named.op_vars[op.name].items())
+                        if v not in tiled and graph.symbols[name].value_of is None
+                        and sizes.get(v) == graph.symbols[name].maximum)
+        if lengths:
+            graph.ops[i] = replace(op, lengths=lengths)
+
+
+def _size_writers(graph: Graph) -> None:
+    """An op whose output a sized op reads along its length runs that length too: in LX each
+    core holds its share of the rows, which at a length L is L / k rows from j * L / k, so the
+    writer must cut the same shares (flash attention's causal mask tile, computed from
+    position constants no symbol names, is written for the queries the tile's readers run).
+    Repeated until no writer changes (a writer's own intermediate inputs follow)."""
+    writers = {op.output.buffer: i for i, op in enumerate(graph.ops)}
+    changed = True
+    while changed:
+        changed = False
+        for op in list(graph.ops):
+            if not op.lengths:
+                continue
+            sized = dict(op.lengths)
+            ranges = var_extents(op)
+            for access in op.reads():
+                i = writers.get(access.buffer)
+                buf = graph.buffers[access.buffer]
+                if i is None or buf.role != "intermediate":
+                    continue
+                dims = {d: sized[v] for v, d in walked_dims(access.index, buf.host_size,
+                                                            ranges).items() if v in sized}
+                writer = graph.ops[i]
+                tiled = {v for loop in writer.loops for v in loop.tiled}
+                have = dict(writer.lengths)
+                add = [(v, dims[d]) for v, d in walked_dims(
+                    writer.output.index, buf.host_size, dict(writer.ranges)).items()
+                    if d in dims and v not in tiled and v not in have]
+                if add:
+                    graph.ops[i] = replace(writer, lengths=writer.lengths + tuple(add))
+                    changed = True
+
+
+def _size_group(graph: Graph, group: GroupPlan) -> dict:
+    """The ops of `group` run the symbol's whole length (`Operation.lengths`); the report
+    row says so (no loop: `loops` empty, `sized` the ops)."""
+    symbol = group.levels[0].dim
+    for i, op in enumerate(graph.ops):
+        if op.name in group.vars:
+            graph.ops[i] = replace(op, lengths=tuple((v, symbol) for v in group.vars[op.name]))
+    return {"group": group.index, "loops": [], "ops": len(group.vars), "nests": 0,
+            "sized": {"symbol": symbol, "ops": list(group.vars)}, "per_tile": [],
+            "accumulators": [], "hoisted": []}
+
+
 def _bind_loops(graph: Graph, groups: list[GroupPlan]) -> None:
     """The loops the groups made run `length // granularity` trips."""
     bounds = {f"g{g.index}.0": LoopBound(g.levels[0].dim,
@@ -189,6 +259,7 @@ def padding_problems(graph: Graph, named: DimNames) -> list[str]:
     problems = []
     for op in graph.ops:
         bound = {v: loop.bound.symbol for loop in op.loops if loop.bound for v in loop.tiled}
+        bound.update(op.lengths)
         ranges = var_extents(op)
         for _, access in op.accesses():
             buf = graph.buffers[access.buffer]
@@ -305,25 +376,34 @@ def symbols_report(graph: Graph) -> list[dict]:
                 f"the symbolic length {symbol.name} ({symbol.where}) up to {symbol.maximum} "
                 f"makes a loop of {most} trips at its maximum, over the hardware's {MAX_LOOP_TRIPS}; "
                 f"export it with a larger granularity or a smaller maximum")
+        sized = sum(1 for op in graph.ops if any(s == symbol.name for _, s in op.lengths))
         rows.append({
             "symbol": symbol.name, "where": symbol.where, "minimum": symbol.minimum,
             "maximum": symbol.maximum, "granularity": symbol.granularity,
             "read_from": symbol.value_of.describe() if symbol.value_of else None,
             "loops": [{"loop": key, "count_at_maximum": lp.count,
                        "per_trip": lp.bound.per_trip} for key, lp in sorted(loops.items())],
+            **({"sized_ops": sized} if sized else {}),
             "proof": _proof(symbol, most, sorted(key for key, lp in loops.items()
-                                                 if lp.bound.past_end))})
+                                                 if lp.bound.past_end), sized)})
     return rows
 
 
-def _proof(symbol: SymLength, most: int, partial: list[str]) -> list[str]:
+def _proof(symbol: SymLength, most: int, partial: list[str], sized: int = 0) -> list[str]:
     """Why the plan made at the maximum holds at every admissible length (`partial`: the
-    flash query loops whose tile is several granules, `attention.query_tile_allowed`)."""
+    flash query loops whose tile is several granules, `attention.query_tile_allowed`;
+    `sized`: how many ops run the length whole)."""
     lines = [f"loop counts: at most {most} trips at the maximum (limit {MAX_LOOP_TRIPS}); every "
              f"other length runs a prefix of each loop's trips",
              "HBM: every buffer is allocated at the maximum, and a prefix of the trips touches "
              "only addresses the maximum's run touches",
              "LX: per-tile buffers have the tile's size, the same at every length"]
+    if sized:
+        lines += [f"sized ops: {sized} ops run the length whole, each of k cores an equal "
+                  f"share (k divides {symbol.granularity}: checked); at a length L core j runs "
+                  f"values [j*L/k, (j+1)*L/k), inside [0, L), so nothing past L is read or "
+                  f"written; its LX slice is the first L/k rows of the one planned at the "
+                  f"maximum, its HBM window inside the tensor allocated at the maximum"]
     if symbol.value_of is None:
         lines += [f"tiles: the tile of each loop divides {symbol.granularity}, so every "
                   f"admissible length is whole tiles" + (

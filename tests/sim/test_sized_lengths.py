@@ -1,0 +1,253 @@
+"""Ops whose size is a symbolic length (issue 30, `coarse_tiling.symbolic: sized`): an op that
+walks the length outside attention runs once over the whole length instead of in a loop of
+granularity tiles. Its files are planned at the maximum and say which dim is the length
+(`dimToSymbolMapping_`, opspecs.json `lengths`); each core runs the same share of the
+length, so an HBM arg's per-core start is an `affine.apply` of the length in bundle.mlir,
+and a run (and the cost curve) takes the op at the bound length (`OpSpec.at`).
+
+The program: `layer_norm(relu(x @ W^T + b))` over x[1, S, 128], S = 64 * Dim(min=2, max=4)
+(128..256 tokens), exported dynamic and compiled once."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spyrec.errors import InputFileError
+from tests.programs import compile_pt2, export, load_json
+
+SIZED = ["coarse_tiling.symbolic=sized"]
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(256, 128) / 16, requires_grad=False)
+        self.b = torch.nn.Parameter(torch.randn(256), requires_grad=False)
+
+    def forward(self, x):
+        return F.layer_norm(torch.relu(x @ self.w.T + self.b), (256,))
+
+
+def _module():
+    return _Mlp()
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory):
+    """(module, OUT) of the dynamic MLP compiled with sized ops."""
+    tmp = tmp_path_factory.mktemp("sized")
+    module = _module()
+    pt2 = export(tmp, module, (torch.randn(1, 256, 128),), "mlp", dynamic_shapes={
+        "x": {1: 64 * torch.export.Dim("s", min=2, max=4)}})
+    return module, compile_pt2(pt2, tmp / "out", sets=SIZED)
+
+
+def _tokens(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((1, n, 128)).astype(np.float32)
+
+
+def _eager(module, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return module(torch.from_numpy(x)).numpy()
+
+
+def test_no_op_loops_and_each_file_names_its_length(sized):
+    """No loop at all; every op but the weights' is sized: its sdsc file maps the token
+    label to the symbol, opspecs.json says so, N_ holds the maximum."""
+    _, out = sized
+    symbol = load_json(out / "manifest.json")["symbols"][0]["name"]
+    specs = load_json(out / "opspecs.json")["kernels"][0]["specs"]
+    assert all("loop" not in s for s in specs)
+    sized_specs = [s for s in specs if "lengths" in s]
+    assert len(sized_specs) >= 4
+    for s in sized_specs:
+        (var, name), = s["lengths"].items()
+        assert name == symbol and s["iteration_space"][var][0] == 256
+        (wrapper,) = load_json(out / f"sdsc_{specs.index(s)}.json").values()
+        (label, name2), = wrapper["dimToSymbolMapping_"].items()
+        (dsc,) = wrapper["dscs_"][0].values()
+        assert name2 == symbol and dsc["N_"][f"{label}_"] == 256
+
+
+def test_a_split_length_starts_each_core_at_its_share(sized):
+    """Core c of a length split k ways starts c * L / k rows in: bundle.mlir adds
+    `(L floordiv k) * (c * row bytes)` to the start at length 0, so the operands of a sized
+    op's execution move with the length by exactly that."""
+    from spyrec.sim.bundle import read_bundle
+
+    _, out = sized
+    text = (out / "bundle.mlir").read_text()
+    (symbol,) = re.findall(r"func.func @sdsc_bundle\(%(\w+): index", text)
+    maps = {int(k): (int(div), int(b)) for k, div, b in re.findall(
+        r"#map_(\d+) = affine_map<\(\)\[s0, s1\] -> \(s0 \+ \(s1 floordiv (\d+)\) \* (\d+)\)>",
+        text)}
+    assert maps, "no per-core start moves with the length"
+    applied = dict(re.findall(r"%addr_(\d+) = affine\.apply #map_(\d+)\(\)\[%sym_\d+(?:, %\w+)?\]",
+                              text))
+    short, full = read_bundle(out / "bundle.mlir", {symbol: 128}), \
+        read_bundle(out / "bundle.mlir", {symbol: 256})
+    assert [e.file for e in short] == [e.file for e in full]      # no loop: once each
+    moved = 0
+    for a, b in zip(short, full):
+        for sid, x, y in zip(a.symbol_ids, a.operands, b.operands):
+            k = int(applied[str(-sid)])
+            div, step = maps.get(k, (1, 0))
+            assert y - x == (256 // div - 128 // div) * step
+            moved += y != x
+    assert moved > 0
+
+
+@pytest.mark.parametrize("n", [128, 192, 256])
+def test_each_length_equals_eager(sized, n):
+    from spyrec.sim.runner import simulate
+
+    module, out = sized
+    x = _tokens(n)
+    (got,) = simulate(out, {"x": x}).outputs
+    assert got.shape == (1, n, 256)
+    np.testing.assert_allclose(got, _eager(module, x), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=6, deadline=None)
+@given(granules=st.integers(2, 4), seed=st.integers(0, 2**16))
+def test_random_lengths_and_data_equal_eager(sized, granules, seed):
+    from spyrec.sim.runner import simulate
+
+    module, out = sized
+    x = _tokens(64 * granules, seed) * 3
+    (got,) = simulate(out, {"x": x}).outputs
+    np.testing.assert_allclose(got, _eager(module, x), rtol=1e-4, atol=1e-4)
+
+
+def test_the_curve_prices_each_length_as_its_run_does(sized):
+    """report.json's cost curve at each length is `spyrec run --report`'s total there, and
+    a sized op's traffic grows with the length: 64 more tokens read 64 rows of x (fp32,
+    128) and write 64 rows of each 256-wide intermediate that goes to HBM at least."""
+    from spyrec.sim.runner import simulate
+
+    _, out = sized
+    curve = load_json(out / "report.json")["cost_curve"]
+    assert [next(iter(p["lengths"].values())) for p in curve] == [128, 192, 256]
+    for point in curve:
+        n = next(iter(point["lengths"].values()))
+        totals = simulate(out, {"x": _tokens(n)}).cost["totals"]
+        assert point["time_us"] == totals["time_us"]
+        assert point["hbm_bytes"] == totals["hbm_read_bytes"] + totals["hbm_write_bytes"]
+    assert curve[0]["time_us"] < curve[1]["time_us"] < curve[2]["time_us"]
+    assert curve[1]["hbm_bytes"] - curve[0]["hbm_bytes"] >= 64 * 128 * 4 + 64 * 256 * 4
+
+
+def test_every_core_runs_an_equal_share_of_the_length(sized):
+    """`OpSpec.at`: the cores' ranges of the length var tile 0..L exactly, each L / k long,
+    in slice order; the other vars' ranges are the maximum's."""
+    from spyrec.sim.runner import load_output_dir
+
+    program = load_output_dir(sized[1])
+    symbol = program.manifest.maxima()
+    (name,) = symbol
+    for spec in program.ops.values():
+        if not spec.lengths:
+            continue
+        (v,) = spec.lengths
+        for n in (128, 192):
+            at = spec.at({name: n})
+            k = at.iteration_space[v][1]
+            assert at.iteration_space[v][0] == n
+            spans = sorted({c.ranges[v] for c in at.cores})
+            assert spans == [(i * n // k, (i + 1) * n // k) for i in range(k)]
+            for c, c0 in zip(at.cores, spec.cores):
+                assert {u: r for u, r in c.ranges.items() if u != v} == \
+                    {u: r for u, r in c0.ranges.items() if u != v}
+        assert spec.at({name: 256}) is spec
+
+
+def _tampered(out, tmp_path, change):
+    """A copy of OUT whose first sized sdsc file's wrapper `change` edits; its path."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    path = next(p for p in sorted(bad.glob("sdsc_*.json"))
+                if "dimToSymbolMapping_" in p.read_text())
+    doc = json.loads(path.read_text())
+    (wrapper,) = doc.values()
+    change(wrapper)
+    path.write_text(json.dumps(doc))
+    return bad, path
+
+
+def test_a_mapping_to_a_dim_the_op_has_not_is_refused(sized, tmp_path):
+    from spyrec.sim.runner import load_output_dir
+
+    bad, _ = _tampered(sized[1], tmp_path,
+                       lambda w: w.update(dimToSymbolMapping_={"zz": "s81"}))
+    with pytest.raises(InputFileError, match=r"dimToSymbolMapping_\.zz: zz is not a dim of N_"):
+        load_output_dir(bad)
+
+
+def test_a_mapping_to_a_symbol_the_manifest_has_not_is_refused(sized, tmp_path):
+    from spyrec.sim.runner import load_output_dir
+
+    def rename(w):
+        (label,) = w["dimToSymbolMapping_"]
+        w["dimToSymbolMapping_"] = {label: "t7"}
+    bad, path = _tampered(sized[1], tmp_path, rename)
+    with pytest.raises(InputFileError) as e:
+        load_output_dir(bad)
+    assert str(e.value).startswith(f"{path}: dimToSymbolMapping_.")
+    assert "'t7' is not a symbolic length of an input's shape in manifest.json" in str(e.value)
+
+
+def test_an_unknown_symbolic_mode_is_refused_naming_the_choices(tmp_path, capsys):
+    from tests.programs import cli
+
+    pt2 = export(tmp_path, _module(), (torch.randn(1, 256, 128),), "m")
+    code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "o", "--set",
+                         "coarse_tiling.symbolic=loops")
+    assert code == 2 and not (tmp_path / "o").exists()
+    assert "coarse_tiling.symbolic must be one of sized, tiled, got 'loops'" in err
+
+
+TEXT = """buffer x: input float32[256, 128]
+buffer y: output float32[256, 128]
+op y: y[128*a + b] = exp(x[128*a + b]) over [a<256, b<128] cores [a:32, b:1] lengths [a=s]
+inputs [x]
+outputs [y]
+symbol s 128..256 by 16 at [x:0, y:0]
+"""
+
+
+def test_lengths_print_and_parse_back():
+    from spyrec.ir.parser import parse
+    from spyrec.ir.printer import format_graph
+
+    graph = parse(TEXT)
+    assert graph.ops[0].lengths == (("a", "s"),)
+    assert format_graph(graph) == TEXT
+
+
+def test_a_length_split_that_does_not_divide_the_granularity_is_a_verify_problem():
+    """32 cores would each run 8 tokens at 256 but 4.5 at 144: refused; 16 cores, a
+    whole token count at every length, pass; a length var that names no symbol, or whose
+    range is not the maximum, is named."""
+    from spyrec.ir.parser import parse
+    from spyrec.ir.verify import verify
+
+    problems = verify(parse(TEXT))
+    assert any("a runs the symbolic length s (128..256 by 16), which 32 cores cannot share "
+               "in whole values" in p for p in problems), problems
+    assert not any("lengths" in p or "share" in p
+                   for p in verify(parse(TEXT.replace("a:32", "a:16"))))
+    assert any("lengths [a=t]: t is not a symbolic length" in p
+               for p in verify(parse(TEXT.replace("a:32", "a:16").replace("a=s", "a=t"))))
+    assert any("lengths [b=s]: b<128, but s's maximum is 256" in p
+               for p in verify(parse(TEXT.replace("a:32", "a:16").replace("a=s", "b=s"))))
