@@ -17,7 +17,7 @@ Per model:
 Exports run in a child process (torch); they are not timed.
 
 Usage: `python bench/symbolic.py [--models llama,granite] [--lengths 128,192,...]
-[--keep DIR] [--json FILE]`.
+[--keep DIR] [--json FILE] [--set PASS.OPTION=VALUE ...]` (`--set`: for the symbolic compile).
 """
 
 from __future__ import annotations
@@ -67,21 +67,23 @@ def export_all(model: str, lengths: list[int], work: str) -> None:
                               f"{work}/{model}_{n}.pt2")
 
 
-def compiled(pt2: Path, out: Path) -> float:
-    """Wall s of `spyrec compile PT2 -o OUT` in a fresh process."""
-    wall, _ = scale.measured([PY, "-m", "spyrec", "compile", str(pt2), "-o", str(out), "-q"],
-                             f"spyrec compile of {pt2.name}", 8.0, timeout_s=900)
+def compiled(pt2: Path, out: Path, sets: tuple[str, ...] = ()) -> float:
+    """Wall s of `spyrec compile PT2 -o OUT [--set S ...]` in a fresh process."""
+    extra = [a for s in sets for a in ("--set", s)]
+    wall, _ = scale.measured([PY, "-m", "spyrec", "compile", str(pt2), "-o", str(out), "-q",
+                              *extra], f"spyrec compile of {pt2.name}", 8.0, timeout_s=900)
     return wall
 
 
-def bench_model(work: Path, model: str, lengths: list[int]) -> tuple[dict, list[dict]]:
+def bench_model(work: Path, model: str, lengths: list[int], sets: tuple[str, ...] = ()
+                ) -> tuple[dict, list[dict]]:
     script = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); sys.path.insert(0, "
               f"{str(ROOT)!r}); import symbolic; symbolic.export_all({model!r}, {lengths!r}, "
               f"{str(work)!r})")
     scale.measured([PY, "-c", script], f"export of {model}", 8.0, timeout_s=1800)
     # the one compile's wall is a median of SYM_RUNS (the statics' sum averages 31 runs' noise
     # by itself; a single run of the one compile swung +-10% here)
-    sym_s = statistics.median(compiled(work / f"{model}_dyn.pt2", work / f"{model}_dyn")
+    sym_s = statistics.median(compiled(work / f"{model}_dyn.pt2", work / f"{model}_dyn", sets)
                               for _ in range(SYM_RUNS))
     curve = {next(iter(p["lengths"].values())): p["time_us"] for p in json.loads(
         (work / f"{model}_dyn" / "report.json").read_text())["cost_curve"]}
@@ -115,6 +117,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="static lengths compiled (multiples of 64 in 128..2048)")
     ap.add_argument("--keep", type=Path, default=None, help="work in this directory, kept")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    ap.add_argument("--set", dest="sets", action="append", default=[],
+                    help="pipeline option for the symbolic compile (repeatable), e.g. "
+                         "coarse_tiling.symbolic=tiled")
     args = ap.parse_args(argv)
     lengths = sorted(int(n) for n in args.lengths.split(",") if n)
     bad = [n for n in lengths if n not in LENGTHS]
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     summaries, rows = [], []
     try:
         for model in args.models.split(","):
-            summary, per_length = bench_model(work, model, lengths)
+            summary, per_length = bench_model(work, model, lengths, tuple(args.sets))
             summaries.append(summary)
             rows += per_length
     finally:
