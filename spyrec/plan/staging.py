@@ -45,6 +45,7 @@ from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.indexing import Indirect, const, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.ir.graph import nest_trips, outer_loop_spans
+from spyrec.ir.walks import var_extents, walked_dims
 from spyrec.ir.lx import (box_bytes, core_boxes, keeps_slices, moves_with_loops,
                           replica_fields, tile_problem)
 from spyrec.layout import contiguous_strides
@@ -140,8 +141,8 @@ def _stage_tiles(graph: Graph, name: str, reads: list, options: StagingOptions,
     if not groups:
         return None
     (_, box, moves, _), group = max(groups.items(), key=lambda kv: len(kv[1]))
-    if len(group) < 2:
-        return None
+    if len(group) < 2 or any(_sized_dims(buf, op, a) for op, a in group):
+        return None      # (a tile of a length's rows would have to follow the length too)
     lo, shape = tuple(b[0] for b in box), tuple(b[1] - b[0] for b in box)
     try:
         layout = tile_buffer_layout(buf, shape, buf.host_dtype)
@@ -291,17 +292,26 @@ def _groups_by_slices(buf: Buffer, reads: list) -> dict[tuple, list]:
 
 
 def _copy_lengths(graph: Graph, name: str, reads: list) -> tuple | None:
-    """The copy's `Operation.lengths` for staging `name` for `reads`: a tensor whose dim is a
-    symbolic length, read by ops whose size is that length, is copied at the length too
-    (each core then holds the share its readers take at every length); None (not staged)
-    when only some of its readers are sized, whose shares would differ at a length."""
-    symbolic = graph.symbolic_dims.get(name, {})
-    sized = [bool(op.lengths) for op, _ in reads]
-    if not symbolic or not any(sized):
+    """The copy's `Operation.lengths` for staging `name` for `reads`: where the readers run
+    a symbolic length along a dim of it (`Operation.lengths`), the copy runs it too, so each
+    core holds the share its readers take at every length; None (not staged) when the
+    readers do not all run the same lengths along the same dims, whose shares would differ
+    at a length."""
+    sized = [_sized_dims(graph.buffers[name], op, a) for op, a in reads]
+    if not any(sized):
         return ()
-    if not all(sized):
+    if any(dims != sized[0] for dims in sized):
         return None
-    return tuple((f"c{d}", s) for d, s in sorted(symbolic.items()))
+    return tuple((f"c{d}", s) for d, s in sorted(sized[0].items()))
+
+
+def _sized_dims(buf: Buffer, op: Operation, access: Access) -> dict[int, str]:
+    """The dims of `buf` that `op` walks with a var running a symbolic length -> symbol."""
+    if not op.lengths:
+        return {}
+    lengths = dict(op.lengths)
+    return {d: lengths[v] for v, d in walked_dims(access.index, buf.host_size,
+                                                  var_extents(op)).items() if v in lengths}
 
 
 def _copy_op(graph: Graph, buf: Buffer, want: tuple, lengths: tuple = ()) -> Operation | None:

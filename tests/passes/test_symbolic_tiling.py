@@ -199,3 +199,30 @@ def test_a_decode_steps_key_loop_runs_up_to_its_cache_position(tmp_path):
     keyed = [lp for op in graph.ops for lp in op.loops if lp.key.startswith("fa0.1")]
     assert keyed and {lp.bound for lp in keyed} == {LoopBound(name, row["key_tile"])}
     assert LoopBound(name, 128).count(301) == 3 and LoopBound(name, 128).count(0) == 0
+
+
+def test_sized_attention_whose_positions_no_symbol_names_equals_eager(tmp_path):
+    """The causal mask tile is computed from position constants that carry no symbol here
+    (attached by hand, as no export would): its op, and the staging copy of the positions it
+    reads, are sized by their sized readers (`_size_writers`, `staging._copy_lengths`), so
+    at every length each core holds the rows its readers take (else the simulator's LX
+    check stops the run at 128 and 192 of 256)."""
+    import numpy as np
+
+    from spyrec.codegen import build_outputs, write_atomically
+    from spyrec.sim.runner import simulate
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 64, generator=g) for _ in range(3))
+    module = Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    pt2 = export(tmp_path, module, (q, k, v))
+    graph, report = _planned(pt2, {i: {2: "s"} for i in range(3)}, {0: {2: "s"}}, "sized")
+    built = build_outputs(graph, pt2, [], {"pipeline": "", "tiling": None, "layouts": None},
+                          report)
+    write_atomically(tmp_path / "out", built.files, pt2)
+    for n in (128, 192, 256):
+        result = simulate(tmp_path / "out", {name: t[:, :, :n].numpy()
+                                             for name, t in zip(graph.inputs, (q, k, v))})
+        with torch.no_grad():
+            want = module(*(t[:, :, :n] for t in (q, k, v))).numpy()
+        np.testing.assert_allclose(result.outputs[0], want, rtol=1e-5, atol=1e-5)

@@ -251,3 +251,33 @@ def test_a_length_split_that_does_not_divide_the_granularity_is_a_verify_problem
                for p in verify(parse(TEXT.replace("a:32", "a:16").replace("a=s", "a=t"))))
     assert any("lengths [b=s]: b<128, but s's maximum is 256" in p
                for p in verify(parse(TEXT.replace("a:32", "a:16").replace("a=s", "b=s"))))
+
+
+class _Causal(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("n", [128, 192, 256])
+def test_causal_attention_of_the_length_equals_eager(tmp_path_factory, n):
+    """One query tile of every query, the key loop bound by the length: the causal mask
+    tile, computed from position constants no symbol names, is sized with its readers
+    (else at 128 of 256 its cores would hold other rows than theirs: the LX check)."""
+    from spyrec.sim.runner import simulate
+
+    tmp = tmp_path_factory.getbasetemp() / "causal"
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 64, generator=g) for _ in range(3))
+    out = tmp / "out"
+    if not out.exists():
+        s = 64 * torch.export.Dim("s", min=2, max=4)
+        pt2 = export(tmp.mkdir(exist_ok=True) or tmp, _Causal(), (q, k, v), "causal",
+                     dynamic_shapes={"q": {2: s}, "k": {2: s}, "v": {2: s}})
+        compile_pt2(pt2, out)
+    specs = load_json(out / "opspecs.json")["kernels"][0]["specs"]
+    assert any("loop" in s for s in specs)          # the key loop
+    inputs = {name: t[:, :, :n].numpy() for name, t in zip(("q", "k", "v"), (q, k, v))}
+    (got,) = simulate(out, inputs).outputs
+    with torch.no_grad():
+        want = _Causal()(*(t[:, :, :n] for t in (q, k, v))).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

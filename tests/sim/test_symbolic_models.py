@@ -1,7 +1,8 @@
-"""One compiled program for every length (issue 30): transformers' Llama and Granite prefill
-(tiny width, 2 layers: tests/models/hf.py) exported with input_ids' dim 1 = 64 * Dim("s",
-max=32), so torch records 128..2,048 tokens by 64. Compiled once; simulated at several
-lengths, each equal to eager on the same tokens; a length off the granularity is exit 2.
+"""One compiled program for every length (issue 30): transformers' Llama, Granite, GPT-2 and
+OPT prefill (rotary and learned positions; tiny width, 2 layers: tests/models/hf.py) exported
+with input_ids' dim 1 = 64 * Dim("s", max=32), so torch records 128..2,048 tokens by 64.
+Compiled once; simulated at several lengths, each equal to eager on the same tokens; a length
+off the granularity is exit 2.
 
 The 2,048-token runs (the maximum) take about 15 s each and live in `make symbolic`."""
 
@@ -22,7 +23,7 @@ pytest.importorskip("transformers")
 MAX_GRANULES, GRANULE = 32, 64
 
 
-@pytest.fixture(scope="module", params=["llama", "granite"])
+@pytest.fixture(scope="module", params=["llama", "granite", "gpt2", "opt"])
 def compiled(request, tmp_path_factory):
     """(module, token ids of the maximum length, OUT) of one family's dynamic export."""
     from tests.models import hf

@@ -1,15 +1,10 @@
 """Named dims: which iteration variable of which op walks a dim the tiling config named.
 
 A tiling config names the dims of program inputs and parameters (DESIGN §6); a loop over a
-name needs, in every op of its group, the variable that carries that dim. Views never become
-ops (ir/graph.py): they are folded into each access's flat host-element index, so the one
-question to ask is, per access, *which op variable walks which host dim of the buffer whole*:
-
-- a variable walks dim d when its coefficient is d's host stride, its range is d's size, it
-  appears nowhere else in the index (no floor/mod of it), and no other term moves inside d.
-  A reshape that keeps a dim whole keeps that; one that splits or merges the dim does not
-  (the stride or the range no longer match), and a size-1 dim is walked by no variable (a
-  broadcast has no name).
+name needs, in every op of its group, the variable that carries that dim. The one question
+to ask is, per access, *which op variable walks which host dim of the buffer whole*
+(`ir/walks.py`): a reshape that keeps a dim whole keeps that; one that splits or merges the
+dim does not, and a size-1 dim is walked by no variable (a broadcast has no name).
 
 Names then flow dims -> variables -> dims: every access of an op (inputs, index tensors, and
 the output buffer's names when another writer set them) names the variables that walk named
@@ -30,40 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spyrec.errors import ConfigError
-from spyrec.indexing import Lin, Var
 from spyrec.ir import Buffer, Graph, Operation
-from spyrec.layout import contiguous_strides
-
-
-def walked_dims(index: Lin, host_size: tuple[int, ...],
-                ranges: dict[str, int]) -> dict[str, int]:
-    """{var: host dim} for each variable of `index` that walks a dim of `host_size` whole."""
-    strides = contiguous_strides(host_size)
-    plain = {atom.name: coeff for atom, coeff in index.terms if isinstance(atom, Var)}
-    rest = Lin([(atom, coeff) for atom, coeff in index.terms if not isinstance(atom, Var)])
-    inside = {leaf.name for leaf in rest.free_atoms() if isinstance(leaf, Var)}
-    found: dict[str, int] = {}
-    for d, (size, stride) in enumerate(zip(host_size, strides)):
-        if size <= 1:
-            continue
-        # every term that moves inside dim d (a coefficient in [stride, stride * size))
-        movers = [atom for atom, coeff in index.terms if stride <= abs(coeff) < stride * size]
-        if len(movers) != 1 or not isinstance(movers[0], Var):
-            continue
-        v = movers[0].name
-        if plain[v] == stride and ranges.get(v) == size and v not in inside:
-            found[v] = d
-    return found
-
-
-def var_extents(op: Operation) -> dict[str, int]:
-    """Each var's extent over all trips of the op's loops (a tiled var walks its whole dim
-    across the tiles, so names flow through ops already in loops: flash attention's)."""
-    extents = dict(op.ranges)
-    for loop in op.loops:
-        for v in loop.tiled:
-            extents[v] *= loop.count
-    return extents
+from spyrec.ir.walks import var_extents, walked_dims
 
 
 def describe_op(op: Operation) -> str:

@@ -30,9 +30,8 @@ from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph, LoopBound, Operation, SymLength, ValueSource
 from spyrec.passes.coarse_tiling.checks import check_contiguous, check_whole_sticks
 from spyrec.passes.coarse_tiling.config import GroupPlan, Level, TilingPlan
-from spyrec.passes.coarse_tiling.dimnames import (
-    DimNames, describe_op, propagate, var_extents, walked_dims,
-)
+from spyrec.ir.walks import var_extents, walked_dims
+from spyrec.passes.coarse_tiling.dimnames import DimNames, describe_op, propagate
 
 WHERE = "symbolic lengths"
 
@@ -159,31 +158,37 @@ def _size_writers(graph: Graph) -> None:
     writer must cut the same shares (flash attention's causal mask tile, computed from
     position constants no symbol names, is written for the queries the tile's readers run).
     Repeated until no writer changes (a writer's own intermediate inputs follow)."""
-    writers = {op.output.buffer: i for i, op in enumerate(graph.ops)}
+    writers: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        writers.setdefault(op.output.buffer, []).append(i)
     changed = True
     while changed:
         changed = False
         for op in list(graph.ops):
-            if not op.lengths:
-                continue
             sized = dict(op.lengths)
             ranges = var_extents(op)
-            for access in op.reads():
-                i = writers.get(access.buffer)
+            for access in op.reads() if sized else ():
                 buf = graph.buffers[access.buffer]
-                if i is None or buf.role != "intermediate":
+                if buf.role != "intermediate":
                     continue
                 dims = {d: sized[v] for v, d in walked_dims(access.index, buf.host_size,
                                                             ranges).items() if v in sized}
-                writer = graph.ops[i]
-                tiled = {v for loop in writer.loops for v in loop.tiled}
-                have = dict(writer.lengths)
-                add = [(v, dims[d]) for v, d in walked_dims(
-                    writer.output.index, buf.host_size, dict(writer.ranges)).items()
-                    if d in dims and v not in tiled and v not in have]
-                if add:
-                    graph.ops[i] = replace(writer, lengths=writer.lengths + tuple(add))
-                    changed = True
+                for i in writers.get(access.buffer, []) if dims else []:
+                    changed |= _size_writer(graph, i, buf, dims)
+
+
+def _size_writer(graph: Graph, i: int, buf, dims: dict[int, str]) -> bool:
+    """Size op `i`'s variables that walk the dims `dims` (dim -> symbol) of its output `buf`
+    and that no loop tiles; whether it changed."""
+    writer = graph.ops[i]
+    tiled = {v for loop in writer.loops for v in loop.tiled}
+    have = dict(writer.lengths)
+    add = tuple((v, dims[d]) for v, d in walked_dims(writer.output.index, buf.host_size,
+                                                      dict(writer.ranges)).items()
+                if d in dims and v not in tiled and v not in have)
+    if add:
+        graph.ops[i] = replace(writer, lengths=writer.lengths + add)
+    return bool(add)
 
 
 def _size_group(graph: Graph, group: GroupPlan) -> dict:
