@@ -65,8 +65,9 @@ def bundle_file(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None 
     data["arguments"] = ", ".join(map(_argument, lengths))
     line, column = _body_start()
     first = line + len(data["maps"]) + len(data["body"]) - len(b.body)   # b.body[0]'s line
-    maxima = {s.name: s.maximum for s in lengths}
-    return (render_bundle(data), list(_unroll(b.tree, first, column, (), maxima)),
+    by_name = {s.name: s for s in lengths}
+    shares = {(name, k): by_name[name].share(by_name[name].maximum, k) for name, k in b.shares}
+    return (render_bundle(data), list(_unroll(b.tree, first, column, (), shares)),
             RunCounts(b.tree))
 
 
@@ -89,10 +90,11 @@ def _build(sdsc_files: list[str], loops: Sequence[tuple[Loop, ...]] | None,
 
 def _map_expr(advance: tuple[int, ...], terms: tuple[tuple[int, int], ...] = ()) -> str:
     """`s0 + a*d0 + …` (the address at iteration 0 plus each loop level's advance), then
-    `(s<k> floordiv div) * bytes` per length term, s<k> the k-th symbolic length operand."""
+    `(s<k> floordiv unit) * bytes` per length term, s<k> its share operand
+    (`%share_<symbol>_<cores>`; `s<k> * bytes` for a unit of 1)."""
     return " + ".join(["s0"] + [f"{a}*d{j}" for j, a in enumerate(advance) if a]
-                      + [f"(s{k} floordiv {div}) * {b}"
-                         for k, (div, b) in enumerate(terms, start=1)])
+                      + [f"(s{k} floordiv {unit}) * {b}" if unit > 1 else f"s{k} * {b}"
+                         for k, (unit, b) in enumerate(terms, start=1)])
 
 
 class _Builder:
@@ -103,6 +105,7 @@ class _Builder:
         self.bounds: list[Loop] = []
         self.maps: dict[tuple[int, ...], int] = {}
         self.syms: list[Symbol] = []
+        self.shares: dict[tuple[str, int], None] = {}   # (symbol, cores) of length terms
         self.body: list[str] = []
         self.tree: list = []
 
@@ -112,9 +115,11 @@ class _Builder:
         if not self.bounds and not self.syms:
             return {"maps": [], "body": self.body}
         head = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index"]
-        tiles = sorted({loop.bound.per_trip for loop in self.bounds if loop.bound} - {0, 1})
-        head += [f"%c{n} = arith.constant {n} : index" for n in tiles]
+        tiles = {loop.bound.per_trip for loop in self.bounds if loop.bound}
+        tiles |= {k for _, k in self.shares} | {symbols[s].min_share for s, _ in self.shares}
+        head += [f"%c{n} = arith.constant {n} : index" for n in sorted(tiles - {0, 1})]
         head += [_loop_bound(k, loop, symbols) for k, loop in enumerate(self.bounds)]
+        head += [line for key in self.shares for line in _share(*key, symbols)]
         head += [f"%sym_{s.n} = arith.constant {s.address} : index" for s in self.syms]
         maps = [{"index": k, "dims": [f"d{j}" for j in range(len(adv))],
                  "symbols": ["s0"] + [f"s{j}" for j in range(1, len(terms) + 1)],
@@ -157,16 +162,29 @@ class _Builder:
         ivars = ", ".join(f"%i_{j}" for j in range(depth))
         for s in syms:
             assert len(s.advance_bytes) == depth, (name, s)
-            terms = tuple((div, b) for _, div, b in s.length_terms)
+            terms = tuple((unit, b) for _, _, unit, b in s.length_terms)
             k = self.maps.setdefault((s.advance_bytes, terms), len(self.maps))
             self.syms.append(s)
-            operands = "".join(f", %{symbol}" for symbol, _, _ in s.length_terms)
+            self.shares.update({(symbol, cores): None for symbol, cores, _, _ in s.length_terms})
+            operands = "".join(f", %share_{symbol}_{cores}"
+                               for symbol, cores, _, _ in s.length_terms)
             self.body.append(f"{pad}%addr_{s.n} = affine.apply #map_{k}({ivars})"
                              f"[%sym_{s.n}{operands}]")
         operands = ", ".join(f"%addr_{s.n}" for s in syms)
         ids = ", ".join(str(s.id) for s in syms)
         self.body.append(f'{pad}sdscbundle.sdsc_execute ({operands}) {{sdsc_filename = '
                          f'"{name}", symbol_ids = [{ids}]}}')
+
+
+def _share(symbol: str, cores: int, symbols: Mapping[str, SymLength]) -> list[str]:
+    """`%share_<symbol>_<cores>`: the values each busy slice of a length split `cores` ways
+    runs (`SymLength.share`): the length over the cores (exact: the cores divide the
+    granularity), at least the symbol's `min_share`."""
+    name, m = f"%share_{symbol}_{cores}", symbols[symbol].min_share
+    if not m:
+        return [f"{name} = arith.divui %{symbol}, %c{cores} : index"]
+    return [f"%len_{symbol}_{cores} = arith.divui %{symbol}, %c{cores} : index",
+            f"{name} = arith.maxsi %len_{symbol}_{cores}, %c{m} : index"]
 
 
 def _loop_bound(k: int, loop: Loop, symbols: Mapping[str, SymLength]) -> str:
@@ -254,18 +272,18 @@ def _count(nodes: list, lengths: Mapping[str, int], outer: int, counts: dict[str
 
 
 def _unroll(nodes: list, first_line: int, column: int, trips: tuple[int, ...],
-            maxima: Mapping[str, int]):
+            shares: Mapping[tuple[str, int], int]):
     """The executions of `nodes` inside loops at iterations `trips` (outermost first), in
     order (`first_line`: the line of body line 0; `column`: the body's). Each symbol's operand
     is its address plus its advance per trip of each loop and its length terms at the
-    `maxima`: the `affine.apply` of its map (`_map_expr`)."""
+    maxima's `shares`: the `affine.apply` of its map (`_map_expr`)."""
     loop = tuple((f"i_{depth}", i) for depth, i in enumerate(trips))
     for node in nodes:
         if isinstance(node, _For):
             for i in node.loop.trips(trips[-1] if trips else 0):
-                yield from _unroll(node.body, first_line, column, trips + (i,), maxima)
+                yield from _unroll(node.body, first_line, column, trips + (i,), shares)
             continue
-        operands = tuple(s.at(trips, maxima) for s in node.syms)
+        operands = tuple(s.at(trips, shares) for s in node.syms)
         yield (node.name, operands, first_line + node.line, column + node.indent,
                tuple(s.id for s in node.syms), loop)
 

@@ -399,16 +399,17 @@ class _Emitter:
             any(self.spec["args"][i]["_advance_bytes"]) or bool(self._length_steps(i)))
 
     def _length_steps(self, i: int) -> list[tuple[Digit, int, int]]:
-        """(label, divisor, bytes per slice and per L // divisor) of each split label running
-        a symbolic length that arg i walks: core c's slice s of it starts s * (L / split)
-        values in, i.e. `bytes * s * (L // divisor)` bytes (whole sticks on the stick dim)."""
+        """(label, values per stick or 1, bytes per slice and per such unit of the share)
+        of each split label running a symbolic length that arg i walks: core c's slice s of
+        it starts s * share values in (`SymLength.share`), i.e. `bytes * s * (share //
+        unit)` bytes (whole sticks on the stick dim)."""
         if not self.lengths or self._in_lx(i):
             return []
         t = self.dims.tensors[i]
         strides = {lv.digit: lv.stride for lv in t.levels}
         wl = self.bufs[i].layout.dtype.itemsize
-        return [(d, self.splits[d] * (t.elems_per_stick if d == t.stick else 1),
-                 wl * strides[d]) for d in self.lengths if self.splits[d] > 1 and d in strides]
+        return [(d, t.elems_per_stick if d == t.stick else 1, wl * strides[d])
+                for d in self.lengths if self.splits[d] > 1 and d in strides]
 
     def _start_data(self, i: int, info: dict) -> dict[str, str]:
         """`startAddressCoreCorelet_.data_`: per core a decimal address (the tile's first
@@ -420,10 +421,12 @@ class _Emitter:
             steps = self._length_steps(i)
             ids = []
             for c, a in enumerate(starts):
-                moved = [(d, div, b * self.core_slices[c][d]) for d, div, b in steps
+                moved = [(d, unit, b * self.core_slices[c][d]) for d, unit, b in steps
                          if self.core_slices[c][d]]
-                at_zero = a - sum(b * (self.sizes[d] // div) for d, div, b in moved)
-                terms = tuple((self.lengths[d], div, b) for d, div, b in moved)
+                # the start at the maximum, whose share is the maximum over the split
+                at_zero = a - sum(b * (self.sizes[d] // self.splits[d] // unit)
+                                  for d, unit, b in moved)
+                terms = tuple((self.lengths[d], self.splits[d], unit, b) for d, unit, b in moved)
                 ids.append(self.symbols.symbol(self.index, at_zero, advance, terms))
             starts = ids
         return {f"[{c}, 0, 0]": str(a) for c, a in enumerate(starts)}

@@ -70,19 +70,22 @@ def level_advances_bytes(buf: Buffer, op: Operation, access: Access) -> tuple[in
 class Symbol:
     """One symbolic start address: `%sym_<n>` holds `address` (iteration 0) and the op's
     operand is `affine.apply` of `advance_bytes` (one coefficient per loop level) plus, for
-    an op whose size follows a symbolic length (`Operation.lengths`), `bytes * (L floordiv
-    divisor)` per `(symbol, divisor, bytes)` of `length_terms`: a core's slice of a length
-    starts its share (L / cores) times its slice number into it."""
+    an op whose size follows a symbolic length (`Operation.lengths`), `(share floordiv
+    unit) * bytes` per `(symbol, cores, unit, bytes)` of `length_terms`, share the values
+    each of `cores` slices of the length runs (`SymLength.share`; the bundle's
+    `%share_<symbol>_<cores>`) and unit the values per stick on a stick dim (else 1): a
+    core's slice starts its share times its slice number into the length."""
 
     id: int                       # negative: -n
     address: int
     advance_bytes: tuple[int, ...]
-    length_terms: tuple[tuple[str, int, int], ...] = ()
+    length_terms: tuple[tuple[str, int, int, int], ...] = ()
 
-    def at(self, trips: tuple[int, ...], lengths: dict[str, int]) -> int:
-        """The operand at loop iterations `trips` and symbolic `lengths`."""
+    def at(self, trips: tuple[int, ...], shares: dict[tuple[str, int], int]) -> int:
+        """The operand at loop iterations `trips` and shares `shares` ((symbol, cores) ->
+        values per slice)."""
         return self.address + sum(a * i for a, i in zip(self.advance_bytes, trips)) + \
-            sum(b * (lengths[s] // d) for s, d, b in self.length_terms)
+            sum(b * (shares[s, k] // unit) for s, k, unit, b in self.length_terms)
 
     @property
     def n(self) -> int:
@@ -97,7 +100,7 @@ class SymbolTable:
     per_op: dict[int, list[Symbol]] = field(default_factory=dict)
 
     def symbol(self, op_index: int, address: int, advance_bytes: tuple[int, ...],
-               length_terms: tuple[tuple[str, int, int], ...] = ()) -> int:
+               length_terms: tuple[tuple[str, int, int, int], ...] = ()) -> int:
         """The id of (address, advance, length terms) in op `op_index`: reused when the op
         already has it. (The reference keys ids by address alone; an address that two args
         reach with different advances cannot share one operand, so the advance is part of

@@ -647,7 +647,8 @@ def _symbols(graph: Graph) -> dict:
     if not graph.symbols:
         return {}
     return {"symbols": [{"name": s.name, "granularity": s.granularity, "minimum": s.minimum,
-                         "maximum": s.maximum, "where": s.where, **_value_of(s)}
+                         "maximum": s.maximum, "where": s.where, **_value_of(s),
+                         **({"min_share": s.min_share} if s.min_share else {})}
                         for s in graph.symbols.values()]}
 
 

@@ -302,7 +302,9 @@ class _Line:
             self.expect("]")
             self.skip()
             value = ValueSource(source, index, int(self.match(_SIGNED, "+C or -C")))
-        graph.symbols[name] = SymLength(name, granularity, minimum, maximum, value_of=value)
+        share = self.integer() if self.keyword("share") else 0
+        graph.symbols[name] = SymLength(name, granularity, minimum, maximum, value_of=value,
+                                        min_share=share)
         if not self.keyword("at"):
             raise self.error("at [BUFFER:DIM, ...]")
         for buffer, dim in self.bracketed(self.split):

@@ -45,10 +45,19 @@ class SymLength:
     # and clamped to minimum..maximum (granularity 1): loops over it round up, the mask
     # that made it covers the last tile's rest
     value_of: ValueSource | None = None
+    # the fewest values each busy core of a sized op runs (0: none): at a short length a
+    # var split k ways runs on fewer cores, each `share(length, k)` values, the rest idle
+    # (a weight then reaches a few cores, not every one: `coarse_tiling.symbolic`)
+    min_share: int = 0
 
     def values(self) -> range:
         """Every admissible length, smallest first."""
         return range(self.minimum, self.maximum + 1, self.granularity)
+
+    def share(self, length: int, cores: int) -> int:
+        """Values each busy core of a var of this length split `cores` ways runs: length /
+        cores, or `min_share` when that is more (cores past the length then idle)."""
+        return length if cores <= 1 else max(length // cores, self.min_share)
 
     def admits(self, length: int) -> bool:
         return self.minimum <= length <= self.maximum and \

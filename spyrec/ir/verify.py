@@ -326,11 +326,20 @@ def _length_splits(graph: Graph, op: Operation, splits: dict[str, int]) -> Itera
         symbol, k = graph.symbols.get(name), splits.get(v, 1)
         if symbol is None:
             continue
-        unit = k * (out.layout.elems_per_stick if v == stick else 1)
-        if symbol.granularity % unit:
+        e = out.layout.elems_per_stick if v == stick else 1
+        if symbol.granularity % (k * e):
             yield (f"cores {_splits(splits)}: {v} runs the symbolic length {name} "
                    f"({symbol.describe()}), which {k} cores cannot share in whole "
                    f"{'sticks' if v == stick else 'values'} at every length")
+        elif k > 1 and symbol.min_share and k * symbol.min_share > symbol.maximum:
+            yield (f"cores {_splits(splits)}: {v} runs {name}, whose busy cores each take at "
+                   f"least {symbol.min_share} values, more than the {symbol.maximum // k} "
+                   f"each of {k} holds at the maximum")
+        elif k > 1 and symbol.min_share and (symbol.min_share % e or v in op.reduced):
+            yield (f"cores {_splits(splits)}: {v} runs {name}, whose cores each take at "
+                   f"least {symbol.min_share} values: a {'reduced' if v in op.reduced else 'stick'} "
+                   f"var split over cores would leave idle cores holding partials or a core "
+                   f"a partial stick")
 
 
 def _replicas(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:

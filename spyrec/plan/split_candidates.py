@@ -54,7 +54,7 @@ def greedy_split(graph: Graph, op: Operation, sticks: dict[str, int], cores: int
     One that leaves a core over the span limit gives way to the fitting candidate that
     splits the earliest vars of that order most (a K-split only when nothing else fits: the
     limit is the hardware's); UnsupportedProgram when no valid split fits."""
-    ranges = divisible_ranges(graph, op)
+    ranges = divisible_ranges(graph, op, sticks)
     greedy = _greedy(op, ranges, sticks, cores)
     if fits(graph, op, greedy):
         return greedy
@@ -73,7 +73,7 @@ def candidates(graph: Graph, op: Operation, sticks: dict[str, int], cores: int,
     product <= cores; a reduced var is split only with `k_split`. A split never widens a
     core's span, so when the whole op fits on one core every split does (the common case,
     answered without asking per split)."""
-    valid = _valid(op, divisible_ranges(graph, op), sticks, cores, k_split)
+    valid = _valid(op, divisible_ranges(graph, op, sticks), sticks, cores, k_split)
     if fits(graph, op, {}):
         return valid
     return [s for s in valid if fits(graph, op, s)]
@@ -85,7 +85,8 @@ def span_refusal(graph: Graph, op: Operation, cores: int) -> str | None:
     and what to do — or None when one does."""
     if fits(graph, op, {}):
         return None
-    valid = _valid(op, divisible_ranges(graph, op), stick_vars(graph, op), cores, k_split=True)
+    sticks = stick_vars(graph, op)
+    valid = _valid(op, divisible_ranges(graph, op, sticks), sticks, cores, k_split=True)
     if any(fits(graph, op, s) for s in valid):
         return None
     best = min(valid, key=lambda s: op_span(graph, op, s)[0])
@@ -100,14 +101,26 @@ def span_refusal(graph: Graph, op: Operation, cores: int) -> str | None:
             f"(examples in configs/tiling/) so that each tile spans less")
 
 
-def divisible_ranges(graph: Graph, op: Operation) -> tuple[tuple[str, int], ...]:
+def divisible_ranges(graph: Graph, op: Operation, sticks: dict[str, int] | None = None
+                     ) -> tuple[tuple[str, int], ...]:
     """The op's core ranges as far as a split must divide them: a var running a symbolic
     length (`Operation.lengths`) counts its granularity, which divides every admissible
-    length, so each core gets the same share at all of them."""
+    length, so each core gets the same share at all of them; 1 (no split) for such a var
+    that is reduced, or a stick var whose symbol's `min_share` is not whole sticks (a core's
+    share at a short length is that many values: idle cores would hold partial sums, a busy
+    one a partial stick), and at most maximum / `min_share` ways (a busy core's share must
+    fit the slice it holds at the maximum)."""
     if not op.lengths:
         return op.core_ranges
-    granule = {v: graph.symbols[s].granularity for v, s in op.lengths}
-    return tuple((v, math.gcd(n, granule[v]) if v in granule else n) for v, n in op.core_ranges)
+    unit = {}
+    for v, name in op.lengths:
+        symbol = graph.symbols[name]
+        e = (sticks or {}).get(v, 1)
+        whole = v not in op.reduced and (not symbol.min_share or symbol.min_share % e == 0)
+        unit[v] = symbol.granularity if whole or not symbol.min_share else 1
+        if symbol.min_share:        # a share that fits the core's slice at the maximum
+            unit[v] = math.gcd(unit[v], symbol.maximum // symbol.min_share)
+    return tuple((v, math.gcd(n, unit[v]) if v in unit else n) for v, n in op.core_ranges)
 
 
 def _greedy(op: Operation, ranges: tuple[tuple[str, int], ...], sticks: dict[str, int],

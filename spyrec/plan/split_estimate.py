@@ -335,25 +335,28 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
             share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
             moved += sticks * STICK_BYTES * share / _staged_trips(op, access, sticks, producers)
             if short:
-                moved_short += access_sticks(graph, op, access, short[0]) * STICK_BYTES * share
+                readers = readers_of_access(op, access, short[3]) if is_input else 1
+                moved_short += access_sticks(graph, op, access, short[0]) * STICK_BYTES * \
+                    (p.read_share(readers) if is_input else 1)
     memory_s = memory_seconds(moved, active, p)
     compute_s = _compute_s(op, extent, p)
     ring = _ring_us(op, k_split, p)
     # the neighbours' added traffic does not overlap this op's compute: it is time added
     time_s = max(compute_s, memory_s) + (card_seconds(penalty, p) if penalties else 0)
     if short:   # an op the size of a symbolic length serves its shortest too (`_at_minimum`)
-        extent_short, weight = short
+        extent_short, weight, busy, _ = short
         time_s += weight * max(_compute_s(op, extent_short, p),
-                               memory_seconds(moved_short, active, p))
+                               memory_seconds(moved_short, busy, p))
     return SplitCost(time_us=round(time_s * 1e6 + ring + p.op_overhead_us, 6),
                      compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
                      hbm_bytes_per_core=round(moved), cores=active)
 
 
 def _at_minimum(graph: Graph, op: Operation, extent: dict[str, int], splits: dict[str, int]
-                ) -> tuple[dict[str, int], float] | None:
-    """For an op whose size is a symbolic length (`Operation.lengths`): one core's slice at
-    the symbols' minima and the weight of that end (None for others). Its split is chosen
+                ) -> tuple[dict[str, int], float, int, dict[str, int]] | None:
+    """For an op whose size is a symbolic length (`Operation.lengths`): one busy core's slice
+    at the symbols' minima (`SymLength.share`), the weight of that end, the cores busy there
+    and the split counting only busy slices (None for others). Its split is chosen
     once for every length, so `split_estimate` prices it as its time at the maximum plus its
     time at the minimum scaled up to the maximum's length (weight maximum / minimum, times
     the trips a bound loop around it runs at the minimum over those at the maximum: its
@@ -363,16 +366,17 @@ def _at_minimum(graph: Graph, op: Operation, extent: dict[str, int], splits: dic
     is that sum; its other parts are the maximum's."""
     if not op.lengths:
         return None
-    short, weight = dict(extent), 1.0
+    short, weight, busy_splits = dict(extent), 1.0, dict(splits)
     for v, name in op.lengths:
-        symbol = graph.symbols[name]
-        short[v] = symbol.minimum // splits.get(v, 1)
+        symbol, k = graph.symbols[name], splits.get(v, 1)
+        short[v] = symbol.share(symbol.minimum, k)
+        busy_splits[v] = symbol.minimum // short[v]         # the slices past it idle
         weight = max(weight, symbol.maximum / symbol.minimum)
     for loop in op.loops:       # a loop bound by a length runs fewer trips at the minimum
         if loop.bound is not None and graph.symbols[loop.bound.symbol].value_of is None:
             symbol = graph.symbols[loop.bound.symbol]
             weight *= loop.bound.count(symbol.minimum) / loop.bound.count(symbol.maximum)
-    return short, weight
+    return short, weight, math.prod(busy_splits.values()), busy_splits
 
 
 def time_floor_us(op: Operation, splits: dict[str, int], p: CostParams = DEFAULT_PARAMS

@@ -336,9 +336,9 @@ class ChunkAccess:
                 continue
             keep = np.zeros(1, dtype=np.int64)
             if per_slice:
-                n, k = self.spec.iteration_space[v]
                 values = np.arange(self.chunk.lo[axis], self.chunk.hi[axis])
-                keep = np.flatnonzero((values % (n // k) == 0) | (values == values[0]))
+                keep = np.flatnonzero((values % self.spec.slice_size(v) == 0) |
+                                      (values == values[0]))
             out[axis] = keep
         return out
 
@@ -410,9 +410,9 @@ class ChunkAccess:
         if not isinstance(inner, Var) or inner.name not in chunk.vars:
             return self.env, None
         v, axis = inner.name, chunk.vars.index(inner.name)
-        n, k = self.spec.iteration_space[v]
+        k = self.spec.iteration_space[v][1]
         values = np.arange(chunk.lo[axis], chunk.hi[axis], dtype=np.int64)
-        if len(values) <= 1 or k > 1 and (n // k) % e:
+        if len(values) <= 1 or k > 1 and self.spec.slice_size(v) % e:
             return self.env, None
         keep = np.flatnonzero((values % e == 0) | (values == values[0]))
         run = np.searchsorted(keep, np.arange(len(values)), side="right") - 1
@@ -548,10 +548,11 @@ def core_parts(spec: OpSpec, chunk: Chunk) -> tuple[list[np.ndarray], bool]:
     cells), never on a chunk-sized array: the chunk's map repeats each cell along every
     axis, so it is such a sum exactly when those cells are (a Granite-8B-width layer's
     elementwise ops spent 30% of their time building and comparing chunk-sized core maps)."""
-    per = [spec.iteration_space[v][0] // spec.iteration_space[v][1] for v in spec.vars]
+    per = [spec.slice_size(v) for v in spec.vars]
     grid = np.zeros([k for _, k in spec.iteration_space.values()], dtype=np.int64)
     for c in spec.cores:
-        grid[tuple(c.ranges[v][0] // p for v, p in zip(spec.vars, per))] = c.core
+        if c.points:            # (an idle core of a sized op holds no point)
+            grid[tuple(c.ranges[v][0] // p for v, p in zip(spec.vars, per))] = c.core
     first = [lo // p for lo, p in zip(chunk.lo, per)]
     cells = grid[tuple(slice(f, (hi - 1) // p + 1) if hi > lo else slice(f, f + 1)
                        for f, lo, hi, p in zip(first, chunk.lo, chunk.hi, per))]
@@ -635,9 +636,9 @@ def one_to_one(spec: OpSpec, b: Binding, chunk: Chunk) -> bool | None:
         if v in spec.reduced or hi - lo < 2:
             continue
         coords = tuple(by_var.get(v, ()))
-        n, k = spec.iteration_space[v]
+        k = spec.iteration_space[v][1]
         if b.lx is not None and k > 1:
-            p = n // k
+            p = spec.slice_size(v)
             if not all(_var_one_to_one(coords, v, max(lo, s), min(hi, s + p))
                        for s in range(lo - lo % p, hi, p) if min(hi, s + p) - max(lo, s) > 1):
                 return False

@@ -236,8 +236,9 @@ class SizedCosts:
     at given lengths, for the cost curve: ops alike at the maxima (a stack's layers, the
     same `cost_key`) are priced once per length."""
 
-    def __init__(self, ops: dict[str, OpSpec], p: CostParams = DEFAULT_PARAMS):
-        self.p = p
+    def __init__(self, ops: dict[str, OpSpec], p: CostParams = DEFAULT_PARAMS,
+                 min_shares: dict[str, int] | None = None):
+        self.p, self.min_shares = p, min_shares or {}
         self.alike: dict[tuple, list[OpSpec]] = {}
         for spec in ops.values():
             if spec.lengths:
@@ -247,7 +248,7 @@ class SizedCosts:
         """file -> its `op_cost` row (executions left at 1) at `lengths`."""
         out = {}
         for specs in self.alike.values():
-            row = op_cost(specs[0].at(lengths), 1, self.p)
+            row = op_cost(specs[0].at(lengths, self.min_shares), 1, self.p)
             for spec in specs:
                 out[spec.file] = {**row, "file": spec.file, "index": spec.index,
                                   "name": spec.name, "source": spec.source}

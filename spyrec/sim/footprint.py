@@ -54,9 +54,11 @@ class ArgFootprint:
         self.components = [(vars_, group, any(_leaf_names(c)[1] for c in group))
                            for vars_, group in _components(spec, arg.coordinates[:-1])]
         self.used = frozenset().union(*(support(spec, c) for c in arg.coordinates))
-        # cores reading each slice alike: the splits of the vars the arg does not use
-        self.readers = math.prod(k for v, (_, k) in spec.iteration_space.items()
-                                 if v not in self.used)
+        # cores reading each slice alike: the busy slices of the vars the arg does not use
+        # (a var's split, less the slices an op sized by a short length leaves idle)
+        self.readers = math.prod(_busy_slices(spec, v, k)
+                                 for v, (_, k) in spec.iteration_space.items()
+                                 if v not in self.used and k > 1)
 
     def sticks(self, box: Box) -> int:
         """Distinct sticks touched by the points of `box`."""
@@ -74,6 +76,13 @@ class ArgFootprint:
     def useful(self, box: Box) -> int:
         """Elements used by the points of `box` (see `useful_elements`)."""
         return math.prod(hi - lo for v, (lo, hi) in box.items() if v in self.used)
+
+
+def _busy_slices(spec: OpSpec, v: str, k: int) -> int:
+    """How many of var `v`'s `k` slices have values (all but a sized op's idle ones)."""
+    if v not in spec.lengths:
+        return k
+    return len({c.ranges[v] for c in spec.cores if c.ranges[v][1] > c.ranges[v][0]}) or 1
 
 
 def support(spec: OpSpec, expr: Lin) -> frozenset[str]:

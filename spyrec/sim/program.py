@@ -133,8 +133,10 @@ def read_manifest(path: Path, data: dict) -> tuple[Manifest, Weights]:
     lx_args = _arg_names(path, data, tensors, "lx_args", "LX", lambda t: t.lx_address)
     hbm_args = _arg_names(path, data, tensors, "hbm_args", "HBM", lambda t: t.hbm_address)
     symbols, read_from = read_symbols(path, data.get("symbols", []), tensors, data["inputs"])
+    shares = {s["name"]: s["min_share"] for s in data.get("symbols", []) if "min_share" in s}
     return (Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
-                     data["hbm_bytes"], mutated, lx_args, hbm_args, symbols, read_from),
+                     data["hbm_bytes"], mutated, lx_args, hbm_args, symbols, read_from,
+                     shares),
             _weights(path, data["weights"], tensors))
 
 
@@ -336,11 +338,14 @@ def _check_lengths(path: Path, spec: OpSpec, manifest: Manifest) -> None:
                                  f"{', '.join(manifest.symbols) or 'none'}); re-run spyrec "
                                  f"compile")
         n, k = spec.iteration_space[v]
-        if n != values[-1] or any(length % k for length in values):
-            raise InputFileError(f"{where}: N_ {n} split {k} ways, but {name} runs "
-                                 f"{values[0]}..{values[-1]} by {values.step}: N_ must be its "
-                                 f"maximum and the split must divide every length; re-run "
-                                 f"spyrec compile")
+        m = manifest.min_shares.get(name, 0)
+        if n != values[-1] or k > 1 and any(
+                length % max(length // k, m) or max(length // k, m) > n // k or
+                length // k >= m and length % k for length in values):
+            raise InputFileError(f"{where}: N_ {n} split {k} ways (each busy core at least "
+                                 f"{m} values), but {name} runs {values[0]}..{values[-1]} by "
+                                 f"{values.step}: N_ must be its maximum and every length "
+                                 f"whole shares; re-run spyrec compile")
 
 
 # One execution as `program_from_documents` takes it: (sdsc file, operand values, line and

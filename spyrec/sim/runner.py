@@ -179,7 +179,8 @@ def at_lengths(program: OutputProgram, lengths: dict[str, int]) -> OutputProgram
 
     trace = tuple((kernel.name, ex) for kernel in program.manifest.kernels
                   for ex in read_bundle(program.out_dir / kernel.bundle, lengths))
-    ops = {name: spec.at(lengths) for name, spec in program.ops.items()}
+    shares = program.manifest.min_shares
+    ops = {name: spec.at(lengths, shares) for name, spec in program.ops.items()}
     return replace(program, trace=trace, ops=ops)
 
 

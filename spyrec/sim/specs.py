@@ -102,6 +102,8 @@ class Manifest:
     symbols: dict[str, range] = field(default_factory=dict)
     # the symbolic lengths read from an input's value at run time, not from a shape
     read_from: dict[str, "ValueRead"] = field(default_factory=dict)
+    # symbol -> `min_share` (absent: 0): each busy core of a sized op runs at least that many
+    min_shares: dict[str, int] = field(default_factory=dict)
 
     def maxima(self) -> dict[str, int]:
         """Every symbolic length at its maximum: what the files are planned for."""
@@ -205,6 +207,14 @@ class OpSpec:
     # var -> symbolic length it runs (`dimToSymbolMapping_`): the spec is at the symbol's
     # maximum; `at` gives it at another length
     lengths: dict[str, str] = field(default_factory=dict)
+    # var -> values per core slice where that is not range / split (`at`: a short length's
+    # share, `min_share`, the slices past the length idle)
+    shares: dict[str, int] = field(default_factory=dict)
+
+    def slice_size(self, v: str) -> int:
+        """Values of var `v` in one core's slice (the last busy one may hold fewer)."""
+        n, k = self.iteration_space[v]
+        return self.shares.get(v, n // k)
 
     @property
     def vars(self) -> tuple[str, ...]:
@@ -250,30 +260,41 @@ class OpSpec:
     def output(self) -> ArgSpec:
         return self.args[-1]
 
-    def at(self, lengths: dict[str, int]) -> "OpSpec":
+    def at(self, lengths: dict[str, int], min_shares: dict[str, int] | None = None
+           ) -> "OpSpec":
         """This op at symbolic `lengths` (self, when it runs no symbolic length): each var
-        of `self.lengths` runs its length, each core the same share of it from its slice's
-        start (k * L / split); LX args are core-local over that share, and a symbolic arg's
-        per-core origins move with it. Layouts and addresses stay the maximum's."""
+        of `self.lengths` runs its length, split k ways: core slice j runs values
+        [j*s, (j+1)*s) of it cut at the length, s = max(L / k, the symbol's `min_shares`
+        entry) (manifest `min_share`; the slices past the length idle); LX args are
+        core-local over that share, and a symbolic arg's per-core origins move with it.
+        Layouts and addresses stay the maximum's."""
         sizes = {v: lengths[s] for v, s in self.lengths.items() if s in lengths}
         if not sizes or all(self.iteration_space[v][0] == n for v, n in sizes.items()):
             return self
+        shares = {}
         for v, n in sizes.items():
-            k = self.iteration_space[v][1]
-            if n % k or n > self.iteration_space[v][0]:
+            top, k = self.iteration_space[v]
+            shares[v] = n if k <= 1 else max(n // k, (min_shares or {}).get(self.lengths[v], 0))
+            whole = shares[v] and n % shares[v] == 0 and (shares[v] > n // k or n % k == 0)
+            if not whole or n > top or shares[v] > top // k:
                 raise InputFileError(f"{self.describe()}: {v} runs {self.lengths[v]} = {n}, "
-                                     f"which its {k} cores cannot share evenly, or past its "
-                                     f"maximum {self.iteration_space[v][0]}")
+                                     f"which its {k} cores cannot share in whole parts of "
+                                     f"{shares[v]}, or past its maximum {top}")
         space = {v: ((sizes[v], k) if v in sizes else (n, k))
                  for v, (n, k) in self.iteration_space.items()}
-        scale = {v: (sizes[v], self.iteration_space[v][0]) for v in sizes}   # (L, max)
-        slices = [{v: c.ranges[v][0] // (m // self.iteration_space[v][1])
-                   for v, (_, m) in scale.items()} for c in self.cores]
-        args = tuple(_arg_at(a, space, scale, slices) for a in self.args)
-        cores = tuple(CoreSplit(c.core, _ranges_at(c.ranges, space, self.iteration_space),
+        # var -> (share, share at the maximum): what a slice's origin scales by
+        scale = {v: (shares[v], self.iteration_space[v][0] // self.iteration_space[v][1])
+                 for v in sizes}
+        slices = [{v: c.ranges[v][0] // top for v, (_, top) in scale.items()}
+                  for c in self.cores]
+        pieces = {v: shares.get(v, n // k) for v, (n, k) in self.iteration_space.items()
+                  if k > 1}
+        args = tuple(_arg_at(a, pieces, scale, slices) for a in self.args)
+        cores = tuple(CoreSplit(c.core, _ranges_at(c.ranges, sizes, shares, scale),
                                 _starts_at(c, args, slices[i], scale))
                       for i, c in enumerate(self.cores))
-        return _replace(self, iteration_space=space, cores=cores, args=args)
+        uneven = {v: n for v, n in shares.items() if n * space[v][1] != space[v][0]}
+        return _replace(self, iteration_space=space, cores=cores, args=args, shares=uneven)
 
     def describe(self) -> str:
         """How messages name this op: file, op kind, FX name and source line."""
@@ -281,27 +302,27 @@ class OpSpec:
         return f"{self.file} ({self.op} '{self.name}'{where})"
 
 
-def _ranges_at(ranges: dict[str, tuple[int, int]], space: dict, maximum: dict) -> dict:
-    """A core's ranges when `space` replaces the `maximum` iteration space: a var whose size
-    changed runs the same slice number of its new per-core share."""
+def _ranges_at(ranges: dict[str, tuple[int, int]], sizes: dict[str, int],
+               shares: dict[str, int], scale: dict) -> dict:
+    """A core's ranges at other lengths: a var of `sizes` (var -> length) runs the same slice
+    number of its `shares` (var -> values per slice), cut at the length (empty past it)."""
     out = {}
     for v, (lo, hi) in ranges.items():
-        n, k = space[v]
-        if n == maximum[v][0]:
+        if v not in sizes:
             out[v] = (lo, hi)
-        else:
-            share, slice_ = n // k, lo // (maximum[v][0] // k)
-            out[v] = (slice_ * share, (slice_ + 1) * share)
+            continue
+        j = lo // scale[v][1]
+        out[v] = (min(j * shares[v], sizes[v]), min((j + 1) * shares[v], sizes[v]))
     return out
 
 
-def _arg_at(arg: ArgSpec, space: dict, scale: dict, slices: list[dict[str, int]]
+def _arg_at(arg: ArgSpec, pieces: dict[str, int], scale: dict, slices: list[dict[str, int]]
             ) -> ArgSpec:
-    """`arg` of an op run at the iteration `space` (`OpSpec.at`; `scale`: var -> (length,
-    maximum) of each var that runs a symbolic length; `slices`: per core, its slice number
-    of each such var)."""
+    """`arg` of an op run at other lengths (`OpSpec.at`; `pieces`: each split var's values
+    per slice there; `scale`: var -> (share, share at the maximum) of each var that runs a
+    symbolic length; `slices`: per core, its slice number of each such var)."""
     if arg.global_coordinates:
-        local = {Var(v): mod(var(v), n // k) for v, (n, k) in space.items() if k > 1}
+        local = {Var(v): mod(var(v), n) for v, n in pieces.items()}
         return _replace(arg, coordinates=tuple(substitute(c, local)
                                                for c in arg.global_coordinates))
     moved = [(v, step) for v, step in arg.origin_steps if v in scale]

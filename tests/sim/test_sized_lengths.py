@@ -79,31 +79,37 @@ def test_no_op_loops_and_each_file_names_its_length(sized):
 
 
 def test_a_split_length_starts_each_core_at_its_share(sized):
-    """Core c of a length split k ways starts c * L / k rows in: bundle.mlir adds
-    `(L floordiv k) * (c * row bytes)` to the start at length 0, so the operands of a sized
-    op's execution move with the length by exactly that."""
+    """Core c of a length split k ways starts c * share rows in, share = max(L / k,
+    min_share) (`SymLength.share`): bundle.mlir computes `%share_<s>_<k>` from the length
+    argument and adds `(share floordiv unit) * (slice * row bytes)` to the start at length
+    0; the operands of each sized op's execution at two lengths differ by exactly that."""
     from spyrec.sim.bundle import read_bundle
 
     _, out = sized
     text = (out / "bundle.mlir").read_text()
     (symbol,) = re.findall(r"func.func @sdsc_bundle\(%(\w+): index", text)
-    maps = {int(k): (int(div), int(b)) for k, div, b in re.findall(
-        r"#map_(\d+) = affine_map<\(\)\[s0, s1\] -> \(s0 \+ \(s1 floordiv (\d+)\) \* (\d+)\)>",
-        text)}
+    (entry,) = load_json(out / "manifest.json")["symbols"]
+    m = entry.get("min_share", 0)
+    maps = {}
+    for k, expr in re.findall(r"#map_(\d+) = affine_map<\(\)\[s0, s1\] -> \(s0 \+ (.+)\)>", text):
+        unit, b = (re.fullmatch(r"\(s1 floordiv (\d+)\) \* (\d+)", expr) or
+                   re.fullmatch(r"()s1 \* (\d+)", expr)).groups()
+        maps[k] = (int(unit or 1), int(b))
     assert maps, "no per-core start moves with the length"
-    applied = dict(re.findall(r"%addr_(\d+) = affine\.apply #map_(\d+)\(\)\[%sym_\d+(?:, %\w+)?\]",
-                              text))
+    applied = {n: (k, int(cores)) for n, k, cores in re.findall(
+        r"%addr_(\d+) = affine\.apply #map_(\d+)\(\)\[%sym_\d+, %share_\w+?_(\d+)\]", text)}
     short, full = read_bundle(out / "bundle.mlir", {symbol: 128}), \
         read_bundle(out / "bundle.mlir", {symbol: 256})
     assert [e.file for e in short] == [e.file for e in full]      # no loop: once each
-    moved = 0
     for a, b in zip(short, full):
         for sid, x, y in zip(a.symbol_ids, a.operands, b.operands):
-            k = int(applied[str(-sid)])
-            div, step = maps.get(k, (1, 0))
-            assert y - x == (256 // div - 128 // div) * step
-            moved += y != x
-    assert moved > 0
+            if str(-sid) not in applied:
+                assert x == y
+                continue
+            k, cores = applied[str(-sid)]
+            unit, step = maps[k]
+            share = [max(n // cores, m) for n in (128, 256)]
+            assert y - x == (share[1] // unit - share[0] // unit) * step
 
 
 @pytest.mark.parametrize("n", [128, 192, 256])
@@ -146,28 +152,34 @@ def test_the_curve_prices_each_length_as_its_run_does(sized):
     assert curve[1]["hbm_bytes"] - curve[0]["hbm_bytes"] >= 64 * 128 * 4 + 64 * 256 * 4
 
 
-def test_every_core_runs_an_equal_share_of_the_length(sized):
-    """`OpSpec.at`: the cores' ranges of the length var tile 0..L exactly, each L / k long,
-    in slice order; the other vars' ranges are the maximum's."""
+def test_every_busy_core_runs_an_equal_share_of_the_length(sized):
+    """`OpSpec.at`: the busy cores' ranges of the length var tile 0..L exactly, each
+    share = max(L / k, min_share) long, in slice order; the cores past the length are idle
+    (an empty range); the other vars' ranges are the maximum's."""
     from spyrec.sim.runner import load_output_dir
 
     program = load_output_dir(sized[1])
-    symbol = program.manifest.maxima()
-    (name,) = symbol
+    shares = program.manifest.min_shares
+    (name,) = program.manifest.maxima()
+    m = shares.get(name, 0)
+    assert m == 16        # 128 tokens / the broadcast cohort of 8, a divisor of 64
     for spec in program.ops.values():
         if not spec.lengths:
             continue
         (v,) = spec.lengths
         for n in (128, 192):
-            at = spec.at({name: n})
+            at = spec.at({name: n}, shares)
             k = at.iteration_space[v][1]
-            assert at.iteration_space[v][0] == n
-            spans = sorted({c.ranges[v] for c in at.cores})
-            assert spans == [(i * n // k, (i + 1) * n // k) for i in range(k)]
+            share = max(n // k, m) if k > 1 else n
+            assert at.iteration_space[v][0] == n and at.slice_size(v) == share
+            busy = sorted({c.ranges[v] for c in at.cores if c.ranges[v][1] > c.ranges[v][0]})
+            assert busy == [(i * share, (i + 1) * share) for i in range(n // share)]
+            assert sum(1 for c in at.cores if not c.points) == \
+                len(at.cores) - len(at.cores) * (n // share) // k
             for c, c0 in zip(at.cores, spec.cores):
                 assert {u: r for u, r in c.ranges.items() if u != v} == \
                     {u: r for u, r in c0.ranges.items() if u != v}
-        assert spec.at({name: 256}) is spec
+        assert spec.at({name: 256}, shares) is spec
 
 
 def _tampered(out, tmp_path, change):
@@ -281,3 +293,17 @@ def test_causal_attention_of_the_length_equals_eager(tmp_path_factory, n):
     with torch.no_grad():
         want = _Causal()(*(t[:, :, :n] for t in (q, k, v))).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_at_the_minimum_the_weight_reaches_8_cores_and_is_read_once(sized):
+    """The projection splits its rows; at 128 tokens each busy core runs min_share = 16 rows,
+    so 8 cores read the fp32 weight [256, 128] (a cohort of 8: read once) and x's 128 rows
+    once; at 256 tokens 16 cores are busy, the weight read twice."""
+    from spyrec.sim.runner import simulate
+
+    _, out = sized
+    for n, cores, weight_reads in ((128, 8, 1), (256, 16, 2)):
+        (mm,) = [o for o in simulate(out, {"x": _tokens(n)}).cost["ops"]
+                 if o["op"] == "batchmatmul"]
+        assert mm["cores_used"] == cores
+        assert mm["hbm_read_bytes"] == weight_reads * 256 * 128 * 4 + n * 128 * 4
