@@ -19,7 +19,10 @@ argument per symbol, named after it and carrying its ladder as attributes
 spyre.max_value = 2048 : i64}`), and a loop whose trip count is a length over a fixed tile
 (`ir.graph.LoopBound`) computes its bound from it: `%loop_bound_<k> = arith.divui %s81, %c64`
 (`arith.ceildivui` for a length read from an input's value, which the tile need not divide).
-Every address stays a constant or a tile base: nothing else depends on the length.
+An op sized by a length (`Operation.lengths`) starts each core at its slice's share: once per
+(symbol, cores) `%share_<symbol>_<cores>` is the length over the cores, at least the
+symbol's `min_share` (`arith.divui`, `arith.maxsi`), and each symbolic start is the address
+at length 0 plus that share times its bytes per value (`_map_expr`).
 
 Beside the text, `bundle_file` gives the executions the text runs, as data (each trip a loop
 runs unrolled, each operand evaluated), for the cost estimate `spyrec compile` writes into

@@ -151,7 +151,8 @@ class _Emitter:
             digits = self.dims.var_digits.get(v, [])
             if len(digits) != 1:
                 raise NotExpressible(f"{v} runs the symbolic length {symbol} but is "
-                                     f"{len(digits)} SuperDSC dims, not one")
+                                     f"{len(digits)} SuperDSC dims, not one (compile with "
+                                     f"--set coarse_tiling.symbolic=tiled)")
             out[digits[0]] = symbol
         return out
 

@@ -325,13 +325,18 @@ def _arg_at(arg: ArgSpec, pieces: dict[str, int], scale: dict, slices: list[dict
         local = {Var(v): mod(var(v), n) for v, n in pieces.items()}
         return _replace(arg, coordinates=tuple(substitute(c, local)
                                                for c in arg.global_coordinates))
-    moved = [(v, step) for v, step in arg.origin_steps if v in scale]
-    if arg.symbols is None or not moved:
+    if arg.symbols is None or not any(v in scale for v, _ in arg.origin_steps):
         return arg
-    origins = tuple(o - sum(s[v] * (step - step * scale[v][0] // scale[v][1])
-                            for v, step in moved)
+    origins = tuple(o - _origin_shift(arg, s, scale)
                     for o, s in zip(arg.core_origin_bytes, slices))
     return _replace(arg, core_origin_bytes=origins)
+
+
+def _origin_shift(arg: ArgSpec, slices: dict[str, int], scale: dict) -> int:
+    """Bytes a core's first element moves back when its shares shrink (`scale`: var ->
+    (share, share at the maximum); `slices`: its slice number of each)."""
+    return sum(slices[v] * (step - step * scale[v][0] // scale[v][1])
+               for v, step in arg.origin_steps if v in scale)
 
 
 def _starts_at(core: CoreSplit, args: tuple[ArgSpec, ...], slices: dict[str, int],
@@ -339,13 +344,8 @@ def _starts_at(core: CoreSplit, args: tuple[ArgSpec, ...], slices: dict[str, int
     """A core's `arg_start_bytes` at another length: an arg with a fixed start keeps it
     unless it walks a var whose share moved (then its start, like a symbolic arg's origin,
     moves by the share's change); None stays None (LX, symbolic, gathered)."""
-    out = []
-    for start, a in zip(core.arg_start_bytes, args):
-        if start is not None:
-            start -= sum(slices[v] * (step - step * scale[v][0] // scale[v][1])
-                         for v, step in a.origin_steps if v in scale)
-        out.append(start)
-    return tuple(out)
+    return tuple(None if start is None else start - _origin_shift(a, slices, scale)
+                 for start, a in zip(core.arg_start_bytes, args))
 
 
 def device_layout(label: str, size: list, stride_map: list, device_dtype: str) -> DeviceLayout:
