@@ -286,8 +286,9 @@ class _Line:
         graph.outputs = self.bracketed(self.name)
 
     def symbol(self, graph: Graph) -> None:
-        """`symbol NAME MIN..MAX by GRANULARITY at [BUFFER:DIM, ...]`: a symbolic length and
-        the input and output dims that have it."""
+        """`symbol NAME MIN..MAX by GRANULARITY [value INPUT[I]+C] [share M] at [BUFFER:DIM,
+        ...]`: a symbolic length and the input and output dims that have it
+        (`printer._symbol`)."""
         name = self.name()
         minimum = self.integer()
         self.expect("..")

@@ -307,3 +307,19 @@ def test_at_the_minimum_the_weight_reaches_8_cores_and_is_read_once(sized):
                  if o["op"] == "batchmatmul"]
         assert mm["cores_used"] == cores
         assert mm["hbm_read_bytes"] == weight_reads * 256 * 128 * 4 + n * 128 * 4
+
+
+def test_a_symbols_min_share_prints_parses_and_bounds_the_split():
+    """`share M` on the symbol line round-trips; a split whose k * M passes the maximum is
+    a verify problem (a busy core's share would not fit the slice it holds there)."""
+    from spyrec.ir.parser import parse
+    from spyrec.ir.printer import format_graph
+    from spyrec.ir.verify import verify
+
+    text = TEXT.replace("by 16 at", "by 16 share 16 at")
+    graph = parse(text)
+    assert graph.symbols["s"].min_share == 16 and graph.symbols["s"].share(128, 16) == 16
+    assert graph.symbols["s"].share(256, 8) == 32 and format_graph(graph) == text
+    assert not any("share" in p for p in verify(parse(text.replace("a:32", "a:16"))))
+    assert any("each take at least 16 values, more than the 8 each of 32 holds" in p
+               for p in verify(parse(TEXT.replace("by 16 at", "by 32 share 16 at"))))
