@@ -29,7 +29,7 @@ from spyrec.errors import InputFileError
 from spyrec.layout.dtypes import device_dtype_for
 from spyrec.sim.lengths import read_symbols
 from spyrec.sim.specs import (
-    Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout)
+    Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout, fits_shares, slice_share)
 from spyrec.sim.superdsc import Resolver, SuperDscReader, lx_starts_of
 
 _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
@@ -339,9 +339,8 @@ def _check_lengths(path: Path, spec: OpSpec, manifest: Manifest) -> None:
                                  f"compile")
         n, k = spec.iteration_space[v]
         m = manifest.min_shares.get(name, 0)
-        if n != values[-1] or k > 1 and any(
-                length % max(length // k, m) or max(length // k, m) > n // k or
-                length // k >= m and length % k for length in values):
+        if n != values[-1] or not all(fits_shares(length, n, k, slice_share(length, k, m))
+                                      for length in values):
             raise InputFileError(f"{where}: N_ {n} split {k} ways (each busy core at least "
                                  f"{m} values), but {name} runs {values[0]}..{values[-1]} by "
                                  f"{values.step}: N_ must be its maximum and every length "

@@ -274,9 +274,8 @@ class OpSpec:
         shares = {}
         for v, n in sizes.items():
             top, k = self.iteration_space[v]
-            shares[v] = n if k <= 1 else max(n // k, (min_shares or {}).get(self.lengths[v], 0))
-            whole = shares[v] and n % shares[v] == 0 and (shares[v] > n // k or n % k == 0)
-            if not whole or n > top or shares[v] > top // k:
+            shares[v] = slice_share(n, k, (min_shares or {}).get(self.lengths[v], 0))
+            if not fits_shares(n, top, k, shares[v]):
                 raise InputFileError(f"{self.describe()}: {v} runs {self.lengths[v]} = {n}, "
                                      f"which its {k} cores cannot share in whole parts of "
                                      f"{shares[v]}, or past its maximum {top}")
@@ -300,6 +299,20 @@ class OpSpec:
         """How messages name this op: file, op kind, FX name and source line."""
         where = f", {self.source}" if self.source else ""
         return f"{self.file} ({self.op} '{self.name}'{where})"
+
+
+def slice_share(length: int, cores: int, min_share: int = 0) -> int:
+    """Values each busy slice of a length split `cores` ways runs: length / cores, at least
+    the symbol's `min_share` (manifest `symbols`; the slices past the length idle)."""
+    return length if cores <= 1 else max(length // cores, min_share)
+
+
+def fits_shares(length: int, top: int, cores: int, share: int) -> bool:
+    """Whether slices of `share` values cut `length` (at most `top`, split `cores` ways)
+    into whole slices that each fit the slice a core holds at `top`."""
+    exact = share > length // cores or length % cores == 0
+    return share > 0 and length % share == 0 and exact and length <= top and \
+        share <= top // cores
 
 
 def _ranges_at(ranges: dict[str, tuple[int, int]], sizes: dict[str, int],
