@@ -463,6 +463,10 @@ def _work_division_text(plan: dict | None) -> list[str]:
                  f"us greedy (one execution of each op)"]
     lines += [f"  {r['op']:<24} {r['split']} {r['time_us']:.3f} us, greedy {r['greedy_split']} "
               f"{r['greedy_time_us']:.3f} us" for r in plan["ops"] if r["split"] != r["greedy_split"]]
+    for row in plan.get("length_shares", ()):
+        steps = ", ".join(f"{m} up to {upto}" for upto, m in row["min_shares"]) or "none"
+        lines.append(f"  minimum share per busy core of ops sized by {row['symbol']}: {steps} "
+                     f"(values of the length; by the cost model at each length)")
     return lines
 
 

@@ -56,8 +56,8 @@ def cost_curve(output: BuiltOutput, cost: dict, ops: dict | None = None) -> list
     from spyrec.sim.cost import SizedCosts, cost_at
 
     kernels = output.manifest["kernels"]
-    sized = SizedCosts(ops or {}, min_shares={s.name: s.min_share for s in output.symbols
-                                              if s.min_share})
+    sized = SizedCosts(ops or {}, min_shares={s.name: s.min_shares for s in output.symbols
+                                              if s.min_shares})
     return [{"lengths": lengths, **cost_at(
                 cost, {k["name"]: output.run_counts[k["bundle"]].at(lengths) for k in kernels},
                 resized=sized.rows(lengths))}

@@ -21,7 +21,8 @@ spyre.max_value = 2048 : i64}`), and a loop whose trip count is a length over a 
 (`arith.ceildivui` for a length read from an input's value, which the tile need not divide).
 An op sized by a length (`Operation.lengths`) starts each core at its slice's share: once per
 (symbol, cores) `%share_<symbol>_<cores>` is the length over the cores, at least the
-symbol's `min_share` (`arith.divui`, `arith.maxsi`), and each symbolic start is the address
+symbol's minimum share at that length (`arith.divui`, `arith.maxsi`; the share's steps by
+length, `arith.cmpi` / `arith.select`, once per symbol), and each symbolic start is the address
 at length 0 plus that share times its bytes per value (`_map_expr`).
 
 Beside the text, `bundle_file` gives the executions the text runs, as data (each trip a loop
@@ -119,10 +120,15 @@ class _Builder:
             return {"maps": [], "body": self.body}
         head = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index"]
         tiles = {loop.bound.per_trip for loop in self.bounds if loop.bound}
-        tiles |= {k for _, k in self.shares} | {symbols[s].min_share for s, _ in self.shares}
+        floored = dict.fromkeys(s for s, _ in self.shares if symbols[s].floors())
+        tiles |= {k for _, k in self.shares}
+        tiles |= {n for s in floored for step in symbols[s].min_shares for n in step}
         head += [f"%c{n} = arith.constant {n} : index" for n in sorted(tiles - {0, 1})]
         head += [_loop_bound(k, loop, symbols) for k, loop in enumerate(self.bounds)]
-        head += [line for key in self.shares for line in _share(*key, symbols)]
+        floors = {s: _floor(symbols[s]) for s in floored}
+        head += [line for lines, _ in floors.values() for line in lines]
+        head += [line for (s, k) in self.shares
+                 for line in _share(s, k, floors[s][1] if s in floors else None)]
         head += [f"%sym_{s.n} = arith.constant {s.address} : index" for s in self.syms]
         maps = [{"index": k, "dims": [f"d{j}" for j in range(len(adv))],
                  "symbols": ["s0"] + [f"s{j}" for j in range(1, len(terms) + 1)],
@@ -179,15 +185,34 @@ class _Builder:
                          f'"{name}", symbol_ids = [{ids}]}}')
 
 
-def _share(symbol: str, cores: int, symbols: Mapping[str, SymLength]) -> list[str]:
+def _floor(symbol: SymLength) -> tuple[list[str], str]:
+    """The lines computing the symbol's minimum share at its length (`SymLength.min_share`:
+    steps chosen per length by work division, the first whose length reaches it counting, 0
+    past the last) and the value holding it: a constant for one step to the maximum, else a
+    chain of `arith.cmpi ule` and `arith.select` from the last step back."""
+    name, steps = symbol.name, symbol.min_shares
+    to_end = steps[-1][0] >= symbol.maximum
+    value, lines = f"%c{steps[-1][1] if to_end else 0}", []
+    chain = steps[:-1] if to_end else steps
+    for k in range(len(chain), 0, -1):
+        upto, m = chain[k - 1]
+        lines += [f"%floor_{name}_le_{k} = arith.cmpi ule, %{name}, %c{upto} : index",
+                  f"%floor_{name}_{k} = arith.select %floor_{name}_le_{k}, %c{m}, {value} "
+                  f": index"]
+        value = f"%floor_{name}_{k}"
+    return lines, value
+
+
+def _share(symbol: str, cores: int, floor: str | None) -> list[str]:
     """`%share_<symbol>_<cores>`: the values each busy slice of a length split `cores` ways
     runs (`SymLength.share`): the length over the cores (exact: the cores divide the
-    granularity), at least the symbol's `min_share`."""
-    name, m = f"%share_{symbol}_{cores}", symbols[symbol].min_share
-    if not m:
+    granularity), at least the symbol's minimum share at that length (`floor`: its value,
+    `_floor`; None: the symbol has none)."""
+    name = f"%share_{symbol}_{cores}"
+    if floor is None:
         return [f"{name} = arith.divui %{symbol}, %c{cores} : index"]
     return [f"%len_{symbol}_{cores} = arith.divui %{symbol}, %c{cores} : index",
-            f"{name} = arith.maxsi %len_{symbol}_{cores}, %c{m} : index"]
+            f"{name} = arith.maxsi %len_{symbol}_{cores}, {floor} : index"]
 
 
 def _loop_bound(k: int, loop: Loop, symbols: Mapping[str, SymLength]) -> str:

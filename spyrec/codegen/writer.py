@@ -648,7 +648,8 @@ def _symbols(graph: Graph) -> dict:
         return {}
     return {"symbols": [{"name": s.name, "granularity": s.granularity, "minimum": s.minimum,
                          "maximum": s.maximum, "where": s.where, **_value_of(s),
-                         **({"min_share": s.min_share} if s.min_share else {})}
+                         **({"min_shares": [list(step) for step in s.min_shares]}
+                            if s.min_shares else {})}
                         for s in graph.symbols.values()]}
 
 

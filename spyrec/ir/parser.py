@@ -286,8 +286,8 @@ class _Line:
         graph.outputs = self.bracketed(self.name)
 
     def symbol(self, graph: Graph) -> None:
-        """`symbol NAME MIN..MAX by GRANULARITY [value INPUT[I]+C] [share M] at [BUFFER:DIM,
-        ...]`: a symbolic length and the input and output dims that have it
+        """`symbol NAME MIN..MAX by GRANULARITY [value INPUT[I]+C] [share [M to L, ...]] at
+        [BUFFER:DIM, ...]`: a symbolic length and the input and output dims that have it
         (`printer._symbol`)."""
         name = self.name()
         minimum = self.integer()
@@ -303,13 +303,20 @@ class _Line:
             self.expect("]")
             self.skip()
             value = ValueSource(source, index, int(self.match(_SIGNED, "+C or -C")))
-        share = self.integer() if self.keyword("share") else 0
+        steps = tuple(self.bracketed(self.share_step)) if self.keyword("share") else ()
         graph.symbols[name] = SymLength(name, granularity, minimum, maximum, value_of=value,
-                                        min_share=share)
+                                        min_shares=steps)
         if not self.keyword("at"):
             raise self.error("at [BUFFER:DIM, ...]")
         for buffer, dim in self.bracketed(self.split):
             graph.symbolic_dims.setdefault(buffer, {})[dim] = name
+
+    def share_step(self) -> tuple[int, int]:
+        """`M to L` of a symbol's `share [...]`: (L, M)."""
+        share = self.integer()
+        if not self.keyword("to"):
+            raise self.error("to LENGTH")
+        return self.integer(), share
 
     def mutated(self, graph: Graph) -> None:
         def pair() -> tuple[str, str]:

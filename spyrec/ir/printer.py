@@ -104,16 +104,18 @@ def format_op(op: Operation) -> str:
 
 
 def _symbol(graph: Graph, symbol) -> str:
-    """`symbol NAME MIN..MAX by GRANULARITY [value INPUT[I]+C] [share M] at [BUFFER:DIM,
-    ...]`: a symbolic length (read from an input's element plus C at run time, with
-    `value`; each busy core of a sized op running at least M values, with `share`) and the
-    input and output dims that have it."""
+    """`symbol NAME MIN..MAX by GRANULARITY [value INPUT[I]+C] [share [M to L, ...]] at
+    [BUFFER:DIM, ...]`: a symbolic length (read from an input's element plus C at run time,
+    with `value`; each busy core of a sized op running at least M values at lengths up to
+    L, the first step that reaches a length counting, with `share`) and the input and output
+    dims that have it."""
     dims = [f"{format_name(b)}:{d}" for b, by_dim in graph.symbolic_dims.items()
             for d, name in by_dim.items() if name == symbol.name]
     value = symbol.value_of
     source = "" if value is None else \
         f" value {format_name(value.input)}[{value.index}]{value.offset:+d}"
-    share = f" share {symbol.min_share}" if symbol.min_share else ""
+    steps = ", ".join(f"{m} to {upto}" for upto, m in symbol.min_shares)
+    share = f" share [{steps}]" if steps else ""
     return (f"symbol {format_name(symbol.name)} {symbol.minimum}..{symbol.maximum} by "
             f"{symbol.granularity}{source}{share} at [{', '.join(dims)}]")
 

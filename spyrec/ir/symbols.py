@@ -45,19 +45,48 @@ class SymLength:
     # and clamped to minimum..maximum (granularity 1): loops over it round up, the mask
     # that made it covers the last tile's rest
     value_of: ValueSource | None = None
-    # the fewest values each busy core of a sized op runs (0: none): at a short length a
-    # var split k ways runs on fewer cores, each `share(length, k)` values, the rest idle
-    # (a weight then reaches a few cores, not every one: `coarse_tiling.symbolic`)
-    min_share: int = 0
+    # the fewest values each busy core of a sized op runs, by length: (up to length, share)
+    # steps, ascending; a length uses the first step that reaches it (none: no floor). At a
+    # short length a var split k ways then runs on fewer cores, each `share(length, k)`
+    # values, the rest idle: a weight reaches a few cores, not every one. Chosen per length
+    # by the cost model (`plan/length_shares.py`); before that, one step at the maximum
+    # plans the split (`coarse_tiling.symbolic`)
+    min_shares: tuple[tuple[int, int], ...] = ()
 
     def values(self) -> range:
         """Every admissible length, smallest first."""
         return range(self.minimum, self.maximum + 1, self.granularity)
 
+    def min_share(self, length: int) -> int:
+        """The fewest values a busy core of a sized op runs at `length` (0: no floor)."""
+        return next((m for upto, m in self.min_shares if length <= upto), 0)
+
     def share(self, length: int, cores: int) -> int:
         """Values each busy core of a var of this length split `cores` ways runs: length /
-        cores, or `min_share` when that is more (cores past the length then idle)."""
-        return length if cores <= 1 else max(length // cores, self.min_share)
+        cores, or `min_share(length)` when that is more (cores past the length then idle)."""
+        return length if cores <= 1 else max(length // cores, self.min_share(length))
+
+    def splits(self, cores: int, unit: int = 1, reduced: bool = False) -> bool:
+        """Can a var of this length be split `cores` ways at every admissible length: each
+        busy core whole `unit`s (a stick var: its elements per stick) and whole slices that
+        fit the slice it holds at the maximum, and for a `reduced` var no idle core (it
+        would hold a partial sum)? Length / cores is whole units when the granularity is;
+        a floor that binds (a length below cores x floor) must be whole units itself."""
+        if cores <= 1:
+            return True
+        if self.granularity % (cores * unit):
+            return False
+        low = self.minimum
+        for upto, m in self.min_shares:
+            if m and low <= upto and low < cores * m:       # the floor binds at `low`
+                if reduced or m % unit or self.granularity % m or cores * m > self.maximum:
+                    return False
+            low = max(low, upto + 1 + (self.minimum - upto - 1) % self.granularity)
+        return True
+
+    def floors(self) -> frozenset[int]:
+        """Every minimum share some length uses."""
+        return frozenset(m for _, m in self.min_shares if m)
 
     def admits(self, length: int) -> bool:
         return self.minimum <= length <= self.maximum and \

@@ -316,7 +316,9 @@ def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
 def _length_splits(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
     """A var running a symbolic length (`Operation.lengths`) is split by a divisor of the
     granularity, so that at every admissible length each core runs the same whole number of
-    values (whole sticks, where the var walks the output's stick dim)."""
+    values (whole sticks, where the var walks the output's stick dim), and so that where the
+    symbol's minimum share binds, the busy cores' shares fit and are whole
+    (`SymLength.splits`)."""
     out = graph.buffers.get(op.output.buffer)
     stick = None
     if op.lengths and out is not None and out.layout is not None and _tiles(out):
@@ -331,15 +333,13 @@ def _length_splits(graph: Graph, op: Operation, splits: dict[str, int]) -> Itera
             yield (f"cores {_splits(splits)}: {v} runs the symbolic length {name} "
                    f"({symbol.describe()}), which {k} cores cannot share in whole "
                    f"{'sticks' if v == stick else 'values'} at every length")
-        elif k > 1 and symbol.min_share and k * symbol.min_share > symbol.maximum:
+        elif not symbol.splits(k, e, v in op.reduced):
+            floors = ", ".join(f"{m} to {upto}" for upto, m in symbol.min_shares)
+            why = "an idle core would hold a partial sum" if v in op.reduced else \
+                f"a busy core's share would pass the {symbol.maximum // k} it holds at the " \
+                f"maximum or not be whole {'sticks' if v == stick else 'values'}"
             yield (f"cores {_splits(splits)}: {v} runs {name}, whose busy cores each take at "
-                   f"least {symbol.min_share} values, more than the {symbol.maximum // k} "
-                   f"each of {k} holds at the maximum")
-        elif k > 1 and symbol.min_share and (symbol.min_share % e or v in op.reduced):
-            yield (f"cores {_splits(splits)}: {v} runs {name}, whose cores each take at "
-                   f"least {symbol.min_share} values: a {'reduced' if v in op.reduced else 'stick'} "
-                   f"var split over cores would leave idle cores holding partials or a core "
-                   f"a partial stick")
+                   f"least [{floors}] values: at some length {why}")
 
 
 def _replicas(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
@@ -645,6 +645,19 @@ def check_signature(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
                    f"{list(buf.host_size)}")
 
 
+def check_min_shares(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    """A symbol's minimum-share steps (`SymLength.min_shares`) ascend in length, and each
+    share divides the granularity (every admissible length is then whole shares)."""
+    for symbol in graph.symbols.values():
+        uptos = [upto for upto, _ in symbol.min_shares]
+        if uptos != sorted(set(uptos)):
+            yield f"symbol {symbol.name}: share steps do not ascend in length: {uptos}"
+        for upto, m in symbol.min_shares:
+            if m < 0 or m and symbol.granularity % m:
+                yield (f"symbol {symbol.name}: share {m} to {upto} does not divide the "
+                       f"granularity {symbol.granularity}")
+
+
 def check_def_use(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
     """Intermediates and outputs are written by an earlier op before any op reads them."""
     written: set[str] = set()
@@ -761,5 +774,5 @@ def check_loop_keys(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
 
 
 GRAPH_CHECKS: tuple[Callable[[Graph, tuple[str, ...]], Iterator[str]], ...] = (
-    check_signature, check_def_use, check_facts, check_memory, check_lx_slices,
-    check_loop_keys)
+    check_signature, check_min_shares, check_def_use, check_facts, check_memory,
+    check_lx_slices, check_loop_keys)

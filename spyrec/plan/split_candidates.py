@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import lru_cache
 from typing import Iterator
 
 from spyrec.device import MAX_SPAN_BYTES
@@ -34,6 +35,7 @@ from spyrec.ir.graph import REPLICA_VAR
 from spyrec.ir.lx import replica_fields, replica_ranges
 from spyrec.ir.ops import PARTIAL_SUMS
 from spyrec.ir.span import fits, op_span, outermost
+from spyrec.ir.symbols import SymLength
 
 
 def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
@@ -105,22 +107,25 @@ def divisible_ranges(graph: Graph, op: Operation, sticks: dict[str, int] | None 
                      ) -> tuple[tuple[str, int], ...]:
     """The op's core ranges as far as a split must divide them: a var running a symbolic
     length (`Operation.lengths`) counts its granularity, which divides every admissible
-    length, so each core gets the same share at all of them; 1 (no split) for such a var
-    that is reduced, or a stick var whose symbol's `min_share` is not whole sticks (a core's
-    share at a short length is that many values: idle cores would hold partial sums, a busy
-    one a partial stick), and at most maximum / `min_share` ways (a busy core's share must
-    fit the slice it holds at the maximum)."""
+    length, so each core gets the same share at all of them, and only as many ways as
+    `SymLength.splits` allows where the symbol's minimum share binds (each busy core whole
+    sticks of a stick var and a share that fits its slice at the maximum; a reduced var no
+    idle cores): the largest such divisor of the granularity, so that every divisor of it
+    is allowed too (a floor binding at k cores binds at every multiple of k)."""
     if not op.lengths:
         return op.core_ranges
     unit = {}
     for v, name in op.lengths:
-        symbol = graph.symbols[name]
         e = (sticks or {}).get(v, 1)
-        whole = v not in op.reduced and (not symbol.min_share or symbol.min_share % e == 0)
-        unit[v] = symbol.granularity if whole or not symbol.min_share else 1
-        if symbol.min_share:        # a share that fits the core's slice at the maximum
-            unit[v] = math.gcd(unit[v], symbol.maximum // symbol.min_share)
+        unit[v] = most_ways(graph.symbols[name], e, v in op.reduced) * e
     return tuple((v, math.gcd(n, unit[v]) if v in unit else n) for v, n in op.core_ranges)
+
+
+@lru_cache(maxsize=1 << 10)
+def most_ways(symbol: SymLength, unit: int = 1, reduced: bool = False) -> int:
+    """The most cores a var of `symbol`'s length may be split over (`SymLength.splits`)."""
+    return max(k for k in range(1, symbol.granularity + 1)
+               if symbol.granularity % k == 0 and symbol.splits(k, unit, reduced))
 
 
 def _greedy(op: Operation, ranges: tuple[tuple[str, int], ...], sticks: dict[str, int],

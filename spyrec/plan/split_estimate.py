@@ -312,7 +312,30 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
     active = math.prod(splits.values())
     k_split = _k_split(op, splits)
     short = _at_minimum(graph, op, extent, splits)
-    moved = penalty = moved_short = 0
+    offchip, moved, penalty = _offchip(graph, op, splits, extent, k_split, producers, p)
+    memory_s = memory_seconds(moved, active, p)
+    compute_s = _compute_s(op, extent, p)
+    ring = _ring_us(op, k_split, p)
+    # the neighbours' added traffic does not overlap this op's compute: it is time added
+    time_s = max(compute_s, memory_s) + (card_seconds(penalty, p) if penalties else 0)
+    if short:   # an op the size of a symbolic length serves its shortest too (`_at_minimum`)
+        extent_short, weight, busy, busy_splits = short
+        moved_short = _moved_at(graph, op, offchip, extent_short, busy_splits, p)
+        time_s += weight * max(_compute_s(op, extent_short, p),
+                               memory_seconds(moved_short, busy, p))
+    return SplitCost(time_us=round(time_s * 1e6 + ring + p.op_overhead_us, 6),
+                     compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
+                     hbm_bytes_per_core=round(moved), cores=active)
+
+
+def _offchip(graph: Graph, op: Operation, splits: dict[str, int], extent: dict[str, int],
+             k_split: int, producers: Producers | None, p: CostParams
+             ) -> tuple[list[tuple[Access, bool]], float, int]:
+    """The accesses `op` split as `splits` makes in HBM ((access, is it a read) each), the
+    bytes one core moves for them, and the bytes its split makes its neighbours move (a
+    writer's write of an input it breaks off LX, a K-split's readers' reads)."""
+    offchip: list[tuple[Access, bool]] = []
+    moved = penalty = 0
     for is_input, access in [(True, a) for a in op.reads()] + [(False, op.output)]:
         buf = graph.buffers[access.buffer]
         sticks = access_sticks(graph, op, access, extent)
@@ -332,24 +355,51 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
         elif in_lx and producers is not None and not producers.readers_keep(op, splits):
             in_lx = False             # a reader takes other slices: the output goes to HBM
         if not in_lx:
+            offchip.append((access, is_input))
             share = p.read_share(readers_of_access(op, access, splits)) if is_input else 1
             moved += sticks * STICK_BYTES * share / _staged_trips(op, access, sticks, producers)
-            if short:
-                readers = readers_of_access(op, access, short[3]) if is_input else 1
-                moved_short += access_sticks(graph, op, access, short[0]) * STICK_BYTES * \
-                    (p.read_share(readers) if is_input else 1)
-    memory_s = memory_seconds(moved, active, p)
-    compute_s = _compute_s(op, extent, p)
-    ring = _ring_us(op, k_split, p)
-    # the neighbours' added traffic does not overlap this op's compute: it is time added
-    time_s = max(compute_s, memory_s) + (card_seconds(penalty, p) if penalties else 0)
-    if short:   # an op the size of a symbolic length serves its shortest too (`_at_minimum`)
-        extent_short, weight, busy, _ = short
-        time_s += weight * max(_compute_s(op, extent_short, p),
-                               memory_seconds(moved_short, busy, p))
-    return SplitCost(time_us=round(time_s * 1e6 + ring + p.op_overhead_us, 6),
-                     compute_us=round(compute_s * 1e6, 6), memory_us=round(memory_s * 1e6, 6),
-                     hbm_bytes_per_core=round(moved), cores=active)
+    return offchip, moved, penalty
+
+
+def _moved_at(graph: Graph, op: Operation, offchip: list[tuple[Access, bool]],
+              extent: dict[str, int], busy_splits: dict[str, int], p: CostParams) -> float:
+    """Bytes one busy core moves for the `offchip` accesses (`_offchip`) with slice extents
+    `extent`, the busy slices `busy_splits` sharing its reads."""
+    moved = 0.0
+    for access, is_input in offchip:
+        readers = readers_of_access(op, access, busy_splits) if is_input else 1
+        moved += access_sticks(graph, op, access, extent) * STICK_BYTES * \
+            (p.read_share(readers) if is_input else 1)
+    return moved
+
+
+def offchip_accesses(graph: Graph, op: Operation, producers: Producers,
+                     p: CostParams = DEFAULT_PARAMS) -> list[tuple[Access, bool]]:
+    """The accesses `op`, split as its `core_splits`, makes in HBM ((access, is it a read)
+    each), as `split_estimate` decides them: what `sized_time_us` prices."""
+    splits = op.core_splits
+    return _offchip(graph, op, splits, core0_slice(op, splits), _k_split(op, splits),
+                    producers, p)[0]
+
+
+def sized_time_us(graph: Graph, op: Operation, offchip: list[tuple[Access, bool]],
+                  lengths: dict[str, int], floors: dict[str, int],
+                  p: CostParams = DEFAULT_PARAMS) -> float:
+    """One execution of an op whose size is a symbolic length (`Operation.lengths`), split
+    as its `core_splits`, at `lengths` (symbol -> length) when each busy core of a var of
+    symbol s runs max(length / k, `floors[s]`) values (`SymLength.share`; the slices past
+    the length idle): what work division's `plan/length_shares.py` compares. `offchip`: its
+    `offchip_accesses` (LX residency and penalties are the maximum's, as `split_estimate`
+    prices them)."""
+    splits = op.core_splits
+    extent, busy = core0_slice(op, splits), dict(splits)
+    for v, name in op.lengths:
+        n, k = lengths[name], splits.get(v, 1)
+        extent[v] = n if k <= 1 else max(n // k, floors.get(name, 0))
+        busy[v] = n // extent[v]
+    moved = _moved_at(graph, op, offchip, extent, busy, p)
+    time_s = max(_compute_s(op, extent, p), memory_seconds(moved, math.prod(busy.values()), p))
+    return time_s * 1e6 + _ring_us(op, _k_split(op, splits), p) + p.op_overhead_us
 
 
 def _at_minimum(graph: Graph, op: Operation, extent: dict[str, int], splits: dict[str, int]

@@ -3,7 +3,8 @@
 The bundle is a tiny program (docs/formats.md, DESIGN §5): its function's arguments are
 symbolic lengths (bound from the inputs: `lengths`), `arith.constant`/`arith.addi` for
 addresses, `arith.divui` / `arith.ceildivui` for a trip count that is a length over a tile
-(exact for a shape's length, rounded up for one read from a value), nested `scf.for` with
+(exact for a shape's length, rounded up for one read from a value), `arith.cmpi` /
+`arith.select` / `arith.maxsi` for a sized op's per-core share of a length, nested `scf.for` with
 constant bounds or, for a loop whose trips depend on the enclosing loop's index, bounds
 computed by `affine.min` and `arith.maxsi` (a clamped line in that index), `affine.apply`
 for per-iteration tile bases, and one `sdscbundle.sdsc_execute` per device op. Interpreting
@@ -206,6 +207,26 @@ def _ceildivui(op: Operation, st: _State) -> None:
 @_handles("arith.maxsi")
 def _maxsi(op: Operation, st: _State) -> None:
     st.env[op.results[0]] = max(st.env[op.operands[0]], st.env[op.operands[1]])
+
+
+# arith.cmpi predicates (MLIR's numbering) on index values, which are never negative here
+_COMPARE = {0: int.__eq__, 1: int.__ne__, 2: int.__lt__, 3: int.__le__, 4: int.__gt__,
+            5: int.__ge__, 6: int.__lt__, 7: int.__le__, 8: int.__gt__, 9: int.__ge__}
+
+
+@_handles("arith.cmpi")
+def _cmpi(op: Operation, st: _State) -> None:
+    """A length against a step of its minimum share (`arith.cmpi ule`)."""
+    predicate = op.predicate.value.data  # type: ignore[attr-defined]
+    st.env[op.results[0]] = int(_COMPARE[predicate](st.env[op.operands[0]],
+                                                    st.env[op.operands[1]]))
+
+
+@_handles("arith.select")
+def _select(op: Operation, st: _State) -> None:
+    """The minimum share of the step a length falls in."""
+    cond, yes, no = (st.env[v] for v in op.operands)
+    st.env[op.results[0]] = yes if cond else no
 
 
 @_handles("affine.min")

@@ -237,7 +237,7 @@ class SizedCosts:
     same `cost_key`) are priced once per length."""
 
     def __init__(self, ops: dict[str, OpSpec], p: CostParams = DEFAULT_PARAMS,
-                 min_shares: dict[str, int] | None = None):
+                 min_shares: dict[str, tuple[tuple[int, int], ...]] | None = None):
         self.p, self.min_shares = p, min_shares or {}
         self.alike: dict[tuple, list[OpSpec]] = {}
         for spec in ops.values():

@@ -29,7 +29,8 @@ from spyrec.errors import InputFileError
 from spyrec.layout.dtypes import device_dtype_for
 from spyrec.sim.lengths import read_symbols
 from spyrec.sim.specs import (
-    Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout, fits_shares, slice_share)
+    Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout, fits_shares, share_floor,
+    slice_share)
 from spyrec.sim.superdsc import Resolver, SuperDscReader, lx_starts_of
 
 _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
@@ -133,7 +134,8 @@ def read_manifest(path: Path, data: dict) -> tuple[Manifest, Weights]:
     lx_args = _arg_names(path, data, tensors, "lx_args", "LX", lambda t: t.lx_address)
     hbm_args = _arg_names(path, data, tensors, "hbm_args", "HBM", lambda t: t.hbm_address)
     symbols, read_from = read_symbols(path, data.get("symbols", []), tensors, data["inputs"])
-    shares = {s["name"]: s["min_share"] for s in data.get("symbols", []) if "min_share" in s}
+    shares = {s["name"]: tuple((upto, m) for upto, m in s["min_shares"])
+              for s in data.get("symbols", []) if "min_shares" in s}
     return (Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
                      data["hbm_bytes"], mutated, lx_args, hbm_args, symbols, read_from,
                      shares),
@@ -338,11 +340,13 @@ def _check_lengths(path: Path, spec: OpSpec, manifest: Manifest) -> None:
                                  f"{', '.join(manifest.symbols) or 'none'}); re-run spyrec "
                                  f"compile")
         n, k = spec.iteration_space[v]
-        m = manifest.min_shares.get(name, 0)
+        steps = manifest.min_shares.get(name, ())
+        floor = [share_floor(steps, length) for length in values]
         if n != values[-1] or not all(fits_shares(length, n, k, slice_share(length, k, m))
-                                      for length in values):
+                                      for length, m in zip(values, floor)):
+            floors = ", ".join(f"{m} to {upto}" for upto, m in steps) or "none"
             raise InputFileError(f"{where}: N_ {n} split {k} ways (each busy core at least "
-                                 f"{m} values), but {name} runs {values[0]}..{values[-1]} by "
+                                 f"[{floors}] values), but {name} runs {values[0]}..{values[-1]} by "
                                  f"{values.step}: N_ must be its maximum and every length "
                                  f"whole shares; re-run spyrec compile")
 

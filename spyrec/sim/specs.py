@@ -102,8 +102,9 @@ class Manifest:
     symbols: dict[str, range] = field(default_factory=dict)
     # the symbolic lengths read from an input's value at run time, not from a shape
     read_from: dict[str, "ValueRead"] = field(default_factory=dict)
-    # symbol -> `min_share` (absent: 0): each busy core of a sized op runs at least that many
-    min_shares: dict[str, int] = field(default_factory=dict)
+    # symbol -> its `min_shares` steps ((up to length, share), ...; absent: none): each busy
+    # core of a sized op runs at least the share of the first step reaching the length
+    min_shares: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def maxima(self) -> dict[str, int]:
         """Every symbolic length at its maximum: what the files are planned for."""
@@ -260,12 +261,12 @@ class OpSpec:
     def output(self) -> ArgSpec:
         return self.args[-1]
 
-    def at(self, lengths: dict[str, int], min_shares: dict[str, int] | None = None
-           ) -> "OpSpec":
+    def at(self, lengths: dict[str, int],
+           min_shares: dict[str, tuple[tuple[int, int], ...]] | None = None) -> "OpSpec":
         """This op at symbolic `lengths` (self, when it runs no symbolic length): each var
         of `self.lengths` runs its length, split k ways: core slice j runs values
-        [j*s, (j+1)*s) of it cut at the length, s = max(L / k, the symbol's `min_shares`
-        entry) (manifest `min_share`; the slices past the length idle); LX args are
+        [j*s, (j+1)*s) of it cut at the length, s = max(L / k, the symbol's minimum share at
+        L) (manifest `min_shares`, `share_floor`; the slices past the length idle); LX args are
         core-local over that share, and a symbolic arg's per-core origins move with it.
         Layouts and addresses stay the maximum's."""
         sizes = {v: lengths[s] for v, s in self.lengths.items() if s in lengths}
@@ -274,7 +275,8 @@ class OpSpec:
         shares = {}
         for v, n in sizes.items():
             top, k = self.iteration_space[v]
-            shares[v] = slice_share(n, k, (min_shares or {}).get(self.lengths[v], 0))
+            floor = share_floor((min_shares or {}).get(self.lengths[v], ()), n)
+            shares[v] = slice_share(n, k, floor)
             if not fits_shares(n, top, k, shares[v]):
                 raise InputFileError(f"{self.describe()}: {v} runs {self.lengths[v]} = {n}, "
                                      f"which its {k} cores cannot share in whole parts of "
@@ -301,9 +303,16 @@ class OpSpec:
         return f"{self.file} ({self.op} '{self.name}'{where})"
 
 
+def share_floor(steps: tuple[tuple[int, int], ...], length: int) -> int:
+    """A symbol's minimum share at `length` (manifest `symbols[].min_shares`): the share of
+    the first (up to length, share) step that reaches it, else 0."""
+    return next((m for upto, m in steps if length <= upto), 0)
+
+
 def slice_share(length: int, cores: int, min_share: int = 0) -> int:
     """Values each busy slice of a length split `cores` ways runs: length / cores, at least
-    the symbol's `min_share` (manifest `symbols`; the slices past the length idle)."""
+    the symbol's minimum share at that length (`share_floor`; the slices past the length
+    idle)."""
     return length if cores <= 1 else max(length // cores, min_share)
 
 

@@ -24,6 +24,10 @@ from spyrec.errors import InputFileError
 from tests.programs import compile_pt2, export, load_json
 
 SIZED = ["coarse_tiling.symbolic=sized"]
+# the minimum share work division chose, by length (up to length: share): 16 rows at every
+# length, 128 tokens / the broadcast cohort of 8 (a divisor of 64); the projection's 16
+# cores then run 8 busy at 128 tokens, all 16 from 256 (`plan/length_shares.py`)
+FLOORS = {256: 16}
 
 
 class _Mlp(torch.nn.Module):
@@ -79,9 +83,9 @@ def test_no_op_loops_and_each_file_names_its_length(sized):
 
 
 def test_a_split_length_starts_each_core_at_its_share(sized):
-    """Core c of a length split k ways starts c * share rows in, share = max(L / k,
-    min_share) (`SymLength.share`): bundle.mlir computes `%share_<s>_<k>` from the length
-    argument and adds `(share floordiv unit) * (slice * row bytes)` to the start at length
+    """Core c of a length split k ways starts c * share rows in, share = max(L / k, the
+    minimum share at L) (`SymLength.share`): bundle.mlir computes `%share_<s>_<k>` from the
+    length argument and adds `(share floordiv unit) * (slice * row bytes)` to the start at length
     0; the operands of each sized op's execution at two lengths differ by exactly that."""
     from spyrec.sim.bundle import read_bundle
 
@@ -89,7 +93,10 @@ def test_a_split_length_starts_each_core_at_its_share(sized):
     text = (out / "bundle.mlir").read_text()
     (symbol,) = re.findall(r"func.func @sdsc_bundle\(%(\w+): index", text)
     (entry,) = load_json(out / "manifest.json")["symbols"]
-    m = entry.get("min_share", 0)
+    steps = entry.get("min_shares", [])
+
+    def floor(n: int) -> int:
+        return next((m for upto, m in steps if n <= upto), 0)
     maps = {}
     for k, expr in re.findall(r"#map_(\d+) = affine_map<\(\)\[s0, s1\] -> \(s0 \+ (.+)\)>", text):
         unit, b = (re.fullmatch(r"\(s1 floordiv (\d+)\) \* (\d+)", expr) or
@@ -108,7 +115,7 @@ def test_a_split_length_starts_each_core_at_its_share(sized):
                 continue
             k, cores = applied[str(-sid)]
             unit, step = maps[k]
-            share = [max(n // cores, m) for n in (128, 256)]
+            share = [max(n // cores, floor(n)) for n in (128, 256)]
             assert y - x == (share[1] // unit - share[0] // unit) * step
 
 
@@ -154,15 +161,15 @@ def test_the_curve_prices_each_length_as_its_run_does(sized):
 
 def test_every_busy_core_runs_an_equal_share_of_the_length(sized):
     """`OpSpec.at`: the busy cores' ranges of the length var tile 0..L exactly, each
-    share = max(L / k, min_share) long, in slice order; the cores past the length are idle
-    (an empty range); the other vars' ranges are the maximum's."""
+    share = max(L / k, the minimum share at L) long, in slice order; the cores past the
+    length are idle (an empty range); the other vars' ranges are the maximum's."""
     from spyrec.sim.runner import load_output_dir
 
     program = load_output_dir(sized[1])
     shares = program.manifest.min_shares
     (name,) = program.manifest.maxima()
-    m = shares.get(name, 0)
-    assert m == 16        # 128 tokens / the broadcast cohort of 8, a divisor of 64
+    floors = dict((upto, m) for upto, m in shares.get(name, ()))
+    assert floors == FLOORS, floors
     for spec in program.ops.values():
         if not spec.lengths:
             continue
@@ -170,6 +177,7 @@ def test_every_busy_core_runs_an_equal_share_of_the_length(sized):
         for n in (128, 192):
             at = spec.at({name: n}, shares)
             k = at.iteration_space[v][1]
+            m = next(m for upto, m in sorted(floors.items()) if n <= upto)
             share = max(n // k, m) if k > 1 else n
             assert at.iteration_space[v][0] == n and at.slice_size(v) == share
             busy = sorted({c.ranges[v] for c in at.cores if c.ranges[v][1] > c.ranges[v][0]})
@@ -310,16 +318,23 @@ def test_at_the_minimum_the_weight_reaches_8_cores_and_is_read_once(sized):
 
 
 def test_a_symbols_min_share_prints_parses_and_bounds_the_split():
-    """`share M` on the symbol line round-trips; a split whose k * M passes the maximum is
-    a verify problem (a busy core's share would not fit the slice it holds there)."""
+    """`share [M to L, ...]` on the symbol line round-trips; a split whose k * M passes the
+    maximum where M binds is a verify problem (a busy core's share would not fit the slice
+    it holds there), and so is a step whose share does not divide the granularity."""
     from spyrec.ir.parser import parse
     from spyrec.ir.printer import format_graph
     from spyrec.ir.verify import verify
 
-    text = TEXT.replace("by 16 at", "by 16 share 16 at")
+    text = TEXT.replace("by 16 at", "by 16 share [16 to 192, 8 to 256] at")
     graph = parse(text)
-    assert graph.symbols["s"].min_share == 16 and graph.symbols["s"].share(128, 16) == 16
-    assert graph.symbols["s"].share(256, 8) == 32 and format_graph(graph) == text
+    s = graph.symbols["s"]
+    assert s.min_shares == ((192, 16), (256, 8)) and format_graph(graph) == text
+    assert [s.min_share(n) for n in (128, 192, 208, 256)] == [16, 16, 8, 8]
+    assert s.share(128, 16) == 16 and s.share(256, 8) == 32 and s.share(208, 32) == 8
     assert not any("share" in p for p in verify(parse(text.replace("a:32", "a:16"))))
-    assert any("each take at least 16 values, more than the 8 each of 32 holds" in p
-               for p in verify(parse(TEXT.replace("by 16 at", "by 32 share 16 at"))))
+    # 32 cores x 16 values pass the maximum 256 where 16 binds (128 < 32 * 16)
+    assert any("whose busy cores each take at least [16 to 256] values: at some length a "
+               "busy core's share would pass the 8 it holds at the maximum" in p
+               for p in verify(parse(TEXT.replace("by 16 at", "by 32 share [16 to 256] at"))))
+    assert any("share 12 to 256 does not divide the granularity 16" in p
+               for p in verify(parse(TEXT.replace("by 16 at", "by 16 share [12 to 256] at"))))

@@ -154,33 +154,23 @@ def _size_looped(graph: Graph, named: DimNames) -> None:
 
 
 def _set_min_shares(graph: Graph) -> None:
-    """Each symbol that sizes ops gets a `min_share` (`SymLength.share`): about its minimum
-    over the broadcast cohort (costmodel: 8 cores reading one slice cost one read), so at
-    the shortest length a var split over every core runs on about 8 of them and a weight
-    each reads whole is read once, not once per 8 busy cores; from the length where
-    length / cores reaches it, every core is busy as before. It divides the granularity
-    (every length is whole shares) and is whole sticks of the sized vars that are stick
-    vars when that keeps at least 4 cores busy at the minimum (else those vars are not
-    split: `split_candidates.divisible_ranges`). Measured on Llama (tiny, 128..2,048):
-    16 values leaves its stick-var rope ops on 4 cores (2,048 tokens: 1.18x the static
-    program), 32 costs 128 tokens 1.11x instead of 0.94x and serves both ends."""
+    """Each symbol that sizes ops gets the minimum share work division plans its splits
+    with (`SymLength.min_shares`, one step to the maximum): about its minimum over the
+    broadcast cohort (costmodel: 8 cores reading one slice cost one read), a divisor of the
+    granularity (every length is whole shares), so that at the shortest length a var split
+    over every core runs on about 8 of them and a weight each reads whole is read once, not
+    once per 8 busy cores. Work division then chooses the share of each length by the cost
+    model (`plan/length_shares.py`)."""
     from spyrec.costmodel import DEFAULT_PARAMS
-    from spyrec.plan.split_candidates import stick_vars
 
     used = {name for op in graph.ops for _, name in op.lengths}
     for name in sorted(used):
         symbol = graph.symbols[name]
         target = symbol.minimum // DEFAULT_PARAMS.broadcast_cohort
-        stick = max((e for op in graph.ops if any(s == name for _, s in op.lengths)
-                     for v, e in stick_vars(graph, op).items()
-                     if v in dict(op.lengths)), default=1)
-        up = -(-target // stick) * stick
-        if target and up <= symbol.minimum // 4 and symbol.granularity % up == 0:
-            share = up
-        else:
-            share = max((d for d in range(1, target + 1) if symbol.granularity % d == 0),
-                        default=0)
-        graph.symbols[name] = replace(symbol, min_share=share)
+        share = max((d for d in range(1, target + 1) if symbol.granularity % d == 0),
+                    default=0)
+        graph.symbols[name] = replace(
+            symbol, min_shares=((symbol.maximum, share),) if share else ())
 
 
 def _size_writers(graph: Graph) -> None:
@@ -436,12 +426,13 @@ def _proof(symbol: SymLength, most: int, partial: list[str], sized: int = 0) -> 
              "LX: per-tile buffers have the tile's size, the same at every length"]
     if sized:
         lines += [f"sized ops: {sized} ops run the length whole, split k ways into shares "
-                  f"of s = max(L/k, {symbol.min_share}) values (k divides "
-                  f"{symbol.granularity} and k * {symbol.min_share} <= {symbol.maximum}: "
-                  f"checked); at a length L core j runs values [j*s, (j+1)*s) cut at L, so "
-                  f"nothing past L is read or written; its LX slice is the first s rows of "
-                  f"the maximum's (s <= maximum/k), its HBM window inside the tensor "
-                  f"allocated at the maximum"]
+                  f"of s = max(L/k, m(L)) values, m(L) the minimum share at L (work division "
+                  f"chooses it per length; k divides {symbol.granularity} and where m(L) "
+                  f"binds, k * m(L) <= {symbol.maximum}, whole sticks of a stick var, no "
+                  f"split of a reduced var: checked); at a length L core j runs values "
+                  f"[j*s, (j+1)*s) cut at L, so nothing past L is read or written; its LX "
+                  f"slice is the first s rows of the maximum's (s <= maximum/k), its HBM "
+                  f"window inside the tensor allocated at the maximum"]
     if symbol.value_of is None:
         lines += [f"tiles: the tile of each loop divides {symbol.granularity}, so every "
                   f"admissible length is whole tiles" + (
