@@ -438,7 +438,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
         "ops": len(graph.ops),
         "hbm_bytes": ctx.report.get("hbm_bytes", 0),
         "memory_planning": ctx.report.get("memory_planning"),
-    } | ({"symbols": ctx.report["symbols"]} if "symbols" in ctx.report else {})
+    } | {key: ctx.report[key] for key in ("symbols", "length_shares") if key in ctx.report}
 
 
 def _split_padding_text(padding: dict | None) -> list[str]:
@@ -463,10 +463,17 @@ def _work_division_text(plan: dict | None) -> list[str]:
                  f"us greedy (one execution of each op)"]
     lines += [f"  {r['op']:<24} {r['split']} {r['time_us']:.3f} us, greedy {r['greedy_split']} "
               f"{r['greedy_time_us']:.3f} us" for r in plan["ops"] if r["split"] != r["greedy_split"]]
-    for row in plan.get("length_shares", ()):
+    return lines
+
+
+def _length_shares_text(rows: list | None) -> list[str]:
+    """length_shares: each symbol's minimum share per busy core, by length."""
+    lines = []
+    for row in rows or ():
         steps = ", ".join(f"{m} up to {upto}" for upto, m in row["min_shares"]) or "none"
-        lines.append(f"  minimum share per busy core of ops sized by {row['symbol']}: {steps} "
-                     f"(values of the length; by the cost model at each length)")
+        lines += ["", f"length shares: each busy core of an op sized by {row['symbol']} runs "
+                      f"at least {steps} values of the length (by the cost model at each "
+                      f"length)"]
     return lines
 
 
@@ -524,6 +531,7 @@ def report_text(report: dict) -> str:
                       f"{gat['index_checks']}"]
     lines += _work_division_text(report.get("work_division"))
     lines += _staged_text(report.get("stage_inputs"))
+    lines += _length_shares_text(report.get("length_shares"))
     lines += _scratchpad_text(report.get("scratchpad"))
     lines += ["", f"ops: {report['ops']}", f"device memory: {report['hbm_bytes']} bytes"]
     plan = report.get("memory_planning")

@@ -68,10 +68,11 @@ class SymLength:
 
     def splits(self, cores: int, unit: int = 1, reduced: bool = False) -> bool:
         """Can a var of this length be split `cores` ways at every admissible length: each
-        busy core whole `unit`s (a stick var: its elements per stick) and whole slices that
-        fit the slice it holds at the maximum, and for a `reduced` var no idle core (it
-        would hold a partial sum)? Length / cores is whole units when the granularity is;
-        a floor that binds (a length below cores x floor) must be whole units itself."""
+        busy core whole `unit`s (a stick var: its elements per stick) within the slice it
+        holds at the maximum, and for a `reduced` var no idle core (it would hold a partial
+        sum)? Length / cores is whole units when the granularity is; a floor that binds (a
+        length below cores x floor) must be whole units itself (the last busy slice, cut at
+        the length, is then whole units too: every length is)."""
         if cores <= 1:
             return True
         if self.granularity % (cores * unit):
@@ -79,7 +80,7 @@ class SymLength:
         low = self.minimum
         for upto, m in self.min_shares:
             if m and low <= upto and low < cores * m:       # the floor binds at `low`
-                if reduced or m % unit or self.granularity % m or cores * m > self.maximum:
+                if reduced or m % unit or cores * m > self.maximum:
                     return False
             low = max(low, upto + 1 + (self.minimum - upto - 1) % self.granularity)
         return True

@@ -646,16 +646,15 @@ def check_signature(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
 
 
 def check_min_shares(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
-    """A symbol's minimum-share steps (`SymLength.min_shares`) ascend in length, and each
-    share divides the granularity (every admissible length is then whole shares)."""
+    """A symbol's minimum-share steps (`SymLength.min_shares`) ascend in length, and no
+    share is negative."""
     for symbol in graph.symbols.values():
         uptos = [upto for upto, _ in symbol.min_shares]
         if uptos != sorted(set(uptos)):
             yield f"symbol {symbol.name}: share steps do not ascend in length: {uptos}"
         for upto, m in symbol.min_shares:
-            if m < 0 or m and symbol.granularity % m:
-                yield (f"symbol {symbol.name}: share {m} to {upto} does not divide the "
-                       f"granularity {symbol.granularity}")
+            if m < 0:
+                yield f"symbol {symbol.name}: share {m} to {upto} is negative"
 
 
 def check_def_use(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:

@@ -26,7 +26,7 @@ from spyrec.ir.graph import Buffer, Graph, Operation, constants_text
 OP_FIELDS = tuple(f.name for f in fields(Operation) if f.name != "name")
 BUFFER_FIELDS = tuple(f.name for f in fields(Buffer) if f.name != "name")
 # every name a contract may list in `writes`
-WRITABLE = ("ops", "buffers", "signature", "constants",
+WRITABLE = ("ops", "buffers", "signature", "constants", "symbols",
             *(f"Operation.{f}" for f in OP_FIELDS), *(f"Buffer.{f}" for f in BUFFER_FIELDS))
 
 
@@ -40,6 +40,7 @@ class Snapshot:
     signature: tuple
     constants: tuple
     values: tuple       # the constants' values, held so their ids stay theirs
+    symbols: tuple = ()     # the symbolic lengths (frozen values), by name
 
 
 def _op_values(op: Operation) -> tuple:
@@ -49,6 +50,10 @@ def _op_values(op: Operation) -> tuple:
 
 def _buffer_values(buf: Buffer) -> tuple:
     return tuple(getattr(buf, f) for f in BUFFER_FIELDS)
+
+
+def _symbols(graph: Graph) -> tuple:
+    return tuple(sorted(graph.symbols.items()))
 
 
 def _signature(graph: Graph) -> tuple:
@@ -71,7 +76,8 @@ def snapshot(graph: Graph) -> Snapshot:
     constants, values = constants_state(graph)
     return Snapshot(ops=ops, order=tuple(op.name for op in graph.ops),
                     buffers={name: _buffer_values(b) for name, b in graph.buffers.items()},
-                    signature=_signature(graph), constants=constants, values=values)
+                    signature=_signature(graph), constants=constants, values=values,
+                    symbols=_symbols(graph))
 
 
 def written_fields(before: Snapshot, graph: Graph) -> dict[str, str]:
@@ -105,4 +111,7 @@ def written_fields(before: Snapshot, graph: Graph) -> dict[str, str]:
                             "the set or order of constant buffers")
     if _signature(graph) != before.signature:
         out["signature"] = "the graph's inputs, outputs or mutated buffers"
+    if _symbols(graph) != before.symbols:
+        changed = [a[0] for a, b in zip(_symbols(graph), before.symbols) if a != b]
+        out["symbols"] = f"symbol {changed[0]!r}" if changed else "the set of symbols"
     return out

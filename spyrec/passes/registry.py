@@ -88,8 +88,9 @@ PASSES: dict[str, PassLoader] = dict([
     # per-tile buffers and accumulator ops.
     _entry("coarse_tiling", "CoarseTiling", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),
-           writes=("ops", "buffers", "Operation.op", "Operation.ranges", "Operation.reduced",
-                   "Operation.constants", "Operation.loops", "Operation.lengths",
+           writes=("ops", "buffers", "symbols", "Operation.op", "Operation.ranges",
+                   "Operation.reduced", "Operation.constants", "Operation.loops",
+                   "Operation.lengths",
                    "Operation.inputs",
                    "Operation.output", "Operation.index_inputs", "Buffer.host_size",
                    "Buffer.layout", "Buffer.per_tile")),
@@ -114,6 +115,10 @@ PASSES: dict[str, PassLoader] = dict([
     _entry("stage_inputs", "StageInputs", requires=("layouts", "core_splits"),
            invalidates=("hbm_addresses",),
            writes=("ops", "buffers", "Operation.inputs")),
+    # Reads core splits, accesses and layouts of ops sized by a symbolic length; sets each
+    # symbol's minimum share per length (`SymLength.min_shares`) by the cost model.
+    _entry("length_shares", "LengthShares", requires=("layouts", "core_splits"),
+           writes=("symbols",)),
     # Reads per-tile buffers, layouts, core splits and loops; places some in LX (no new ops); a
     # replicated writer whose output stays in HBM loses its copies (and their split).
     _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits"),

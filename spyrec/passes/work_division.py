@@ -10,8 +10,8 @@ loops, never with its output in LX; a split of an arg's stick variable gives eac
 sticks of that arg; each core addresses at most 256 MiB of device memory per op (`ir/span.py`:
 only splits that fit are candidates, an op none fits is refused with its span). Among splits
 estimated within `spread_within` of the cheapest, the one on the most cores wins; a row of an
-op on fewer cores says why (`fewer_cores`). With symbolic lengths, the splits chosen, each
-symbol's minimum share per length (`plan/length_shares.py`; report `length_shares`).
+op on fewer cores says why (`fewer_cores`). With symbolic lengths, how many of a split's
+cores run at each length is the length_shares pass's (`plan/length_shares.py`).
 
 A thin driver: the choice is `plan/core_splits.py divide_work` (candidates, the split
 estimate, chain moves, replicas, co-writers), shared with `--tiling auto`, which plans its
@@ -27,7 +27,6 @@ from spyrec.errors import ConfigError
 from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 from spyrec.plan.core_splits import SplitOptions, check_split_options, divide_work
-from spyrec.plan.length_shares import choose_length_shares
 
 
 @register_pass("work_division")
@@ -43,6 +42,3 @@ class WorkDivision(SplitOptions, Pass):
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()
         ctx.report["work_division"] = divide_work(graph, self)
-        shares = choose_length_shares(graph)
-        if shares:
-            ctx.report["work_division"]["length_shares"] = shares

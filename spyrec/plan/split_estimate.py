@@ -396,7 +396,7 @@ def sized_time_us(graph: Graph, op: Operation, offchip: list[tuple[Access, bool]
     for v, name in op.lengths:
         n, k = lengths[name], splits.get(v, 1)
         extent[v] = n if k <= 1 else max(n // k, floors.get(name, 0))
-        busy[v] = n // extent[v]
+        busy[v] = -(-n // extent[v])                # the last busy slice may be short
     moved = _moved_at(graph, op, offchip, extent, busy, p)
     time_s = max(_compute_s(op, extent, p), memory_seconds(moved, math.prod(busy.values()), p))
     return time_s * 1e6 + _ring_us(op, _k_split(op, splits), p) + p.op_overhead_us
@@ -420,7 +420,7 @@ def _at_minimum(graph: Graph, op: Operation, extent: dict[str, int], splits: dic
     for v, name in op.lengths:
         symbol, k = graph.symbols[name], splits.get(v, 1)
         short[v] = symbol.share(symbol.minimum, k)
-        busy_splits[v] = symbol.minimum // short[v]         # the slices past it idle
+        busy_splits[v] = -(-symbol.minimum // short[v])     # the slices past it idle
         weight = max(weight, symbol.maximum / symbol.minimum)
     for loop in op.loops:       # a loop bound by a length runs fewer trips at the minimum
         if loop.bound is not None and graph.symbols[loop.bound.symbol].value_of is None:

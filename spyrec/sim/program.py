@@ -347,8 +347,8 @@ def _check_lengths(path: Path, spec: OpSpec, manifest: Manifest) -> None:
             floors = ", ".join(f"{m} to {upto}" for upto, m in steps) or "none"
             raise InputFileError(f"{where}: N_ {n} split {k} ways (each busy core at least "
                                  f"[{floors}] values), but {name} runs {values[0]}..{values[-1]} by "
-                                 f"{values.step}: N_ must be its maximum and every length "
-                                 f"whole shares; re-run spyrec compile")
+                                 f"{values.step}: N_ must be its maximum and every share fit "
+                                 f"the slice a core holds there; re-run spyrec compile")
 
 
 # One execution as `program_from_documents` takes it: (sdsc file, operand values, line and

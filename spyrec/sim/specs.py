@@ -317,11 +317,12 @@ def slice_share(length: int, cores: int, min_share: int = 0) -> int:
 
 
 def fits_shares(length: int, top: int, cores: int, share: int) -> bool:
-    """Whether slices of `share` values cut `length` (at most `top`, split `cores` ways)
-    into whole slices that each fit the slice a core holds at `top`."""
+    """Whether slices of `share` values cut `length` (at most `top`, split `cores` ways) so
+    that each fits the slice a core holds at `top`: length / cores exactly when that is the
+    share, else a minimum share above it (the last busy slice may then end at the length,
+    short of a whole share)."""
     exact = share > length // cores or length % cores == 0
-    return share > 0 and length % share == 0 and exact and length <= top and \
-        share <= top // cores
+    return share > 0 and exact and length <= top and share <= top // cores
 
 
 def _ranges_at(ranges: dict[str, tuple[int, int]], sizes: dict[str, int],

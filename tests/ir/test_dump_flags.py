@@ -17,7 +17,8 @@ from tests.programs import Lambda, export
 STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir", "03_stick_layout.ir",
          "04_matmul_padding.ir", "05_coarse_tiling.ir", "06_split_padding.ir",
          "07_work_division.ir", "08_superdsc_legalize.ir", "09_stage_inputs.ir",
-         "10_scratchpad_planning.ir", "11_memory_planning.ir"]
+         "10_length_shares.ir", "11_scratchpad_planning.ir",
+         "12_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     assert " cores [" in texts[7] and " cores [" not in texts[6]
     # each buffer in HBM (memory_planning) or in LX (scratchpad_planning), never both
     assert all((b.hbm_address is None) != (b.lx_address is None)
-               for b in graphs[11].buffers.values())
+               for b in graphs[12].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -95,7 +96,8 @@ def test_print_ir_before_and_dump_after_go_to_stderr(pt2, tmp_path, capsys):
 def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     assert run("compile", pt2, "-o", tmp_path / "out", flag, "work_divison") == 2
     valid = ("gather_coordinates, split_outputs, stick_layout, matmul_padding, coarse_tiling, "
-             "split_padding, work_division, superdsc_legalize, stage_inputs, scratchpad_planning, "
+             "split_padding, work_division, superdsc_legalize, stage_inputs, length_shares, "
+             "scratchpad_planning, "
              "memory_planning")
     valid = f"all, lower, {valid}" if flag == "--dump-after" else valid
     assert capsys.readouterr().err == (f"spyrec: {flag} 'work_divison': not a pass of this "

@@ -11,7 +11,7 @@ def test_default_pipeline_reads():
     names = [p.name for p in build_pipeline(entries, where=where)]
     assert names == ["gather_coordinates", "split_outputs", "stick_layout", "matmul_padding",
                      "coarse_tiling", "split_padding", "work_division", "superdsc_legalize",
-                     "stage_inputs",
+                     "stage_inputs", "length_shares",
                      "scratchpad_planning", "memory_planning"]
 
 

@@ -320,7 +320,7 @@ def test_at_the_minimum_the_weight_reaches_8_cores_and_is_read_once(sized):
 def test_a_symbols_min_share_prints_parses_and_bounds_the_split():
     """`share [M to L, ...]` on the symbol line round-trips; a split whose k * M passes the
     maximum where M binds is a verify problem (a busy core's share would not fit the slice
-    it holds there), and so is a step whose share does not divide the granularity."""
+    it holds there), and so is a negative share."""
     from spyrec.ir.parser import parse
     from spyrec.ir.printer import format_graph
     from spyrec.ir.verify import verify
@@ -336,5 +336,30 @@ def test_a_symbols_min_share_prints_parses_and_bounds_the_split():
     assert any("whose busy cores each take at least [16 to 256] values: at some length a "
                "busy core's share would pass the 8 it holds at the maximum" in p
                for p in verify(parse(TEXT.replace("by 16 at", "by 32 share [16 to 256] at"))))
-    assert any("share 12 to 256 does not divide the granularity 16" in p
-               for p in verify(parse(TEXT.replace("by 16 at", "by 16 share [12 to 256] at"))))
+    assert any("share -4 to 256 is negative" in p
+               for p in verify(parse(TEXT.replace("by 16 at", "by 16 share [-4 to 256] at"))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(granules=st.integers(2, 4), floor=st.integers(1, 16))
+def test_a_short_last_slice_ends_at_the_length(sized, granules, floor):
+    """A minimum share that does not divide the length (`plan/length_shares.py` moves it one
+    busy core at a time) leaves the last busy slice short: busy slices tile 0..L exactly,
+    each `max(L / k, floor)` values but the last, which ends at L; the rest idle."""
+    from spyrec.sim.runner import load_output_dir
+
+    program = load_output_dir(sized[1])
+    (name,) = program.manifest.maxima()
+    n = 64 * granules
+    for spec in program.ops.values():
+        (v,) = spec.lengths or (None,)
+        if v is None:
+            continue
+        k = spec.iteration_space[v][1]
+        if k * floor > 256:
+            continue            # the share would not fit a core's slice at the maximum
+        at = spec.at({name: n}, {name: ((256, floor),)})
+        share = max(n // k, floor) if k > 1 else n
+        busy = sorted({c.ranges[v] for c in at.cores if c.ranges[v][1] > c.ranges[v][0]})
+        assert busy == [(lo, min(lo + share, n)) for lo in range(0, n, share)]
+        assert at.slice_size(v) == share

@@ -157,7 +157,7 @@ def _set_min_shares(graph: Graph) -> None:
     """Each symbol that sizes ops gets the minimum share work division plans its splits
     with (`SymLength.min_shares`, one step to the maximum): about its minimum over the
     broadcast cohort (costmodel: 8 cores reading one slice cost one read), a divisor of the
-    granularity (every length is whole shares), so that at the shortest length a var split
+    granularity, so that at the shortest length a var split
     over every core runs on about 8 of them and a weight each reads whole is read once, not
     once per 8 busy cores. Work division then chooses the share of each length by the cost
     model (`plan/length_shares.py`)."""
