@@ -16,8 +16,17 @@ Per model:
   (target: at most 1.1 at every length); the worst overhead is the model's row.
 Exports run in a child process (torch); they are not timed.
 
+`--decode SLOTS:FILLED` (e.g. 32768:4096) measures instead what a decode step's symbolic key
+length saves: HF Llama (tiny width, 2 layers) over a static cache of SLOTS slots, compiled
+once; its key loop runs only over the filled part (the cache position read at run time,
+rounded up to the tile). `spyrec run --check --report` at cache position FILLED - 1 and at
+SLOTS - 1 (every slot) gives each run's estimated time and HBM traffic, the attention ops'
+share of them, and its comparison with eager, which attends over every slot with a mask;
+saving = the full cache's estimate over the filled part's.
+
 Usage: `python bench/symbolic.py [--models llama,granite] [--lengths 128,192,...]
-[--keep DIR] [--json FILE] [--set PASS.OPTION=VALUE ...]` (`--set`: for the symbolic compile).
+[--keep DIR] [--json FILE] [--set PASS.OPTION=VALUE ...] [--decode SLOTS:FILLED]`
+(`--set`: for the symbolic compile).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -103,6 +113,56 @@ def bench_model(work: Path, model: str, lengths: list[int], sets: tuple[str, ...
     return summary, rows
 
 
+def export_decode(slots: int, work: str) -> None:
+    """WORK/decode_<slots>.pt2: Llama's static-cache decode step over `slots` slots."""
+    import torch
+
+    from tests.models import hf
+
+    step, inputs = hf.decode("llama", slots=slots)
+    with torch.no_grad():
+        ep = torch.export.export(step, inputs, strict=True)     # as transformers exports it
+        torch.export.save(ep, f"{work}/decode_{slots}.pt2")
+
+
+def bench_decode(work: Path, slots: int, filled: int) -> list[dict]:
+    """One row per cache position run (FILLED - 1 and SLOTS - 1) of the one compiled decode
+    step: keys attended, estimated us and HBM bytes, eager check."""
+    import numpy as np
+
+    script = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); sys.path.insert(0, "
+              f"{str(ROOT)!r}); import symbolic; symbolic.export_decode({slots}, "
+              f"{str(work)!r})")
+    scale.measured([PY, "-c", script], "export of the decode step", 8.0, timeout_s=1800)
+    out = work / f"decode_{slots}"
+    compiled(work / f"decode_{slots}.pt2", out)
+    rows = []
+    for position in (filled - 1, slots - 1):
+        npz = work / f"decode_{position}.npz"
+        np.savez(npz, input_ids=np.array([[7]], dtype=np.int64),
+                 cache_position=np.array([position], dtype=np.int64))
+        done = subprocess.run([PY, "-m", "spyrec", "run", str(out), "--inputs", str(npz),
+                               "--check", "--report", "--json", "-q"], capture_output=True,
+                              text=True,
+                              timeout=1800)
+        if done.returncode not in (0, 1):       # 1: the check found a difference (a row)
+            raise SystemExit(f"spyrec run at cache position {position}: exit "
+                             f"{done.returncode}\n{done.stderr}")
+        doc = json.loads(done.stdout)
+        totals = doc["cost"]["totals"]
+        attention = [o for o in doc["cost"]["ops"] if "scaled_dot_product_attention" in o["name"]]
+        rows.append({"slots": slots, "keys": position + 1, "est_us": totals["time_us"],
+                     "hbm_bytes": totals["hbm_read_bytes"] + totals["hbm_write_bytes"],
+                     "attention_us": sum(o["time_us"] * o["executions"] for o in attention),
+                     "attention_hbm_bytes": sum((o["hbm_read_bytes"] + o["hbm_write_bytes"]) *
+                                                o["executions"] for o in attention),
+                     "check": "equal" if all(c["ok"] for c in doc["check"]) else "DIFFERS"})
+    return rows
+
+
+DECODE = [("slots", "{:>6}"), ("keys", "{:>6}"), ("est_us", "{:>9.1f}"),
+          ("hbm_bytes", "{:>12}"), ("attention_us", "{:>12.1f}"),
+          ("attention_hbm_bytes", "{:>19}"), ("check", "{:<}")]
 SUMMARY = [("model", "{:<8}"), ("lengths", "{:>7}"), ("sym_compile_s", "{:>13.2f}"),
            ("static_compile_s", "{:>16.1f}"), ("ratio", "{:>7.1f}"),
            ("worst_overhead", "{:>14.3f}"), ("at_tokens", "{:>9}"), ("status", "{:<}")]
@@ -120,7 +180,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="pipeline option for the symbolic compile (repeatable), e.g. "
                          "coarse_tiling.symbolic=tiled")
+    ap.add_argument("--decode", default=None, metavar="SLOTS:FILLED",
+                    help="measure a decode step's symbolic key length instead, e.g. 32768:4096")
     args = ap.parse_args(argv)
+    if args.decode:
+        return _decode_main(ap, args)
     lengths = sorted(int(n) for n in args.lengths.split(",") if n)
     bad = [n for n in lengths if n not in LENGTHS]
     if bad:
@@ -144,6 +208,33 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.json:
         args.json.write_text(json.dumps({"summary": summaries, "rows": rows}, indent=1) + "\n")
     return summaries
+
+
+def _decode_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[dict]:
+    try:
+        slots, filled = (int(x) for x in args.decode.split(":"))
+    except ValueError:
+        ap.error(f"--decode {args.decode!r}: SLOTS:FILLED, two integers (e.g. 32768:4096)")
+    if not 0 < filled <= slots:
+        ap.error(f"--decode {args.decode}: FILLED must be in 1..SLOTS")
+    work = args.keep or Path(tempfile.mkdtemp(prefix="spyrec-decode-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        rows = bench_decode(work, slots, filled)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(scale.table(rows, DECODE))
+    full, part = rows[1], rows[0]
+    print(f"the key loop over the filled {filled} of {slots} slots, against every slot: "
+          f"attention (ops named scaled_dot_product_attention*) "
+          f"{full['attention_us'] / part['attention_us']:.1f}x less estimated time, "
+          f"{full['attention_hbm_bytes'] / part['attention_hbm_bytes']:.1f}x less HBM "
+          f"traffic; the whole step {full['est_us'] / part['est_us']:.1f}x and "
+          f"{full['hbm_bytes'] / part['hbm_bytes']:.1f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"decode": rows}, indent=1) + "\n")
+    return rows
 
 
 if __name__ == "__main__":

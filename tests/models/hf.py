@@ -145,13 +145,16 @@ def prefill(family: str, dtype: torch.dtype = torch.float32):
     return wrapper.eval(), (_prefill_ids(),)
 
 
-def decode(family: str, dtype: torch.dtype = torch.float32):
-    """(static-cache decode step, (input_ids [1, 1], cache_position [1])) for Llama or Granite."""
+def decode(family: str, dtype: torch.dtype = torch.float32, slots: int = MAX_POSITIONS,
+           position: int = DECODE_POSITION):
+    """(static-cache decode step of `slots` cache slots, (input_ids [1, 1], cache_position
+    [1] = `position`)) for Llama or Granite."""
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
     make_config, model_cls = _configs()[family]
     config = make_config()
     config.use_cache = True
+    config.max_position_embeddings = max(slots, config.max_position_embeddings)
     model = _build(model_cls(), config, dtype)
     model.generation_config.use_cache = True
     model.generation_config.cache_implementation = "static"
@@ -162,11 +165,11 @@ def decode(family: str, dtype: torch.dtype = torch.float32):
         def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
             return super().forward(input_ids=input_ids, cache_position=cache_position)
 
-    step = DecodeStep(model, batch_size=1, max_cache_len=MAX_POSITIONS,
+    step = DecodeStep(model, batch_size=1, max_cache_len=slots,
                       device=torch.device("cpu")).eval()
     g = torch.Generator().manual_seed(SEED + 1)
     input_ids = torch.randint(0, VOCAB, (1, 1), generator=g, dtype=torch.long)
-    cache_position = torch.tensor([DECODE_POSITION], dtype=torch.long)
+    cache_position = torch.tensor([position], dtype=torch.long)
     return step, (input_ids, cache_position)
 
 
