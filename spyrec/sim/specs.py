@@ -279,8 +279,9 @@ class OpSpec:
             shares[v] = slice_share(n, k, floor)
             if not fits_shares(n, top, k, shares[v]):
                 raise InputFileError(f"{self.describe()}: {v} runs {self.lengths[v]} = {n}, "
-                                     f"which its {k} cores cannot share in whole parts of "
-                                     f"{shares[v]}, or past its maximum {top}")
+                                     f"which its {k} cores cannot share in slices of "
+                                     f"{shares[v]} values within the {top // k} each holds at "
+                                     f"its maximum {top}")
         space = {v: ((sizes[v], k) if v in sizes else (n, k))
                  for v, (n, k) in self.iteration_space.items()}
         # var -> (share, share at the maximum): what a slice's origin scales by
