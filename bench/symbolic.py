@@ -184,6 +184,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="measure a decode step's symbolic key length instead, e.g. 32768:4096")
     args = ap.parse_args(argv)
     if args.decode:
+        if args.sets or args.models != ap.get_default("models") or \
+                args.lengths != ap.get_default("lengths"):
+            ap.error("--decode measures Llama's decode step alone: --models, --lengths and "
+                     "--set do not apply to it")
         return _decode_main(ap, args)
     lengths = sorted(int(n) for n in args.lengths.split(",") if n)
     bad = [n for n in lengths if n not in LENGTHS]
@@ -226,12 +230,13 @@ def _decode_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[
             shutil.rmtree(work, ignore_errors=True)
     print(scale.table(rows, DECODE))
     full, part = rows[1], rows[0]
+
+    def ratio(key: str) -> str:
+        return f"{full[key] / part[key]:.1f}x" if part[key] else "n/a"
     print(f"the key loop over the filled {filled} of {slots} slots, against every slot: "
-          f"attention (ops named scaled_dot_product_attention*) "
-          f"{full['attention_us'] / part['attention_us']:.1f}x less estimated time, "
-          f"{full['attention_hbm_bytes'] / part['attention_hbm_bytes']:.1f}x less HBM "
-          f"traffic; the whole step {full['est_us'] / part['est_us']:.1f}x and "
-          f"{full['hbm_bytes'] / part['hbm_bytes']:.1f}x")
+          f"attention (ops named scaled_dot_product_attention*) {ratio('attention_us')} less "
+          f"estimated time, {ratio('attention_hbm_bytes')} less HBM traffic; the whole step "
+          f"{ratio('est_us')} and {ratio('hbm_bytes')}")
     if args.json:
         args.json.write_text(json.dumps({"decode": rows}, indent=1) + "\n")
     return rows

@@ -122,7 +122,7 @@ class _Builder:
         tiles = {loop.bound.per_trip for loop in self.bounds if loop.bound}
         floored = dict.fromkeys(s for s, _ in self.shares if symbols[s].floors())
         tiles |= {k for _, k in self.shares}
-        tiles |= {n for s in floored for step in symbols[s].min_shares for n in step}
+        tiles |= {n for s in floored for n in _floor_constants(symbols[s])}
         head += [f"%c{n} = arith.constant {n} : index" for n in sorted(tiles - {0, 1})]
         head += [_loop_bound(k, loop, symbols) for k, loop in enumerate(self.bounds)]
         floors = {s: _floor(symbols[s]) for s in floored}
@@ -187,7 +187,7 @@ class _Builder:
 
 def _floor(symbol: SymLength) -> tuple[list[str], str]:
     """The lines computing the symbol's minimum share at its length (`SymLength.min_share`:
-    steps chosen per length by work division, the first whose length reaches it counting, 0
+    steps chosen per length by the length_shares pass, the first whose length reaches it, 0
     past the last) and the value holding it: a constant for one step to the maximum, else a
     chain of `arith.cmpi ule` and `arith.select` from the last step back."""
     name, steps = symbol.name, symbol.min_shares
@@ -201,6 +201,14 @@ def _floor(symbol: SymLength) -> tuple[list[str], str]:
                   f": index"]
         value = f"%floor_{name}_{k}"
     return lines, value
+
+
+def _floor_constants(symbol: SymLength) -> set[int]:
+    """The constants `_floor` names: each step's share, and each compared length (all but
+    a last step that reaches the maximum)."""
+    steps = symbol.min_shares
+    compared = steps[:-1] if steps[-1][0] >= symbol.maximum else steps
+    return {m for _, m in steps} | {upto for upto, _ in compared}
 
 
 def _share(symbol: str, cores: int, floor: str | None) -> list[str]:

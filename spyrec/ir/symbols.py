@@ -77,13 +77,24 @@ class SymLength:
             return True
         if self.granularity % (cores * unit):
             return False
-        low = self.minimum
+        low = self.minimum          # the shortest admissible length the step reaches
         for upto, m in self.min_shares:
-            if m and low <= upto and low < cores * m:       # the floor binds at `low`
-                if reduced or m % unit or cores * m > self.maximum:
-                    return False
+            if low <= min(upto, self.maximum) and \
+                    not self.floor_allows(low, m, cores, unit, reduced):
+                return False        # (binding at `low`, the floor binds at its shortest)
             low = max(low, upto + 1 + (self.minimum - upto - 1) % self.granularity)
         return True
+
+    def floor_allows(self, length: int, floor: int, cores: int, unit: int = 1,
+                     reduced: bool = False) -> bool:
+        """Does a minimum share of `floor` at `length` keep a var of this length split
+        `cores` ways valid: where it binds (above length / cores), whole `unit`s, within
+        the slice a core holds at the maximum, and not on a `reduced` var (an idle core
+        would hold a partial sum)? (`splits` at every length; plan/length_shares.py per
+        length.)"""
+        if cores <= 1 or length // cores >= floor:
+            return True
+        return not reduced and floor % unit == 0 and cores * floor <= self.maximum
 
     def floors(self) -> frozenset[int]:
         """Every minimum share some length uses."""

@@ -315,31 +315,45 @@ def check_core_splits(graph: Graph, op: Operation) -> Iterator[str]:
 
 def _length_splits(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:
     """A var running a symbolic length (`Operation.lengths`) is split by a divisor of the
-    granularity, so that at every admissible length each core runs the same whole number of
-    values (whole sticks, where the var walks the output's stick dim), and so that where the
-    symbol's minimum share binds, the busy cores' shares fit and are whole
-    (`SymLength.splits`)."""
-    out = graph.buffers.get(op.output.buffer)
-    stick = None
-    if op.lengths and out is not None and out.layout is not None and _tiles(out):
-        stick = stick_info(tuple(out.host_size), out.host_strides, out.layout, op.var_ranges,
-                           op.output.index).stick_var
+    granularity, so that at every admissible length each busy core runs length / k values
+    (whole sticks of every arg whose stick dim the var walks), and so that where the
+    symbol's minimum share binds, the busy cores' shares fit and are whole sticks, the last
+    busy slice ending at the length (`SymLength.splits`)."""
+    if not op.lengths:
+        return
+    units = _stick_units(graph, op)
     for v, name in op.lengths:
         symbol, k = graph.symbols.get(name), splits.get(v, 1)
         if symbol is None:
             continue
-        e = out.layout.elems_per_stick if v == stick else 1
+        e = units.get(v, 1)
+        what = "sticks" if e > 1 else "values"
         if symbol.granularity % (k * e):
             yield (f"cores {_splits(splits)}: {v} runs the symbolic length {name} "
-                   f"({symbol.describe()}), which {k} cores cannot share in whole "
-                   f"{'sticks' if v == stick else 'values'} at every length")
+                   f"({symbol.describe()}), which {k} cores cannot share in whole {what} at "
+                   f"every length")
         elif not symbol.splits(k, e, v in op.reduced):
             floors = ", ".join(f"{m} to {upto}" for upto, m in symbol.min_shares)
             why = "an idle core would hold a partial sum" if v in op.reduced else \
                 f"a busy core's share would pass the {symbol.maximum // k} it holds at the " \
-                f"maximum or not be whole {'sticks' if v == stick else 'values'}"
+                f"maximum or not be whole {what}"
             yield (f"cores {_splits(splits)}: {v} runs {name}, whose busy cores each take at "
                    f"least [{floors}] values: at some length {why}")
+
+
+def _stick_units(graph: Graph, op: Operation) -> dict[str, int]:
+    """Var -> the most elements per stick among the laid-out args whose stick dim it walks
+    (a core's share of it must be whole sticks of each)."""
+    units: dict[str, int] = {}
+    for _, access in op.accesses():
+        buf = graph.buffers.get(access.buffer)
+        if buf is None or buf.layout is None or not _tiles(buf):
+            continue
+        v = stick_info(tuple(buf.host_size), buf.host_strides, buf.layout, op.var_ranges,
+                       access.index).stick_var
+        if v is not None:
+            units[v] = max(units.get(v, 1), buf.layout.elems_per_stick)
+    return units
 
 
 def _replicas(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:

@@ -81,13 +81,8 @@ def _split_vars(graph: Graph, name: str) -> list[SplitVar]:
 
 
 def legal(symbol: SymLength, split: list[SplitVar], length: int, floor: int) -> bool:
-    """Does `floor` at `length` keep every split valid where it binds (a busy core's share
-    above length / cores): whole sticks, within the maximum's slice, no idle partials?"""
-    for s in split:
-        if length // s.cores < floor and (s.reduced or floor % s.unit or
-                                          s.cores * floor > symbol.maximum):
-            return False
-    return True
+    """Does `floor` at `length` keep every split valid (`SymLength.floor_allows`)?"""
+    return all(symbol.floor_allows(length, floor, s.cores, s.unit, s.reduced) for s in split)
 
 
 def _steps(graph: Graph, symbol: SymLength, split: list[SplitVar], producers: Producers,

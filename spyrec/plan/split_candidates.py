@@ -107,11 +107,13 @@ def divisible_ranges(graph: Graph, op: Operation, sticks: dict[str, int] | None 
                      ) -> tuple[tuple[str, int], ...]:
     """The op's core ranges as far as a split must divide them: a var running a symbolic
     length (`Operation.lengths`) counts its granularity, which divides every admissible
-    length, so each core gets the same share at all of them, and only as many ways as
-    `SymLength.splits` allows where the symbol's minimum share binds (each busy core whole
-    sticks of a stick var and a share that fits its slice at the maximum; a reduced var no
-    idle cores): the largest such divisor of the granularity, so that every divisor of it
-    is allowed too (a floor binding at k cores binds at every multiple of k)."""
+    length, so each core gets length / k values at each (or its minimum share where that
+    is more, the cores past the length idle), and only as many ways as `SymLength.splits`
+    allows where the symbol's minimum share binds (each busy core whole sticks of a stick
+    var and a share that fits its slice at the maximum; a reduced var no idle cores): the
+    divisors of the largest such k (each of them is allowed too: a floor binding at k'
+    cores binds at k, a multiple; with a granularity not a power of two this may leave
+    out some allowed k that does not divide the largest, a conservative choice)."""
     if not op.lengths:
         return op.core_ranges
     unit = {}

@@ -388,7 +388,7 @@ def sized_time_us(graph: Graph, op: Operation, offchip: list[tuple[Access, bool]
     """One execution of an op whose size is a symbolic length (`Operation.lengths`), split
     as its `core_splits`, at `lengths` (symbol -> length) when each busy core of a var of
     symbol s runs max(length / k, `floors[s]`) values (`SymLength.share`; the slices past
-    the length idle): what work division's `plan/length_shares.py` compares. `offchip`: its
+    the length idle): what the length_shares pass (`plan/length_shares.py`) compares. `offchip`: its
     `offchip_accesses` (LX residency and penalties are the maximum's, as `split_estimate`
     prices them)."""
     splits = op.core_splits

@@ -209,7 +209,7 @@ class OpSpec:
     # maximum; `at` gives it at another length
     lengths: dict[str, str] = field(default_factory=dict)
     # var -> values per core slice where that is not range / split (`at`: a short length's
-    # share, `min_share`, the slices past the length idle)
+    # minimum share, the slices past the length idle, the last busy one maybe short)
     shares: dict[str, int] = field(default_factory=dict)
 
     def slice_size(self, v: str) -> int:

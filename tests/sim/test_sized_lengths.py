@@ -24,7 +24,7 @@ from spyrec.errors import InputFileError
 from tests.programs import compile_pt2, export, load_json
 
 SIZED = ["coarse_tiling.symbolic=sized"]
-# the minimum share work division chose, by length (up to length: share): 16 rows at every
+# the minimum share length_shares chose, by length (up to length: share): 16 rows at every
 # length, 128 tokens / the broadcast cohort of 8 (a divisor of 64); the projection's 16
 # cores then run 8 busy at 128 tokens, all 16 from 256 (`plan/length_shares.py`)
 FLOORS = {256: 16}
@@ -304,7 +304,7 @@ def test_causal_attention_of_the_length_equals_eager(tmp_path_factory, n):
 
 
 def test_at_the_minimum_the_weight_reaches_8_cores_and_is_read_once(sized):
-    """The projection splits its rows; at 128 tokens each busy core runs min_share = 16 rows,
+    """The projection splits its rows; at 128 tokens each busy core runs its minimum share, 16 rows,
     so 8 cores read the fp32 weight [256, 128] (a cohort of 8: read once) and x's 128 rows
     once; at 256 tokens 16 cores are busy, the weight read twice."""
     from spyrec.sim.runner import simulate

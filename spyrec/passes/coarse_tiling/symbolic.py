@@ -159,8 +159,8 @@ def _set_min_shares(graph: Graph) -> None:
     broadcast cohort (costmodel: 8 cores reading one slice cost one read), a divisor of the
     granularity, so that at the shortest length a var split
     over every core runs on about 8 of them and a weight each reads whole is read once, not
-    once per 8 busy cores. Work division then chooses the share of each length by the cost
-    model (`plan/length_shares.py`)."""
+    once per 8 busy cores. The length_shares pass then chooses the share of each length by
+    the cost model (`plan/length_shares.py`)."""
     from spyrec.costmodel import DEFAULT_PARAMS
 
     used = {name for op in graph.ops for _, name in op.lengths}
@@ -426,8 +426,8 @@ def _proof(symbol: SymLength, most: int, partial: list[str], sized: int = 0) -> 
              "LX: per-tile buffers have the tile's size, the same at every length"]
     if sized:
         lines += [f"sized ops: {sized} ops run the length whole, split k ways into shares "
-                  f"of s = max(L/k, m(L)) values, m(L) the minimum share at L (work division "
-                  f"chooses it per length; k divides {symbol.granularity} and where m(L) "
+                  f"of s = max(L/k, m(L)) values, m(L) the minimum share at L (the "
+                  f"length_shares pass chooses it per length; k divides {symbol.granularity} and where m(L) "
                   f"binds, k * m(L) <= {symbol.maximum}, whole sticks of a stick var, no "
                   f"split of a reduced var: checked); at a length L core j runs values "
                   f"[j*s, (j+1)*s) cut at L, so nothing past L is read or written; its LX "
