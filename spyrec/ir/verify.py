@@ -50,6 +50,7 @@ from spyrec.ir.lx import (
 from spyrec.ir.ops import DEVICE_OPS, PARTIAL_SUMS
 from spyrec.ir.printer import format_access
 from spyrec.ir.span import span_problem
+from spyrec.ir.walks import stick_vars
 from spyrec.layout.dtypes import HOST_TO_DEVICE
 from spyrec.indexing.sticks import access_coordinates, compatible, stick_info
 
@@ -321,7 +322,9 @@ def _length_splits(graph: Graph, op: Operation, splits: dict[str, int]) -> Itera
     busy slice ending at the length (`SymLength.splits`)."""
     if not op.lengths:
         return
-    units = _stick_units(graph, op)
+    laid_out = [graph.buffers.get(a.buffer) for _, a in op.accesses()]
+    units = stick_vars(graph, op) if all(b is not None and (b.layout is None or _tiles(b))
+                                         for b in laid_out) else {}
     for v, name in op.lengths:
         symbol, k = graph.symbols.get(name), splits.get(v, 1)
         if symbol is None:
@@ -339,21 +342,6 @@ def _length_splits(graph: Graph, op: Operation, splits: dict[str, int]) -> Itera
                 f"maximum or not be whole {what}"
             yield (f"cores {_splits(splits)}: {v} runs {name}, whose busy cores each take at "
                    f"least [{floors}] values: at some length {why}")
-
-
-def _stick_units(graph: Graph, op: Operation) -> dict[str, int]:
-    """Var -> the most elements per stick among the laid-out args whose stick dim it walks
-    (a core's share of it must be whole sticks of each)."""
-    units: dict[str, int] = {}
-    for _, access in op.accesses():
-        buf = graph.buffers.get(access.buffer)
-        if buf is None or buf.layout is None or not _tiles(buf):
-            continue
-        v = stick_info(tuple(buf.host_size), buf.host_strides, buf.layout, op.var_ranges,
-                       access.index).stick_var
-        if v is not None:
-            units[v] = max(units.get(v, 1), buf.layout.elems_per_stick)
-    return units
 
 
 def _replicas(graph: Graph, op: Operation, splits: dict[str, int]) -> Iterator[str]:

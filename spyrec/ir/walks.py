@@ -5,14 +5,31 @@ index, so "does variable v walk dim d" is read off the index: its coefficient is
 stride, its range is d's size, it appears nowhere else in the index (no floor/mod of it),
 and no other term moves inside d. The coarse-tiling names (passes/coarse_tiling/dimnames.py)
 and the symbolic lengths (which ops run a length, and which staging copies must too:
-plan/staging.py) ask it.
+plan/staging.py) ask it; `stick_vars` says which var walks each arg's stick dim.
 """
 
 from __future__ import annotations
 
 from spyrec.indexing import Lin, Var
-from spyrec.ir.graph import Operation
+from spyrec.indexing.sticks import stick_info
+from spyrec.ir.graph import Graph, Operation
 from spyrec.layout import contiguous_strides
+
+
+def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
+    """Stick var -> largest elements per stick among the laid-out args whose stick var it
+    is: a core's slice of it must be whole sticks of each (work division's candidates,
+    length_shares' floors, verify's check of a length split)."""
+    sticks: dict[str, int] = {}
+    for _, access in op.accesses():
+        buf = graph.buffers[access.buffer]
+        if buf.layout is None:
+            continue
+        v = stick_info(tuple(buf.host_size), buf.host_strides, buf.layout, op.var_ranges,
+                       access.index).stick_var
+        if v is not None:
+            sticks[v] = max(sticks.get(v, 1), buf.layout.elems_per_stick)
+    return sticks
 
 
 def walked_dims(index: Lin, host_size: tuple[int, ...],

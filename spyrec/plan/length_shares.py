@@ -39,10 +39,9 @@ from spyrec.plan.split_estimate import (
 
 @dataclass(frozen=True)
 class SplitVar:
-    """One split var of a sized op: the op, the var, its cores, its stick unit."""
+    """One split var of a sized op: the op, its cores, its stick unit, is it reduced."""
 
     op: Operation
-    var: str
     cores: int
     unit: int
     reduced: bool
@@ -76,7 +75,7 @@ def _split_vars(graph: Graph, name: str) -> list[SplitVar]:
             k = (op.core_splits or {}).get(v, 1)
             if s == name and k > 1:
                 sticks = stick_vars(graph, op) if sticks is None else sticks
-                out.append(SplitVar(op, v, k, sticks.get(v, 1), v in op.reduced))
+                out.append(SplitVar(op, k, sticks.get(v, 1), v in op.reduced))
     return out
 
 

@@ -29,25 +29,13 @@ from typing import Iterator
 
 from spyrec.device import MAX_SPAN_BYTES
 from spyrec.errors import UnsupportedProgram
-from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import REPLICA_VAR
 from spyrec.ir.lx import replica_fields, replica_ranges
 from spyrec.ir.ops import PARTIAL_SUMS
 from spyrec.ir.span import fits, op_span, outermost
 from spyrec.ir.symbols import SymLength
-
-
-def stick_vars(graph: Graph, op: Operation) -> dict[str, int]:
-    """Stick var -> largest elements per stick among the args whose stick var it is."""
-    sticks: dict[str, int] = {}
-    for _, access in op.accesses():
-        buf = graph.buffers[access.buffer]
-        v = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                       access.index).stick_var
-        if v is not None:
-            sticks[v] = max(sticks.get(v, 1), buf.layout.elems_per_stick)
-    return sticks
+from spyrec.ir.walks import stick_vars  # noqa: F401  (planning modules import it from here)
 
 
 def greedy_split(graph: Graph, op: Operation, sticks: dict[str, int], cores: int
