@@ -1,6 +1,6 @@
 """Read the weights from disk ahead of the ops that use them, a bounded window at a time.
 
-Constants are a map of weights.bin (`sim/inputs.constant_bytes`). When the page cache holds
+Constants are a map of weights.bin (`sim/weights.constant_bytes`). When the page cache holds
 the file (a run right after its compile, weights well under the machine's memory) every read
 is a memory read. When it does not (Granite-8B width at 40 layers: 16.75 GB of weights on a
 24 GiB machine that also caches the `.pt2`), each op would stop at its weight's first touch

@@ -45,7 +45,7 @@ class WeightEntry:
     nbytes: int
     # the stored constant whose value this one holds in its own layout, zero-padded at the
     # end of each dim by `pad` (not in the file: the loader lays it out,
-    # `sim/inputs.constant_bytes`); offset is then -1
+    # `sim/weights.constant_bytes`); offset is then -1
     relayout_of: str | None = None
     pad: tuple[int, ...] = ()
 

@@ -2,7 +2,7 @@
 
 A constant that holds another's value in its own layout (manifest `weights.tensors[]
 .relayout_of`: a tied embedding's lm_head layout) is not in weights.bin; `spyrec run` builds
-its bytes from the stored one (`sim/inputs.constant_bytes`). Built before the first op, the
+its bytes from the stored one (`sim/weights.constant_bytes`). Built before the first op, the
 table of Llama-3.2-1B (525 MB) held each run up by 2.4-5.0 s on the test host, whose fresh
 pages fill at ~0.3 GB/s, though its only reader is the last op. So each is built on one
 worker thread from the start, and an op that reads one waits for it first (`ready`): the

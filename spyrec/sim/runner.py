@@ -27,7 +27,8 @@ from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
 from spyrec.sim.relayouts import Relayouts
 from spyrec.sim.executor import run_op
-from spyrec.sim.inputs import check_inputs, constant_bytes
+from spyrec.sim.inputs import check_inputs
+from spyrec.sim.weights import constant_bytes
 from spyrec.sim.lengths import bind_lengths, padded_to_maximum
 from spyrec.sim.directory import load_output_dir
 from spyrec.sim.program import OutputProgram

@@ -86,7 +86,7 @@ def test_tied_embedding_gets_both_layouts_at_compile_time(tmp_path, dtype, token
     assert head["hbm_address"] != gathered["hbm_address"]
     # both hold the table in the run, each in its own device form: the second is the first
     # transposed
-    from spyrec.sim.inputs import constant_bytes
+    from spyrec.sim.weights import constant_bytes
     from spyrec.sim.loader import read_spyrec_dir
 
     program = read_spyrec_dir(out)

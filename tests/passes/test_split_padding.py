@@ -93,7 +93,7 @@ def test_padding_rows_are_zero_in_the_weights_file(tmp_path):
 def test_a_tied_tables_padded_lm_head_is_laid_out_at_load_with_zero_rows(tmp_path):
     """The tied table is stored once; the loader pads it with zero rows up to whole sticks
     per core and lays it out as the lm_head reads it."""
-    from spyrec.sim.inputs import constant_bytes
+    from spyrec.sim.weights import constant_bytes
     from spyrec.sim.loader import read_spyrec_dir
 
     out = run_and_compare(tmp_path, Head(tied=True), (_ids(1),))
