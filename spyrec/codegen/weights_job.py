@@ -29,7 +29,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from spyrec.codegen.writer import (
+from spyrec.codegen.weights_file import (
     WEIGHTS_FILE, WeightsBlob, WeightsStopped, background_priority, entry_identity,
 )
 from spyrec.outdir import new_temporary
@@ -44,7 +44,7 @@ class WeightsJob:
         self.blob = WeightsBlob.plan(graph)
         self._dir = new_temporary(target)
         self._path = self._dir / WEIGHTS_FILE
-        # entry identities (`writer.entry_identity`) of the current plan whose bytes are in
+        # entry identities (`weights_file.entry_identity`) of the current plan whose bytes are in
         # the file; their ids name values the plan holds (`WeightsBlob` keeps them)
         self._written: set[tuple] = set()
         self._start(frozenset(), reuse=False)

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import numpy as np
 
-from spyrec.codegen import writer
+from spyrec import build_record
+from spyrec.codegen import weights_file
 
 
 def _blocks(path):
     sizes = [(0, 5000), (8192, 4096), (12288, 130)]
-    with writer._BlockFile(path) as f:
+    with weights_file._BlockFile(path) as f:
         for offset, n in sizes:
-            block = writer._page_aligned(writer._round_up(n, 4096))
+            block = weights_file._page_aligned(weights_file._round_up(n, 4096))
             block[:n] = np.arange(n, dtype=np.uint8) + offset // 4096
             f.write_at(offset, block)
         f.finish(12288 + 130)
@@ -30,7 +31,7 @@ def test_blocks_land_at_their_offsets_with_zero_gaps_and_an_exact_size(tmp_path)
 
 
 def test_page_aligned_buffers_start_on_a_page():
-    buf = writer._page_aligned(3 * 4096)
+    buf = weights_file._page_aligned(3 * 4096)
     assert buf.ctypes.data % 4096 == 0 and not buf.any()
 
 
@@ -38,14 +39,14 @@ def test_source_sha256_from_the_map_equals_hashlib(tmp_path, monkeypatch):
     """The manifest's source digest is hashed from maps of the file, a window at a time, in
     blocks (both shrunk here so a small file spans several, the last ones partial); an empty
     file and a device are read instead and give hashlib's digest too."""
-    monkeypatch.setattr(writer, "HASH_BLOCK", 4096)
-    monkeypatch.setattr(writer, "HASH_WINDOW", 8192)
+    monkeypatch.setattr(build_record, "HASH_BLOCK", 4096)
+    monkeypatch.setattr(build_record, "HASH_WINDOW", 8192)
     data = bytes(range(256)) * 97 + b"tail"     # 24,836 bytes: 3 windows and a part
     cases = {"blocks": data, "empty": b""}
     for name, payload in cases.items():
         (tmp_path / name).write_bytes(payload)
-        assert writer.sha256_of(tmp_path / name) == hashlib.sha256(payload).hexdigest(), name
-    assert writer.sha256_of(Path("/dev/null")) == hashlib.sha256(b"").hexdigest()
+        assert build_record.sha256_of(tmp_path / name) == hashlib.sha256(payload).hexdigest(), name
+    assert build_record.sha256_of(Path("/dev/null")) == hashlib.sha256(b"").hexdigest()
 
 
 def _fd_direct(fd):
@@ -61,9 +62,9 @@ def test_blocks_bypass_the_page_cache_where_the_file_system_allows(tmp_path):
     if not hasattr(os, "O_DIRECT"):
         return
     path = tmp_path / "w.bin"
-    with writer._BlockFile(path) as f:
+    with weights_file._BlockFile(path) as f:
         assert f.direct == _fd_direct(f.fd)
-        block = writer._page_aligned(8192)
+        block = weights_file._page_aligned(8192)
         block[:] = 7
         f.write_at(4096, block)
         assert f.direct == _fd_direct(f.fd)
@@ -75,9 +76,9 @@ def test_an_unaligned_block_is_written_through_the_cache(tmp_path):
     """A block O_DIRECT cannot take (its address off a page, its length not whole pages)
     turns direct writing off for the file instead of failing; its bytes land as given."""
     path = tmp_path / "w.bin"
-    backing = writer._page_aligned(3 * 4096)
+    backing = weights_file._page_aligned(3 * 4096)
     backing[:] = np.arange(3 * 4096, dtype=np.uint8)
-    with writer._BlockFile(path) as f:
+    with weights_file._BlockFile(path) as f:
         f.write_at(0, backing[:4096])
         f.write_at(4096, backing[1:1001])          # off a page, 1,000 bytes
         assert not f.direct and not _fd_direct(f.fd)
@@ -101,7 +102,7 @@ def test_a_file_system_refusing_direct_writes_gets_cached_ones(tmp_path, monkeyp
             raise OSError(errno.EINVAL, "no O_DIRECT here")
         return real_fcntl(fd, cmd, arg)
     monkeypatch.setattr(fcntl, "fcntl", no_direct)
-    with writer._BlockFile(tmp_path / "a.bin") as f:
+    with weights_file._BlockFile(tmp_path / "a.bin") as f:
         assert not f.direct
     monkeypatch.setattr(fcntl, "fcntl", real_fcntl)
 
@@ -110,9 +111,9 @@ def test_a_file_system_refusing_direct_writes_gets_cached_ones(tmp_path, monkeyp
             raise OSError(errno.EINVAL, "direct write refused")
         return real_pwrite(fd, data, offset)
     monkeypatch.setattr(os, "pwrite", refuse_direct)
-    block = writer._page_aligned(4096)
+    block = weights_file._page_aligned(4096)
     block[:] = 3
-    with writer._BlockFile(tmp_path / "b.bin") as f:
+    with weights_file._BlockFile(tmp_path / "b.bin") as f:
         f.write_at(0, block)
         assert not f.direct
         f.finish(4096)
@@ -133,12 +134,12 @@ def test_background_threads_are_niced_and_the_main_thread_is_not():
     def probe():
         tid = threading.get_native_id()
         seen["before"] = os.getpriority(os.PRIO_PROCESS, tid)
-        writer.background_priority()
+        weights_file.background_priority()
         seen["after"] = os.getpriority(os.PRIO_PROCESS, tid)
     t = threading.Thread(target=probe)
     t.start()
     t.join()
-    assert seen["after"] == max(seen["before"], writer.BACKGROUND_NICE)
+    assert seen["after"] == max(seen["before"], weights_file.BACKGROUND_NICE)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
 
 
@@ -147,15 +148,15 @@ def test_only_big_weight_files_are_written_direct(tmp_path, monkeypatch):
     compile then reads from disk, worth it only where the page cache fill is seconds)."""
     asked = []
 
-    class Recording(writer._BlockFile):
+    class Recording(weights_file._BlockFile):
         def __init__(self, path, reuse=False, direct=True):
             asked.append(direct)
             super().__init__(path, reuse=reuse, direct=direct)
 
-    monkeypatch.setattr(writer, "_BlockFile", Recording)
-    blob = writer.WeightsBlob([], 3 * 4096, {}, [], ((), ()))
+    monkeypatch.setattr(weights_file, "_BlockFile", Recording)
+    blob = weights_file.WeightsBlob([], 3 * 4096, {}, [], ((), ()))
     blob.write(tmp_path / "small.bin")
-    monkeypatch.setattr(writer, "DIRECT_MIN_BYTES", 3 * 4096)
+    monkeypatch.setattr(weights_file, "DIRECT_MIN_BYTES", 3 * 4096)
     blob.write(tmp_path / "big.bin")
     assert asked == [False, True]
     assert (tmp_path / "big.bin").stat().st_size == 3 * 4096
@@ -168,15 +169,15 @@ def test_a_direct_write_refused_with_the_flag_stuck_on_fails_once(tmp_path, monk
     import os
     if not hasattr(os, "O_DIRECT"):
         return
-    with writer._BlockFile(tmp_path / "c.bin") as f:
+    with weights_file._BlockFile(tmp_path / "c.bin") as f:
         if not f.direct:
             return                      # a file system without O_DIRECT: nothing to test
-        monkeypatch.setattr(writer, "_set_direct", lambda fd, on: True)
+        monkeypatch.setattr(weights_file, "_set_direct", lambda fd, on: True)
 
         def refuse(fd, data, offset):
             raise OSError(errno.EINVAL, "direct write refused")
         monkeypatch.setattr(os, "pwrite", refuse)
-        block = writer._page_aligned(4096)
+        block = weights_file._page_aligned(4096)
         try:
             f.write_at(0, block)
         except OSError as e:
@@ -206,8 +207,8 @@ def _blob(constants):
     for buf, value in constants:
         entries.append((buf, offset, buf.layout.device_bytes, value))
         end = offset + buf.layout.device_bytes
-        offset = writer._round_up(end, writer.WEIGHTS_ALIGNMENT)
-    return writer.WeightsBlob(entries, end, {}, [b for b, _ in constants], ((), ()))
+        offset = weights_file._round_up(end, weights_file.WEIGHTS_ALIGNMENT)
+    return weights_file.WeightsBlob(entries, end, {}, [b for b, _ in constants], ((), ()))
 
 
 def test_tensors_written_in_pieces_are_the_whole_tensors_bytes(tmp_path, monkeypatch):
@@ -222,27 +223,27 @@ def test_tensors_written_in_pieces_are_the_whole_tensors_bytes(tmp_path, monkeyp
                  _constant("w_npad", (200, 96), "float32", (1, 0), pad=(0, 0), seed=2),
                  _constant("lm_npad", (130, 64), "float16", (1, 0), pad=(7, 0), seed=3),
                  _constant("bias", (5,), "float16", (0,), seed=4)]
-    assert [len(writer._pieces(b, b.layout.device_bytes)) for b, _ in constants] == [1] * 4
+    assert [len(weights_file._pieces(b, b.layout.device_bytes)) for b, _ in constants] == [1] * 4
     whole = _blob(constants)
     whole.write(tmp_path / "whole.bin")
 
     directs = []
 
-    class Recording(writer._BlockFile):
+    class Recording(weights_file._BlockFile):
         def finish(self, size):
             directs.append(self.direct)
             super().finish(size)
 
-    monkeypatch.setattr(writer, "PIECE_BYTES", 10_000)
-    monkeypatch.setattr(writer, "DIRECT_MIN_BYTES", 0)
-    monkeypatch.setattr(writer, "_BlockFile", Recording)
-    pieces = [len(writer._pieces(b, b.layout.device_bytes)) for b, _ in constants]
+    monkeypatch.setattr(weights_file, "PIECE_BYTES", 10_000)
+    monkeypatch.setattr(weights_file, "DIRECT_MIN_BYTES", 0)
+    monkeypatch.setattr(weights_file, "_BlockFile", Recording)
+    pieces = [len(weights_file._pieces(b, b.layout.device_bytes)) for b, _ in constants]
     assert pieces == [5, 7, 3, 1]
     done = []
     _blob(constants).write(tmp_path / "pieces.bin", done=done.append)
     assert (tmp_path / "pieces.bin").read_bytes() == (tmp_path / "whole.bin").read_bytes()
     assert [identity[2] for identity in done] == ["embed", "w_npad", "lm_npad", "bias"]
-    with writer._BlockFile(tmp_path / "probe.bin") as probe:
+    with weights_file._BlockFile(tmp_path / "probe.bin") as probe:
         assert directs == [probe.direct]
 
 
@@ -255,9 +256,9 @@ def test_a_tensor_stopped_between_pieces_is_not_counted_as_written(tmp_path, mon
     constants = [_constant("first", (64, 64), "float16", (1, 0), seed=5),
                  _constant("embed", (37, 640), "float16", (0, 1), seed=6)]
     _blob(constants).write(tmp_path / "whole.bin")
-    monkeypatch.setattr(writer, "PIECE_BYTES", 10_000)
+    monkeypatch.setattr(weights_file, "PIECE_BYTES", 10_000)
     stop, done, made = threading.Event(), [], []
-    real_form = writer._device_form
+    real_form = weights_file._device_form
 
     def form(buf, host, pad, out, rows):
         made.append(buf.name)
@@ -265,10 +266,10 @@ def test_a_tensor_stopped_between_pieces_is_not_counted_as_written(tmp_path, mon
             stop.set()                   # after embed's second piece of five
         return real_form(buf, host, pad, out, rows)
 
-    monkeypatch.setattr(writer, "_device_form", form)
+    monkeypatch.setattr(weights_file, "_device_form", form)
     try:
         _blob(constants).write(tmp_path / "w.bin", stop, done=done.append)
-    except writer.WeightsStopped:
+    except weights_file.WeightsStopped:
         pass
     else:
         raise AssertionError("the writer did not stop")

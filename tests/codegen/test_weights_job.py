@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from spyrec.codegen import weights_job, writer
-from spyrec.codegen.writer import WeightsBlob
+from spyrec.codegen import weights_file, weights_job
+from spyrec.codegen.weights_file import WeightsBlob
 from spyrec.compiler import _constants_steps
 from spyrec.errors import InternalError
 from spyrec.ir.writes import snapshot, written_fields
@@ -69,7 +69,7 @@ def test_a_plan_that_changed_after_the_job_started_is_written_again(
         tmp_path, pt2, writes, monkeypatch):
     """The guard behind the contract: a final blob unlike the early one (here: every key made
     different) is written by code generation, and the early file is removed."""
-    monkeypatch.setattr(writer, "constants_state", lambda graph: (object(), ()))
+    monkeypatch.setattr(weights_file, "constants_state", lambda graph: (object(), ()))
     out = compile_pt2(pt2, tmp_path / "out")
     assert writes[0] == "spyrec-weights" and writes[-1] == "MainThread"
     reference = compile_pt2(pt2, tmp_path / "ref")      # keys differ again: same bytes
@@ -101,7 +101,7 @@ def test_a_failing_writer_fails_the_compile_with_its_own_error(tmp_path, pt2, mo
     def broken(buf, host, pad, out, rows):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "_device_form", broken)
+    monkeypatch.setattr(weights_file, "_device_form", broken)
     with pytest.raises(Exception, match="No space left on device"):
         compile_pt2(pt2, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stack.pt2"]
@@ -142,7 +142,7 @@ def _compile_patched(pt2, out, monkeypatch, form, replan, split_padding):
     replaced."""
     from spyrec.passes.split_padding import SplitPadding
 
-    monkeypatch.setattr(writer, "_device_form", form)
+    monkeypatch.setattr(weights_file, "_device_form", form)
     monkeypatch.setattr(weights_job.WeightsJob, "replan", replan)
     monkeypatch.setattr(SplitPadding, "run", split_padding)
     return compile_pt2(pt2, out)
@@ -161,7 +161,7 @@ def test_a_changed_constant_after_the_job_started_rewrites_only_that_tensor(
     in the same file, and the file equals a compile that wrote it at the end."""
 
     converted: list[tuple[str, str]] = []
-    real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
+    real_form, real_replan = weights_file._device_form, weights_job.WeightsJob.replan
 
     def form(buf, host, pad, out, rows):
         converted.append((buf.name, threading.current_thread().name))
@@ -191,7 +191,7 @@ def test_a_replan_before_the_first_plan_is_written_gives_the_same_file(
     the file is still exactly the late write's."""
 
     gate = threading.Event()
-    real_form, real_replan = writer._device_form, weights_job.WeightsJob.replan
+    real_form, real_replan = weights_file._device_form, weights_job.WeightsJob.replan
 
     def slow_form(buf, host, pad, out, rows):
         gate.wait(5)                     # held until split_padding has planned again
