@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from spyrec.errors import CheckMismatch, ConfigError, InputFileError
+from spyrec.errors import ConfigError, InputFileError
 
 PathLike = str | os.PathLike
 
@@ -95,36 +95,21 @@ def run(out: PathLike, inputs: Mapping[str, Any] | PathLike, *,
     `out/program.pt2` (self-contained), else the path the manifest records; a missing or
     changed file raises `InputFileError` before anything is simulated.
     """
-    from spyrec.sim.check import check_outputs, check_reference_program, describe_failure
-    from spyrec.sim.inputs import check_inputs, npz_arrays, read_inputs
-    from spyrec.sim.directory import load_output_dir
-    from spyrec.sim.prefetch import begin_run
-    from spyrec.sim.runner import simulate
+    from spyrec.sim.inputs import npz_arrays
+    from spyrec.sim.run_directory import run_directory
 
-    out = Path(out)
-    begin_run(out)     # torch if needed, then the disk works while the directory is read
-    program = load_output_dir(out)
-    reference = None
     if model is not None and not check:
         raise InputFileError(f"spyrec.run: model={model!r} is read only with check=True")
-    if check:   # before simulating: the source .pt2 is there, unchanged, and callable
-        reference = check_reference_program(out, list(program.manifest.inputs),
-                                            _path(model))
-    if isinstance(inputs, (str, os.PathLike)):
-        arrays = read_inputs(program.manifest, inputs)
-    else:
-        if not isinstance(inputs, Mapping):
-            raise InputFileError(f"spyrec.run: inputs is a {type(inputs).__name__}; give a "
-                                 f"dict of arrays or the path of an .npz/.safetensors file")
-        arrays = check_inputs(program.manifest, {k: _numpy(v) for k, v in inputs.items()})
-    result = simulate(out, arrays, program=program)
-    if check:
-        checks = check_outputs(out, program.manifest, arrays, result.outputs, reference)
-        bad = [c for c in checks if not c.ok]
-        if bad:
-            raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from PyTorch eager "
-                                f"beyond tolerance: "
-                                + "; ".join(describe_failure(c) for c in bad))
+    if not isinstance(inputs, (str, os.PathLike, Mapping)):
+        raise InputFileError(f"spyrec.run: inputs is a {type(inputs).__name__}; give a "
+                             f"dict of arrays or the path of an .npz/.safetensors file")
+    if isinstance(inputs, Mapping):
+        inputs = {k: _numpy(v) for k, v in inputs.items()}
+    outcome = run_directory(Path(out), inputs, check=check, model=_path(model))
+    mismatch = outcome.mismatch()
+    if mismatch is not None:
+        raise mismatch
+    result = outcome.result
     return npz_arrays(result.outputs, result.output_dtypes, result.names)
 
 

@@ -1,5 +1,18 @@
 """The record that binds an output directory's files into one build, and the hashing it uses.
 
+Every file of an output directory belongs to one build (DESIGN §2). manifest.json's `build`
+section is the record: the build's `id` and, for every other file, either its size and SHA-256
+(the files a compile writes deterministically: the sdsc files, the bundle, opspecs.json,
+tiling.yaml, a self-contained copy of the source) or `"stamp": true` for the files that carry
+the id themselves (weights.bin ends with a stamp line after its tensors; report.json has a
+`build` key and report.txt a `build` line: their wall times make them differ from one compile
+to the next). The id is the SHA-256 of the manifest's own canonical JSON with the id left
+empty, so it covers every byte of the build: the records of the other files, each constant's
+digest in `weights.tensors[]`, the source's SHA-256. The same inputs give the same id.
+
+`spyrec run` reads each file through one handle on the directory and compares the records of
+what it reads; `spyrec verify` hashes everything (docs/formats.md, "One build").
+
 Stdlib only: the compiler writes the record, the simulator checks it, and `spyrec compile`'s
 output-directory check reads it before anything heavy is imported.
 """
@@ -7,10 +20,45 @@ output-directory check reads it before anything heavy is imported.
 from __future__ import annotations
 
 import hashlib
+import json
 import mmap
 import os
 import stat
 from pathlib import Path
+
+STAMP_PREFIX = b"spyrec-build "
+ID_HEX = 64
+STAMP_BYTES = len(STAMP_PREFIX) + ID_HEX + 1     # the prefix, the id, a newline
+
+
+def build_id(manifest: dict) -> str:
+    """The id of the build `manifest` records: the SHA-256 of its canonical JSON (sorted keys,
+    no spaces) with `build.id` empty."""
+    build = dict(manifest.get("build") or {}, id="")
+    text = json.dumps(dict(manifest, build=build), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def stamp(build: str) -> bytes:
+    """The line weights.bin ends with, after its last tensor's bytes."""
+    return STAMP_PREFIX + build.encode("ascii") + b"\n"
+
+
+def read_stamp(fd: int, at: int) -> str | None:
+    """The build id of the stamp at byte `at` of the open file `fd` (where its tensors end),
+    or None when there is no well-formed stamp there."""
+    data = os.pread(fd, STAMP_BYTES + 1, at)
+    if len(data) != STAMP_BYTES or not data.startswith(STAMP_PREFIX) or \
+            not data.endswith(b"\n"):
+        return None
+    text = data[len(STAMP_PREFIX):-1].decode("ascii", "replace")
+    return text if all(c in "0123456789abcdef" for c in text) else None
+
+
+def file_record(data: bytes) -> dict:
+    """A deterministic file's entry in `build.files`."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 HASH_BLOCK = 4 << 20
 # bytes of the source mapped at once: a map's pages count in the process's resident set
@@ -34,6 +82,15 @@ def sha256_of(path: Path) -> str:
             return _sha256_read(f, h)
         for start in range(0, st.st_size, HASH_WINDOW):
             _hash_window(f.fileno(), start, min(HASH_WINDOW, st.st_size - start), h)
+    return h.hexdigest()
+
+
+def sha256_range(fd: int, start: int, length: int) -> str:
+    """The SHA-256 of `length` bytes of open file `fd` from byte `start` (a page multiple),
+    hashed from maps a window at a time (`sha256_of`)."""
+    h = hashlib.sha256()
+    for at in range(start, start + length, HASH_WINDOW):
+        _hash_window(fd, at, min(HASH_WINDOW, start + length - at), h)
     return h.hexdigest()
 
 

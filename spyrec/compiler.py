@@ -283,13 +283,20 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
             # the sdsc files' text is printed here (and written), while a child estimates
             report["sdsc"] = sdsc_summary(output.files)
 
-            def finalize(tmp: Path) -> dict[str, str]:
+            def finalize(tmp: Path) -> dict[str, Callable[[str], str]]:
                 report["cost"], cost_table, curve = estimate.result()
                 if curve:
                     report["cost_curve"] = curve
                 timings.append({"name": "cost_estimate", "wall_ms": _ms(t_cost)})
-                return {"report.json": _json(report),
-                        "report.txt": report_text(report) + "\n" + cost_table}
+
+                def report_json(build: str) -> str:
+                    report["build"] = build
+                    return _json(report)
+
+                def report_txt(build: str) -> str:
+                    report["build"] = build
+                    return report_text(report) + "\n" + cost_table
+                return {"report.json": report_json, "report.txt": report_txt}
 
             write_atomically(out_dir, output.files, source, finalize,
                              self_contained=opts.self_contained, weights_job=early.job)
@@ -420,6 +427,7 @@ def _report(graph, ctx: CompileContext, timings: list[dict]) -> dict:
     restick = ctx.report.get("restickify", {"count": 0, "elements": 0, "list": []})
     return {
         "format": "spyrec-report/1",
+        "build": None,      # the build's id (spyrec/build_record.py), once manifest.json has it
         "passes": timings,
         "restickify": restick,
         "layout_search": ctx.report.get("layout_search"),
@@ -503,7 +511,7 @@ def _scratchpad_text(plan: dict | None) -> list[str]:
 
 
 def report_text(report: dict) -> str:
-    lines = ["spyrec compile report", "", "passes:"]
+    lines = ["spyrec compile report", f"build {report['build']}", "", "passes:"]
     lines += [f"  {p['name']:<20} {p['wall_ms']:>10.1f} ms" for p in report["passes"]]
     r = report["restickify"]
     lines += ["", f"restickify: {r['count']} copies inserted, {r['elements']} device elements "

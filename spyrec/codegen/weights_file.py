@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import mmap
 import os
 import sys
@@ -104,8 +105,9 @@ class WeightsBlob:
         With `reuse`, `path` may be a file an earlier plan's `write` began, written over
         (pages the file already has are reused, much cheaper than new ones); the entries
         `skip` names (`entry_identity`s) already hold exactly these bytes at these offsets
-        and are left as they are. `done(identity)` is called for each entry once all its
-        bytes are in the file."""
+        and are left as they are. `done(identity, sha256)` is called for each entry once all
+        its bytes are in the file, with the SHA-256 of its bytes (the manifest's
+        `weights.tensors[].sha256`), hashed on the thread that writes them."""
         plans = [(entry, _pieces(entry[0], entry[2])) for entry in self.entries]
         span = max((n for _, pieces in plans for _, n in pieces), default=0)
         with _BlockFile(path, reuse=reuse, direct=self.total >= DIRECT_MIN_BYTES) as f, \
@@ -117,7 +119,8 @@ class WeightsBlob:
                 if identity in skip:
                     continue
                 host, pad = _host_values(buf, value)
-                stream.begin(offset)
+                digest = hashlib.sha256()
+                stream.begin(offset, nbytes, digest)
                 for rows, piece_bytes in pieces:
                     if stop is not None and stop.is_set():
                         raise WeightsStopped(path)
@@ -125,9 +128,9 @@ class WeightsBlob:
                                  lambda out: _device_form(buf, host, pad, out, rows))
                 writes = stream.end()
                 if done is not None and writes:
-                    writes[-1].add_done_callback(_when_written(done, identity, writes))
+                    writes[-1].add_done_callback(_when_written(done, identity, writes, digest))
                 elif done is not None:         # no bytes: nothing to wait for
-                    done(identity)
+                    done(identity, digest.hexdigest())
             stream.drain()
             f.finish(self.total)
 
@@ -169,6 +172,8 @@ class _PieceStream:
         self.carry = 0              # bytes at its start that belong before that piece
         self.at = 0                 # the file offset of its byte 0
         self.writes: list[Future] = []
+        self.digest = None          # the tensor's hash, fed in file order by the writer
+        self.unhashed = 0           # tensor bytes not yet handed to it
 
     def __enter__(self) -> "_PieceStream":
         return self
@@ -185,13 +190,19 @@ class _PieceStream:
         return self.buffers[k % 2]
 
     def _submit(self, block: np.ndarray) -> None:
-        job = self.writer.submit(self.f.write_at, self.at, block)
+        """Write `block` at the next offset on the writer thread, then hash the part of it
+        that is the tensor's (not the zeros after its end); one thread, so in file order."""
+        hashed = min(len(block), self.unhashed)
+        self.unhashed -= hashed
+        job = self.writer.submit(_write_and_hash, self.f, self.at, block, self.digest, hashed)
         self.pending[self.k % 2] = job
         self.writes.append(job)
         self.at += len(block)
 
-    def begin(self, offset: int) -> None:
+    def begin(self, offset: int, nbytes: int, digest) -> None:
+        """A tensor of `nbytes` starts at `offset`; its bytes feed `digest`."""
         self.carry, self.at, self.writes = 0, offset, []
+        self.digest, self.unhashed = digest, nbytes
 
     def piece(self, nbytes: int, form: Callable[[np.ndarray], None]) -> None:
         """`form(out)` makes the next `nbytes` of the tensor in `out`; its whole pages are
@@ -230,12 +241,20 @@ def entry_identity(buf, offset: int, nbytes: int, value) -> tuple:
     return (offset, nbytes, buf.name, buf.host_size, buf.host_dtype, buf.layout, id(value))
 
 
-def _when_written(done, identity: tuple, writes: list[Future]):
-    """A callback for an entry's last write: `done(identity)` if every one of its `writes`
-    finished without error (they run in order on one thread, so all are finished then)."""
+def _write_and_hash(f: "_BlockFile", offset: int, block: np.ndarray, digest,
+                    hashed: int) -> None:
+    f.write_at(offset, block)
+    if hashed:
+        digest.update(memoryview(block).cast("B")[:hashed])
+
+
+def _when_written(done, identity: tuple, writes: list[Future], digest):
+    """A callback for an entry's last write: `done(identity, sha256)` if every one of its
+    `writes` finished without error (they run in order on one thread, so all are finished,
+    and the digest fed, then)."""
     def callback(future: Future) -> None:
         if all(not w.cancelled() and w.exception() is None for w in writes):
-            done(identity)
+            done(identity, digest.hexdigest())
     return callback
 
 

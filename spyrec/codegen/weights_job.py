@@ -44,9 +44,10 @@ class WeightsJob:
         self.blob = WeightsBlob.plan(graph)
         self._dir = new_temporary(target)
         self._path = self._dir / WEIGHTS_FILE
-        # entry identities (`weights_file.entry_identity`) of the current plan whose bytes are in
-        # the file; their ids name values the plan holds (`WeightsBlob` keeps them)
-        self._written: set[tuple] = set()
+        # entry identities (`weights_file.entry_identity`) of the current plan whose bytes are
+        # in the file, with those bytes' SHA-256; their ids name values the plan holds
+        # (`WeightsBlob` keeps them)
+        self._written: dict[tuple, str] = {}
         self._start(frozenset(), reuse=False)
 
     def _start(self, skip: frozenset, reuse: bool) -> None:
@@ -61,7 +62,8 @@ class WeightsJob:
              stop: threading.Event) -> None:
         background_priority()
         try:
-            blob.write(self._path, stop, skip=skip, done=self._written.add, reuse=reuse)
+            blob.write(self._path, stop, skip=skip, done=self._written.__setitem__,
+                       reuse=reuse)
         except WeightsStopped:
             pass
         except BaseException as e:      # re-raised by `take`, where the file is needed
@@ -81,19 +83,20 @@ class WeightsJob:
         self._thread.join()
         # only the new plan's own entries stay known as written: another entry's bytes may
         # be where the new plan writes (a third plan must not take them for its own)
-        self._written &= {entry_identity(*entry) for entry in blob.entries}
+        kept = {entry_identity(*entry) for entry in blob.entries}
+        self._written = {k: v for k, v in self._written.items() if k in kept}
         self.blob = blob
         self._start(frozenset(self._written), reuse=True)
         return True
 
-    def take(self, blob: WeightsBlob, path: Path) -> bool:
-        """Move the finished file to `path` if it holds `blob` (planned from the final graph);
-        False, with the early file removed, if the plans differ. A failure of the writer (a
-        constant that cannot be laid out, a full disk) is raised here, as writing it now
-        would have raised it."""
+    def take(self, blob: WeightsBlob, path: Path) -> dict[str, str] | None:
+        """Move the finished file to `path` if it holds `blob` (planned from the final graph)
+        and return each stored tensor's SHA-256 by name; None, with the early file removed,
+        if the plans differ. A failure of the writer (a constant that cannot be laid out, a
+        full disk) is raised here, as writing it now would have raised it."""
         if blob.key != self.blob.key:
             self.discard()
-            return False
+            return None
         self._thread.join()
         if self._error is not None:
             error, self._error = self._error, None
@@ -101,7 +104,8 @@ class WeightsJob:
             raise error
         os.rename(self._path, path)
         self.discard()
-        return True
+        return {entry[0].name: self._written[entry_identity(*entry)]
+                for entry in blob.entries}
 
     def discard(self) -> None:
         """Stop the writer (between two pieces), wait for it and remove its directory."""

@@ -21,10 +21,9 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from spyrec import __version__
-from spyrec.build_record import sha256_of
+from spyrec.build_record import build_id, file_record, sha256_of, stamp
 from spyrec.codegen.bundle import RunCounts, bundle_file
 from spyrec.codegen.opspec import op_spec, spec_tree
 from spyrec.codegen.superdsc import superdsc_document
@@ -33,11 +32,14 @@ from spyrec.errors import InputFileError
 from spyrec.ir import Graph
 from spyrec.ir.lx import lx_bytes_per_core
 from spyrec.ir.symbols import SymLength
-from spyrec.codegen.weights_file import WEIGHTS_FILE, WeightsBlob, background_priority
+from spyrec.codegen.weights_file import (
+    WEIGHTS_FILE, WeightsBlob, background_priority, entry_identity,
+)
 from spyrec.outdir import check_output_dir, replace_directory
 
-MANIFEST_FORMAT = "spyrec-manifest/3"
+MANIFEST_FORMAT = "spyrec-manifest/4"
 BUNDLE_FILE = "bundle.mlir"
+MANIFEST_FILE = "manifest.json"
 PROGRAM_COPY = "program.pt2"    # the source's copy, with --self-contained
 OPSPECS_FORMAT = "spyrec-opspecs/1"
 
@@ -100,8 +102,9 @@ class Sha256Job:
 @dataclass(frozen=True)
 class BuiltOutput:
     """An output directory built in memory: every file by name, as written (`weights.bin` is a
-    `WeightsBlob` the writer streams; manifest.json a `LateJson` while the source's hash is
-    still running, its document's `source.sha256` None until written; opspecs.json and each
+    `WeightsBlob` the writer streams; manifest.json a `ManifestFile`, written last, its
+    document without what only the end of the build knows (the source's and the constants'
+    SHA-256, the build record) until then; opspecs.json and each
     sdsc file a `JsonDoc`, printed when first written or measured), and the documents
     some of them print: manifest.json's, every sdsc_<n>.json's by file name, and each
     bundle's executions as data
@@ -111,7 +114,7 @@ class BuiltOutput:
     `run_counts` says how often each bundle runs each file at other lengths (the cost curve),
     and `symbols` are the graph's symbolic lengths (none for a static program)."""
 
-    files: dict[str, bytes | str | JsonDoc | LateJson | WeightsBlob]
+    files: dict[str, bytes | str | JsonDoc | ManifestFile | WeightsBlob]
     manifest: dict
     sdsc: dict[str, dict]
     executions: dict[str, list[tuple]]
@@ -137,26 +140,45 @@ class JsonDoc:
 
 
 def printed(content):
-    """A built file's content as written: text for a document (`JsonDoc`, `LateJson`),
-    anything else (bytes, str, a `WeightsBlob`, which streams itself) as it is."""
-    return content.text() if isinstance(content, (JsonDoc, LateJson)) else content
+    """A built file's content as written: text for a document (`JsonDoc`, `ManifestFile`:
+    as far as it is known), anything else (bytes, str, a `WeightsBlob`, which streams
+    itself) as it is."""
+    return content.text() if isinstance(content, (JsonDoc, ManifestFile)) else content
 
 
-class LateJson:
-    """A JSON file whose document waits on a value another thread computes: the manifest's
-    source SHA-256. The document is complete but for it, and is written after the cost
-    estimate (`write_atomically`), so compile's main thread does not wait for the hash while
-    it still has work: Granite-8B width at 16 layers waited 4.3 s for it before the estimate
-    (the hash shares a core with weights.bin's conversion while the passes run)."""
+class ManifestFile:
+    """manifest.json, the last file of a build written (`write_atomically`): its document is
+    complete but for what only the end of the build knows. The source's SHA-256 comes from a
+    thread hashing it while compile works (`Sha256Job`: Granite-8B width at 16 layers waited
+    4.3 s for it before the cost estimate; the hash shares a core with weights.bin's
+    conversion while the passes run); each stored constant's SHA-256 from the weights writer;
+    and the build record (`spyrec/build_record.py`) from every other file once written."""
 
-    def __init__(self, doc: dict, fill: Callable[[dict], None]):
+    def __init__(self, doc: dict, source_sha256: Sha256Job | None):
         self.doc = doc
-        self._fill = fill
+        self._source_sha256 = source_sha256
 
     def text(self) -> str:
-        """The file's text, once `fill` has put the late value into the document."""
-        self._fill(self.doc)
+        """The document as far as it is known: with the source's hash (waited for)."""
+        if self._source_sha256 is not None:
+            self.doc["source"]["sha256"] = self._source_sha256.result()
         return dump_json(self.doc)
+
+    def finish(self, files: dict[str, dict], weight_digests: dict[str, str]) -> str:
+        """The file's text, with each stored constant's SHA-256 (`weight_digests`, by name),
+        the record of every other file (`files`: name -> its `build.files` entry) and the id
+        over all of it; the id is `build_id` afterwards."""
+        for entry in self.doc["weights"]["tensors"]:
+            if "offset" in entry:
+                entry["sha256"] = weight_digests[entry["name"]]
+        self.doc["build"] = {"id": "", "files": dict(sorted(files.items()))}
+        self.text()                         # the source's hash, which the id covers
+        self.doc["build"]["id"] = build_id(self.doc)
+        return dump_json(self.doc)
+
+    @property
+    def build_id(self) -> str:
+        return self.doc["build"]["id"]
 
 
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
@@ -165,7 +187,7 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     """Every file of the output directory (pure: no disk writes). `check`: the emitter
     re-derives each core's start address from our coordinates (codegen/superdsc.py)."""
     specs = [op_spec(graph, op) for op in graph.ops]
-    files: dict[str, bytes | str | WeightsBlob | LateJson] = {}
+    files: dict[str, bytes | str | JsonDoc | WeightsBlob | ManifestFile] = {}
     sdsc: dict[str, dict] = {}
     symbols = SymbolTable()
     for i, (op, spec) in enumerate(zip(graph.ops, specs)):
@@ -185,8 +207,7 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     blob = WeightsBlob.plan(graph)
     manifest_doc = manifest(graph, source, pipeline, configs, sdsc_names,
                             report.get("hbm_bytes", 0), blob, self_contained, source_sha256)
-    files["manifest.json"] = dump_json(manifest_doc) if source_sha256 is None else \
-        LateJson(manifest_doc, lambda doc: doc["source"].update(sha256=source_sha256.result()))
+    files[MANIFEST_FILE] = ManifestFile(manifest_doc, source_sha256)
     if blob.entries:
         files[WEIGHTS_FILE] = blob
     auto = (report.get("tiling") or {}).get("auto_config")
@@ -213,9 +234,11 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
     return {
         "format": MANIFEST_FORMAT, "spyrec_version": __version__,
         "source": {"file": source.name, "path": str(Path(source).resolve()),
-                   # a hash still running is filled in when the file is written (`LateJson`)
+                   # a hash still running is filled in when the file is written
+                   # (`ManifestFile`)
                    "sha256": None if source_sha256 is not None else sha256_of(source),
                    "copy": PROGRAM_COPY if self_contained else None},
+        "build": None,      # the record of every file, written last (`ManifestFile.finish`)
         "pipeline": pipeline, "configs": configs,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
         **({"mutated_buffers": dict(graph.mutated_buffers)} if graph.mutated_buffers else {}),
@@ -306,45 +329,82 @@ def _lx_fields(graph: Graph, buf, writers: list) -> dict:
 
 
 def write_atomically(out_dir: Path,
-                     files: dict[str, bytes | str | JsonDoc | WeightsBlob | LateJson],
+                     files: dict[str, bytes | str | JsonDoc | WeightsBlob | ManifestFile],
                      source: Path,
                      finalize=None, self_contained: bool = False, weights_job=None) -> None:
     """Write `files` (and, if `self_contained`, a copy of `source` as program.pt2) as `out_dir`,
-    all or nothing.
+    all or nothing, bound into one build (`spyrec/build_record.py`).
 
     `spyrec.outdir` decides whether `out_dir` may be replaced and swaps the finished directory
-    in. `finalize(tmp_dir) -> {name: text}` runs on the complete temporary directory before the
-    swap, for files computed from the others (the report's cost estimate). `weights_job` (a
-    `codegen.weights_job.WeightsJob` started during the passes) supplies weights.bin when it
-    holds the same blob.
+    in. `finalize(tmp_dir) -> {name: text_of}` runs once the files the others are computed
+    from are written, for the report and its cost estimate: `text_of(build_id)` is the text
+    of a file that carries the build's id. `weights_job` (a `codegen.weights_job.WeightsJob`
+    started during the passes) supplies weights.bin when it holds the same blob. The order:
+    the deterministic files (their digests recorded as written), the source's copy, the
+    finalize step (while the weights may still be writing), weights.bin (its constants'
+    digests), manifest.json (the record and the id), the stamped files, weights.bin's stamp.
     """
     def build(tmp: Path) -> None:
-        early = {name: content for name, content in files.items()
-                 if isinstance(content, WeightsBlob) and weights_job is not None}
-        late = {name: content for name, content in files.items()
-                if isinstance(content, LateJson)}
+        manifest_file = files[MANIFEST_FILE]
+        record: dict[str, dict] = {}
         for name, content in files.items():
-            if name not in early and name not in late:
-                _write_file(tmp / name, content)
+            if name != MANIFEST_FILE and not isinstance(content, WeightsBlob):
+                record[name] = _write_file(tmp / name, content)
         if self_contained:
-            shutil.copyfile(source, tmp / PROGRAM_COPY)
-        for name, content in (finalize(tmp) if finalize else {}).items():
-            _write_file(tmp / name, content)
-        for name, content in late.items():  # after finalize: its value was still coming
-            _write_file(tmp / name, content)
-        for name, blob in early.items():    # last: finalize ran while it was still writing
-            if not weights_job.take(blob, tmp / name):
-                _write_file(tmp / name, blob)
+            record[PROGRAM_COPY] = _copy_source(source, tmp / PROGRAM_COPY, manifest_file)
+        stamped = finalize(tmp) if finalize else {}
+        blobs = [(name, blob) for name, blob in files.items() if isinstance(blob, WeightsBlob)]
+        digests: dict[str, str] = {}
+        for name, blob in blobs:        # after finalize: the job was still writing meanwhile
+            digests |= _weights(blob, tmp / name, weights_job)
+            record[name] = {"stamp": True}
+        record |= {name: {"stamp": True} for name in stamped}
+        _write_file(tmp / MANIFEST_FILE, manifest_file.finish(record, digests))
+        for name, text_of in stamped.items():
+            _write_file(tmp / name, text_of(manifest_file.build_id))
+        for name, blob in blobs:
+            _append(tmp / name, stamp(manifest_file.build_id))
 
     replace_directory(check_output_dir(out_dir), build)
 
 
-def _write_file(path: Path, content: bytes | str | JsonDoc | LateJson | WeightsBlob) -> None:
+def _weights(blob: WeightsBlob, path: Path, weights_job) -> dict[str, str]:
+    """Write `blob` at `path` (the early job's file when it holds the same blob); each stored
+    constant's SHA-256 by name."""
+    if weights_job is not None:
+        digests = weights_job.take(blob, path)
+        if digests is not None:
+            return digests
+    written: dict[tuple, str] = {}
+    blob.write(path, done=written.__setitem__)
+    return {entry[0].name: written[entry_identity(*entry)] for entry in blob.entries}
+
+
+def _copy_source(source: Path, copy: Path, manifest_file: ManifestFile) -> dict:
+    """`source` copied to `copy` (--self-contained), its record; the copy must hash to what
+    the manifest records for the source (a source replaced while compiling is caught here,
+    not by a later `run --check`)."""
+    shutil.copyfile(source, copy)
+    digest = sha256_of(copy)
+    expected = json.loads(manifest_file.text())["source"]["sha256"]
+    if digest != expected:
+        raise InputFileError(f"{source}: changed while spyrec compiled it (SHA-256 "
+                             f"{expected[:12]}... when read, {digest[:12]}... when copied for "
+                             f"--self-contained); nothing was written. Compile it again once "
+                             f"it stays in place.")
+    return {"bytes": copy.stat().st_size, "sha256": digest}
+
+
+def _write_file(path: Path, content: bytes | str | JsonDoc | WeightsBlob) -> dict:
+    """Write one file of a new build; its `build.files` record."""
     content = printed(content)
     if isinstance(content, str):
         content = content.encode("utf-8")
-    if isinstance(content, WeightsBlob):
-        content.write(path)
-        return
     with open(path, "xb") as f:  # a fresh directory: never follow or reuse an existing entry
         f.write(content)
+    return file_record(content)
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)

@@ -334,17 +334,21 @@ def _bind_arguments(fn: func.FuncOp, lengths: Mapping[str, int], st: _State) -> 
 
 def read_bundle(path: Path, lengths: Mapping[str, int] | None = None) -> list[Execute]:
     """Parse, verify and interpret one bundle file (at symbolic `lengths`)."""
-    return execute(_parsed(Path(path)), lengths)
+    return read_bundle_text(read_text(Path(path)), path, lengths)
+
+
+def read_bundle_text(text: str, path: Path,
+                     lengths: Mapping[str, int] | None = None) -> list[Execute]:
+    """Parse, verify and interpret one bundle's `text` (read from `path`, for messages)."""
+    return execute(_parsed(text, Path(path)), lengths)
 
 
 _PARSED: dict[tuple, ParsedBundle] = {}
 
 
-def _parsed(path: Path) -> ParsedBundle:
-    """The parsed bundle of `path`, kept while its text is the same (a run at symbolic
-    lengths interprets the bundle the loader read at the maxima again; parsing is most of
-    that, reading the text little)."""
-    text = read_text(path)
+def _parsed(text: str, path: Path) -> ParsedBundle:
+    """The parsed bundle of `text`, kept while it is the same (a run at symbolic lengths
+    interprets the bundle the loader read at the maxima again; parsing is most of that)."""
     key = (str(path), text)
     if key not in _PARSED:
         _PARSED.clear()                       # one bundle at a time: its module is large

@@ -1,6 +1,7 @@
 """`spyrec run OUT --inputs DATA.npz [-o OUTPUTS.npz] [--check] [--report] [--json] [-v|-q]`.
 
-A thin click command over `runner.simulate` (DESIGN §1). The results a user asked for (the
+A thin click command over `run_directory.run_directory`, the run path the Python API shares
+(DESIGN §1). The results a user asked for (the
 `--check` table, the `--report` cost table, or with `--json` one JSON document holding both,
 schemas/run.schema.json) go to stdout; progress goes to stderr, so stdout stays clean for
 pipes. Errors are SpyrecError subclasses and `cli.main` maps them to exit codes:
@@ -15,7 +16,6 @@ from pathlib import Path
 
 import click
 
-from spyrec.errors import CheckMismatch, InputFileError
 from spyrec.outdir import RUN_OUTPUTS
 from spyrec.progress import Progress
 
@@ -48,15 +48,11 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
                 quiet: bool) -> None:
     """Simulate the compiled program in OUT on the inputs in an .npz file."""
     # Imported here, not at the top: `spyrec compile` and `--help` must not pay for them.
-    from spyrec.sim import foreign
-    from spyrec.sim.check import (check_outputs, check_reference_program, describe_failure,
-                                   format_checks)
+    from spyrec.sim.check import format_checks
     from spyrec.sim.cost import format_table
-    from spyrec.sim.directory import is_foreign, load_output_dir
     from spyrec.sim.inputs import (OUTPUT_SUFFIXES, check_output_path, check_replaceable,
-                                   npz_arrays, read_inputs, write_npz)
-    from spyrec.sim.prefetch import begin_run
-    from spyrec.sim.runner import simulate
+                                   npz_arrays, write_npz)
+    from spyrec.sim.run_directory import run_directory, write_into_directory
 
     def progress(msg: str) -> None:
         if not quiet:
@@ -69,50 +65,37 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
             click.echo(f"spyrec run: {msg}", err=True)
         ticker.step(msg)
 
-    # Everything that can be checked without simulating is checked first, so a typo in -o or a
-    # missing or changed source .pt2 fails in a second rather than after the whole run.
-    if output_path is not None:
-        check_output_path(output_path, "-o")
-        check_replaceable(output_path, "-o", OUTPUT_SUFFIXES, out,
-                          {"--inputs": inputs_path})
-    if model_path is not None and not check:
-        raise InputFileError(f"--model {model_path}: only --check reads it; add --check")
-    begin_run(out)     # torch if needed, then the disk works while the directory is read
-    program = load_output_dir(out)
-    expected = reference = None
-    if check and is_foreign(out):   # no eager model: the manifest names expectations
-        expected = foreign.expected_outputs(out, program.manifest)
-    elif check:     # the source .pt2 is there, unchanged, callable with the manifest's inputs
-        reference = check_reference_program(out, list(program.manifest.inputs), model_path)
-    inputs = read_inputs(program.manifest, inputs_path)
-    result = simulate(out, inputs, log=detail, program=program)
+    def check_output() -> None:
+        """-o PATH checked before the run and again before simulating, so a typo fails in a
+        second rather than after the whole run."""
+        if output_path is not None:
+            check_output_path(output_path, "-o")
+            check_replaceable(output_path, "-o", OUTPUT_SUFFIXES, out,
+                              {"--inputs": inputs_path})
+
+    check_output()
+    outcome = run_directory(out, inputs_path, check=check, model=model_path, log=progress,
+                            detail=detail, before_simulating=check_output)
+    result = outcome.result
     ticker.done()
-    output_path = output_path or out / RUN_OUTPUTS
-    write_npz(output_path, npz_arrays(result.outputs, result.output_dtypes, result.names))
-    progress(f"{len(result.outputs)} output(s) written to {output_path} "
-             f"({result.wall_s:.2f} s)")
+    arrays = npz_arrays(result.outputs, result.output_dtypes, result.names)
+    if output_path is None:
+        written = write_into_directory(outcome.files, RUN_OUTPUTS, arrays)
+    else:
+        check_output()
+        write_npz(output_path, arrays)
+        written = output_path
+    progress(f"{len(result.outputs)} output(s) written to {written} ({result.wall_s:.2f} s)")
     if report and not as_json:
         click.echo(format_table(result.cost))
-    checks = None
-    if expected is not None:
-        checks = foreign.check_expected(program.manifest, expected, result.outputs)
-        if not as_json:
-            click.echo(format_checks(checks))
-    elif check:
-        progress(f"running {reference} in PyTorch eager for --check")
-        checks = check_outputs(out, program.manifest, inputs, result.outputs, reference)
-        if not as_json:
-            click.echo(format_checks(checks))
+    if outcome.checks is not None and not as_json:
+        click.echo(format_checks(outcome.checks))
     if as_json:
-        click.echo(json.dumps(run_document(result, output_path, checks,
+        click.echo(json.dumps(run_document(result, written, outcome.checks,
                                            result.cost if report else None), indent=1))
-    if checks is not None:
-        bad = [c for c in checks if not c.ok]
-        if bad:
-            names = "; ".join(describe_failure(c) for c in bad)
-            against = "the expected outputs" if expected is not None else "PyTorch eager"
-            raise CheckMismatch(f"{len(bad)} of {len(checks)} outputs differ from {against} "
-                                f"beyond tolerance: {names}")
+    mismatch = outcome.mismatch()
+    if mismatch is not None:
+        raise mismatch
 
 
 def run_document(result, output_path: Path, checks: list | None, cost: dict | None) -> dict:

@@ -6,9 +6,13 @@ docs/formats.md "Reference bundles"). The two readers share the helpers below th
 `program.py`, `superdsc.py`, `bundle.py`) and never import each other; this module is the one
 place that looks at a directory and picks one.
 
+    open_output_dir(out_dir) -> OutputFiles     the directory opened once: a run reads every
+                                                file through it (files.py)
     read_output_dir(out_dir) -> OutputProgram   every file read and checked
     load_output_dir(out_dir) -> OutputProgram   the same, then verified statically (what a run
                                                 and the cost model start from)
+
+`out_dir` may be a path or an `OutputFiles` a command opened first.
 """
 
 from __future__ import annotations
@@ -18,13 +22,19 @@ from pathlib import Path
 
 from spyrec.errors import InputFileError
 from spyrec.hostmem import no_automatic_collections
+from spyrec.sim.files import OutputFiles
 from spyrec.sim.foreign import DOCS, FORMAT, read_reference_dir
 from spyrec.sim.loader import read_spyrec_dir
 from spyrec.sim.program import OutputProgram
 from spyrec.sim.verify import verify_program
 
 
-def load_output_dir(out_dir: str | Path) -> OutputProgram:
+def open_output_dir(out_dir: str | Path | OutputFiles) -> OutputFiles:
+    """The directory opened once (`files.OutputFiles`), every later read through it."""
+    return out_dir if isinstance(out_dir, OutputFiles) else OutputFiles(out_dir)
+
+
+def load_output_dir(out_dir: str | Path | OutputFiles) -> OutputProgram:
     """Read and statically verify an output directory (sim/verify.py), with the cyclic
     collector paused (`no_automatic_collections`: the specs it builds make no cycles)."""
     with no_automatic_collections():
@@ -33,42 +43,36 @@ def load_output_dir(out_dir: str | Path) -> OutputProgram:
     return program
 
 
-def read_output_dir(out_dir: str | Path) -> OutputProgram:
+def read_output_dir(out_dir: str | Path | OutputFiles) -> OutputProgram:
     """The program of a spyrec output directory or of a reference bundle, every file checked
     (not yet verified: `load_output_dir`)."""
-    out_dir = Path(out_dir)
-    check_output_directory(out_dir)
-    check_manifest_present(out_dir)
-    if is_foreign(out_dir):
-        return read_reference_dir(out_dir)
-    return read_spyrec_dir(out_dir)
+    files = open_output_dir(out_dir)
+    check_manifest_present(files)
+    if is_foreign(files):
+        return read_reference_dir(files.path)
+    return read_spyrec_dir(files)
 
 
 def check_output_directory(out_dir: Path) -> None:
-    """`out_dir` exists and is a directory (`run` and `inspect` both start here)."""
-    if not out_dir.exists():
-        raise InputFileError(f"{out_dir}: no such directory; give the output directory of "
-                             f"spyrec compile")
-    if not out_dir.is_dir():
-        raise InputFileError(f"{out_dir} is not a directory; give the output directory of "
-                             f"spyrec compile (the one holding manifest.json)")
+    """`out_dir` is a directory that can be opened (`inspect` starts here)."""
+    OutputFiles(out_dir).close()
 
 
-def check_manifest_present(out_dir: Path) -> None:
+def check_manifest_present(files: OutputFiles) -> None:
     """A directory with a bundle but no manifest is most likely the reference's own dump."""
-    if not (out_dir / "manifest.json").exists() and (out_dir / "bundle.mlir").exists():
-        raise InputFileError(f"{out_dir / 'manifest.json'}: missing; if spyrec compile wrote "
+    if not files.exists("manifest.json") and files.exists("bundle.mlir"):
+        raise InputFileError(f"{files.label('manifest.json')}: missing; if spyrec compile wrote "
                              f"this directory, re-run it; if another compiler wrote the bundle, "
                              f"write a manifest.json by hand (format {FORMAT}: tensors, "
                              f"addresses, inputs, outputs; {DOCS})")
 
 
-def is_foreign(out_dir: Path) -> bool:
+def is_foreign(out_dir: str | Path | OutputFiles) -> bool:
     """Whether OUT/manifest.json is a hand-written foreign manifest (anything else, even an
     unreadable file, goes to spyrec's reader, which reports it)."""
     try:
-        text = (out_dir / "manifest.json").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = open_output_dir(out_dir).read_text("manifest.json")
+    except InputFileError:
         return False
     if FORMAT not in text:
         return False

@@ -93,16 +93,33 @@ def begin_run(out_dir) -> None:
     nothing (the run's own checks name what is wrong)."""
     from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, use_torch
 
-    if _regular_file_bytes(os.path.join(os.fspath(out_dir), "weights.bin")) >= \
-            TORCH_FROM_BYTES:
+    if _regular_file_bytes(out_dir, "weights.bin") >= TORCH_FROM_BYTES:
         use_torch()
     read_ahead_early(out_dir)
 
 
-def _regular_file_bytes(path: str) -> int:
-    """The size of `path` if it is a regular file (a symlink to one included), else 0."""
+def _directory(out_dir) -> tuple[str, int | None]:
+    """The path of `out_dir` (a path, or an `OutputFiles` handle) and the descriptor to open
+    its files relative to (None: open by path)."""
+    fd = getattr(out_dir, "fd", None)
+    return os.fspath(getattr(out_dir, "path", out_dir)), fd
+
+
+def _open_weights(out_dir) -> int:
+    path, fd = _directory(out_dir)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if fd is None:
+        return os.open(os.path.join(path, "weights.bin"), flags)
+    return os.open("weights.bin", flags, dir_fd=fd)
+
+
+def _regular_file_bytes(out_dir, name: str) -> int:
+    """The size of `name` in `out_dir` if it is a regular file (a symlink to one included),
+    else 0."""
+    path, fd = _directory(out_dir)
     try:
-        info = os.stat(path)
+        info = os.stat(name, dir_fd=fd) if fd is not None else \
+            os.stat(os.path.join(path, name))
     except OSError:
         return 0
     return info.st_size if stat.S_ISREG(info.st_mode) else 0
@@ -122,17 +139,19 @@ def read_ahead_early(out_dir, nbytes: int | None = None) -> threading.Thread | N
     kernel to its read-ahead size (8 MiB here), so asking for 2 GB read 8 MiB. A missing,
     small or non-regular file is not read; no value depends on any of this. The thread, for
     those who wait for it."""
-    thread = threading.Thread(target=_read_ahead, args=(os.fspath(out_dir), nbytes),
+    thread = threading.Thread(target=_read_ahead, args=(out_dir, nbytes),
                               daemon=True, name="spyrec-read-ahead")
     thread.start()
     return thread
 
 
-def _read_ahead(out_dir: str, nbytes: int | None) -> None:
-    path = os.path.join(out_dir, "weights.bin")
+def _read_ahead(out_dir, nbytes: int | None) -> None:
+    """`read_ahead_early`'s thread. A truncated file cannot kill it: populating a page past
+    the end fails (EFAULT) instead of raising SIGBUS, and read-ahead advice is only advice."""
+    path = os.path.join(_directory(out_dir)[0], "weights.bin")
     try:
         # (non-blocking: a FIFO named weights.bin must not hold the thread)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_weights(out_dir)
     except OSError:
         return
     try:
@@ -145,7 +164,7 @@ def _read_ahead(out_dir: str, nbytes: int | None) -> None:
     finally:
         os.close(fd)
     try:
-        _small_files_first(out_dir, path)
+        _small_files_first(_directory(out_dir)[0], path)
         _populate(mapped, window_bytes() if nbytes is None else nbytes)
     finally:
         mapped.close()      # the pages stay in the page cache

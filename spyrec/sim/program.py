@@ -22,7 +22,7 @@ import bisect
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
@@ -32,6 +32,10 @@ from spyrec.sim.specs import (
     Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout, fits_shares, share_floor,
     slice_share)
 from spyrec.sim.superdsc import Resolver, SuperDscReader, lx_starts_of
+
+if TYPE_CHECKING:
+    from spyrec.sim.files import OutputFiles
+    from spyrec.sim.weights import WeightsFile
 
 _SDSC_NAME = re.compile(r"^sdsc_(\d+)\.json$")
 
@@ -69,6 +73,10 @@ class OutputProgram:
     ops: dict[str, OpSpec]                  # by file name
     trace: tuple[tuple[str, Execute], ...]  # (kernel name, execute) in execution order
     weights: Weights | None = None          # None: a foreign bundle (no constants file)
+    # read from disk: the directory's handle (what else a run reads, it reads through it:
+    # the same build) and weights.bin opened through it; None for in-memory documents
+    files: OutputFiles | None = None
+    weights_file: WeightsFile | None = None
 
 
 # --- manifest ---------------------------------------------------------------------------------

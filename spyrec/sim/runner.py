@@ -99,7 +99,7 @@ def place_tensors(program: OutputProgram, constants: dict[str, np.ndarray] | Non
     hbm = Hbm(program.manifest.hbm_bytes)
     live = live_ranges(program)
     weights = constants if constants is not None else constant_bytes(
-        program.out_dir, program.weights, program.manifest.tensors)
+        program.weights_file, program.weights, program.manifest.tensors)
     for t in program.manifest.tensors.values():
         if t.hbm_address is None:
             continue
@@ -176,13 +176,21 @@ def at_lengths(program: OutputProgram, lengths: dict[str, int]) -> OutputProgram
     with those arguments (the loader's trace is at the maxima), and the ops whose size is a
     length at that length (`OpSpec.at`). The ops and the statements are those already read
     and checked; only the trips and those sizes differ."""
-    from spyrec.sim.bundle import read_bundle
-
     trace = tuple((kernel.name, ex) for kernel in program.manifest.kernels
-                  for ex in read_bundle(program.out_dir / kernel.bundle, lengths))
+                  for ex in _bundle(program, kernel.bundle, lengths))
     shares = program.manifest.min_shares
     ops = {name: spec.at(lengths, shares) for name, spec in program.ops.items()}
     return replace(program, trace=trace, ops=ops)
+
+
+def _bundle(program: OutputProgram, name: str, lengths: dict[str, int]):
+    """A bundle of `program` interpreted at `lengths`: the text the loader read (through the
+    directory's handle: the same build), else the file."""
+    from spyrec.sim.bundle import read_bundle, read_bundle_text
+
+    if program.files is None:
+        return read_bundle(program.out_dir / name, lengths)
+    return read_bundle_text(program.files.read_text(name), program.files.label(name), lengths)
 
 
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
@@ -209,30 +217,42 @@ def _simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log,
         program = at_lengths(program, lengths)
         host_inputs = {name: padded_to_maximum(manifest.tensors[name], array)
                        for name, array in host_inputs.items()}
-    later: dict[str, Callable[[], None]] = {}
-    constants = constant_bytes(program.out_dir, program.weights, program.manifest.tensors,
-                               later)
-    hbm = place_tensors(program, constants)
-    lx = place_lx(program)
-    for name, array in host_inputs.items():
-        write_tensor(hbm, manifest.tensors[name], array)
-    log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
-        f"{manifest.hbm_bytes} bytes of HBM")
-    with torch_run(big):
-        _run_trace(program, constants, later, hbm, lx, log)
-    tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
-    outputs = [read_tensor(hbm, manifest.tensors[name], lengths) for name in tensors]
+    with _weights_guard(program) as check_weights:
+        later: dict[str, Callable[[], None]] = {}
+        constants = constant_bytes(program.weights_file, program.weights,
+                                   program.manifest.tensors, later)
+        hbm = place_tensors(program, constants)
+        lx = place_lx(program)
+        for name, array in host_inputs.items():
+            write_tensor(hbm, manifest.tensors[name], array)
+        log(f"loaded {len(program.ops)} ops, {len(program.trace)} executions, "
+            f"{manifest.hbm_bytes} bytes of HBM")
+        with torch_run(big):
+            _run_trace(program, constants, later, hbm, lx, log, check_weights)
+        tensors = list(manifest.outputs) + [name for _, name in manifest.mutated_buffers]
+        outputs = [read_tensor(hbm, manifest.tensors[name], lengths) for name in tensors]
     dtypes = [manifest.tensors[name].host_dtype for name in tensors]
     names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
         fqn for fqn, _ in manifest.mutated_buffers)
     return SimResult(outputs, dtypes, program, time.perf_counter() - start, names)
 
 
+def _weights_guard(program: OutputProgram):
+    """weights.bin guarded while the run reads it (`WeightsFile.guarded`), where there is one."""
+    import contextlib
+
+    if program.weights_file is None:
+        return contextlib.nullcontext(lambda: None)
+    return program.weights_file.guarded()
+
+
 def _run_trace(program: OutputProgram, constants: dict[str, np.ndarray],
-               later: dict[str, Callable[[], None]], hbm: Hbm, lx: Lx, log: Log) -> None:
+               later: dict[str, Callable[[], None]], hbm: Hbm, lx: Lx, log: Log,
+               check_weights: Callable[[], None] = lambda: None) -> None:
     """Execute the trace in order on `hbm` and `lx`: each LX and HBM tensor started where its
     life does, the weights read from disk ahead of the ops (`_prefetcher`), the constants
-    of `later` laid out on a thread until an op needs them."""
+    of `later` laid out on a thread until an op needs them; `check_weights()` between two
+    ops (a weights.bin changed under the run stops it there)."""
     births = _births(lx.allocations)
     hbm_births = _births([a for a in hbm.allocations if a.live[0] > 0])
     prefetch = _prefetcher(program, {name: v for name, v in constants.items()
@@ -240,6 +260,7 @@ def _run_trace(program: OutputProgram, constants: dict[str, np.ndarray],
     relayouts = Relayouts(later)       # laid out on a thread while the ops run
     try:
         for i, (kernel, ex) in enumerate(program.trace):
+            check_weights()
             spec = program.ops[ex.file]
             t0 = time.perf_counter()
             if relayouts:

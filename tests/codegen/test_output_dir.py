@@ -1,11 +1,13 @@
 """The output directory: complete, deterministic, atomic, and self-consistent."""
 
 import filecmp
+import hashlib
 
 import numpy as np
 import pytest
 import torch
 
+from spyrec.build_record import STAMP_BYTES
 from spyrec.errors import ConfigError
 from spyrec.layout import DeviceLayout
 from spyrec.sim.specs import TensorSpec
@@ -162,12 +164,15 @@ def test_weights_bin_holds_each_constant_once_aligned_and_memory_mappable(tmp_pa
     pt2 = export(tmp_path, module, (torch.randn(2, 3),), "two")
     out = compile_pt2(pt2, tmp_path / "out")
     manifest = load_json(out / "manifest.json")
-    assert manifest["format"] == "spyrec-manifest/3"
+    assert manifest["format"] == "spyrec-manifest/4"
     assert manifest["source"]["path"] == str(pt2.resolve()) and manifest["source"]["copy"] is None
     weights = manifest["weights"]
     assert weights["file"] == "weights.bin" and weights["alignment"] == 4096
-    assert (out / "weights.bin").stat().st_size == weights["bytes"]
+    # the tensors, then the build stamp (spyrec/build_record.py): one line naming the build
+    assert (out / "weights.bin").stat().st_size == weights["bytes"] + STAMP_BYTES
     blob = np.memmap(out / "weights.bin", dtype=np.uint8, mode="r")
+    assert bytes(blob[weights["bytes"]:]) == \
+        f"spyrec-build {manifest['build']['id']}\n".encode()
     tensors = {t["name"]: t for t in manifest["tensors"]}
     # the device stores bf16 as fp16: b's values, rounded once
     expected = {"a": module.a.numpy(), "b": module.b.float().half().numpy()}
@@ -175,6 +180,8 @@ def test_weights_bin_holds_each_constant_once_aligned_and_memory_mappable(tmp_pa
     for entry in weights["tensors"]:
         t = tensors[entry["name"]]
         assert entry["offset"] % 4096 == 0 and entry["bytes"] == t["device_bytes"]
+        assert entry["sha256"] == hashlib.sha256(
+            blob[entry["offset"]:entry["offset"] + entry["bytes"]]).hexdigest()
         assert (entry["device_dtype"], entry["device_size"]) == (t["device_dtype"],
                                                                  t["device_size"])
         value = expected[t["source"]]

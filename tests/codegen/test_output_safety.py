@@ -230,11 +230,12 @@ def _fail_renaming_the_new_directory_in(monkeypatch):
     monkeypatch.setattr(outdir.os, "rename", failing)
 
 
-FILES_WRITTEN = 7  # sdsc_0, sdsc_1, opspecs, bundle; report.json, .txt; manifest (no weights)
+FILES_WRITTEN = 7  # sdsc_0, sdsc_1, opspecs, bundle; manifest; report.json, .txt (no weights)
 
 
 FAILURES = {"first file": _fail_at_file(1), "third file": _fail_at_file(3),
-            "last file (the manifest)": _fail_at_file(FILES_WRITTEN),
+            "the manifest": _fail_at_file(FILES_WRITTEN - 2),
+            "last file (report.txt)": _fail_at_file(FILES_WRITTEN),
             "source copy": _fail_copying_the_source,
             "rename into place": _fail_renaming_the_new_directory_in}
 
@@ -242,8 +243,9 @@ FAILURES = {"first file": _fail_at_file(1), "third file": _fail_at_file(3),
 def test_the_failure_cases_cover_every_file(pt2, tmp_path, monkeypatch):
     calls = _fail_at_file(0)(monkeypatch)
     compile_pt2(pt2, tmp_path / "out", self_contained=True)
-    # the manifest waits for the source's hash: it is written after the report
-    assert len(calls) == FILES_WRITTEN and calls[-1] == "manifest.json", calls
+    # the manifest waits for every other file's record; the reports carry its build id
+    assert len(calls) == FILES_WRITTEN and \
+        calls[-3:] == ["manifest.json", "report.json", "report.txt"], calls
 
 
 @pytest.mark.parametrize("earlier", [True, False], ids=["over an earlier output", "fresh OUT"])

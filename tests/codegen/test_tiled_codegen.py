@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spyrec.codegen.writer import build_outputs, printed
+from spyrec.codegen.writer import build_outputs, write_atomically
 from spyrec.errors import InputFileError
 from spyrec.ir.parser import parse
 from spyrec.ir.verify import verify
@@ -61,7 +61,9 @@ def compile_text(text: str, tmp: Path, cores: int = 32) -> tuple[dict, CompileCo
     src.write_bytes(b"not read")
     configs = {"pipeline": None, "tiling": None, "layouts": None}
     files = build_outputs(graph, src, [], configs, ctx.report).files
-    return {name: printed(content) for name, content in files.items()}, ctx
+    write_atomically(tmp / "out", files, src)
+    return {path.name: path.read_text() for path in (tmp / "out").iterdir()
+            if path.suffix in (".json", ".mlir")}, ctx
 
 
 def dsc(files: dict, n: int) -> dict:

@@ -240,7 +240,7 @@ def test_tensors_written_in_pieces_are_the_whole_tensors_bytes(tmp_path, monkeyp
     pieces = [len(weights_file._pieces(b, b.layout.device_bytes)) for b, _ in constants]
     assert pieces == [5, 7, 3, 1]
     done = []
-    _blob(constants).write(tmp_path / "pieces.bin", done=done.append)
+    _blob(constants).write(tmp_path / "pieces.bin", done=lambda identity, sha256: done.append(identity))
     assert (tmp_path / "pieces.bin").read_bytes() == (tmp_path / "whole.bin").read_bytes()
     assert [identity[2] for identity in done] == ["embed", "w_npad", "lm_npad", "bias"]
     with weights_file._BlockFile(tmp_path / "probe.bin") as probe:
@@ -268,7 +268,7 @@ def test_a_tensor_stopped_between_pieces_is_not_counted_as_written(tmp_path, mon
 
     monkeypatch.setattr(weights_file, "_device_form", form)
     try:
-        _blob(constants).write(tmp_path / "w.bin", stop, done=done.append)
+        _blob(constants).write(tmp_path / "w.bin", stop, done=lambda identity, sha256: done.append(identity))
     except weights_file.WeightsStopped:
         pass
     else:

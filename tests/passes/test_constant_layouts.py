@@ -90,7 +90,7 @@ def test_tied_embedding_gets_both_layouts_at_compile_time(tmp_path, dtype, token
     from spyrec.sim.loader import read_spyrec_dir
 
     program = read_spyrec_dir(out)
-    loaded = constant_bytes(out, program.weights, program.manifest.tensors)
+    loaded = constant_bytes(program.weights_file, program.weights, program.manifest.tensors)
     first, second = (loaded[n].view(np.float16 if dtype == torch.float16 else np.float32)
                      for n in ("p_embed_weight", "p_embed_weight__layout"))
     from spyrec.inspect_dir import inspect_directory

@@ -99,7 +99,7 @@ def test_a_tied_tables_padded_lm_head_is_laid_out_at_load_with_zero_rows(tmp_pat
     out = run_and_compare(tmp_path, Head(tied=True), (_ids(1),))
     (row,) = _report(out)["split_padding"]["list"]
     program = read_spyrec_dir(out)
-    loaded = constant_bytes(out, program.weights, program.manifest.tensors)
+    loaded = constant_bytes(program.weights_file, program.weights, program.manifest.tensors)
     sticks = row["n_padded"] // 64
     device = loaded[row["padded"]].view(np.float16).reshape(sticks, K, 64)
     host = np.moveaxis(device, 1, 2).reshape(sticks * 64, K)

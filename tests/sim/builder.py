@@ -15,21 +15,26 @@ compiled programs instead (tests/programs.py).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from spyrec.build_record import stamp
 from spyrec.indexing import Var, evaluate, parse_expr
 from spyrec.layout import default_layout
 from spyrec.layout.dtypes import device_dtype_for
-from spyrec.sim.files import validate
+from spyrec.sim.files import OutputFiles, validate
 from spyrec.sim.program import OutputProgram, program_from_op_specs, read_manifest
 from spyrec.sim.program_cost import program_cost
 from spyrec.sim.runner import SimResult, simulate
 from spyrec.sim.specs import OpSpec
 from spyrec.sim.verify import verify_program
+from spyrec.sim.weights import WeightsFile
+from tests.sealing import record
 from tests.sim.access_form import read_access_form
 
 
@@ -111,8 +116,10 @@ class OutDir:
 
     # --- files --------------------------------------------------------------------------------
     def manifest(self) -> dict:
-        return {
-            "format": "spyrec-manifest/3", "spyrec_version": "0.1.0",
+        """The manifest document, with the build record of the one file this builder writes
+        (weights.bin, which carries the id: `tests/sealing.py`)."""
+        return record({
+            "format": "spyrec-manifest/4", "spyrec_version": "0.1.0",
             "source": {"file": "model.pt2", "path": str(self.path / "program.pt2"),
                        "sha256": "0" * 64, "copy": None},
             "pipeline": [{"pass": "stick_layout", "options": {}}],
@@ -123,7 +130,7 @@ class OutDir:
                          "ops": [f"sdsc_{i}.json" for i in range(len(self.ops))]}]
             + self.kernels,
             "hbm_bytes": self.hbm_bytes if self.hbm_bytes is not None else self.next_address,
-            "weights": self.weights()[0]}
+            "weights": self.weights()[0]}, ("weights.bin",) if self.constants else ())
 
     def weights(self) -> tuple[dict, bytes]:
         """The manifest's `weights` section and the bytes of weights.bin (docs/formats.md):
@@ -142,7 +149,7 @@ class OutDir:
             data += bytes(t["device_bytes"] - len(data))
             entries.append({"name": name, "device_dtype": t["device_dtype"],
                             "device_size": t["device_size"], "offset": len(blob),
-                            "bytes": len(data)})
+                            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
             blob += data
         return ({"file": "weights.bin", "bytes": len(blob), "alignment": 4096,
                  "tensors": entries}, blob)
@@ -156,17 +163,23 @@ class OutDir:
         document = self.manifest()
         validate(document, "manifest", str(path))
         manifest, weights = read_manifest(path, document)
+        weights_file = None
         if self.constants:
             self.path.mkdir(parents=True, exist_ok=True)
-            (self.path / "weights.bin").write_bytes(self.weights()[1])
+            (self.path / "weights.bin").write_bytes(self.weights()[1] +
+                                                    stamp(document["build"]["id"]))
+            files = OutputFiles(self.path)
+            files.expect(document["build"])
+            weights_file = WeightsFile.open(files, weights)
         bundles = {"bundle.mlir": self.bundle or flat_bundle(len(self.ops)), **self.bundles}
         ops = {f"sdsc_{spec['index']}.json": spec for spec in self.ops}
 
         def op_spec(name: str, _first) -> OpSpec:
             return read_access_form(self.path / name, name, ops[name]["index"], ops[name])
-        return program_from_op_specs(
+        program = program_from_op_specs(
             self.path, manifest, weights, op_spec,
             lambda name: execute(parse_bundle(bundles[name], str(self.path / name))))
+        return replace(program, weights_file=weights_file)
 
     def load(self) -> OutputProgram:
         """The program, checked and verified: what a run and the cost model start from."""

@@ -14,6 +14,7 @@ from spyrec.indexing import parse_expr
 from spyrec.sim.directory import read_output_dir
 from spyrec.sim.files import validate
 from tests.programs import Lambda, compile_pt2, export
+from tests.sealing import seal
 from tests.sim.builder import rowmajor2d
 
 
@@ -40,10 +41,12 @@ def directory(compiled, tmp_path):
 
 
 def edit(path, fn):
-    """Change a JSON file of a directory."""
+    """Change a JSON file of a directory, sealed into the build as if compile wrote it (the
+    build check is tested on its own)."""
     data = json.loads(path.read_text())
     fn(data)
     path.write_text(json.dumps(data, indent=1))
+    seal(path.parent)
 
 
 def test_loads_specs_and_parses_coordinates_once(out):
@@ -69,9 +72,9 @@ def test_fixtures_and_compiled_files_satisfy_the_schemas(out, directory):
      r"manifest.json: at \$.tensors\[0\]: 'stride_map' is a required property"),
     ("manifest.json", lambda d: d.update(format="spyrec-manifest/2"),
      r"manifest.json: format spyrec-manifest/2, written by another spyrec version; this one "
-     r"reads spyrec-manifest/3"),
+     r"reads spyrec-manifest/4"),
     ("manifest.json", lambda d: d.update(format="spyrec-manifesto"),
-     r"manifest.json: at \$.format: 'spyrec-manifest/3' was expected"),
+     r"manifest.json: at \$.format: 'spyrec-manifest/4' was expected"),
     ("sdsc_0.json", lambda d: d["0_add"].update(numCoresUsed_="4"),
      r"sdsc_0.json: at \$\['0_add'\].numCoresUsed_: '4' is not of type 'integer'"),
     ("sdsc_0.json",
@@ -126,6 +129,7 @@ def test_access_form_structural_errors(out, change, message):
 
 def test_bad_json_names_line_and_column(directory):
     (directory / "sdsc_0.json").write_text('{\n "0_add": {\n "debug_handle_": 0,,\n}}')
+    seal(directory)
     with pytest.raises(InputFileError, match=r"sdsc_0.json:3:21: not valid JSON"):
         read_output_dir(directory)
 

@@ -207,7 +207,7 @@ def test_the_cost_curve_of_a_long_ladder_samples_33_lengths(decode):
     assert times[0] < times[32] == times[512] < times[544] == times[1024] == \
         cost["totals"]["time_us"]
     report = load_json(out / "report.json")
-    validate({k: report[k] for k in ("format", "passes", "restickify", "layouts", "ops",
+    validate({k: report[k] for k in ("format", "build", "passes", "restickify", "layouts", "ops",
                                      "cost")} | {"cost_curve": json.loads(json.dumps(curve))},
              "report", "report.json")
 
