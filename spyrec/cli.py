@@ -34,7 +34,8 @@ def cli() -> None:
 
     \b
     Commands arrive in this order: compile (a .pt2 into an output directory),
-    run (simulate an output directory against inputs), inspect (layouts, plan, cost).
+    run (simulate an output directory against inputs), inspect (layouts, plan, cost),
+    verify (every file of an output directory against its build record).
     """
 
 
@@ -135,6 +136,38 @@ def inspect_command(out_dir, tensor, svg_path, trace_path, as_json):
         click.echo(json.dumps(inspect_data(out_dir, tensor), indent=1))
     elif svg_path is None and trace_path is None:
         click.echo(inspect_directory(out_dir, tensor), nl=False)
+
+
+@cli.command("verify")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def verify_command(out_dir, as_json, quiet):
+    """Check every file of OUT against the build record in its manifest.
+
+    \b
+    Hashes every file (weights.bin tensor by tensor), checks that the reports carry the
+    build's id and that the program verifies statically, and names files that are not
+    the build's. `spyrec run` checks less on every run (docs/formats.md, "One build").
+    Exit 0 when everything is as compile wrote it, 2 otherwise."""
+    import json
+
+    from spyrec.errors import InputFileError
+    from spyrec.progress import Progress
+    from spyrec.sim.integrity import verify_directory
+
+    ticker = Progress("spyrec verify", enabled=not quiet)
+    try:
+        verdict = verify_directory(out_dir, ticker.step)
+    finally:
+        ticker.done()
+    if as_json:
+        click.echo(json.dumps(verdict.document(), indent=1))
+    elif not verdict.problems:
+        click.echo(verdict.summary())
+    if verdict.problems:
+        raise InputFileError(verdict.summary() if not as_json else
+                             f"{out_dir}: {len(verdict.problems)} problem(s) (see the JSON)")
 
 
 def _register_run_command() -> None:

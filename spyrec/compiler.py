@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from spyrec.beside import Beside
 from spyrec.errors import ConfigError, InputFileError
 from spyrec.hostmem import no_automatic_collections
-from spyrec.outdir import check_output_dir
+from spyrec.outdir import PROGRAM_COPY, check_inputs_outside, check_output_dir
 from spyrec.passes.pipeline import (
     Instrument, IRPrinter, Verifier, build_pipeline, check_dump_dir, describe, read_pipeline_file,
     run_passes,
@@ -128,6 +128,12 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
 
     if opts.frontend not in FRONTENDS:
         raise ConfigError(f"--frontend {opts.frontend!r}: choose one of {', '.join(FRONTENDS)}")
+    # -o first: an OUT that may not be replaced is refused before any input is read, and an
+    # input inside one that may is refused before it is read
+    target = check_output_dir(out_dir)
+    check_inputs_outside(target, {"the model": source, "--pipeline": opts.pipeline,
+                                  "--tiling": opts.tiling, "--layouts": opts.layouts},
+                         carried=target / PROGRAM_COPY if opts.self_contained else None)
     entries, pipeline_path = read_pipeline_file(opts.pipeline)
     pipeline = _with_tiling(build_pipeline(entries, opts.sets, where=pipeline_path),
                             opts.tiling)
@@ -136,7 +142,6 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
         check_dump_dir(opts.print_ir_after_all, out_dir)
     layouts = read_layouts(opts.layouts)
     check_model_path(source)
-    check_output_dir(out_dir)  # refuse an -o spyrec may not replace before any work
     return Plan(pipeline, pipeline_path, layouts)
 
 
@@ -298,8 +303,11 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
                     return report_text(report) + "\n" + cost_table
                 return {"report.json": report_json, "report.txt": report_txt}
 
-            write_atomically(out_dir, output.files, source, finalize,
-                             self_contained=opts.self_contained, weights_job=early.job)
+            left = write_atomically(out_dir, output.files, source, finalize,
+                                    self_contained=opts.self_contained, weights_job=early.job)
+        for problem in left:
+            _log(opts, f"spyrec: note: could not remove the temporary {problem}; remove it "
+                       f"by hand")
         if opts.timings:
             for row in timings:
                 _log(opts, f"{row['name']:>20}: {row['wall_ms']:9.1f} ms")

@@ -25,14 +25,13 @@ compile to the same output removes (`outdir.remove_stale_temporaries`).
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
 
 from spyrec.codegen.weights_file import (
     WEIGHTS_FILE, WeightsBlob, WeightsStopped, background_priority, entry_identity,
 )
-from spyrec.outdir import new_temporary
+from spyrec.outdir import new_temporary, remove_tree
 
 
 class WeightsJob:
@@ -43,6 +42,7 @@ class WeightsJob:
     def __init__(self, graph, target: Path):
         self.blob = WeightsBlob.plan(graph)
         self._dir = new_temporary(target)
+        self.left: list[str] = []       # its directory, when it could not be removed
         self._path = self._dir / WEIGHTS_FILE
         # entry identities (`weights_file.entry_identity`) of the current plan whose bytes are
         # in the file, with those bytes' SHA-256; their ids name values the plan holds
@@ -111,4 +111,6 @@ class WeightsJob:
         """Stop the writer (between two pieces), wait for it and remove its directory."""
         self._stop.set()
         self._thread.join()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        problem = remove_tree(self._dir)
+        if problem:
+            self.left.append(problem)

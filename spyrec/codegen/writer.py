@@ -35,12 +35,11 @@ from spyrec.ir.symbols import SymLength
 from spyrec.codegen.weights_file import (
     WEIGHTS_FILE, WeightsBlob, background_priority, entry_identity,
 )
-from spyrec.outdir import check_output_dir, replace_directory
+from spyrec.outdir import PROGRAM_COPY, check_output_dir, replace_directory
 
 MANIFEST_FORMAT = "spyrec-manifest/4"
 BUNDLE_FILE = "bundle.mlir"
 MANIFEST_FILE = "manifest.json"
-PROGRAM_COPY = "program.pt2"    # the source's copy, with --self-contained
 OPSPECS_FORMAT = "spyrec-opspecs/1"
 
 
@@ -331,9 +330,11 @@ def _lx_fields(graph: Graph, buf, writers: list) -> dict:
 def write_atomically(out_dir: Path,
                      files: dict[str, bytes | str | JsonDoc | WeightsBlob | ManifestFile],
                      source: Path,
-                     finalize=None, self_contained: bool = False, weights_job=None) -> None:
+                     finalize=None, self_contained: bool = False,
+                     weights_job=None) -> list[str]:
     """Write `files` (and, if `self_contained`, a copy of `source` as program.pt2) as `out_dir`,
-    all or nothing, bound into one build (`spyrec/build_record.py`).
+    all or nothing, bound into one build (`spyrec/build_record.py`); the temporaries that
+    could not be removed afterwards (`outdir.replace_directory`: the caller names them).
 
     `spyrec.outdir` decides whether `out_dir` may be replaced and swaps the finished directory
     in. `finalize(tmp_dir) -> {name: text_of}` runs once the files the others are computed
@@ -365,7 +366,8 @@ def write_atomically(out_dir: Path,
         for name, blob in blobs:
             _append(tmp / name, stamp(manifest_file.build_id))
 
-    replace_directory(check_output_dir(out_dir), build)
+    left = replace_directory(check_output_dir(out_dir), build)
+    return left + (weights_job.left if weights_job is not None else [])
 
 
 def _weights(blob: WeightsBlob, path: Path, weights_job) -> dict[str, str]:

@@ -200,7 +200,7 @@ class OutputFiles:
         """A descriptor of regular file `name`, opened (without blocking) in this directory;
         the caller closes it."""
         try:
-            fd = os.open(name, _OPEN_FLAGS, dir_fd=self.fd)
+            fd = self._opener(name)(_OPEN_FLAGS)
         except OSError as e:
             raise InputFileError(f"cannot read {self.label(name)}: {e.strerror}{hint}") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -214,10 +214,26 @@ class OutputFiles:
         self._records = build["files"] if build else {}
 
     def read_bytes(self, name: str, hint: str = OWN_FILE_HINT) -> bytes:
-        data = _read_regular(self.label(name), lambda flags: os.open(name, flags,
-                                                                      dir_fd=self.fd), hint)
+        data = _read_regular(self.label(name), self._opener(name), hint)
         self._check(name, data, hashlib.sha256(data))
         return data
+
+    def _opener(self, name: str) -> Callable[[int], int]:
+        """Opens `name` in this directory; a file gone because the directory was replaced
+        (a compile into the same OUT swapped a new one in and deleted this one) says so."""
+        def opener(flags: int) -> int:
+            try:
+                return os.open(name, flags, dir_fd=self.fd)
+            except FileNotFoundError:
+                if self.replaced():
+                    raise InputFileError(self.replaced_message()) from None
+                raise
+        return opener
+
+    def replaced_message(self) -> str:
+        return (f"{self.path}: replaced (by a compile into the same directory?) while it was "
+                f"being read; nothing of the new build was read and nothing was run: run "
+                f"again")
 
     def read_text(self, name: str, hint: str = OWN_FILE_HINT) -> str:
         """The text of file `name`, read once per handle (a run at symbolic lengths reads
@@ -227,9 +243,7 @@ class OutputFiles:
         return self._texts[name]
 
     def read_json(self, name: str, schema_name: str) -> dict:
-        data = _read_regular(self.label(name), lambda flags: os.open(name, flags,
-                                                                      dir_fd=self.fd),
-                             OWN_FILE_HINT)
+        data = _read_regular(self.label(name), self._opener(name), OWN_FILE_HINT)
         digest = hashlib.sha256(data)
         self._check(name, data, digest)
         return _checked_json(data, digest.digest(), self.label(name), schema_name)

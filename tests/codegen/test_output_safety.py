@@ -276,3 +276,80 @@ def test_a_source_that_cannot_be_hashed_is_named_and_nothing_is_written(pt2, tmp
                                              r"manifest.json \(Permission denied\)"):
         compile_pt2(pt2, out)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- a directory's own files are its build's; a compile never deletes what it reads ----------
+
+def test_a_user_file_named_like_spyrecs_own_blocks_the_replacement(pt2, tmp_path):
+    """Own files are those the build record lists, not every name matching `sdsc_*.json`."""
+    out = compile_pt2(pt2, tmp_path / "out")
+    (out / "sdsc_notes.json").write_text('{"mine": true}')
+    before = _tree(tmp_path)
+    _assert_refused(_spyrec("compile", pt2, "-o", out), "sdsc_notes.json",
+                    "its build did not write")
+    assert _tree(tmp_path) == before
+
+
+def test_run_outputs_in_the_directory_are_its_own(pt2, tmp_path):
+    """`spyrec run`'s outputs.npz (and a temporary of a killed run) do not block a recompile."""
+    out = compile_pt2(pt2, tmp_path / "out")
+    (out / "outputs.npz").write_bytes(b"run outputs")
+    (out / ".outputs.npz.tmp-99999").write_bytes(b"partial")
+    compile_pt2(pt2, out)
+    assert not (out / "outputs.npz").exists()
+
+
+@pytest.mark.parametrize("option", ["model", "--tiling", "--pipeline", "--layouts"])
+def test_a_file_the_compile_reads_inside_out_is_refused_and_kept(pt2, tmp_path, option):
+    """An edited OUT/tiling.yaml given back, or OUT/program.pt2 compiled again: replacing OUT
+    would delete the input; refused before any work, nothing changed."""
+    out = compile_pt2(pt2, tmp_path / "out", self_contained=True)
+    inside = out / "outputs.npz"                       # a name the directory may hold
+    inside.write_text("{}" if option != "model" else "")
+    args = [pt2, "-o", out, option, inside] if option != "model" else \
+        [out / "program.pt2", "-o", out]
+    before = _tree(tmp_path)
+    result = _spyrec("compile", *args)
+    assert result.returncode == 2, result.stderr
+    assert "lies inside the output directory" in result.stderr and "Copy it out" in \
+        result.stderr, result.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_a_self_contained_recompile_of_its_own_copy_keeps_it(pt2, tmp_path):
+    """--self-contained writes the copy again before the swap, so OUT/program.pt2 as the
+    model loses nothing: the same bytes are there afterwards."""
+    out = compile_pt2(pt2, tmp_path / "out", self_contained=True)
+    before = (out / "program.pt2").read_bytes()
+    compile_pt2(out / "program.pt2", out, self_contained=True)
+    assert (out / "program.pt2").read_bytes() == before == pt2.read_bytes()
+
+
+def test_a_read_only_old_output_is_removed_after_the_swap(pt2, tmp_path):
+    """A user made the previous output read-only: its files cannot be unlinked until the
+    directory is writable again (for a non-root user); the replaced directory is removed
+    anyway, and nothing is left beside OUT."""
+    out = compile_pt2(pt2, tmp_path / "out")
+    os.chmod(out, 0o555)
+    try:
+        compile_pt2(pt2, out)
+    finally:
+        os.chmod(out, 0o755)
+    assert [p.name for p in tmp_path.iterdir()] == ["out", pt2.name] or \
+        sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_temporary_that_cannot_be_removed_is_named(pt2, tmp_path, monkeypatch, capsys):
+    """Temporaries are removed or reported: a removal that fails (an immutable file, a
+    busy mount) is a note naming the directory, not a silent leftover."""
+    import spyrec.outdir as outdir
+
+    out = compile_pt2(pt2, tmp_path / "out")
+
+    def stuck(path, **kw):
+        raise OSError(1, "Operation not permitted", str(path))
+    monkeypatch.setattr(outdir.shutil, "rmtree", stuck)
+    compile_pt2(pt2, out, verbose=0)
+    note = capsys.readouterr().err
+    assert "could not remove the temporary" in note and ".out.spyrec-tmp-" in note and \
+        "Operation not permitted" in note, note
