@@ -11,7 +11,10 @@ answer at once.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -22,6 +25,8 @@ import click
 from spyrec import __version__
 from spyrec.errors import SpyrecError
 from spyrec.hostmem import no_numpy_hugepage_advice
+from spyrec.stdout import StdoutError, emit, stdout_error
+from spyrec.stdout import flush as flush_stdout
 
 INTERNAL_EXIT = 70
 INTERRUPT_EXIT = 130
@@ -103,7 +108,7 @@ def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after,
 def _list_passes(ctx: click.Context) -> None:
     from spyrec.passes.registry import describe_passes
 
-    click.echo(describe_passes(), nl=False)
+    emit(describe_passes(), nl=False)
     ctx.exit(0)
 
 
@@ -133,9 +138,9 @@ def inspect_command(out_dir, tensor, svg_path, trace_path, as_json):
         write_trace(out_dir, trace_path)
         click.echo(f"spyrec: wrote {trace_path}", err=True)
     if as_json:
-        click.echo(json.dumps(inspect_data(out_dir, tensor), indent=1))
+        emit(json.dumps(inspect_data(out_dir, tensor), indent=1))
     elif svg_path is None and trace_path is None:
-        click.echo(inspect_directory(out_dir, tensor), nl=False)
+        emit(inspect_directory(out_dir, tensor), nl=False)
 
 
 @cli.command("verify")
@@ -162,9 +167,9 @@ def verify_command(out_dir, as_json, quiet):
     finally:
         ticker.done()
     if as_json:
-        click.echo(json.dumps(verdict.document(), indent=1))
+        emit(json.dumps(verdict.document(), indent=1))
     elif not verdict.problems:
-        click.echo(verdict.summary())
+        emit(verdict.summary())
     if verdict.problems:
         raise InputFileError(verdict.summary() if not as_json else
                              f"{out_dir}: {len(verdict.problems)} problem(s) (see the JSON)")
@@ -195,27 +200,77 @@ def internal_error_line(e: BaseException) -> str:
             f"input (run with -v for the traceback)")
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: raised in the main thread so the work unwinds as it does on
+    Ctrl-C (a compile's temporary directory and weights job removed, nothing half-written)."""
+
+
+@contextlib.contextmanager
+def _signals_unwind():
+    """SIGTERM and SIGHUP raise `Terminated` while `main` runs, where their action is still
+    the default (a parent's SIG_IGN, as `nohup` sets for SIGHUP, is kept)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum, frame):
+        raise Terminated(signum)
+    taken = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            taken[sig] = signal.signal(sig, unwind)
+    try:
+        yield
+    finally:
+        for sig, previous in taken.items():
+            signal.signal(sig, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     no_numpy_hugepage_advice()      # large arrays 9x faster to first touch (spyrec/hostmem.py)
     try:
-        cli.main(args=argv, prog_name="spyrec", standalone_mode=False)
+        with _signals_unwind():
+            try:
+                cli.main(args=argv, prog_name="spyrec", standalone_mode=False)
+            finally:
+                flush_stdout()
+    except Terminated as e:
+        click.echo(f"spyrec: terminated ({signal.Signals(e.args[0]).name})", err=True)
+        sys.exit(128 + e.args[0])
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("spyrec: interrupted", err=True)
         sys.exit(INTERRUPT_EXIT)
+    except StdoutError as e:
+        if str(e):
+            click.echo(f"spyrec: {e}", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(2)
     except SpyrecError as e:
         click.echo(f"spyrec: {e}", err=True)
         sys.exit(e.exit_code)
-    except SystemExit:
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT) or e.filename is not None:
+            _internal_error(argv, e)
+        error = stdout_error(e)     # click's own printing (--help, --version) to a full disk
+        if str(error):
+            click.echo(f"spyrec: {error}", err=True)
+        sys.exit(error.exit_code)
+    except SystemExit as e:
+        if e.code == 1 and hasattr(sys.stdout, "wrapped"):
+            sys.exit(2)     # click's own exit for a closed pipe (its help, its version)
         raise
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug in spyrec
-        if debugging(argv):
-            traceback.print_exc()
-        click.echo(internal_error_line(e), err=True)
-        sys.exit(INTERNAL_EXIT)
+        _internal_error(argv, e)
+
+
+def _internal_error(argv: list[str], e: BaseException) -> None:
+    if debugging(argv):
+        traceback.print_exc()
+    click.echo(internal_error_line(e), err=True)
+    sys.exit(INTERNAL_EXIT)
 
 
 def entry() -> None:

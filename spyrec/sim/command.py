@@ -18,6 +18,7 @@ import click
 
 from spyrec.outdir import RUN_OUTPUTS
 from spyrec.progress import Progress
+from spyrec.stdout import emit
 
 
 @click.command("run")
@@ -87,11 +88,11 @@ def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: b
         written = output_path
     progress(f"{len(result.outputs)} output(s) written to {written} ({result.wall_s:.2f} s)")
     if report and not as_json:
-        click.echo(format_table(result.cost))
+        emit(format_table(result.cost))
     if outcome.checks is not None and not as_json:
-        click.echo(format_checks(outcome.checks))
+        emit(format_checks(outcome.checks))
     if as_json:
-        click.echo(json.dumps(run_document(result, written, outcome.checks,
+        emit(json.dumps(run_document(result, written, outcome.checks,
                                            result.cost if report else None), indent=1))
     mismatch = outcome.mismatch()
     if mismatch is not None:
