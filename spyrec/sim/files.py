@@ -154,6 +154,11 @@ def _decode(data: bytes, path: Path) -> str:
         raise InputFileError(f"{path}: not UTF-8 text (byte {e.start}); {RECOMPILE}") from None
 
 
+class DirectoryReplaced(InputFileError):
+    """The directory was replaced while it was read: its files are gone, the path names
+    another (a run starts over on it: `run_directory`)."""
+
+
 class OutputFiles:
     """An output directory opened once (DESIGN §2, "one build"): every file a command reads
     is opened relative to the directory it opened, so a compile that swaps a new directory in
@@ -226,7 +231,7 @@ class OutputFiles:
                 return os.open(name, flags, dir_fd=self.fd)
             except FileNotFoundError:
                 if self.replaced():
-                    raise InputFileError(self.replaced_message()) from None
+                    raise DirectoryReplaced(self.replaced_message()) from None
                 raise
         return opener
 

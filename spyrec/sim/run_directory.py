@@ -58,16 +58,13 @@ def run_directory(out: str | Path, inputs: Mapping[str, np.ndarray] | str | Path
     has passed (the CLI checks its -o path there)."""
     from spyrec.sim import foreign
     from spyrec.sim.check import check_outputs, check_reference_program
-    from spyrec.sim.directory import is_foreign, load_output_dir, open_output_dir
+    from spyrec.sim.directory import is_foreign
     from spyrec.sim.inputs import check_inputs, read_inputs
-    from spyrec.sim.prefetch import begin_run
     from spyrec.sim.runner import simulate
 
     if model is not None and not check:
         raise InputFileError(f"--model {model}: only --check reads it; add --check")
-    files = open_output_dir(out)
-    begin_run(files)     # torch if needed, then the disk works while the directory is read
-    program = load_output_dir(files)
+    files, program = _load(out, log)
     expected = reference = None
     if check and is_foreign(files):   # no eager model: the manifest names expectations
         expected = foreign.expected_outputs(files.path, program.manifest)
@@ -88,6 +85,29 @@ def run_directory(out: str | Path, inputs: Mapping[str, np.ndarray] | str | Path
         outcome.checks = check_outputs(files.path, program.manifest, arrays, result.outputs,
                                        reference)
     return outcome
+
+
+READ_ATTEMPTS = 3
+
+
+def _load(out, log: Log):
+    """The directory opened and read; read again from the start when a compile replaced it
+    while it was being read (a watch loop recompiling it): a run then runs the new build
+    whole, never a mix. Given up after READ_ATTEMPTS."""
+    from spyrec.sim.directory import load_output_dir, open_output_dir
+    from spyrec.sim.files import DirectoryReplaced
+    from spyrec.sim.prefetch import begin_run
+
+    for attempt in range(READ_ATTEMPTS):
+        files = open_output_dir(out)
+        begin_run(files)     # torch if needed, then the disk works while the directory is read
+        try:
+            return files, load_output_dir(files)
+        except DirectoryReplaced:
+            if attempt == READ_ATTEMPTS - 1 or not isinstance(out, (str, os.PathLike)):
+                raise
+            log(f"{files.path} was replaced while it was read: reading the new build")
+            files.close()
 
 
 def write_into_directory(files: OutputFiles, name: str, arrays: dict[str, np.ndarray]) -> Path:

@@ -117,6 +117,26 @@ def test_a_directory_replaced_while_it_is_read_is_never_mixed(builds, one):
         load_output_dir(files)
 
 
+def test_a_run_reads_a_directory_replaced_under_its_reading_again(builds, one, monkeypatch):
+    """A watch loop recompiles OUT while a run reads it: the run starts over on the new
+    build and runs it whole (the old one's files are gone, the new one's are all there)."""
+    import spyrec.sim.directory as directory
+
+    real, calls = directory.load_output_dir, []
+
+    def recompiled_while_reading(files):
+        calls.append(files)
+        if len(calls) == 1:
+            files.read_text("manifest.json")
+            compile_pt2(builds["two"].parent / "two.pt2", one)
+        return real(files)
+    monkeypatch.setattr(directory, "load_output_dir", recompiled_while_reading)
+    outcome = run_directory(one, builds["inputs"])
+    assert len(calls) == 2
+    np.testing.assert_allclose(outcome.result.outputs[0], Mlp(1)(X).numpy(), rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_a_run_ending_after_a_recompile_writes_nothing_into_the_new_build(builds, one):
     outcome = run_directory(
         one, builds["inputs"],
