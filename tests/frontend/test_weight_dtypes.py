@@ -28,6 +28,10 @@ from spyrec.sim.runner import simulate
 from tests.differential.harness import assert_close, host_array
 from tests.programs import compile_pt2, export, load_json
 
+# eager's own notes on what these tests do on purpose
+pytestmark = [pytest.mark.filterwarnings("ignore:Casting complex values to real"),
+              pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")]
+
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
           "float8_e8m0fnu")
 DEVICE = ("bool", "int8", "int32", "int64", "float16", "bfloat16", "float32")  # computed there
@@ -250,8 +254,8 @@ def test_host_conversions_equal_eager(source, seed):
     else:
         host = values.numpy()
     for target in TARGETS:
-        if values.is_complex() and target.startswith("uint") and target != "uint8":
-            continue  # eager has no such conversion kernel
+        if values.is_complex() and target.startswith("uint"):
+            continue  # negative reals: undefined in C (uint8), no eager kernel (uint16/32/64)
         got = cast(host, target)
         np.testing.assert_array_equal(got, _eager(values, target), err_msg=target)
 
