@@ -25,7 +25,7 @@ from spyrec.frontend.registry import LOWERINGS, PASSTHROUGH
 from spyrec.frontend.sources import source_for_message
 from spyrec.frontend.views import TensorValue
 from spyrec.ir import Buffer, Graph
-from spyrec.layout.dtypes import HOST_TO_DEVICE
+from spyrec.layout.dtypes import computed_on_device
 
 
 def lower_program(program: Program) -> Graph:
@@ -94,7 +94,7 @@ def _check_supported(program: Program) -> None:
             continue
         for val in tensor_values(node):
             dtype = host_dtype(val.dtype)
-            if dtype not in HOST_TO_DEVICE or dtype.startswith("float8"):
+            if not computed_on_device(dtype):
                 found.setdefault(f"dtype {dtype}", []).append(node)
     if found:
         lines = [f"  {what}{f' x{len(nodes)}' if len(nodes) > 1 else ''} (node {nodes[0].name}, "

@@ -29,10 +29,15 @@ What is folded (works on the flat node list; no higher-order op is looked into):
 
 Dtype rules follow eager (`folders.py` says how; the rules themselves are `host_dtypes.py`).
 
+Folding reads a weight's values only when numpy holds them as the numbers they are
+(`host_dtypes.NP_DTYPES`; complex only into a conversion): a float8 weight's payload is raw
+bytes, so nothing reading one is folded, whatever its size.
+
 After folding, what is left lives on the device: a tensor of a dtype the device cannot store
-(float64) that folding did not remove is refused (exit 3) by `check_device_dtypes`, each one
-named with its source line. So float64 arithmetic on shapes or constants that is cast to float32
-before it meets data costs nothing; a float64 input, output or runtime value is a clear refusal.
+(float64, uint16, complex) or spyrec does not compute with yet (float8) that folding did not
+remove is refused (exit 3) by `device_dtypes.check_device_dtypes`, each one named with its
+source line. So float64 arithmetic on shapes or constants that is cast to float32 before it
+meets data costs nothing; a float64 input, output or runtime value is a clear refusal.
 """
 
 from __future__ import annotations
@@ -41,9 +46,12 @@ import dataclasses
 
 import numpy as np
 
-from spyrec.frontend.folders import FOLDERS, VIEW_OPS, Call, computes
+from spyrec.frontend.device_dtypes import (
+    FOLDED_PREFIX, check_device_dtypes, drop_unused_host_only_state, host_only,
+)
+from spyrec.frontend.folders import CONVERSIONS, FOLDERS, VIEW_OPS, Call, computes
 from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
-from spyrec.frontend.host_dtypes import ITEMSIZE, NP_DTYPES, NotFoldable, cast
+from spyrec.frontend.host_dtypes import CONVERTED_ONLY, ITEMSIZE, NP_DTYPES, NotFoldable, cast
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, Program, Ref, TensorMeta, refs_in
 
@@ -63,7 +71,6 @@ be `MAX_GROWN_CONSTANT_BYTES`-capped: comparing positions [n, 1] with [1, n] gro
 (so every mask of 512 or more positions), while the tables linear in the sequence (rotary
 cos/sin: head_dim / 2 values per position, at most 128 for head dims up to 256) grow less
 and stay constants: recomputing them would put cos/sin of large angles on the device."""
-FOLDED_PREFIX = "_folded."
 ASSERTS = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"}
 # ops that read only the dtype/device/shape of their first operand, never its values
 LIKE_OPS = {"aten.new_ones.default", "aten.new_zeros.default", "aten.new_full.default",
@@ -109,22 +116,22 @@ class _StateValues(dict):
         return array
 
 
-def fold_constants(program: Program, max_bytes: int = MAX_FOLD_BYTES) -> tuple[Program, int]:
+def fold_constants(program: Program, max_bytes: int | None = None) -> tuple[Program, int]:
     """`program` with its constant subgraphs evaluated (see the module docstring), and how many
-    call nodes were removed. What is left runs on the device, so a value of a dtype the device
-    cannot store (float64) that folding did not remove is refused here (`check_device_dtypes`),
-    naming each one, rather than failing deep in the lowering."""
+    call nodes were removed (results above `max_bytes`, default `MAX_FOLD_BYTES` as it is when
+    called, stay). What is left runs on the device, so a value of a dtype the device cannot
+    store (float64) or spyrec does not compute with yet (float8) that folding did not remove
+    is refused here (`check_device_dtypes`), naming each one, rather than failing deep in the
+    lowering."""
+    max_bytes = MAX_FOLD_BYTES if max_bytes is None else max_bytes
     program, count = _fold(program, max_bytes)
-    program = _drop_unused_host_only_state(program)
-    check_device_dtypes(program)
+    program = drop_unused_host_only_state(program)
+    check_device_dtypes(program, max_bytes)
     return program, count
 
 
 def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
-    mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
-    roots = {s.name: s.target for s in program.inputs
-             if s.kind in ("parameter", "buffer", "constant") and s.target not in mutated
-             and s.target is not None}
+    roots = _constant_roots(program)
     metas = {n.name: n.meta.get("val") for n in program.nodes}
     values = _StateValues(program, roots)
     const: set[str] = set()  # constant call nodes, evaluated (asserts: checked, no value)
@@ -142,6 +149,9 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
             if refs:
                 const.add(node.name)
             continue
+        if node.target not in CONVERSIONS and \
+                any(getattr(metas[r], "dtype", None) in CONVERTED_ONLY for r in refs):
+            continue  # complex arithmetic: eager's kernels, not numpy's
         out = node.meta.get("val")
         if node.target not in FOLDERS or not isinstance(out, TensorMeta) \
                 or out.dtype not in NP_DTYPES or _nbytes(out) > max_bytes:
@@ -219,6 +229,19 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
     return _rewrite(program, materialize, removed, values, roots, users, keep), len(removed)
 
 
+def _constant_roots(program: Program) -> dict[str, str]:
+    """Placeholder name -> FQN of the state folding may read: parameters, buffers no output
+    mutates and lifted constants, of a dtype whose stored values numpy reads as the numbers
+    they are (NP_DTYPES, CONVERTED_ONLY). A float8 payload is raw bytes, not its values: what
+    reads one is never folded (it stays for the device, which refuses it)."""
+    mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
+    readable = set(NP_DTYPES) | set(CONVERTED_ONLY)
+    return {s.name: s.target for s in program.inputs
+            if s.kind in ("parameter", "buffer", "constant") and s.target not in mutated
+            and s.target is not None
+            and program.state_dtypes.get(program.aliases.get(s.target, s.target)) in readable}
+
+
 def _grown(program: Program, const: set[str], reads: dict[str, list[str]],
            metas: dict[str, TensorMeta]) -> set[str]:
     """The constant nodes that stay device ops (when something left in the graph reads them):
@@ -235,7 +258,7 @@ def _grown(program: Program, const: set[str], reads: dict[str, list[str]],
                 or _nbytes(metas[name]) < MAX_GROWN_CONSTANT_BYTES:
             continue
         inputs = reads[name]
-        if any(_host_only(metas[r].dtype) for r in [name, *inputs]):
+        if any(host_only(metas[r].dtype) for r in [name, *inputs]):
             continue
         if any(r in grown for r in inputs) or \
                 GROWTH * sum(_numel(metas[r]) for r in inputs) <= _numel(metas[name]):
@@ -272,83 +295,3 @@ def _rewrite(program: Program, materialize: list[Node], removed: set[str], value
     inputs[first_user:first_user] = new_specs
     return dataclasses.replace(program, nodes=nodes, inputs=inputs, state=state,
                                state_dtypes=dtypes)
-
-
-# --- what must live on the device -----------------------------------------------------------
-
-# float8 has a device format the lowering refuses itself (driver._check_supported).
-def _host_only(dtype: str) -> bool:
-    """A host dtype with no device storage format (float64, complex, uint8, int16, ...)."""
-    from spyrec.layout.dtypes import HOST_TO_DEVICE
-
-    return dtype not in HOST_TO_DEVICE
-
-
-def _hint(dtype: str) -> str:
-    if dtype == "float64":
-        return "cast it to float32 in the model (`.float()`, or dtype=torch.float32)"
-    return "cast it to a dtype the device stores (float16, bfloat16, float32, int32, int64, " \
-           "int8 or bool) in the model"
-
-
-def _drop_unused_host_only_state(program: Program) -> Program:
-    """A parameter, buffer or constant nobody reads never reaches the device, whatever its
-    dtype: one of a host-only dtype is dropped rather than refused."""
-    unused = {s.name for s in program.inputs
-              if s.kind in ("parameter", "buffer", "constant") and not program.users(s.name)
-              and _host_only(program.state_dtypes.get(program.aliases.get(s.target, s.target),
-                                                      ""))}
-    mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
-    unused -= {s.name for s in program.inputs if s.target in mutated}
-    if not unused:
-        return program
-    return dataclasses.replace(
-        program, nodes=[n for n in program.nodes if n.name not in unused],
-        inputs=[s for s in program.inputs if s.name not in unused])
-
-
-def check_device_dtypes(program: Program) -> None:
-    """Refuse (exit 3) every tensor that would have to live on the device in a dtype the device
-    cannot store: a user input, a weight or folded constant, a runtime result. Each is listed
-    with its op and source line and what to do, so a float64 `zeros_like` that folding could
-    not remove (it is a program output, or it depends on an input) is a clear refusal."""
-    from spyrec.errors import UnsupportedProgram
-    from spyrec.frontend.sources import source_of
-
-    kinds = {s.name: s for s in program.inputs}
-    lines = []
-    for node in program.nodes:
-        for val in _tensor_metas(node):
-            if not _host_only(val.dtype):
-                continue
-            where = source_of(node) or ("a program input" if node.op == "placeholder"
-                                        else "unknown source line")
-            lines.append(f"  {_what(node, kinds.get(node.name))} is {val.dtype} ({where}): "
-                         f"{_hint(val.dtype)}")
-            break
-    if lines:
-        raise UnsupportedProgram("the program keeps tensors in dtypes the device cannot store "
-                                 "(spyrec folds only what depends on shapes and weights; "
-                                 "everything else lives on the device):\n" + "\n".join(lines))
-
-
-def _tensor_metas(node: Node) -> list[TensorMeta]:
-    if node.op not in ("placeholder", "call_function"):
-        return []
-    val = node.meta.get("val")
-    return [v for v in (val if isinstance(val, (list, tuple)) else [val])
-            if isinstance(v, TensorMeta)]
-
-
-def _what(node: Node, spec: InputSpec | None) -> str:
-    """How a user knows the value: its input name, its FQN, or its op (a folded constant
-    keeps the name of the node that made it)."""
-    if spec is None:
-        return f"the result of {node.target} (node {node.name})"
-    if spec.kind == "user_input":
-        return f"input {node.name}"
-    if spec.target and spec.target.startswith(FOLDED_PREFIX):
-        op = node.meta.get("folded_from", "a constant expression")
-        return f"the result of {op} (node {node.name}; folded at compile time, but still " \
-               f"a program output or read at run time)"
-    return f"{spec.kind} {spec.target}"

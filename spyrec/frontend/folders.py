@@ -352,10 +352,16 @@ def _select(c, x, dim, index):
     return np.take(x, index, axis=dim)
 
 
-@folder("aten.alias.default", "aten.clone.default", "aten.contiguous.default",
-        "aten.detach.default", "aten.lift_fresh_copy.default", "aten._to_copy.default",
-        "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other",
-        "aten.type_as.default", "prims.convert_element_type.default", view=True)
+# copies and dtype conversions of their first operand: the only ops that read a CONVERTED_ONLY
+# (complex) constant (host_dtypes.py)
+CONVERSIONS = frozenset({
+    "aten.alias.default", "aten.clone.default", "aten.contiguous.default",
+    "aten.detach.default", "aten.lift_fresh_copy.default", "aten._to_copy.default",
+    "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other",
+    "aten.type_as.default", "prims.convert_element_type.default"})
+
+
+@folder(*sorted(CONVERSIONS), view=True)
 def _copy(c, x, *args, **kwargs):
     return cast(x, c.out.dtype)  # a view only when the dtype stays: see `computes`
 

@@ -33,7 +33,7 @@ def program_of(ep, bind: dict[str, int] | None = None,
     state, dtypes, aliases, views = {}, {}, {}, {}
     for fqn, tensor in {**ep.state_dict, **ep.constants}.items():
         if hasattr(tensor, "dtype"):
-            state[fqn], dtypes[fqn] = host_array(tensor)
+            state[fqn], dtypes[fqn] = _state_array(tensor, fqn, where)
             view = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
             if view in views:  # tied weights
                 aliases[fqn] = views[view]
@@ -55,6 +55,17 @@ def host_array(tensor) -> tuple[np.ndarray, str]:
     if dtype.startswith("float8"):
         return tensor.view(torch.uint8).numpy().copy(), dtype
     return tensor.numpy().copy(), dtype
+
+
+def _state_array(tensor, fqn: str, where: str) -> tuple[np.ndarray, str]:
+    """`host_array` of a weight; one numpy cannot hold (complex32) is refused by name, as the
+    fast reader refuses it (pt2json), whether or not the program reads it."""
+    try:
+        return host_array(tensor)
+    except TypeError:  # torch: "Got unsupported ScalarType ComplexHalf"
+        raise UnsupportedProgram(f"{where}: weight {fqn!r} has dtype "
+                                 f"{dtype_name(tensor.dtype)}, which spyrec does not "
+                                 f"read") from None
 
 
 def dtype_name(dtype) -> str:

@@ -47,7 +47,7 @@ def test_a_runtime_float64_intermediate_is_refused_listing_every_one(tmp_path):
 
 def test_a_float64_input_is_refused_by_name(tmp_path):
     message = refusal(tmp_path, lambda m, x, y: x + y.float(), X, X.double())
-    assert "input args_1 is float64 (a program input)" in message  # Lambda(*args)
+    assert "input args_1 is float64 [4, 8] (a program input, read at " in message  # Lambda(*args)
 
 
 def test_a_float64_constant_cast_before_use_is_folded(tmp_path):
