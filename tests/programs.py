@@ -21,10 +21,23 @@ def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model
 
 
 def compile_pt2(pt2: Path, out: Path | None = None, **options) -> Path:
-    """Compile in-process, verifying the IR after every pass (ir/verify.py) unless told not."""
+    """Compile in-process, verifying the IR after every pass (ir/verify.py) unless told not,
+    and the written report.json and manifest.json against their schemas."""
     out = out or pt2.with_suffix("")
     compile_and_estimate(pt2, out, CompileOptions(**{"verbose": -1, "verify_each": True} | options))
+    validate_outputs(out)
     return out
+
+
+def validate_outputs(out: Path) -> None:
+    """OUT's report.json and manifest.json fit their schemas (InputFileError naming the file
+    and the JSON path otherwise). tests/conftest.py does this for every directory a test leaves
+    behind; here the compile that wrote a bad file fails at once."""
+    from spyrec.sim.files import validate
+
+    for name in ("report", "manifest"):
+        path = Path(out) / f"{name}.json"
+        validate(load_json(path), name, str(path))
 
 
 def compile_samples(tmp: Path, names) -> dict[str, Path]:
