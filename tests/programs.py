@@ -97,3 +97,20 @@ def counting_calls(owner, name: str):
         yield count
     finally:
         setattr(owner, name, real)
+
+
+def record_source(out: Path, pt2: Path | bytes) -> Path:
+    """Make `pt2` (a file or its bytes) the program `out` says it was compiled from: copied
+    to out/program.pt2 and recorded in manifest.json as the self-contained copy, with its
+    SHA-256. `--check` then runs it in eager against what spyrec compiled from another
+    program: how a test stages a miscompile (or a broken archive) that `--check` must catch,
+    now that it runs only a copy the manifest vouches for."""
+    import hashlib
+
+    copy = Path(out) / "program.pt2"
+    copy.write_bytes(pt2 if isinstance(pt2, bytes) else Path(pt2).read_bytes())
+    manifest = load_json(Path(out) / "manifest.json")
+    manifest["source"].update(copy="program.pt2",
+                              sha256=hashlib.sha256(copy.read_bytes()).hexdigest())
+    (Path(out) / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return copy

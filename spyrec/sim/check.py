@@ -1,10 +1,13 @@
 """`--check`: run the source program in PyTorch eager and compare every output.
 
-The reference is the source `.pt2` (`reference_program`): `--model PATH` when given, else
-`OUT/program.pt2` when the directory was compiled `--self-contained`, else the absolute path
-`manifest.json` records; a given or recorded file must still have the SHA-256 the manifest
-records (one exit-2 line naming both paths otherwise, checked before simulating). It is called
-the way its signature says: the manifest's inputs are the program's flat user inputs, and
+The reference is the source `.pt2` (`reference_program`), and only a file with the SHA-256
+`manifest.json` records (`source.sha256`), so a correct compile is never blamed for another
+program: `--model PATH` when given, else `OUT/program.pt2` when the manifest names it
+(`source.copy`: compiled `--self-contained`), else the absolute path the manifest records. A
+`program.pt2` the manifest does not name is a stray file and never runs. A file whose hash
+differs is one exit-2 line naming it, both hashes and what to do, before simulating; each
+file is hashed once per run (a multi-GB `.pt2` takes seconds). It is called the way its
+signature says: the manifest's inputs are the program's flat user inputs, and
 `tree_unflatten(flat, ep.call_spec.in_spec)` turns them back into the `(args, kwargs)` the
 module takes, so keyword-only inputs (transformers' ExecuTorch recipe exports
 `forward(input_ids=..., cache_position=...)`) and mixed positional + keyword inputs work.
@@ -183,41 +186,84 @@ def _recorded_source(out_dir: Path) -> dict:
 
 
 def reference_program(out_dir: Path, model: Path | None = None) -> Path:
-    """The `.pt2` that --check runs in eager: `model` (--model), else OUT/program.pt2 (a
-    self-contained directory), else the source path manifest.json records. A given or recorded
-    file must have the recorded SHA-256. Every problem is one InputFileError (exit 2) that
-    names the files and what to do; torch is not imported."""
+    """The `.pt2` that --check runs in eager, verified against the SHA-256 manifest.json
+    records (`source.sha256`), so a mismatch is never blamed on a correct compile: `model`
+    (--model) when given; else OUT/program.pt2 when the manifest names it (`source.copy`: the
+    directory was compiled --self-contained); else the source path the manifest records. A
+    program.pt2 the manifest does not name is a stray file, never run. Each candidate file is
+    hashed once (a multi-GB .pt2 takes seconds); every problem is one InputFileError (exit 2)
+    naming the file, both hashes and what to do. torch is not imported."""
     out_dir = Path(out_dir)
-    manifest = out_dir / "manifest.json"
     source = _recorded_source(out_dir)
-    sha = source.get("sha256")
-    recorded = source.get("path")
     if model is not None:
-        model = Path(model)
-        if not model.is_file():
-            raise InputFileError(f"--model {model}: no such file; give the .pt2 that {out_dir} "
-                                 f"was compiled from" + (f" ({recorded})" if recorded else ""))
-        if sha and _sha256(model) != sha:
-            raise InputFileError(
-                f"--model {model}: not the program {out_dir} was compiled from ({manifest} "
-                f"records {recorded or source.get('file', '?')} with sha256 {sha[:16]}…); give "
-                f"that .pt2, or re-run spyrec compile on {model}")
-        return model
-    copy = out_dir / PROGRAM_COPY
-    if copy.exists() or not recorded:
-        return copy     # a self-contained directory (or one from before manifest format 2)
-    path = Path(recorded)
+        return _given_model(out_dir, Path(model), source)
+    if not source.get("path") or not source.get("sha256"):
+        raise InputFileError(
+            f"{out_dir / 'manifest.json'}: records no source program (its `source`), so "
+            f"--check cannot tell which .pt2 {out_dir} was compiled from; pass --model PATH "
+            f"to that .pt2, or re-run spyrec compile")
+    if source.get("copy"):
+        return _self_contained_copy(out_dir, source)
+    return _recorded_path(out_dir, source)
+
+
+def _given_model(out_dir: Path, model: Path, source: dict) -> Path:
+    recorded, sha = source.get("path"), source.get("sha256")
+    if not model.is_file():
+        raise InputFileError(f"--model {model}: no such file; give the .pt2 that {out_dir} "
+                             f"was compiled from" + (f" ({recorded})" if recorded else ""))
+    digest = _sha256(model) if sha else None
+    if sha and digest != sha:
+        raise InputFileError(
+            f"--model {model}: not the program {out_dir} was compiled from (its sha256 is "
+            f"{_short(digest)}, {out_dir / 'manifest.json'} records "
+            f"{recorded or source.get('file', '?')} with sha256 {_short(sha)}); give that "
+            f".pt2, or re-run spyrec compile on {model}")
+    return model
+
+
+def _self_contained_copy(out_dir: Path, source: dict) -> Path:
+    """OUT's copy of the source (compiled --self-contained), when it is still that file."""
+    copy, sha, recorded = out_dir / PROGRAM_COPY, source["sha256"], source["path"]
+    todo = (f"pass --model PATH to the .pt2 it was compiled from (the source was {recorded}), "
+            f"or re-run spyrec compile {recorded} -o {out_dir} --self-contained")
+    if not copy.exists():
+        raise InputFileError(f"{copy}: missing, though {out_dir} was compiled "
+                             f"--self-contained; --check runs it in PyTorch eager: {todo}")
+    digest = _sha256(copy)
+    if digest != sha:
+        raise InputFileError(
+            f"{copy}: not the program {out_dir} was compiled from (its sha256 is "
+            f"{_short(digest)}, {out_dir / 'manifest.json'} records {_short(sha)}): the copy "
+            f"was changed or replaced, and --check would blame the compile for it; {todo}")
+    return copy
+
+
+def _recorded_path(out_dir: Path, source: dict) -> Path:
+    """The source path the manifest records (a directory not compiled --self-contained),
+    when it is still that file. A program.pt2 in OUT is not used: the manifest does not name
+    it, so nothing says which program it is (--model can vouch for it, by its hash)."""
+    manifest, path, sha = out_dir / "manifest.json", Path(source["path"]), source["sha256"]
+    stray = out_dir / PROGRAM_COPY
+    unnamed = (f" ({stray} is not used: {out_dir} was not compiled --self-contained, so "
+               f"{manifest} does not name it; pass --model {stray} if it is that program)"
+               if stray.exists() else "")
     if not path.exists():
         raise InputFileError(
             f"{path}: the source program {manifest} records is gone; --check runs it in "
-            f"PyTorch eager: pass --model PATH to a copy of it (sha256 {sha[:16]}…), or "
-            f"compile again with --self-contained to keep a copy in {out_dir}")
-    if sha and _sha256(path) != sha:
+            f"PyTorch eager: pass --model PATH to a copy of it (sha256 {_short(sha)}), or "
+            f"compile again with --self-contained to keep a copy in {out_dir}{unnamed}")
+    digest = _sha256(path)
+    if digest != sha:
         raise InputFileError(
-            f"{path}: changed since {out_dir} was compiled from it ({manifest} records sha256 "
-            f"{sha[:16]}…); pass --model PATH to the .pt2 it was compiled from, or re-run "
-            f"spyrec compile {path} -o {out_dir}")
+            f"{path}: changed since {out_dir} was compiled from it (its sha256 is now "
+            f"{_short(digest)}, {manifest} records {_short(sha)}); pass --model PATH to the "
+            f".pt2 it was compiled from, or re-run spyrec compile {path} -o {out_dir}{unnamed}")
     return path
+
+
+def _short(digest: str) -> str:
+    return f"{digest[:16]}…"
 
 
 def check_reference_program(out_dir: Path, input_names: list[str] | None = None,

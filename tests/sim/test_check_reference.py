@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from spyrec.sim.check import K_MAX, K_RMS, compare, describe_failure, format_checks
-from tests.programs import cli, compile_pt2, export
+from tests.programs import cli, compile_pt2, export, record_source
 
 DEPTH, WIDTH, GAIN = 48, 64, 2.0
 
@@ -60,7 +60,7 @@ def deep(tmp_path_factory):
     wrong = compile_pt2(export(tmp, Deep(wrong_layer=DEPTH - 8).half(), (x,), "wrong"),
                         tmp / "wrong", self_contained=True)
     # spyrec ran the wrong program; --check runs the right one in eager
-    shutil.copy(good / "program.pt2", wrong / "program.pt2")
+    record_source(wrong, good / "program.pt2")
     return tmp, good, wrong
 
 
@@ -249,7 +249,7 @@ def test_the_fp32_reference_runs_only_for_an_output_allclose_rejects(tmp_path, c
     assert c["no_reference"] is None                  # never attempted: nothing to decide
     # eager now runs a program whose weight is doubled: allclose rejects, upcast fails
     other = export(tmp_path, CastsItself(2.0).half(), (x,), "other")
-    shutil.copy(other, out / "program.pt2")
+    record_source(out, other)
     code, text, err = cli(capsys, "run", out, "--inputs", tmp_path / "in.npz", "--check",
                           "--json", "-q")
     (c,) = json.loads(text)["check"]
