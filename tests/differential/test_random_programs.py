@@ -159,9 +159,9 @@ def compare_conditioned(tmp, module: torch.nn.Module, x: torch.Tensor) -> None:
     """`run_and_compare`, and where its fixed fp32 tolerance rejects an output, the judgement
     `--check` makes of it (spyrec/sim/check.py rule 2, `reference_errors`) against a float64
     eager run: spyrec's rms and max errors at most K_RMS and K_MAX times fp32 eager's own,
-    with a floor of one fp32 rounding. A random program can be ill-conditioned (seed 7148: sdpa of q = a
-    row sum of 64 values near -128, logits near 1.6e5, so one rounding in a logit moves
-    the softmax weights): fp32 eager itself is then 0.28 off the float64 result, and so is
+    with a floor of one fp32 rounding. A random program can be ill-conditioned (seed 7148:
+    sdpa of q = a row sum of 64 values near -128, logits near 1.6e5, so one rounding in a
+    logit moves the softmax weights): fp32 eager itself is then 0.28 off the float64 result, and so is
     spyrec, and allclose at 1e-4 against eager would call that a miscompile."""
     try:
         run_and_compare(tmp, module, (x,))
