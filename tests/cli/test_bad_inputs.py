@@ -31,6 +31,7 @@ import torch
 from samples.export import export_sample
 from spyrec.compiler import CompileOptions
 from spyrec.driver import compile_and_estimate
+from tests.programs import record_source
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -311,8 +312,9 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
 
 
 def _program(fx: Fixtures, d: Path, content: bytes) -> Path:
+    """A copy whose manifest vouches for a program.pt2 holding `content` (record_source)."""
     out = out_copy(fx, d)
-    (out / "program.pt2").write_bytes(content)
+    record_source(out, content)
     return out
 
 
