@@ -126,11 +126,13 @@ def inspect_command(out_dir, tensor, svg_path, trace_path, as_json):
     With --svg or --trace the files are written and stdout stays empty (unless --json)."""
     import json
 
-    from spyrec.inspect_dir import inspect_data, inspect_directory, write_svg, write_trace
+    from spyrec.inspect_dir import (check_output_files, inspect_data, inspect_directory,
+                                    write_svg, write_trace)
 
     if svg_path is not None and tensor is None:
         raise click.UsageError("--svg draws one tensor: give TENSOR (spyrec inspect OUT "
                                "TENSOR --svg FILE)")
+    check_output_files(out_dir, svg_path, trace_path)
     if svg_path is not None:
         write_svg(out_dir, tensor, svg_path)
         click.echo(f"spyrec: wrote {svg_path}", err=True)

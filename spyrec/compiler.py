@@ -102,14 +102,13 @@ def check_layout_names(layouts: dict, graph, path: Path | None) -> None:
 
 
 def check_model_path(source: Path) -> None:
-    """The model file exists and is a file; what is inside is the loader's business."""
-    source = Path(source)
-    if not source.exists():
-        raise InputFileError(f"{source}: no such file")
-    if not source.is_file():
-        kind = "a directory" if source.is_dir() else "not a regular file"
-        raise InputFileError(f"{source}: is {kind}, expected a .pt2 file from "
-                             f"torch.export.save")
+    """The model is a regular file spyrec can open (`userfiles.check_regular`: a FIFO or a
+    device is refused, never opened for a blocking read); what is inside is the loader's
+    business."""
+    from spyrec.pt2archive import PT2_FILE
+    from spyrec.userfiles import check_regular
+
+    check_regular(source, PT2_FILE, error=InputFileError)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ import json
 from pathlib import Path
 
 from spyrec.errors import InputFileError
+from spyrec.userfiles import check_regular, read_regular, write_replacing
 
+MAX_REPORT_BYTES = 256 << 20   # report.txt: a line per op; more is not a report spyrec wrote
 # manifest tensor fields that tools outside spyrec read (DESIGN §2), in --json
 TENSOR_KEYS = ("name", "role", "host_shape", "host_dtype", "device_size", "stride_map",
                "device_dtype", "hbm_address", "device_bytes", "source")
@@ -30,9 +32,8 @@ def _load(out_dir: Path, name: str, schema: str) -> dict:
     from spyrec.sim.files import read_json
 
     path = out_dir / name
-    if not path.exists():
-        raise InputFileError(f"{path}: no such file; is {out_dir} a spyrec compile output "
-                             f"directory?")
+    check_regular(path, "a JSON file as spyrec compile writes it",
+                  missing=f"no such file; is {out_dir} a spyrec compile output directory?")
     return read_json(path, schema)
 
 
@@ -103,33 +104,47 @@ def inspect_data(out_dir: Path, tensor: str | None = None) -> dict:
             if cost else None}
 
 
+def check_output_files(out_dir: Path, svg_path: Path | None, trace_path: Path | None) -> None:
+    """`--svg` and `--trace` judged together before either is drawn, so a refused second path
+    leaves no first file written (each writer checks its own again)."""
+    from spyrec.sim.inputs import check_replaceable
+
+    for path, option, suffix in ((svg_path, "--svg", ".svg"), (trace_path, "--trace", ".json")):
+        if path is not None:
+            check_replaceable(path, option, (suffix,), Path(out_dir))
+
+
 def write_svg(out_dir: Path, tensor: str, path: Path) -> None:
     """TENSOR's stick layout drawn into `path` (stick_svg.py)."""
-    from spyrec.sim.inputs import check_replaceable, write_file
+    from spyrec.sim.inputs import check_replaceable
     from spyrec.stick_svg import stick_layout_svg
 
     out_dir = Path(out_dir)
     check_replaceable(path, "--svg", (".svg",), out_dir)
     manifest = _manifest(out_dir)
-    write_file(path, stick_layout_svg(_tensor(out_dir, manifest, tensor)).encode(), "--svg",
-               "the picture")
+    write_replacing(path, stick_layout_svg(_tensor(out_dir, manifest, tensor)).encode(),
+                    "--svg", "the picture")
 
 
 def write_trace(out_dir: Path, path: Path) -> dict:
     """The cost model's timeline as a Chrome/Perfetto trace in `path`; returns the cost."""
     from spyrec.cost_trace import cost_trace
-    from spyrec.sim.inputs import check_replaceable, write_file
-    from spyrec.sim.directory import is_foreign, load_output_dir
+    from spyrec.sim.directory import check_output_directory, is_foreign, load_output_dir
+    from spyrec.sim.inputs import check_replaceable
     from spyrec.sim.program_cost import program_cost
 
-    check_replaceable(path, "--trace", (".json",), Path(out_dir))
-    if not is_foreign(Path(out_dir)):   # a reference bundle has its own manifest
-        _manifest(Path(out_dir))    # the same checks and messages as the other views
+    out_dir = Path(out_dir)
+    check_replaceable(path, "--trace", (".json",), out_dir)
+    check_output_directory(out_dir)
+    if (out_dir / "manifest.json").exists():      # is_foreign reads it: never a FIFO
+        check_regular(out_dir / "manifest.json", "a manifest.json")
+    if not is_foreign(out_dir):   # a reference bundle has its own manifest
+        _manifest(out_dir)    # the same checks and messages as the other views
     program = load_output_dir(out_dir)
     cost = program_cost(program)
     trace = [(kernel, ex.file) for kernel, ex in program.trace]
-    write_file(path, (json.dumps(cost_trace(trace, cost), indent=1) + "\n").encode(),
-               "--trace", "the trace")
+    write_replacing(path, (json.dumps(cost_trace(trace, cost), indent=1) + "\n").encode(),
+                    "--trace", "the trace")
     return cost
 
 
@@ -154,7 +169,8 @@ def _summary(out_dir: Path, manifest: dict) -> str:
     lines += ["", *_op_tree(out_dir, manifest)]
     report_txt = out_dir / "report.txt"
     if report_txt.exists():
-        text = report_txt.read_text(encoding="utf-8")
+        text = read_regular(report_txt, "the report spyrec compile writes", MAX_REPORT_BYTES
+                            ).decode("utf-8", "replace")
         start = text.find("restickify:")
         lines += ["", text[start:text.find("\nops:", start)].rstrip()] if start >= 0 else []
         cost = text.find("total:")

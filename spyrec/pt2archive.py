@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import os
 import shutil
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from spyrec.errors import InputFileError
+from spyrec.userfiles import open_regular
 
 WEIGHTS_CONFIG = "data/weights/model_weights_config.json"
 CONSTANTS_CONFIG = "data/constants/model_constants_config.json"
@@ -45,6 +49,24 @@ LOWERED_CUSTOM_OPS = ("torch.ops.transformers.grouped_mm_fallback.default",)
 INLINED_HIGHER_ORDER_OPS = ("torch.ops.higher_order.wrap_with_set_grad_enabled",
                             "torch.ops.higher_order.wrap_with_autocast")
 MAX_JSON_MEMBER_BYTES = 1 << 30  # a graph or config larger than this is a crafted file
+MAX_MARKER_BYTES = 1 << 10       # archive_format, byteorder, ...: a word or a number
+PT2_FILE = "a .pt2 file from torch.export.save"
+# Members are inflated whole when read, so what a compressed member claims is checked first.
+# torch.export.save stores every member uncompressed; a re-zipped archive may deflate them.
+READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)   # what torch's own reader (miniz) reads
+MAX_RATIO = 1100         # more than deflate can produce (about 1032:1): a bomb
+MAX_JSON_RATIO = 100     # JSON text deflates about 5:1; 100:1 is whitespace padding
+MAX_INT64 = (1 << 63) - 1
+# ScalarType code -> (torch's dtype name, numpy storage dtype). bf16 and fp8 travel as bits.
+SCALAR_TYPES = {
+    1: ("uint8", "u1"), 2: ("int8", "i1"), 3: ("int16", "i2"), 4: ("int32", "i4"),
+    5: ("int64", "i8"), 6: ("float16", "f2"), 7: ("float32", "f4"), 8: ("float64", "f8"),
+    9: ("complex32", None), 10: ("complex64", "c8"), 11: ("complex128", "c16"),
+    12: ("bool", "?"), 13: ("bfloat16", "u2"), 28: ("uint16", "u2"),
+    29: ("float8_e4m3fn", "u1"), 30: ("float8_e5m2", "u1"), 31: ("float8_e4m3fnuz", "u1"),
+    32: ("float8_e5m2fnuz", "u1"), 33: ("float8_e8m0fnu", "u1"), 34: ("uint32", "u4"),
+    35: ("uint64", "u8"),
+}
 
 
 @dataclass(frozen=True)
@@ -59,15 +81,31 @@ class Archive:
 
 
 def open_archive(path: str | Path) -> Archive:
-    """Check `path` is an exported program spyrec can load without unpickling anything."""
+    """Check `path` is an exported program spyrec can load without unpickling anything, and
+    whose members claim no more than they hold and the program can use (`_check_entry`,
+    `_check_payload`): nothing is inflated before its size is judged."""
     path = Path(path)
-    _check_is_zip(path)
     try:
-        with zipfile.ZipFile(path) as zf:
-            return _inspect(path, zf)
-    except zipfile.BadZipFile as e:
-        raise InputFileError(f"{path}: damaged .pt2 archive ({e}). Export and save it "
-                             f"again.") from None
+        with open_zip(path) as zf:
+            return _inspect(path, zf, os.fstat(zf.fp.fileno()).st_size)
+    except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as e:
+        raise InputFileError(f"{path}: damaged .pt2 archive ({type(e).__name__}: {e}). Export "
+                             f"and save it again.") from None
+
+
+def open_zip(path: str | Path) -> zipfile.ZipFile:
+    """The archive at `path` opened as a zip, if it is a regular file (a FIFO would block the
+    read: `userfiles.open_regular`) holding one."""
+    path = Path(path)
+    f = open_regular(path, PT2_FILE)
+    try:
+        if not zipfile.is_zipfile(f):
+            raise InputFileError(f"{path}: not a .pt2 archive (not a zip file). Expected a file "
+                                 f"written by torch.export.save(exported_program, path).")
+        return zipfile.ZipFile(f)
+    except BaseException:
+        f.close()
+        raise
 
 
 def sanitized_copy(archive: Archive) -> io.BytesIO:
@@ -77,7 +115,7 @@ def sanitized_copy(archive: Archive) -> io.BytesIO:
     can reach an unpickler.
     """
     out = io.BytesIO()
-    with zipfile.ZipFile(archive.path) as src, \
+    with open_zip(archive.path) as src, \
             zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as dst:
         for name in archive.safe_members:  # streamed: weights can be gigabytes
             with src.open(name) as r, dst.open(src.getinfo(name), "w", force_zip64=True) as w:
@@ -89,19 +127,11 @@ def sanitized_copy(archive: Archive) -> io.BytesIO:
     return out
 
 
-def _check_is_zip(path: Path) -> None:
-    if not path.exists():
-        raise InputFileError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputFileError(f"{path}: is a directory, expected a .pt2 file from torch.export.save")
-    if not zipfile.is_zipfile(path):
-        raise InputFileError(f"{path}: not a .pt2 archive (not a zip file). Expected a file "
-                             f"written by torch.export.save(exported_program, path).")
-
-
-def _inspect(path: Path, zf: zipfile.ZipFile) -> Archive:
+def _inspect(path: Path, zf: zipfile.ZipFile, file_bytes: int) -> Archive:
     names = zf.namelist()
     _check_member_names(path, names)
+    for info in zf.infolist():
+        _check_entry(path, info, file_bytes)
     if any("/data/aotinductor/" in n for n in names):
         raise InputFileError(f"{path}: is an AOTInductor package (compiled code), not an "
                              f"exported program. Save the torch.export.export(...) result "
@@ -117,6 +147,8 @@ def _inspect(path: Path, zf: zipfile.ZipFile) -> Archive:
                                  "constant")
     configs = [root + WEIGHTS_CONFIG, root + CONSTANTS_CONFIG]
     markers = [root + m for m in MARKERS if root + m in present]
+    for marker in markers:
+        _check_claim(path, zf.getinfo(marker), MAX_MARKER_BYTES, "bytes for a format marker")
     keep = {model_member, *configs, *payloads, *markers}
     return Archive(path, root, model_member, tuple(nodes),
                    tuple(n for n in names if n in keep))
@@ -144,11 +176,44 @@ def _model_member(path: Path, names: list[str]) -> str:
     return models[0]
 
 
+def _check_entry(path: Path, info: zipfile.ZipInfo, file_bytes: int) -> None:
+    """A member's zip directory entry, before a byte of it is read: readable, inside the file,
+    and no absurd claim (a stored member holds what it claims; nothing inflates beyond
+    MAX_RATIO)."""
+    problem = None
+    if info.flag_bits & 0x1:
+        problem = "is encrypted"
+    elif info.compress_type not in READABLE:
+        problem = f"uses zip compression method {info.compress_type} (torch reads 0 and 8)"
+    elif info.header_offset + 30 + info.compress_size > file_bytes:
+        problem = (f"claims {info.compress_size} bytes from offset {info.header_offset}, past "
+                   f"the end of the {file_bytes}-byte file (truncated?)")
+    elif info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        problem = f"is stored but claims {info.file_size} bytes in {info.compress_size}"
+    elif info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        problem = (f"claims {info.file_size} bytes inflated from {info.compress_size}, more "
+                   f"than deflate produces (at most {MAX_RATIO}:1)")
+    if problem:
+        raise InputFileError(f"{path}: member {info.filename!r} {problem}; the archive is "
+                             f"damaged or crafted. Export and save it again with "
+                             f"torch.export.save.")
+
+
+def _check_claim(path: Path, info: zipfile.ZipInfo, limit: int, what: str) -> None:
+    if info.file_size > limit:
+        raise InputFileError(f"{path}: member {info.filename!r} claims {info.file_size} {what}, "
+                             f"more than any exported program needs ({limit}); refusing the "
+                             f"archive.")
+
+
 def _read_json(path: Path, zf: zipfile.ZipFile, member: str):
-    size = zf.getinfo(member).file_size
-    if size > MAX_JSON_MEMBER_BYTES:
-        raise InputFileError(f"{path}: member {member!r} claims {size} bytes of JSON, more than "
-                             f"any exported program needs; refusing the archive.")
+    info = zf.getinfo(member)
+    _check_claim(path, info, MAX_JSON_MEMBER_BYTES, "bytes of JSON")
+    if info.compress_type != zipfile.ZIP_STORED and \
+            info.file_size > MAX_JSON_RATIO * max(info.compress_size, 1):
+        raise InputFileError(f"{path}: member {member!r} claims {info.file_size} bytes of JSON "
+                             f"inflated from {info.compress_size}, more than JSON text "
+                             f"compresses ({MAX_JSON_RATIO}:1 at most); refusing the archive.")
     return json.loads(zf.read(member))
 
 
@@ -160,6 +225,9 @@ def _read_nodes(path: Path, zf: zipfile.ZipFile, member: str) -> list[dict]:
     except (ValueError, KeyError, TypeError) as e:
         raise InputFileError(f"{path}: damaged exported program ({member}: "
                              f"{type(e).__name__}: {e}). Export and save it again.") from None
+    except RecursionError:
+        raise InputFileError(f"{path}: damaged exported program ({member}: nested deeper than "
+                             f"any graph). Export and save it again.") from None
 
 
 def _graph_nodes(graph: dict) -> list[dict]:
@@ -198,14 +266,79 @@ def _payload_members(path: Path, zf: zipfile.ZipFile, root: str, present: set[st
         raise InputFileError(f"{path}: missing {config_member!r}; the archive is incomplete. "
                              f"Export and save it again with torch.export.save.")
     config = _read_config(path, zf, config_member)
-    members = []
+    spans: dict[str, int | None] = {}     # member -> the bytes its tensors reach (None: unknown)
     for fqn, meta in config.items():
         member = _payload_member(path, root + folder, fqn, meta, kind)
         if member not in present:
             raise InputFileError(f"{path}: {kind} {fqn!r} is stored in member {member!r}, which "
                                  f"is missing from the archive. Export and save it again.")
-        members.append(member)
-    return members
+        span = tensor_span(path, f"{kind} {fqn!r}", meta.get("tensor_meta"),
+                           zf.getinfo(member).file_size)
+        known = None if span is None or spans.get(member, 0) is None else \
+            max(spans.get(member, 0), span)
+        spans[member] = known
+    for member, span in spans.items():
+        info = zf.getinfo(member)
+        if span is not None and info.compress_type != zipfile.ZIP_STORED and \
+                info.file_size > span:
+            raise InputFileError(f"{path}: member {member!r} is compressed and claims "
+                                 f"{info.file_size} bytes, but its tensors use {span}; it would "
+                                 f"be inflated whole for nothing. Export and save it again with "
+                                 f"torch.export.save (which stores members uncompressed).")
+    return list(spans)
+
+
+def tensor_span(path: Path, what: str, tmeta, payload_bytes: int) -> int | None:
+    """The bytes of its payload a stored tensor reaches (`tensor_meta`: dtype, sizes, strides,
+    storage_offset), refused when a size, stride or offset is negative or not an integer,
+    when a product overflows int64, or when the tensor reaches past its `payload_bytes`.
+    None for a tensor without `tensor_meta` (the fast reader refuses it; torch reads it)."""
+    if not isinstance(tmeta, dict):
+        return None
+    code = SCALAR_TYPES.get(tmeta.get("dtype"), (None, "?"))[1] if \
+        isinstance(tmeta.get("dtype"), int) else "?"
+    size = itemsize(code)
+    sizes = _ints(path, what, "sizes", tmeta.get("sizes"))
+    strides = _ints(path, what, "strides", tmeta.get("strides"))
+    offset = _ints(path, what, "storage_offset", [tmeta.get("storage_offset", {"as_int": 0})])[0]
+    described = f"{what} ({short(sizes)}, strides {short(strides)}, offset {offset})"
+    if len(strides) != len(sizes):
+        raise InputFileError(f"{path}: {described} has {len(sizes)} sizes but {len(strides)} "
+                             f"strides; the archive is damaged. Export and save it again.")
+    if math.prod(sizes) == 0:
+        return 0
+    last = offset + sum((n - 1) * st for n, st in zip(sizes, strides))
+    if math.prod(sizes) * size > MAX_INT64 or (last + 1) * size > MAX_INT64:
+        raise InputFileError(f"{path}: {described} overflows a 64-bit size; the archive is "
+                             f"damaged or crafted. Export and save it again.")
+    if (last + 1) * size > payload_bytes:
+        raise InputFileError(f"{path}: {described} does not fit its "
+                             f"{payload_bytes // size}-element payload; the archive is "
+                             f"damaged. Export and save it again.")
+    return (last + 1) * size
+
+
+def itemsize(code: str | None) -> int:
+    """Bytes per element of a SCALAR_TYPES numpy code (`f2` 2, `?` 1, complex32's None 4)."""
+    return 4 if code is None else 1 if code == "?" else int(code[1:])
+
+
+def short(value, limit: int = 80) -> str:
+    """A string, or `repr(value)`, cut to `limit` characters: a crafted file's values go into
+    messages."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _ints(path: Path, what: str, field: str, values) -> list[int]:
+    """`[{"as_int": n}, ...]` as non-negative ints, or one InputFileError naming the field."""
+    if not isinstance(values, list) or not all(
+            isinstance(v, dict) and type(v.get("as_int")) is int and v["as_int"] >= 0
+            for v in values):
+        raise InputFileError(f"{path}: {what} has {field} {short(values)}, not a list of "
+                             f"non-negative integers; the archive is damaged. Export and save "
+                             f"it again.")
+    return [v["as_int"] for v in values]
 
 
 def _read_config(path: Path, zf: zipfile.ZipFile, member: str) -> dict:
@@ -214,7 +347,7 @@ def _read_config(path: Path, zf: zipfile.ZipFile, member: str) -> dict:
         if not isinstance(config, dict) or not all(isinstance(v, dict)
                                                    for v in config.values()):
             raise TypeError("'config' is not an object of objects")
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise InputFileError(f"{path}: damaged {member} ({type(e).__name__}: {e}). Export and "
                              f"save the program again.") from None
     return config
@@ -260,7 +393,7 @@ def _register_op_libraries(path: str | Path) -> None:
     """Import the module that registers each known custom-op namespace the graph names."""
     import importlib
 
-    with zipfile.ZipFile(path) as zf:
+    with open_zip(path) as zf:
         graphs = [n for n in zf.namelist()
                   if n.split("/")[-2:-1] == ["models"] and n.endswith(".json")]
         text = b"".join(zf.read(n) for n in graphs)

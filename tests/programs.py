@@ -21,10 +21,23 @@ def export(tmp: Path, module: torch.nn.Module, inputs: tuple, name: str = "model
 
 
 def compile_pt2(pt2: Path, out: Path | None = None, **options) -> Path:
-    """Compile in-process, verifying the IR after every pass (ir/verify.py) unless told not."""
+    """Compile in-process, verifying the IR after every pass (ir/verify.py) unless told not,
+    and the written report.json and manifest.json against their schemas."""
     out = out or pt2.with_suffix("")
     compile_and_estimate(pt2, out, CompileOptions(**{"verbose": -1, "verify_each": True} | options))
+    validate_outputs(out)
     return out
+
+
+def validate_outputs(out: Path) -> None:
+    """OUT's report.json and manifest.json fit their schemas (InputFileError naming the file
+    and the JSON path otherwise). tests/conftest.py does this for every directory a test leaves
+    behind; here the compile that wrote a bad file fails at once."""
+    from spyrec.sim.files import validate
+
+    for name in ("report", "manifest"):
+        path = Path(out) / f"{name}.json"
+        validate(load_json(path), name, str(path))
 
 
 def compile_samples(tmp: Path, names) -> dict[str, Path]:
@@ -84,3 +97,20 @@ def counting_calls(owner, name: str):
         yield count
     finally:
         setattr(owner, name, real)
+
+
+def record_source(out: Path, pt2: Path | bytes) -> Path:
+    """Make `pt2` (a file or its bytes) the program `out` says it was compiled from: copied
+    to out/program.pt2 and recorded in manifest.json as the self-contained copy, with its
+    SHA-256. `--check` then runs it in eager against what spyrec compiled from another
+    program: how a test stages a miscompile (or a broken archive) that `--check` must catch,
+    now that it runs only a copy the manifest vouches for."""
+    import hashlib
+
+    copy = Path(out) / "program.pt2"
+    copy.write_bytes(pt2 if isinstance(pt2, bytes) else Path(pt2).read_bytes())
+    manifest = load_json(Path(out) / "manifest.json")
+    manifest["source"].update(copy="program.pt2",
+                              sha256=hashlib.sha256(copy.read_bytes()).hexdigest())
+    (Path(out) / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return copy

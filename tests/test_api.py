@@ -11,7 +11,7 @@ import torch
 import spyrec
 from spyrec.errors import CheckMismatch, ConfigError, InputFileError
 from spyrec.bf16 import bf16_bits_to_float32
-from tests.programs import Lambda, export
+from tests.programs import Lambda, export, record_source
 
 
 class Mixed(torch.nn.Module):
@@ -107,7 +107,8 @@ def test_check_mismatch_raises(compiled, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(out, other)
     wrong = Lambda(lambda m, x, y: (x * 3 + y, (x + y).to(torch.bfloat16)))
-    torch.export.save(torch.export.export(wrong.eval(), inputs()), str(other / "program.pt2"))
+    torch.export.save(torch.export.export(wrong.eval(), inputs()), str(tmp_path / "w.pt2"))
+    record_source(other, tmp_path / "w.pt2")
     x, y = inputs()
     with pytest.raises(CheckMismatch, match=r"2 of 2 outputs differ .*output_0 \(.*output_1"):
         spyrec.run(other, {"x": x, "y": y}, check=True)

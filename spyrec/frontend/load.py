@@ -17,7 +17,7 @@ from spyrec.frontend.fold import fold_constants
 from spyrec.frontend.from_torch import is_sym_int, program_of, target_name
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import NeedsTorch, Program
-from spyrec.frontend.pt2json import read_program, stored_tensors
+from spyrec.frontend.pt2json import check_signature, read_program, stored_tensors
 from spyrec.frontend.symbols import refuse_symbols
 from spyrec.pt2archive import Archive, open_archive, sanitized_copy
 
@@ -89,7 +89,9 @@ def _torch_program(archive: Archive, bind: dict[str, int] | None) -> Program:
                           not lowerable(target_name(n.target))})
         if unknown:
             ep = _decomposed(ep, archive, unknown)
-    return _with_stored(program_of(ep, bind, str(archive.path)), archive)
+    program = program_of(ep, bind, str(archive.path))
+    check_signature(program, str(archive.path))     # weights as the graph says they are
+    return _with_stored(program, archive)
 
 
 def _decomposed(ep, archive: Archive, unknown: list[str]):

@@ -29,20 +29,13 @@ from spyrec.frontend.program import (
     check_program,
 )
 from spyrec.frontend.symbols import Binding, ShapeFacts, bind_symbols
-from spyrec.pt2archive import CONSTANTS_CONFIG, WEIGHTS_CONFIG, Archive, open_archive
+from spyrec.pt2archive import (
+    CONSTANTS_CONFIG, MAX_INT64, SCALAR_TYPES, WEIGHTS_CONFIG, Archive, itemsize, open_archive,
+    open_zip, short,
+)
 
 # torch/_export/serde/schema.py: the serialized format this reader understands.
 SUPPORTED_SCHEMA_MAJOR = 8
-# ScalarType code -> (torch's dtype name, numpy storage dtype). bf16 and fp8 travel as bits.
-SCALAR_TYPES = {
-    1: ("uint8", "u1"), 2: ("int8", "i1"), 3: ("int16", "i2"), 4: ("int32", "i4"),
-    5: ("int64", "i8"), 6: ("float16", "f2"), 7: ("float32", "f4"), 8: ("float64", "f8"),
-    9: ("complex32", None), 10: ("complex64", "c8"), 11: ("complex128", "c16"),
-    12: ("bool", "?"), 13: ("bfloat16", "u2"), 28: ("uint16", "u2"),
-    29: ("float8_e4m3fn", "u1"), 30: ("float8_e5m2", "u1"), 31: ("float8_e4m3fnuz", "u1"),
-    32: ("float8_e5m2fnuz", "u1"), 33: ("float8_e8m0fnu", "u1"), 34: ("uint32", "u4"),
-    35: ("uint64", "u8"),
-}
 MEMORY_FORMATS = {0: "unknown", 1: "contiguous_format", 2: "channels_last",
                   3: "channels_last_3d", 4: "preserve_format"}
 LAYOUTS = {0: "unknown", 1: "sparse_coo", 2: "sparse_csr", 3: "sparse_csc", 4: "sparse_bsr",
@@ -67,13 +60,16 @@ def read_program(path: str | Path, archive: Archive | None = None,
         check_program(program, str(archive.path))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise InputFileError(f"{archive.path}: damaged exported program ({type(e).__name__}: "
-                             f"{e} in the graph JSON or a weights config). Export and save it "
-                             f"again.") from None
+                             f"{short(str(e))} in the graph JSON or a weights config). Export "
+                             f"and save it again.") from None
+    except RecursionError:
+        raise InputFileError(f"{archive.path}: damaged exported program (the graph JSON nests "
+                             f"deeper than any graph). Export and save it again.") from None
     return program
 
 
 def _read(archive: Archive, bind: dict[str, int] | None) -> Program:
-    with zipfile.ZipFile(archive.path) as zf:
+    with open_zip(archive.path) as zf:
         model = json.loads(zf.read(archive.model_member))
         _check_schema(archive, model)
         graph_module = model["graph_module"]
@@ -88,14 +84,42 @@ def _read(archive: Archive, bind: dict[str, int] | None) -> Program:
             _read_payloads(archive, zf, config, folder, byteorder, state, dtypes, aliases)
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast",
                       symbols=binding.symbols, symbolic_dims=binding.symbolic_dims)
+    check_signature(program, str(archive.path))
     return functionalize(inline_higher_order_ops(program))
+
+
+def check_signature(program: Program, where: str) -> None:
+    """The graph's inputs are the signature's, once each, and every parameter, buffer and
+    constant is stored with the shape and dtype the graph gives its input: the lowering
+    trusts both, so a hand-edited or damaged file stops here, naming the tensor. Both front
+    ends call it (torch.export.load checks neither)."""
+    placeholders = {n.name: n for n in program.nodes if n.op == "placeholder"}
+    listed = [spec.name for spec in program.inputs]
+    if sorted(placeholders) != sorted(listed):
+        raise InputFileError(f"{where}: the graph's inputs {short(sorted(placeholders))} are "
+                             f"not its signature's {short(sorted(listed))}; the graph JSON is "
+                             f"damaged. Export and save it again.")
+    for spec in program.inputs:
+        fqn = program.aliases.get(spec.target, spec.target)
+        if spec.kind == "user_input" or fqn not in program.state:
+            continue        # a missing value: check_program names it
+        meta = placeholders[spec.name].meta.get("val")
+        stored = dict.__getitem__(program.state, fqn)     # not loaded: shape and dtype only
+        dtype = program.state_dtypes.get(fqn)
+        if isinstance(meta, TensorMeta) and (tuple(meta.shape) != tuple(stored.shape) or
+                                             meta.dtype != dtype):
+            raise InputFileError(
+                f"{where}: {spec.kind} {spec.target!r} is stored as {dtype}"
+                f"{short(list(stored.shape))} but the graph's input {spec.name!r} is "
+                f"{meta.dtype}{short(list(meta.shape))}; the archive is damaged. Export and "
+                f"save it again.")
 
 
 def stored_tensors(archive: Archive) -> dict[str, tuple[StoredTensor, str]]:
     """FQN -> (its `StoredTensor`, host dtype) for every weight and constant in the archive,
     read from the configs alone (the torch front end swaps its in-memory copies for these)."""
     state, dtypes = {}, {}
-    with zipfile.ZipFile(archive.path) as zf:
+    with open_zip(archive.path) as zf:
         byteorder = _byteorder(archive, zf)
         for config, folder in ((WEIGHTS_CONFIG, "data/weights/"),
                                (CONSTANTS_CONFIG, "data/constants/")):
@@ -132,8 +156,16 @@ def _shape_facts(archive: Archive, model: dict, inputs: list[InputSpec],
 def _size_text(size: dict) -> int | str:
     """A stored size: an int, or the srepr text of its expression."""
     if "as_int" in size:
-        return int(size["as_int"])
+        return _int(size["as_int"])
     return str(size["as_expr"]["expr_str"])
+
+
+def _int(value) -> int:
+    """A JSON integer, exactly: torch writes sizes and int arguments as JSON integers, so a
+    float (1.5), a bool or a string is a damaged file, not a number to round."""
+    if type(value) is not int:
+        raise TypeError(f"{short(value)} is not an integer")
+    return value
 
 
 class _GraphReader:
@@ -224,15 +256,38 @@ class _GraphReader:
             raise InputFileError(f"{self.archive.path}: tensor {name!r} has unknown dtype code "
                                  f"{tv.get('dtype')!r}; the graph JSON is damaged or newer.")
         size = self.binding.size
-        return TensorMeta(tuple(size(_size_text(s)) for s in tv["sizes"]), dtype,
+        meta = TensorMeta(tuple(size(_size_text(s)) for s in tv["sizes"]), dtype,
                           tuple(size(_size_text(s)) for s in tv.get("strides", [])),
                           size(_size_text(tv.get("storage_offset", {"as_int": 0}))))
+        problem = _extent_problem(meta)
+        if problem:
+            raise InputFileError(
+                f"{self.archive.path}: tensor {name!r} has sizes {short(list(meta.shape))}, "
+                f"strides {short(list(meta.strides))}, storage offset {meta.storage_offset}: "
+                f"{problem}; the graph JSON is damaged. Export and save it again.")
+        return meta
 
     def sym_int(self, value: dict) -> int:
         """A SymInt argument at the binding: a constant, an expression, or a named value."""
         if "as_name" in value:
             value = self.graph["sym_int_values"][value["as_name"]]
         return self.binding.size(_size_text(value))
+
+
+def _extent_problem(meta: TensorMeta) -> str | None:
+    """What is wrong with a tensor value's sizes, strides and offset at the binding: a
+    negative one, strides that do not match the sizes, or an element count or extent that
+    overflows int64 (`TensorMeta` dtypes are torch's names, SCALAR_TYPES's)."""
+    numbers = (*meta.shape, *meta.strides, meta.storage_offset)
+    if any(n < 0 for n in numbers):
+        return "a negative size, stride or offset"
+    if meta.strides and len(meta.strides) != len(meta.shape):
+        return f"{len(meta.shape)} sizes but {len(meta.strides)} strides"
+    size = next(itemsize(code) for name, code in SCALAR_TYPES.values() if name == meta.dtype)
+    extent = meta.storage_offset + sum((n - 1) * s for n, s in zip(meta.shape, meta.strides))
+    if math.prod(meta.shape) * size > MAX_INT64 or (extent + 1) * size > MAX_INT64:
+        return "more elements than a 64-bit size can count"
+    return None
 
 
 def _tensor_name(arg: dict, archive: Archive) -> str:
@@ -277,9 +332,9 @@ _ARGUMENTS = {
     "as_tensors": lambda r, k, v, w: [Ref(t["name"]) for t in v],
     "as_optional_tensor": _optional_tensor,
     "as_optional_tensors": lambda r, k, v, w: [_optional_tensor(r, k, t, w) for t in v],
-    "as_int": lambda r, k, v, w: int(v),
-    "as_ints": lambda r, k, v, w: [int(x) for x in v],
-    "as_int_lists": lambda r, k, v, w: [[int(x) for x in xs] for xs in v],
+    "as_int": lambda r, k, v, w: _int(v),
+    "as_ints": lambda r, k, v, w: [_int(x) for x in v],
+    "as_int_lists": lambda r, k, v, w: [[_int(x) for x in xs] for xs in v],
     "as_float": lambda r, k, v, w: _float(v),
     "as_floats": lambda r, k, v, w: [_float(x) for x in v],
     "as_float_lists": lambda r, k, v, w: [[_float(x) for x in xs] for xs in v],
@@ -363,27 +418,20 @@ def _read_payloads(archive: Archive, zf: zipfile.ZipFile, config_name: str, fold
         if tmeta is None:
             raise NeedsTorch(f"{fqn} has no tensor_meta")
         member = archive.root + folder + meta["path_name"]
-        state[fqn], dtypes[fqn] = _tensor(archive, fqn, tmeta, member,
-                                          zf.getinfo(member).file_size, byteorder)
+        state[fqn], dtypes[fqn] = _tensor(archive, fqn, tmeta, member, byteorder)
 
 
-def _tensor(archive: Archive, fqn: str, tmeta: dict, member: str, member_bytes: int,
+def _tensor(archive: Archive, fqn: str, tmeta: dict, member: str,
             byteorder: str) -> tuple[StoredTensor, str]:
+    """A weight's `StoredTensor`; its sizes, strides and offset were checked against its
+    payload when the archive was opened (`pt2archive.tensor_span`)."""
     dtype, code = SCALAR_TYPES.get(tmeta["dtype"], (None, None))
     if code is None:
-        raise UnsupportedProgram(f"{archive.path}: weight {fqn!r} has dtype {dtype or tmeta['dtype']}, "
-                                 f"which spyrec does not read")
-    sizes = [int(s["as_int"]) for s in tmeta["sizes"]]  # a weight's shape is never symbolic
-    strides = [int(s["as_int"]) for s in tmeta["strides"]]
-    offset = int(tmeta.get("storage_offset", {"as_int": 0})["as_int"])
+        raise UnsupportedProgram(f"{archive.path}: weight {fqn!r} has dtype "
+                                 f"{dtype or short(tmeta['dtype'])}, which spyrec does not read")
+    sizes = [_int(s["as_int"]) for s in tmeta["sizes"]]  # a weight's shape is never symbolic
+    strides = [_int(s["as_int"]) for s in tmeta["strides"]]
+    offset = _int(tmeta.get("storage_offset", {"as_int": 0})["as_int"])
     np_dtype = np.dtype(code).newbyteorder(byteorder) if code != "?" else np.dtype("?")
-    elems = member_bytes // np_dtype.itemsize
-    if math.prod(sizes) != 0:
-        last = offset + sum((n - 1) * s for n, s in zip(sizes, strides))
-        if offset < 0 or min(strides, default=0) < 0 or last >= elems \
-                or len(strides) != len(sizes):
-            raise InputFileError(f"{archive.path}: weight {fqn!r} ({sizes}, strides {strides}, "
-                                 f"offset {offset}) does not fit its {elems}-element payload; "
-                                 f"the archive is damaged. Export and save it again.")
     return StoredTensor(Path(archive.path), member, np_dtype, tuple(sizes), tuple(strides),
                         offset), dtype

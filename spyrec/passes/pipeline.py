@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from spyrec.errors import ConfigError
 from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, PASSES, Pass, get_pass, providers
-from spyrec.yamlfile import read_yaml_file, yaml_problem
+from spyrec.userfiles import output_target, write_replacing
+from spyrec.yamlfile import PROBLEM, load_yaml, read_yaml_file
 
 # Package data: spyrec/configs is a symlink to the repository's configs/ (the one copy users
 # edit) that the wheel ships as files, so an installed spyrec finds it as a checkout does.
@@ -77,13 +76,11 @@ def build_pipeline(entries: list[dict], overrides: list[str] = (),
 
 
 def _set_value(text: str, raw: str):
-    """A `--set` value read as YAML (`8`, `true`, `beam`); safe_load only, so `!!python/...`
-    tags are refused like any other invalid YAML."""
-    try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({yaml_problem(e)}); "
-                          f"give a plain number, true/false or a word (no !!tags)") from None
+    """A `--set` value read as YAML (`8`, `true`, `beam`) as config files are (`yamlfile`):
+    safe_load only, so `!!python/...` tags are refused like any other invalid YAML, and a
+    value nested too deeply or too large once its aliases are expanded is refused too."""
+    return load_yaml(raw, f"--set {text!r}: the value is not valid YAML ({PROBLEM}); give a "
+                          f"plain number, true/false or a word (no !!tags)")
 
 
 def check_order(pipeline: list[Pass], where: str = "pipeline") -> None:
@@ -197,7 +194,8 @@ IR_DUMP_FILE = re.compile(r"\d\d+_[A-Za-z0-9_]+\.ir\Z")
 
 def check_dump_dir(path: Path, out_dir: Path) -> None:
     """`--print-ir-after-all DIR`: a directory spyrec may fill with `NN_<pass>.ir` files — new,
-    empty, or holding only such files (an earlier dump, replaced) — and not inside `-o OUT`."""
+    empty, or holding only such files, each a regular file (an earlier dump, replaced; never a
+    FIFO or a link) — and not inside `-o OUT`."""
     path = Path(path)
     option = f"--print-ir-after-all {path}"
     resolved, out = path.resolve(), Path(out_dir).resolve()
@@ -213,6 +211,8 @@ def check_dump_dir(path: Path, out_dir: Path) -> None:
     if foreign:
         raise ConfigError(f"{option}: holds {foreign[0]!r}, not an IR dump; give a new or "
                           f"empty directory (spyrec replaces only its own NN_<pass>.ir files)")
+    for old in sorted(path.iterdir()):      # a FIFO, a link, a directory: refused
+        output_target(old, "--print-ir-after-all", links=False, error=ConfigError)
 
 
 @dataclass
@@ -241,16 +241,22 @@ class IRPrinter(Instrument):
         print(f"// ----- IR {when} -----\n{format_graph(graph)}", file=self.stream)
 
     def _write(self, step: int, name: str, graph) -> None:
+        """One dump file, through a temporary sibling (`userfiles.write_replacing`); what
+        `check_dump_dir` refused before the compile (a FIFO or a link among the old dumps)
+        is refused again here, never replaced or removed."""
         from spyrec.ir.printer import format_graph
 
         folder = Path(self.after_all_dir)
+        option = "--print-ir-after-all"
         if step == 0:
             folder.mkdir(parents=True, exist_ok=True)
             for old in folder.iterdir():
                 if IR_DUMP_FILE.match(old.name):
+                    output_target(old, option, links=False, error=ConfigError)
                     old.unlink()
         text = f"// IR after {name} (step {step})\n{format_graph(graph)}"
-        (folder / f"{step:02d}_{name}.ir").write_text(text, encoding="utf-8")
+        write_replacing(folder / f"{step:02d}_{name}.ir", text.encode("utf-8"), option,
+                        "an IR dump", links=False, error=ConfigError)
 
 
 class Verifier(Instrument):

@@ -24,7 +24,10 @@ op in the loop body fills each trip (`_stage_tiles`; report rows say `per_tile`)
 Reads: ops, accesses, layouts, core splits (after work_division and superdsc_legalize, whose
 splits decide the slices). Writes: a buffer `<name>__staged` and its copy op before the first
 reader (before the loop it runs in); the reads re-pointed; a `stage_inputs` report row per
-staged tensor (`reads`: accesses, not trips).
+staged tensor (`reads`: the fetches the copy replaces, each access once per trip of its loops,
+so a weight one access reads in a 4-trip loop says 4; for a per-tile copy, the accesses that
+read its tile each trip). Either is at least 2, as report.json's schema says: a tensor fetched
+once is never staged.
 Guarantees: values unchanged (the copy is exact, every read keeps its index); only inputs and
 constants that are not mutated, read in place (no gather, no loop moving over them); the
 group of accesses with one per-core slicing read most often (>= 2 fetches, a loop's trips

@@ -1,10 +1,13 @@
 """`--check`: run the source program in PyTorch eager and compare every output.
 
-The reference is the source `.pt2` (`reference_program`): `--model PATH` when given, else
-`OUT/program.pt2` when the directory was compiled `--self-contained`, else the absolute path
-`manifest.json` records; a given or recorded file must still have the SHA-256 the manifest
-records (one exit-2 line naming both paths otherwise, checked before simulating). It is called
-the way its signature says: the manifest's inputs are the program's flat user inputs, and
+The reference is the source `.pt2` (`reference_program`), and only a file with the SHA-256
+`manifest.json` records (`source.sha256`), so a correct compile is never blamed for another
+program: `--model PATH` when given, else `OUT/program.pt2` when the manifest names it
+(`source.copy`: compiled `--self-contained`), else the absolute path the manifest records. A
+`program.pt2` the manifest does not name is a stray file and never runs. A file whose hash
+differs is one exit-2 line naming it, both hashes and what to do, before simulating; each
+file is hashed once per run (a multi-GB `.pt2` takes seconds). It is called the way its
+signature says: the manifest's inputs are the program's flat user inputs, and
 `tree_unflatten(flat, ep.call_spec.in_spec)` turns them back into the `(args, kwargs)` the
 module takes, so keyword-only inputs (transformers' ExecuTorch recipe exports
 `forward(input_ids=..., cache_position=...)`) and mixed positional + keyword inputs work.
@@ -19,30 +22,38 @@ Comparison, per output, decided by the first of two rules that applies (`OutputC
    the dtype's tolerance (DESIGN §9: fp32 1e-4, fp16/bf16 1e-2; integers and bools exact).
    NaN matches only NaN and an infinity only the same infinity, so a padding leak (NaN where
    eager is finite) is a mismatch. An output that passes it passes.
-2. reference (floating outputs of a program with fp16/bf16 outputs only): a fixed tolerance
-   does not scale with depth. Two correct fp16 implementations round in different places
-   (fp32 accumulation order, fused or separate ops) and drift apart layer after layer: a
-   correct 16-layer Llama prefill differs from fp16 eager by up to 0.019 on 838 of 8.2 M
-   logits, while against an fp32 run of the same weights its error equals eager's own (rms
-   0.00285 vs 0.00289). So the same program also runs eagerly with its floating weights,
-   buffers and inputs upcast to fp32 (`eager_outputs(upcast=True)`; casts the graph itself
-   spells out still happen), and an output that failed rule 1 passes when spyrec's error
-   against that reference is not materially worse than eager's own (`ReferenceErrors.ok`):
+2. reference (floating outputs): a fixed tolerance does not scale with depth or with
+   conditioning. Two correct fp16 implementations round in different places (fp32
+   accumulation order, fused or separate ops) and drift apart layer after layer: a correct
+   16-layer Llama prefill differs from fp16 eager by up to 0.019 on 838 of 8.2 M logits,
+   while against an fp32 run of the same weights its error equals eager's own (rms 0.00285
+   vs 0.00289). An ill-conditioned fp32 program does the same in one op: row sums of 1024
+   values of size 1e4 that cancel to ~0.1 differ between spyrec and fp32 eager by up to
+   0.13 (1e-4 allowed), while against float64 both are ~0.03 rms off (spyrec 0.031 / max
+   0.072, eager 0.035 / 0.099; tests/sim/test_check_fp32.py). So the same program also runs
+   eagerly with its floating weights, buffers and inputs upcast (`eager_outputs(upcast=)`:
+   to fp32 for a fp16/bf16 output, to float64 for a fp32 one, `REFERENCE_DTYPE`; casts the
+   graph itself spells out still happen), and an output that failed rule 1 passes when
+   spyrec's error against that reference is not materially worse than eager's own
+   (`ReferenceErrors.ok`):
 
        rms_spyrec <= K_RMS * max(rms_eager, u * rms(ref))
        max_spyrec <= K_MAX * max(max_eager, u * max|ref|)
 
    K_RMS = 2: on average spyrec may lose at most one bit against eager's own rounding error
    (the rms is a mean over many elements, so it is stable); K_MAX = 4: the max is one
-   extreme element, noisier, so two bits. The floor, one rounding (unit roundoff u: fp16
-   2^-11, bf16 2^-8) of the reference's size, stands in for eager's error when eager happens
-   to be exact (a copy, an output of few ops). A miscompile (a swapped operand, an access off
-   by one stick) gives errors the size of the signal, orders above either bound, and fails.
-   The upcast run happens only when rule 1 rejected a fp16/bf16 output: it holds every weight
-   in fp32, twice a fp16 program's bytes, which a program that passes rule 1 never needs.
-   fp32 programs keep rule 1 alone: their tolerance is far above fp32 rounding drift.
-   When the upcast run is impossible (an op without an fp32 kernel, a constant the module
-   does not own), rule 1 alone decides and the table says why there is no reference.
+   extreme element, noisier, so two bits. The floor, one rounding (unit roundoff u of the
+   output's dtype: fp16 2^-11, bf16 2^-8, fp32 2^-24) of the reference's size, stands in for
+   eager's error when eager happens to be exact (a copy, an output of few ops). A miscompile
+   (a swapped operand, an access off by one stick, a dropped term) gives errors the size of
+   the signal, orders above either bound, and fails. The upcast run happens only when rule 1
+   rejected an output on finite elements: it holds every weight in fp32 (float64), twice
+   the program's bytes, which a program that passes rule 1 never needs; a program with both
+   kinds of outputs runs each upcast it needs once. The random sweep
+   (tests/differential/test_random_programs.py) judges its fp32 programs with this rule.
+   When the upcast run is impossible (a cast the graph spells out meeting an upcast weight,
+   an op without a kernel for the wider dtype, a constant the module does not own), rule 1
+   alone decides (`rule` stays `allclose`) and `no_reference` and the table say why.
 
 Non-finite values are never hidden. `OutputCheck.nonfinite` counts the elements where exactly
 one side is NaN, or where an infinity differs (inf vs a finite value, +inf vs -inf); the
@@ -68,14 +79,18 @@ from spyrec.errors import InputFileError, InternalError
 from spyrec.bf16 import bf16_bits_to_float32
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
-UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}   # dtypes that get a reference
+# rule 2 (module docstring): the dtype each floating output's reference run computes in, and
+# the output dtype's unit roundoff (the floor's one rounding)
+REFERENCE_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float64"}
+UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}
+SHORT = {"float32": "fp32", "float64": "fp64"}
 K_RMS = 2.0     # rule 2 (module docstring): spyrec's rms error <= K_RMS x eager's
 K_MAX = 4.0     # and its max abs error <= K_MAX x eager's, each with a one-rounding floor
 
 
 @dataclass(frozen=True)
 class ReferenceErrors:
-    """spyrec's and eager's errors against the fp32 eager reference (rule 2): rms and max
+    """spyrec's and eager's errors against the upcast eager reference (rule 2): rms and max
     abs over the elements finite in all three, and the floors `ok` uses for eager's."""
     rms: float
     max_abs: float
@@ -99,7 +114,9 @@ class ReferenceErrors:
 
 def reference_errors(sim: np.ndarray, eager: np.ndarray, reference: np.ndarray,
                      host_dtype: str) -> ReferenceErrors:
-    """Rule 2's numbers for one floating output (float64 arrays of one shape)."""
+    """Rule 2's numbers for one floating output of dtype `host_dtype` (float64 arrays of one
+    shape: spyrec's, eager's, and the upcast run's). `tests/differential` judges its random
+    fp32 programs with it too."""
     finite = np.isfinite(sim) & np.isfinite(eager) & np.isfinite(reference)
     ref = reference[finite]
 
@@ -126,8 +143,13 @@ class OutputCheck:
     problem: str | None = None    # shape or count mismatch: no element comparison possible
     key: str | None = None        # outputs.npz key when not output_<index> (a buffer's FQN)
     nonfinite: int = 0            # elements where NaN/Inf differ from eager (module docstring)
-    reference: ReferenceErrors | None = None   # rule 2's errors vs the fp32 eager reference
-    no_reference: str | None = None            # why a low-precision output has no reference
+    reference: ReferenceErrors | None = None   # rule 2's errors vs the upcast eager reference
+    no_reference: str | None = None            # why a floating output has no reference
+
+    @property
+    def reference_dtype(self) -> str | None:
+        """The dtype rule 2's reference run computes in: fp32 for fp16/bf16, fp64 for fp32."""
+        return REFERENCE_DTYPE.get(self.dtype)
 
     @property
     def rule(self) -> str:
@@ -183,41 +205,84 @@ def _recorded_source(out_dir: Path) -> dict:
 
 
 def reference_program(out_dir: Path, model: Path | None = None) -> Path:
-    """The `.pt2` that --check runs in eager: `model` (--model), else OUT/program.pt2 (a
-    self-contained directory), else the source path manifest.json records. A given or recorded
-    file must have the recorded SHA-256. Every problem is one InputFileError (exit 2) that
-    names the files and what to do; torch is not imported."""
+    """The `.pt2` that --check runs in eager, verified against the SHA-256 manifest.json
+    records (`source.sha256`), so a mismatch is never blamed on a correct compile: `model`
+    (--model) when given; else OUT/program.pt2 when the manifest names it (`source.copy`: the
+    directory was compiled --self-contained); else the source path the manifest records. A
+    program.pt2 the manifest does not name is a stray file, never run. Each candidate file is
+    hashed once (a multi-GB .pt2 takes seconds); every problem is one InputFileError (exit 2)
+    naming the file, both hashes and what to do. torch is not imported."""
     out_dir = Path(out_dir)
-    manifest = out_dir / "manifest.json"
     source = _recorded_source(out_dir)
-    sha = source.get("sha256")
-    recorded = source.get("path")
     if model is not None:
-        model = Path(model)
-        if not model.is_file():
-            raise InputFileError(f"--model {model}: no such file; give the .pt2 that {out_dir} "
-                                 f"was compiled from" + (f" ({recorded})" if recorded else ""))
-        if sha and _sha256(model) != sha:
-            raise InputFileError(
-                f"--model {model}: not the program {out_dir} was compiled from ({manifest} "
-                f"records {recorded or source.get('file', '?')} with sha256 {sha[:16]}…); give "
-                f"that .pt2, or re-run spyrec compile on {model}")
-        return model
-    copy = out_dir / PROGRAM_COPY
-    if copy.exists() or not recorded:
-        return copy     # a self-contained directory (or one from before manifest format 2)
-    path = Path(recorded)
+        return _given_model(out_dir, Path(model), source)
+    if not source.get("path") or not source.get("sha256"):
+        raise InputFileError(
+            f"{out_dir / 'manifest.json'}: records no source program (its `source`), so "
+            f"--check cannot tell which .pt2 {out_dir} was compiled from; pass --model PATH "
+            f"to that .pt2, or re-run spyrec compile")
+    if source.get("copy"):
+        return _self_contained_copy(out_dir, source)
+    return _recorded_path(out_dir, source)
+
+
+def _given_model(out_dir: Path, model: Path, source: dict) -> Path:
+    recorded, sha = source.get("path"), source.get("sha256")
+    if not model.is_file():
+        raise InputFileError(f"--model {model}: no such file; give the .pt2 that {out_dir} "
+                             f"was compiled from" + (f" ({recorded})" if recorded else ""))
+    digest = _sha256(model) if sha else None
+    if sha and digest != sha:
+        raise InputFileError(
+            f"--model {model}: not the program {out_dir} was compiled from (its sha256 is "
+            f"{_short(digest)}, {out_dir / 'manifest.json'} records "
+            f"{recorded or source.get('file', '?')} with sha256 {_short(sha)}); give that "
+            f".pt2, or re-run spyrec compile on {model}")
+    return model
+
+
+def _self_contained_copy(out_dir: Path, source: dict) -> Path:
+    """OUT's copy of the source (compiled --self-contained), when it is still that file."""
+    copy, sha, recorded = out_dir / PROGRAM_COPY, source["sha256"], source["path"]
+    todo = (f"pass --model PATH to the .pt2 it was compiled from (the source was {recorded}), "
+            f"or re-run spyrec compile {recorded} -o {out_dir} --self-contained")
+    if not copy.exists():
+        raise InputFileError(f"{copy}: missing, though {out_dir} was compiled "
+                             f"--self-contained; --check runs it in PyTorch eager: {todo}")
+    digest = _sha256(copy)
+    if digest != sha:
+        raise InputFileError(
+            f"{copy}: not the program {out_dir} was compiled from (its sha256 is "
+            f"{_short(digest)}, {out_dir / 'manifest.json'} records {_short(sha)}): the copy "
+            f"was changed or replaced, and --check would blame the compile for it; {todo}")
+    return copy
+
+
+def _recorded_path(out_dir: Path, source: dict) -> Path:
+    """The source path the manifest records (a directory not compiled --self-contained),
+    when it is still that file. A program.pt2 in OUT is not used: the manifest does not name
+    it, so nothing says which program it is (--model can vouch for it, by its hash)."""
+    manifest, path, sha = out_dir / "manifest.json", Path(source["path"]), source["sha256"]
+    stray = out_dir / PROGRAM_COPY
+    unnamed = (f" ({stray} is not used: {out_dir} was not compiled --self-contained, so "
+               f"{manifest} does not name it; pass --model {stray} if it is that program)"
+               if stray.exists() else "")
     if not path.exists():
         raise InputFileError(
             f"{path}: the source program {manifest} records is gone; --check runs it in "
-            f"PyTorch eager: pass --model PATH to a copy of it (sha256 {sha[:16]}…), or "
-            f"compile again with --self-contained to keep a copy in {out_dir}")
-    if sha and _sha256(path) != sha:
+            f"PyTorch eager: pass --model PATH to a copy of it (sha256 {_short(sha)}), or "
+            f"compile again with --self-contained to keep a copy in {out_dir}{unnamed}")
+    digest = _sha256(path)
+    if digest != sha:
         raise InputFileError(
-            f"{path}: changed since {out_dir} was compiled from it ({manifest} records sha256 "
-            f"{sha[:16]}…); pass --model PATH to the .pt2 it was compiled from, or re-run "
-            f"spyrec compile {path} -o {out_dir}")
+            f"{path}: changed since {out_dir} was compiled from it (its sha256 is now "
+            f"{_short(digest)}, {manifest} records {_short(sha)}); pass --model PATH to the "
+            f".pt2 it was compiled from, or re-run spyrec compile {path} -o {out_dir}{unnamed}")
     return path
+
+
+def _short(digest: str) -> str:
+    return f"{digest[:16]}…"
 
 
 def check_reference_program(out_dir: Path, input_names: list[str] | None = None,
@@ -372,13 +437,15 @@ def _check_call(path: Path, model: dict, input_names: list[str]) -> None:
 
 def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, str],
                   inputs: dict[str, np.ndarray], mutated: tuple[str, ...] = (),
-                  reference: Path | None = None, upcast: bool = False) -> list[np.ndarray]:
+                  reference: Path | None = None, upcast: str | None = None
+                  ) -> list[np.ndarray]:
     """Outputs of program.pt2 run in eager mode, as float64/int64/bool numpy arrays, then the
     values of the `mutated` buffers (FQNs) after the run: the module updates them in place.
     The inputs (in manifest order: the program's flat user inputs) are passed as the
     program's in_spec says, positionally or by keyword. `reference`: the `.pt2`
     `check_reference_program` already checked (else it is found and checked now).
-    `upcast`: floating parameters, buffers and inputs in fp32, for rule 2's reference."""
+    `upcast` ("float32" or "float64"): floating parameters, buffers and inputs in that dtype,
+    for rule 2's reference."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_unflatten
 
@@ -388,18 +455,20 @@ def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, 
     try:
         program = load_exported(path)
         in_spec = program.call_spec.in_spec
-        # the upcast run feeds fp32 where the export recorded fp16: its input guards would refuse
-        module = program.module(check_guards=not upcast)
+        # the upcast run feeds fp32 where the export recorded fp16 (fp64 where fp32): its
+        # input guards would refuse
+        module = program.module(check_guards=upcast is None)
     except InputFileError:
         raise
     except Exception as e:  # noqa: BLE001 - torch raises many types here; all mean "damaged"
         raise InputFileError(f"{path}: torch.export.load failed ({type(e).__name__}: "
                              f"{_first_line(e)}); {RERUN}") from None
     flat = [to_torch(inputs[n], host_dtypes[n]) for n in input_names]
-    if upcast:
+    if upcast is not None:
+        dtype = getattr(torch, upcast)
         _drop_dtype_asserts(module)
-        module = module.to(torch.float32)
-        flat = [t.to(torch.float32) if t.is_floating_point() else t for t in flat]
+        module = module.to(dtype)
+        flat = [t.to(dtype) if t.is_floating_point() else t for t in flat]
     if in_spec is None or in_spec.num_leaves != len(flat):
         raise InputFileError(f"{path}: its in_spec takes "
                              f"{None if in_spec is None else in_spec.num_leaves} inputs, "
@@ -420,8 +489,8 @@ def eager_outputs(out_dir: Path, input_names: list[str], host_dtypes: dict[str, 
 
 def _drop_dtype_asserts(module) -> None:
     """Remove the `aten._assert_tensor_metadata` checks torch.export records before each
-    `.to()` (they pin the source dtype, fp16), from this loaded copy of the program only: the
-    upcast run feeds fp32 there on purpose."""
+    `.to()` (they pin the source dtype, fp16 or fp32), from this loaded copy of the program
+    only: the upcast run feeds fp32 (fp64) there on purpose."""
     import torch
 
     target = torch.ops.aten._assert_tensor_metadata.default
@@ -479,7 +548,8 @@ def compare(index: int, name: str, host_dtype: str, sim: np.ndarray,
     nonfinite = nonfinite_mismatches(a, b)
     finite = np.isfinite(a) & np.isfinite(b)
     diff = np.abs(a[finite] - b[finite])
-    rel = diff / np.maximum(np.abs(b[finite]), np.finfo(np.float64).tiny)
+    with np.errstate(over="ignore"):     # eager 0, spyrec not: an infinite relative error
+        rel = diff / np.maximum(np.abs(b[finite]), np.finfo(np.float64).tiny)
     if nonfinite:       # unbounded error at those elements: never a small finite number
         max_abs = max_rel = np.inf
     else:
@@ -506,31 +576,54 @@ def check_outputs(out_dir: Path, manifest, inputs: dict[str, np.ndarray],
                   sim_outputs: list[np.ndarray],
                   reference: Path | None = None) -> list[OutputCheck]:
     """Compare every simulated output (and mutated buffer, after the user outputs, as
-    `simulate` returns them) with eager PyTorch on the same inputs, and, when an output is
-    fp16/bf16, both with the fp32 eager reference (rule 2, module docstring)."""
+    `simulate` returns them) with eager PyTorch on the same inputs (rule 1), and a floating
+    output rule 1 rejects also with the upcast eager reference (rule 2, module docstring).
+    `reference`: the `.pt2` `check_reference_program` returned; found (and hashed) once here
+    otherwise, not once per eager run."""
     host = {n: t.host_dtype for n, t in manifest.tensors.items()}
     mutated = manifest.mutated_buffers
+    reference = reference or check_reference_program(out_dir, list(manifest.inputs))
     call = (out_dir, list(manifest.inputs), host, inputs, tuple(fqn for fqn, _ in mutated),
             reference)
-    eager = eager_outputs(*call)
+    results = eager_outputs(*call)
+    eager = _aligned(results, manifest)
     names = list(manifest.outputs) + [name for _, name in mutated]
-    n_user = len(eager) - len(mutated)
-    checks = _compare_all(names, host, sim_outputs, _aligned(eager, manifest), None, n_user)
-    # rule 2 only where rule 1 rejected a fp16/bf16 output: the fp32 run holds every weight
-    # in fp32 (twice a fp16 program's bytes), which a correct shallow program never needs
-    if any(not c.ok and c.dtype in UNIT_ROUNDOFF for c in checks):
-        try:
-            upcast = eager_outputs(*call, upcast=True)
-        except InternalError as e:      # an op or constant that will not run in fp32
-            no_reference = ("with weights and inputs upcast to fp32, "
-                            + str(e).removeprefix("--check: "))
-            checks = [replace(c, no_reference=no_reference)
-                      if not c.ok and c.dtype in UNIT_ROUNDOFF else c for c in checks]
-        else:
-            checks = _compare_all(names, host, sim_outputs, _aligned(eager, manifest),
-                                  _aligned(upcast, manifest), n_user)
+    checks = _compare_all(names, host, sim_outputs, eager, len(results) - len(mutated))
+    # rule 2 only where rule 1 rejected an output it could pass: the upcast run holds every
+    # weight in fp32 (fp64), twice the program's bytes, which a passing program never needs
+    for dtype in sorted({c.reference_dtype for c in checks if _wants_reference(c)}):
+        checks = _with_reference(checks, dtype, call, manifest, sim_outputs, eager)
     for k, (fqn, _) in enumerate(mutated):
         checks[len(manifest.outputs) + k] = replace(checks[len(manifest.outputs) + k], key=fqn)
+    return checks
+
+
+def _wants_reference(c: OutputCheck) -> bool:
+    """Rule 1 rejected `c` on finite elements only, and rule 2 applies to its dtype."""
+    return (not c.ok and c.problem is None and not c.nonfinite
+            and c.reference_dtype is not None)
+
+
+def _with_reference(checks: list[OutputCheck], dtype: str, call: tuple, manifest,
+                    sim_outputs: list[np.ndarray], eager: list) -> list[OutputCheck]:
+    """`checks` with every output that wants a `dtype` reference judged by rule 2 against
+    the program run upcast to `dtype`; when that run is impossible (an op without a kernel
+    for `dtype`, a cast the graph spells out meeting an upcast weight), rule 1's verdict
+    stands and `no_reference` says why."""
+    wanting = [i for i, c in enumerate(checks)
+               if _wants_reference(c) and c.reference_dtype == dtype]
+    try:
+        upcast = _aligned(eager_outputs(*call, upcast=dtype), manifest)
+    except (InternalError, InputFileError) as e:
+        why = f"with weights and inputs upcast to {SHORT[dtype]}, " + \
+            str(e).removeprefix("--check: ")
+        return [replace(c, no_reference=why) if i in wanting else c
+                for i, c in enumerate(checks)]
+    checks = list(checks)
+    for i in wanting:
+        c = checks[i]
+        if i < len(upcast) and upcast[i] is not None:
+            checks[i] = compare(c.index, c.name, c.dtype, sim_outputs[i], eager[i], upcast[i])
     return checks
 
 
@@ -542,27 +635,26 @@ def _aligned(results: list, manifest) -> list:
 
 
 def _compare_all(names: list[str], host: dict[str, str], sim_outputs: list[np.ndarray],
-                 expected: list, references: list | None, n_user: int) -> list[OutputCheck]:
-    """`compare` for every output, against the fp32 `references` when given (rule 2);
-    `n_user`: the user outputs eager returned."""
+                 expected: list, n_user: int) -> list[OutputCheck]:
+    """`compare` (rule 1) for every output; `n_user`: the user outputs eager returned."""
     checks = []
     for i, name in enumerate(names):
         if expected[i] is None:
             checks.append(OutputCheck(i, name, host[name], 0.0, np.nan, np.nan, 0, 0,
                                       f"eager returns only {n_user} outputs"))
             continue
-        reference = references[i] if references is not None else None
-        checks.append(compare(i, name, host[name], sim_outputs[i], expected[i], reference))
+        checks.append(compare(i, name, host[name], sim_outputs[i], expected[i]))
     return checks
 
 
 def format_checks(checks: list[OutputCheck]) -> str:
     """The --check table; `nan/inf` counts the elements where NaN/Inf differ from eager. For
-    fp16/bf16 outputs the `vs fp32 reference` columns give spyrec's and eager's rms / max abs
-    errors against the fp32 eager reference (rule 2), and the result says which rule decided."""
+    a floating output rule 1 rejected, the `vs ref` columns give spyrec's and eager's rms /
+    max abs errors against the upcast eager reference (rule 2: fp32 for fp16/bf16, fp64 for
+    fp32), and the result says which rule decided, against which reference."""
     lines = [f"{'output':<10} {'tensor':<16} {'dtype':<9} {'max abs err':>12} "
              f"{'max rel err':>12} {'tolerance':>9} {'mismatches':>12} {'nan/inf':>7}  "
-             f"{'vs fp32 ref: spyrec rms/max':>27} {'eager rms/max':>19}  result"]
+             f"{'vs ref: spyrec rms/max':>27} {'eager rms/max':>19}  result"]
     for c in checks:
         label = c.key or f"output_{c.index}"
         lines.append(f"{label:<10} {c.name:<16.16} {c.dtype:<9} {c.max_abs:>12.4g} "
@@ -585,27 +677,30 @@ def _verdict(c: OutputCheck) -> str:
         return f"MISMATCH: {c.nonfinite} NaN/Inf differ from eager"
     if c.mismatches == 0:
         return "ok"
+    ref = SHORT.get(c.reference_dtype or "", "upcast")
     if c.reference is None:
-        return "MISMATCH" + (f" (no fp32 reference: {c.no_reference})" if c.no_reference
+        return "MISMATCH" + (f" (no {ref} reference: {c.no_reference})" if c.no_reference
                              else "")
-    bounds = f"rms <= {K_RMS:g}x, max <= {K_MAX:g}x eager's error vs fp32"
+    bounds = f"rms <= {K_RMS:g}x, max <= {K_MAX:g}x eager's error vs {ref}"
     if c.reference.ok:
         return f"ok by reference rule ({bounds})"
-    return f"MISMATCH: worse than eager vs fp32 (allowed {bounds})"
+    return f"MISMATCH: worse than eager vs {ref} (allowed {bounds})"
 
 
 def describe_failure(c: OutputCheck) -> str:
     """One failed row for the CheckMismatch message: its key, tensor and what went wrong,
-    with both errors against the fp32 reference when there is one."""
+    with both errors against the upcast reference when there is one."""
     label = c.key or f"output_{c.index}"
     if c.problem:
         return f"{label} ({c.name}) {c.problem}"
     what = f"{c.mismatches}/{c.total} elements, max abs err {c.max_abs:.4g}"
     if c.nonfinite:
         what += f", {c.nonfinite} NaN/Inf differ"
-    r = c.reference
+    r, ref = c.reference, SHORT.get(c.reference_dtype or "", "upcast")
+    if r is None and c.no_reference:
+        what += f"; no {ref} reference ({c.no_reference})"
     if r is not None and not c.nonfinite:
-        what += (f"; vs fp32 reference spyrec rms {r.rms:.4g} max {r.max_abs:.4g}, eager rms "
+        what += (f"; vs {ref} reference spyrec rms {r.rms:.4g} max {r.max_abs:.4g}, eager rms "
                  f"{r.eager_rms:.4g} max {r.eager_max_abs:.4g} (allowed rms {r.allowed_rms:.4g} "
                  f"max {r.allowed_max_abs:.4g})")
     return f"{label} ({c.name}) {what}"

@@ -7,7 +7,9 @@ bfloat16, so a bf16 array travels as its uint16 bit patterns plus a tag key
 `.safetensors` file (the ecosystem's bf16 container) may stand in for an .npz on either side:
 `safetensors.py` turns its BF16 tensors into the same tagged form. Every problem
 with a file (missing or extra keys, wrong shapes or dtypes) is collected into ONE error that
-ends with the expected signature, so a user fixes everything in one round trip.
+ends with the expected signature, so a user fixes everything in one round trip. That
+judgement is made from the files' headers, before any data is read (`read_inputs`): an array
+of the wrong shape or dtype, or one the program does not take, is never read or inflated.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import math
 import os
 import zipfile
 import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,49 +33,104 @@ from spyrec.sim.lengths import bind_lengths, fits_shape, shape_text
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
 from spyrec.sim.transfer import HOST_NUMPY
+from spyrec.userfiles import open_regular, output_target, write_replacing
 
 DTYPE_TAG = "__dtype__."
 
 
-def read_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz file, tags included.
+NPZ = "an .npz file from numpy.savez"
+# More than deflate can produce (its limit is about 1032:1): a member claiming it is a bomb.
+MAX_RATIO = 1100
+MAX_TAG_BYTES = 256     # a `__dtype__.<name>` tag is one short string
+READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+# `check` of read_npz / read_safetensors: sees a data-less stand-in of every array (its dtype
+# and shape), returns the names to read, or raises to refuse the file before any data is read
+HeaderCheck = Callable[[dict[str, np.ndarray]], Iterable[str]]
 
-    Each member's header is read and checked before its data, because numpy trusts headers: a
-    corrupt one raises whatever its parser hits, and a header claiming 10**12 elements would be
-    allocated before the read fails. No pickles: data files are not code.
+
+def read_npz(path: str | Path, check: HeaderCheck | None = None) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, tags included; with `check`, only the arrays it names,
+    after it accepted every member's header.
+
+    numpy trusts headers and zip directories: a corrupt header raises whatever its parser
+    hits, a header claiming 10**12 elements is allocated before the read fails, and a member
+    claiming 2 GB that deflates from 2 MB is inflated whole. So every member's directory entry
+    is checked first (not encrypted, a method zipfile reads, inside the file, no absurd
+    ratio, no name twice), then every header (no Python objects, exactly as much data as the
+    member holds), then `check` sees them all, and only then is data read. No pickles: data
+    files are not code.
     """
     path = Path(path)
-    if not path.exists():
-        raise InputFileError(f"{path}: no such file")
-    if not path.is_file():
-        raise InputFileError(f"{path}: not a regular file; expected an .npz file from "
-                             f"numpy.savez")
-    if not zipfile.is_zipfile(path):
-        raise InputFileError(f"{path}: not a readable .npz file (not a zip archive); write the "
-                             f"arrays with numpy.savez(path, name=array, ...)")
-    try:
-        with zipfile.ZipFile(path) as zf:
-            return {_member_name(info.filename): _read_member(path, zf, info)
-                    for info in zf.infolist() if not info.is_dir()}
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise InputFileError(f"{path}: damaged .npz archive ({type(e).__name__}: {e}); write "
-                             f"it again with numpy.savez") from None
+    with open_regular(path, NPZ) as f:
+        if not zipfile.is_zipfile(f):
+            raise InputFileError(f"{path}: not a readable .npz file (not a zip archive); write "
+                                 f"the arrays with numpy.savez(path, name=array, ...)")
+        try:
+            with zipfile.ZipFile(f) as zf:
+                headers = _headers(path, zf, os.fstat(f.fileno()).st_size)
+                chosen = headers if check is None else _checked(headers, check, zf, path)
+                return {name: _read_data(path, zf, headers[name]) for name in chosen}
+        except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+            raise InputFileError(f"{path}: damaged .npz archive ({type(e).__name__}: {e}); "
+                                 f"write it again with numpy.savez") from None
 
 
-def _member_name(filename: str) -> str:
-    return filename[:-4] if filename.endswith(".npy") else filename
+@dataclass(frozen=True)
+class _Header:
+    info: zipfile.ZipInfo
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def stand_in(self) -> np.ndarray:
+        """An array of this dtype and shape that holds no data (every stride 0)."""
+        return np.broadcast_to(np.zeros((), self.dtype), self.shape)
 
 
-def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
-    """One array, after checking that its header parses, holds no Python objects, and
-    describes no more data than the member has."""
-    where = f"{path}: member {info.filename}"
+def _headers(path: Path, zf: zipfile.ZipFile, file_bytes: int) -> dict[str, _Header]:
+    headers: dict[str, _Header] = {}
+    for info in zf.infolist():
+        if info.is_dir():
+            continue
+        name = _member_name(info.filename)
+        where = f"{path}: member {info.filename}"
+        if name in headers:
+            raise InputFileError(f"{where}: a second array named {name!r}; which one is meant "
+                                 f"is unclear: write the file again with numpy.savez")
+        _check_entry(where, info, file_bytes)
+        headers[name] = _read_header(where, zf, info)
+    return headers
+
+
+def _check_entry(where: str, info: zipfile.ZipInfo, file_bytes: int) -> None:
+    """The member's zip directory entry, before a byte of it is read."""
+    problem = None
+    if info.flag_bits & 0x1:
+        problem = "is encrypted; spyrec reads no passwords"
+    elif info.compress_type not in READABLE:
+        problem = f"uses zip compression method {info.compress_type}, which spyrec cannot read"
+    elif info.header_offset + 30 + info.compress_size > file_bytes:
+        problem = (f"claims {info.compress_size} bytes from offset {info.header_offset}, past "
+                   f"the end of the {file_bytes}-byte file (truncated?)")
+    elif info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        problem = (f"is stored uncompressed but claims {info.file_size} bytes in "
+                   f"{info.compress_size}")
+    elif info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        problem = (f"claims {info.file_size} bytes inflated from {info.compress_size}, more "
+                   f"than any compressor produces (at most {MAX_RATIO}:1)")
+    if problem:
+        raise InputFileError(f"{where}: {problem}; write the file again with numpy.savez or "
+                             f"numpy.savez_compressed")
+
+
+def _read_header(where: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Header:
+    """A member's .npy header, checked: it parses, holds no Python objects, and describes
+    exactly the data the member holds."""
     with zf.open(info) as f:
         try:
             version = npformat.read_magic(f)
             read_header = npformat.read_array_header_1_0 if version == (1, 0) else \
                 npformat.read_array_header_2_0
-            shape, fortran, dtype = read_header(f)
+            shape, _, dtype = read_header(f)
         except Exception as e:  # noqa: BLE001 - numpy's header parser raises ValueError,
             # SyntaxError, tokenize.TokenError, ... for a damaged header: all mean the same
             raise InputFileError(f"{where}: not a readable .npy array (bad header: "
@@ -84,66 +143,80 @@ def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
     if dtype.hasobject:
         raise InputFileError(f"{where}: holds Python objects (a pickled object array); spyrec "
                              f"loads data only, never pickles: save numeric arrays")
-    needed = math.prod(shape) * dtype.itemsize
-    if needed > info.file_size - header_bytes:
+    needed, held = math.prod(shape) * dtype.itemsize, info.file_size - header_bytes
+    if needed != held:
         raise InputFileError(f"{where}: header says {list(shape)} {dtype} ({needed} bytes) but "
-                             f"the member holds {info.file_size - header_bytes} bytes of data; "
-                             f"write the file again with numpy.savez")
-    with zf.open(info) as f:
+                             f"the member holds {held} bytes of data; write the file again "
+                             f"with numpy.savez")
+    return _Header(info, tuple(shape), dtype)
+
+
+def _checked(headers: dict[str, _Header], check: HeaderCheck, zf: zipfile.ZipFile,
+             path: Path) -> list[str]:
+    """The members `check` accepts and wants, shown stand-ins for the data and the values of
+    the (short) dtype tags it needs to judge them."""
+    shown = {name: _tag(path, zf, h) if name.startswith(DTYPE_TAG) else h.stand_in()
+             for name, h in headers.items()}
+    wanted = set(check(shown))
+    return [name for name in headers if name in wanted]
+
+
+def _tag(path: Path, zf: zipfile.ZipFile, h: _Header) -> np.ndarray:
+    """A dtype tag's value when it is a short string; else a description of what it is, which
+    the check reports as a wrong tag (a tag never needs a large read)."""
+    if h.dtype.kind in "US" and math.prod(h.shape) * h.dtype.itemsize <= MAX_TAG_BYTES:
+        return _read_data(path, zf, h)
+    return np.array(f"<{h.dtype} array of shape {list(h.shape)}>")
+
+
+def _read_data(path: Path, zf: zipfile.ZipFile, h: _Header) -> np.ndarray:
+    """One member's array, read to its end, so the zip's checksum is verified."""
+    with zf.open(h.info) as f:
         try:
-            return npformat.read_array(f, allow_pickle=False)
+            array = npformat.read_array(f, allow_pickle=False)
+            f.read(1)
         except ValueError as e:   # what the checks above missed, said the same way
-            raise InputFileError(f"{where}: not a readable .npy array ({e}); write the file "
-                                 f"again with numpy.savez") from None
+            raise InputFileError(f"{path}: member {h.info.filename}: not a readable .npy array "
+                                 f"({e}); write the file again with numpy.savez") from None
+    return array
+
+
+def _member_name(filename: str) -> str:
+    return filename[:-4] if filename.endswith(".npy") else filename
 
 
 def is_safetensors(path: str | Path) -> bool:
     return Path(path).suffix.lower() == ".safetensors"
 
 
-def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
-    """An .npz or (by its suffix) a .safetensors file, in the same tagged host form."""
-    return read_safetensors(path) if is_safetensors(path) else read_npz(path)
+def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str, np.ndarray]:
+    """An .npz or (by its suffix) a .safetensors file, in the same tagged host form; with
+    `check`, only what it accepts (see `read_npz`)."""
+    return read_safetensors(path, check) if is_safetensors(path) else read_npz(path, check)
 
 
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     """Write `arrays` to exactly `path` (numpy.savez would append `.npz` to a bare name), as
-    .safetensors when the name ends so."""
+    .safetensors when the name ends so; never over anything but a regular file
+    (`userfiles.write_replacing`: a temporary sibling renamed into place)."""
     if is_safetensors(path):
         data = safetensors_bytes(arrays)
     else:
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         data = buffer.getvalue()
-    write_file(path, data, "-o", "the outputs")
-
-
-def write_file(path: str | Path, data: bytes, option: str, what: str) -> None:
-    """Write `data` to exactly `path` through a temporary sibling renamed into place: no
-    half-written file on failure; a directory or a missing parent is refused first."""
-    path = Path(path)
-    check_output_path(path, option)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise InputFileError(f"{option} {path}: cannot write {what} ({e.strerror}); choose "
-                             f"another path") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_replacing(path, data, "-o", "the outputs")
 
 
 def check_output_path(path: str | Path, option: str) -> None:
-    """Fail before any work when an output file could not be written where asked."""
+    """Fail before any work when an output file could not be written where asked: a
+    directory, a missing parent, or anything that is not a regular file (a FIFO, a device, a
+    dangling link) is refused (`userfiles.output_target`)."""
     path = Path(path)
-    parent = path.parent
     if path.is_dir():
         raise InputFileError(f"{option} {path}: is a directory; give a file name such as "
                              f"{path / 'outputs.npz'}")
-    if not parent.is_dir():
-        raise InputFileError(f"{option} {path}: directory {parent} does not exist; create it "
-                             f"first or choose another path")
+    output_target(path, option)
 
 
 OUTPUT_SUFFIXES = (".npz", ".safetensors")
@@ -152,25 +225,28 @@ OUTPUT_SUFFIXES = (".npz", ".safetensors")
 def check_replaceable(path: str | Path, option: str, suffixes: tuple[str, ...],
                       out_dir: Path | None = None, reads: dict[str, Path] | None = None
                       ) -> None:
-    """Refuse to let `option` replace a file the command reads, a file of the compiled
-    directory `out_dir` (its own names, spyrec run's RUN_OUTPUTS aside), or an existing file
-    whose suffix is not one of `suffixes` (the kind `option` writes). Files are written under
-    exactly the name given, so `spyrec run -o OUT/manifest.json` made the manifest an .npz
-    and `inspect --trace OUT/report.json` would put a trace in the report; a new file may
-    have any name."""
-    path = Path(path)
+    """Refuse to let `option` replace anything but a regular file (`userfiles`), a file the
+    command reads, a file of the compiled directory `out_dir` (its own names, spyrec run's
+    RUN_OUTPUTS aside), or an existing file whose suffix is not one of `suffixes` (the kind
+    `option` writes). Files are written under exactly the name given, so `spyrec run -o
+    OUT/manifest.json` made the manifest an .npz and `inspect --trace OUT/report.json` would
+    put a trace in the report; a new file may have any name. A symbolic link is judged by the
+    regular file it names, which is what the write replaces."""
+    given = Path(path)
+    path = output_target(given, option)
     if not path.is_file():
         return
+    label = f"{option} {given}" + ("" if path == given else f" (a link to {path})")
     for what, other in (reads or {}).items():
         if _same_file(path, other):
-            raise InputFileError(f"{option} {path}: is the {what} file; the command reads "
-                                 f"it, and its output would replace it: choose another name")
+            raise InputFileError(f"{label}: is the {what} file; the command reads it, and its "
+                                 f"output would replace it: choose another name")
     if out_dir is not None and _same_file(path.parent, out_dir) and path.name != RUN_OUTPUTS \
             and any(fnmatch.fnmatchcase(path.name, own) for own in OWN_FILES):
-        raise InputFileError(f"{option} {path}: is a file of the compiled directory {out_dir}; "
+        raise InputFileError(f"{label}: is a file of the compiled directory {out_dir}; "
                              f"{option} does not replace it: choose a name outside it")
     if path.suffix.lower() not in suffixes:
-        raise InputFileError(f"{option} {path}: an existing file that is not "
+        raise InputFileError(f"{label}: an existing file that is not "
                              f"{' or '.join(suffixes)} (it may be a model or a compiled "
                              f"directory's file); {option} does not replace it: choose another "
                              f"name, or delete the file first")
@@ -235,6 +311,16 @@ def _array_problem(t: TensorSpec, array: np.ndarray, tag: str | None,
         return f"dtype {array.dtype}, expected {t.host_dtype}"
     if not fits_shape(t, array.shape):
         return f"shape {list(array.shape)}, expected {shape_text(t)}"
+    return _past_maximum(t, array.shape)
+
+
+def _past_maximum(t: TensorSpec, shape: tuple[int, ...]) -> str | None:
+    """A symbolic dim longer than its symbol's largest length (the host shape holds it):
+    refused from the header, before such an input is read."""
+    for d, symbol in t.symbolic_dims:
+        if shape[d] > t.host_shape[d]:
+            return (f"shape {list(shape)}, expected {shape_text(t)}: dim {d} is {shape[d]}, "
+                    f"longer than {symbol}'s largest length {t.host_shape[d]}")
     return None
 
 
@@ -268,7 +354,21 @@ def check_inputs(manifest: Manifest, arrays: dict[str, np.ndarray],
 
 
 def read_inputs(manifest: Manifest, path: str | Path) -> dict[str, np.ndarray]:
-    return check_inputs(manifest, read_arrays(path), str(path), from_file=True)
+    """The program inputs in file `path`, validated; every member's header is judged against
+    the program (`header_check`) before any data is read."""
+    tensors = input_tensors(manifest)
+    arrays = read_arrays(path, header_check(tensors, str(path)))
+    return check_inputs(manifest, arrays, str(path), from_file=True)
+
+
+def header_check(tensors: list[TensorSpec], label: str) -> HeaderCheck:
+    """What `read_npz` asks before reading data: the stand-ins (dtype and shape, no data)
+    judged as `check_arrays` judges arrays, one error for every problem; then the names to
+    read: each tensor and its dtype tag, nothing else (an extra key was reported)."""
+    def check(stand_ins: dict[str, np.ndarray]) -> set[str]:
+        check_arrays(stand_ins, tensors, label, signature(tensors))
+        return {t.name for t in tensors} | {DTYPE_TAG + t.name for t in tensors}
+    return check
 
 
 def npz_arrays(outputs: list[np.ndarray], host_dtypes: list[str],

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from spyrec.errors import InputFileError
+from spyrec.userfiles import open_regular
 
 TAG = "__dtype__."
 MAX_HEADER_BYTES = 100 * 1024 * 1024   # the safetensors package's own limit
@@ -44,17 +45,19 @@ class _Bad(Exception):
     """A malformed file; read_safetensors turns it into one InputFileError line."""
 
 
-def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """Every tensor of a .safetensors file, plus a dtype tag per bf16 tensor."""
+def read_safetensors(path: str | Path, check=None) -> dict[str, np.ndarray]:
+    """Every tensor of a .safetensors file, plus a dtype tag per bf16 tensor. With `check`
+    (`inputs.HeaderCheck`), it first sees every tensor as a data-less stand-in of its host
+    dtype and shape, may refuse the file, and names the tensors to read: no other is read."""
     path = Path(path)
-    if not path.is_file():
-        raise InputFileError(f"{path}: no such file" if not path.exists() else
-                             f"{path}: not a regular file; expected a .safetensors file")
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, "a .safetensors file") as f:
             size = os.fstat(f.fileno()).st_size
             header, data_start = _read_header(f, size)
             entries = _check_entries(header, size - data_start)
+            if check is not None:
+                wanted = set(check(_stand_ins(entries)))
+                entries = {k: v for k, v in entries.items() if k in wanted}
             arrays: dict[str, np.ndarray] = {}
             for name, (dtype_name, shape, begin, end) in entries.items():
                 f.seek(data_start + begin)
@@ -71,6 +74,17 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
         raise InputFileError(f"{path}: cannot read ({e.strerror})") from None
 
 
+def _stand_ins(entries: dict) -> dict[str, np.ndarray]:
+    """Each tensor as `read_safetensors` would return it, but holding no data (strides 0)."""
+    out: dict[str, np.ndarray] = {}
+    for name, (dtype_name, shape, _, _) in entries.items():
+        dtype = np.dtype("?") if dtype_name == "BOOL" else DTYPES[dtype_name].newbyteorder("=")
+        out[name] = np.broadcast_to(np.zeros((), dtype), shape)
+        if dtype_name == "BF16":
+            out[f"{TAG}{name}"] = np.array("bfloat16")
+    return out
+
+
 def _read_header(f, size: int) -> tuple[dict, int]:
     """The parsed JSON header and the file offset where the data begins."""
     if size < 8:
@@ -83,6 +97,9 @@ def _read_header(f, size: int) -> tuple[dict, int]:
         header = json.loads(f.read(n).decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError) as e:
         raise _Bad(f"the header is not UTF-8 JSON ({' '.join(str(e).split())})") from None
+    except RecursionError:
+        raise _Bad("the header nests too deeply (a header is one object of flat entries)") \
+            from None
     if not isinstance(header, dict):
         raise _Bad("the header is not a JSON object")
     return header, 8 + n

@@ -31,6 +31,7 @@ import torch
 from samples.export import export_sample
 from spyrec.compiler import CompileOptions
 from spyrec.driver import compile_and_estimate
+from tests.programs import record_source
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -307,12 +308,122 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
      ("no such directory",)),
     ("run-missing-directory", lambda fx, d: run_args(d / "none", fx.npz), 2,
      ("none", "directory")),
+    # issue 56: found by trying the CLI as an attacker; the comment says what it was before
+    ("npz-encrypted-member", lambda fx, d: run_args(fx.out, _encrypted(fx, d)), 2,  # was 70
+     ("in.npz", "x.npy", "is encrypted")),
+    ("safetensors-deep-header", lambda fx, d: run_args(fx.out, write(  # was 70
+        d, "in.safetensors", (20000).to_bytes(8, "little") + b"[" * 20000)), 2,
+     ("in.safetensors", "nests too deeply")),
+    ("npz-is-a-fifo", lambda fx, d: run_args(fx.out, _fifo(d, "in.npz")), 2,
+     ("in.npz", "is a FIFO", "expected an .npz file")),
+    ("pt2-negative-input-size", lambda fx, d: compile_args(fx, d, model=_pt2(  # was 70
+        fx, d, lambda m: _tensor_value(m, "x")["sizes"].__setitem__(0, {"as_int": -64}))), 2,
+     ("p.pt2", "tensor 'x' has sizes [-64, 256]", "negative")),
+    ("pt2-weight-not-the-graphs-shape", lambda fx, d: compile_args(fx, d, model=_pt2(  # was 70
+        fx, d, weights=lambda c: c["config"]["fc1.weight"]["tensor_meta"]["sizes"]
+        .__setitem__(0, {"as_int": 0}))), 2,
+     ("p.pt2", "parameter 'fc1.weight' is stored as float16[0, 256]", "'p_fc1_weight'")),
+    ("pt2-input-not-in-signature", lambda fx, d: compile_args(fx, d, model=_pt2(  # was 70
+        fx, d, lambda m: m["graph_module"]["signature"].__setitem__("input_specs", []))), 2,
+     ("p.pt2", "are not its signature's []")),
+    ("pt2-graph-nested-deep", lambda fx, d: compile_args(fx, d, model=_pt2(  # was 70
+        fx, d, lambda m: "[" * 100_000)), 2, ("p.pt2", "nested deeper than any graph")),
+    ("pt2-member-claims-past-the-end", lambda fx, d: compile_args(  # was 130 ("interrupted")
+        fx, d, model=_claiming(fx, d, "models/model.json", 1 << 30)), 2,
+     ("p.pt2", "claims 1073741824 bytes", "past the end")),
+    ("pt2-weight-claims-past-the-end", lambda fx, d: compile_args(  # was 70 (mmap)
+        fx, d, model=_claiming(fx, d, "weights/weight_0", (1 << 32) - 16)), 2,
+     ("p.pt2", "weight_0", "past the end")),
+    ("pipeline-is-a-fifo", lambda fx, d: compile_args(  # was a hang
+        fx, d, "--pipeline", _fifo(d, "p.yaml")), 2, ("--pipeline", "is a FIFO")),
+    ("tiling-is-a-fifo", lambda fx, d: compile_args(  # was a hang
+        fx, d, "--tiling", _fifo(d, "t.yaml")), 2, ("--tiling", "is a FIFO")),
+    ("layouts-is-a-fifo", lambda fx, d: compile_args(  # was a hang
+        fx, d, "--layouts", _fifo(d, "l.yaml")), 2, ("--layouts", "is a FIFO")),
+    ("pipeline-nested-deep", lambda fx, d: compile_args(  # was 70
+        fx, d, "--pipeline", write(d, "p.yaml", "[" * 5000)), 2,
+     ("--pipeline", "nested too deeply")),
+    ("set-nested-deep", lambda fx, d: compile_args(  # was 70
+        fx, d, "--set", "stick_layout.optimizer=" + "[" * 5000), 2,
+     ("--set", "nested too deeply")),
+    ("pipeline-alias-bomb", lambda fx, d: compile_args(  # was a hang (and 2.8 GB)
+        fx, d, "--pipeline", write(d, "p.yaml", ALIAS_BOMB)), 2,
+     ("--pipeline", "more than 100000 values")),
+    ("output-is-a-fifo", lambda fx, d: run_args(  # was replaced by a regular file
+        fx.out, fx.npz, "-o", _fifo(d, "o.npz")), 2, ("-o", "is a FIFO", "never replaces")),
+    ("output-is-a-dangling-link", lambda fx, d: run_args(
+        fx.out, fx.npz, "-o", _link(d, "o.npz", "gone.npz")), 2,
+     ("-o", "symbolic link to gone.npz", "does not exist")),
+    ("svg-is-a-fifo", lambda fx, d: [  # was replaced by a regular file
+        "inspect", fx.out, "x", "--svg", _fifo(d, "x.svg")], 2, ("--svg", "is a FIFO")),
+    ("trace-is-a-fifo-svg-not-drawn", lambda fx, d: [  # the svg was written first
+        "inspect", fx.out, "x", "--svg", d / "x.svg", "--trace", _fifo(d, "t.json")], 2,
+     ("--trace", "is a FIFO")),
+    ("ir-dump-holds-a-fifo", lambda fx, d: compile_args(
+        fx, d, "--print-ir-after-all", _fifo(d / "ir", "00_lower.ir").parent), 2,
+     ("--print-ir-after-all", "00_lower.ir", "is a FIFO")),
 ]
+
+ALIAS_BOMB = "- pass: stick_layout\n  beam_width:\n    - &a0 [x, x, x, x, x, x, x, x, x]\n" + \
+    "".join(f"    - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+
+
+def _fifo(d: Path, name: str) -> Path:
+    (d / name).parent.mkdir(exist_ok=True)
+    os.mkfifo(d / name)
+    return d / name
+
+
+def _link(d: Path, name: str, target: str) -> Path:
+    (d / name).symlink_to(target)
+    return d / name
+
+
+def _encrypted(fx: Fixtures, d: Path) -> Path:
+    """The inputs with the member's "encrypted" flag set in both of zip's headers."""
+    data = bytearray(fx.npz.read_bytes())
+    data[6] |= 1
+    data[data.find(b"PK\x01\x02") + 8] |= 1
+    return write(d, "in.npz", bytes(data))
+
+
+def _tensor_value(model: dict, name: str) -> dict:
+    return model["graph_module"]["graph"]["tensor_values"][name]
+
+
+def _pt2(fx: Fixtures, d: Path, model=None, weights=None) -> Path:
+    """mlp_fp16.pt2 with its graph JSON (`model`) or weights config (`weights`) edited in
+    place; `model` may instead return the new JSON text."""
+    path = d / "p.pt2"
+    with zipfile.ZipFile(fx.pt2) as zin, zipfile.ZipFile(path, "w") as zout:
+        for name in zin.namelist():
+            data = zin.read(name)
+            edit = model if name.endswith("models/model.json") else \
+                weights if name.endswith("model_weights_config.json") else None
+            if edit is not None:
+                doc = json.loads(data)
+                data = edit(doc) or json.dumps(doc)
+            zout.writestr(name, data)
+    return path
+
+
+def _claiming(fx: Fixtures, d: Path, suffix: str, size: int) -> Path:
+    """mlp_fp16.pt2 whose stored member `suffix` claims `size` bytes in both zip headers."""
+    data = bytearray(fx.pt2.read_bytes())
+    with zipfile.ZipFile(fx.pt2) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith(suffix))
+    central = data.find(b"PK\x01\x02")
+    while not data[central + 46:].startswith(info.filename.encode()):
+        central = data.find(b"PK\x01\x02", central + 4)
+    for at in (info.header_offset + 18, central + 20):
+        data[at:at + 8] = size.to_bytes(4, "little") * 2
+    return write(d, "p.pt2", bytes(data))
 
 
 def _program(fx: Fixtures, d: Path, content: bytes) -> Path:
+    """A copy whose manifest vouches for a program.pt2 holding `content` (record_source)."""
     out = out_copy(fx, d)
-    (out / "program.pt2").write_bytes(content)
+    record_source(out, content)
     return out
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.programs import cli, compile_pt2
+from tests.programs import cli, compile_pt2, record_source
 
 
 class KeywordOnly(torch.nn.Module):
@@ -80,8 +80,8 @@ def test_keyword_inputs_check_passes(programs, name, tmp_path, capsys):
 def test_keyword_inputs_wrong_result_still_fails(programs, tmp_path, capsys):
     out, npz = programs["kwonly"]
     wrong = Path(shutil.copytree(out, tmp_path / "out"))
-    # the directory's own copy (as --self-contained writes it) is preferred to the source
-    shutil.copy(programs["other"][1].with_suffix(".pt2"), wrong / "program.pt2")
+    # the directory now says it was compiled from the other program: eager runs that one
+    record_source(wrong, programs["other"][1].with_suffix(".pt2"))
     code, stdout, err = cli(capsys, "run", wrong, "--inputs", npz, "-o", tmp_path / "y.npz",
                             "--check", "-q")
     assert code == 1, err
@@ -101,7 +101,7 @@ def test_api_check_calls_keyword_programs(programs):
 
 def _swapped(programs, tmp_path: Path, pt2: Path) -> Path:
     out = Path(shutil.copytree(programs["kwonly"][0], tmp_path / "out"))
-    shutil.copy(pt2, out / "program.pt2")
+    record_source(out, pt2)
     return out
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from spyrec.sim.check import K_MAX, K_RMS, compare, describe_failure, format_checks
-from tests.programs import cli, compile_pt2, export
+from tests.programs import cli, compile_pt2, export, record_source
 
 DEPTH, WIDTH, GAIN = 48, 64, 2.0
 
@@ -60,7 +60,7 @@ def deep(tmp_path_factory):
     wrong = compile_pt2(export(tmp, Deep(wrong_layer=DEPTH - 8).half(), (x,), "wrong"),
                         tmp / "wrong", self_contained=True)
     # spyrec ran the wrong program; --check runs the right one in eager
-    shutil.copy(good / "program.pt2", wrong / "program.pt2")
+    record_source(wrong, good / "program.pt2")
     return tmp, good, wrong
 
 
@@ -212,10 +212,8 @@ def test_floor_when_eager_is_exact():
     assert not wrong.ok and wrong.rule == "reference"
 
 
-def test_fp32_integers_and_nonfinite_keep_rule_one():
-    ref = np.array([1.0, 2.0])
-    fp32 = compare(0, "y", "float32", np.array([1.1, 2.0], np.float32), ref, ref + 0.1)
-    assert fp32.reference is None and fp32.rule == "allclose" and not fp32.ok
+def test_integers_and_nonfinite_keep_rule_one():
+    """(fp32 outputs get rule 2 too, against a float64 reference: test_check_fp32.py.)"""
     ints = compare(0, "i", "int64", np.array([1, 3]), np.array([1, 2]), np.array([1, 3]))
     assert ints.reference is None and not ints.ok
     nan = _check([np.nan, 2.0], [1.0, 2.0], [1.0, 2.0])
@@ -249,7 +247,7 @@ def test_the_fp32_reference_runs_only_for_an_output_allclose_rejects(tmp_path, c
     assert c["no_reference"] is None                  # never attempted: nothing to decide
     # eager now runs a program whose weight is doubled: allclose rejects, upcast fails
     other = export(tmp_path, CastsItself(2.0).half(), (x,), "other")
-    shutil.copy(other, out / "program.pt2")
+    record_source(out, other)
     code, text, err = cli(capsys, "run", out, "--inputs", tmp_path / "in.npz", "--check",
                           "--json", "-q")
     (c,) = json.loads(text)["check"]
@@ -316,7 +314,7 @@ def test_the_fp32_reference_runs_a_program_whose_export_pins_fp16(tmp_path):
                       self_contained=True)
     host = {"x": "float16"}
     fp16, = eager_outputs(out, ["x"], host, {"x": x.numpy()})
-    fp32, = eager_outputs(out, ["x"], host, {"x": x.numpy()}, upcast=True)
+    fp32, = eager_outputs(out, ["x"], host, {"x": x.numpy()}, upcast="float32")
     h = x.float()
     spelled = (torch.linspace(0.5, 1.5, 64).half().float() *
                (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).half().float())

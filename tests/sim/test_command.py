@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from spyrec.errors import CheckMismatch, InputFileError
 from spyrec.sim.command import run_command
 from spyrec.bf16 import float32_to_bf16_bits
-from tests.programs import compile_pt2, export
+from tests.programs import compile_pt2, export, record_source
 
 
 class Add(torch.nn.Module):
@@ -46,7 +46,9 @@ def directory(compiled, tmp_path):
     disagree)."""
     def make(module, dtype="float16"):
         path = shutil.copytree(compiled(dtype), tmp_path / "out")
-        torch.export.save(torch.export.export(module, example(dtype)), str(path / "program.pt2"))
+        pt2 = tmp_path / "program.pt2"
+        torch.export.save(torch.export.export(module, example(dtype)), str(pt2))
+        record_source(path, pt2)
         return path
     return make
 

@@ -84,6 +84,7 @@ def test_fixtures_and_compiled_files_satisfy_the_schemas(out, directory):
      r"sdsc_0.json: at \$\['0_add'\]: Additional properties are not allowed "
      r"\('extra' was unexpected\)"),
 ])
+@pytest.mark.tampers_manifest
 def test_schema_violations_name_file_and_json_path(directory, file, change, message):
     edit(directory / file, change)
     with pytest.raises(InputFileError, match=message):
