@@ -15,10 +15,11 @@ text views read no SuperDSC file: inspecting a directory must not vouch for one 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from spyrec.errors import InputFileError
-from spyrec.userfiles import check_regular, read_regular, write_replacing
+from spyrec.userfiles import write_replacing
 
 MAX_REPORT_BYTES = 256 << 20   # report.txt: a line per op; more is not a report spyrec wrote
 # manifest tensor fields that tools outside spyrec read (DESIGN §2), in --json
@@ -26,74 +27,113 @@ TENSOR_KEYS = ("name", "role", "host_shape", "host_dtype", "device_size", "strid
                "device_dtype", "hbm_address", "device_bytes", "source")
 
 
-def _load(out_dir: Path, name: str, schema: str) -> dict:
-    """A JSON file of the directory, checked against its schema: inspect reads the same
-    fields the simulator does, so a tampered file gets the same one-line message."""
-    from spyrec.sim.files import read_json
-
-    path = out_dir / name
-    check_regular(path, "a JSON file as spyrec compile writes it",
-                  missing=f"no such file; is {out_dir} a spyrec compile output directory?")
-    return read_json(path, schema)
-
-
-def _manifest(out_dir: Path) -> dict:
-    from spyrec.sim.directory import check_output_directory
-
-    check_output_directory(out_dir)
-    manifest = _load(out_dir, "manifest.json", "manifest")
-    _check_kernel_files(out_dir, manifest)
-    return manifest
+def _load(files, name: str, schema: str) -> dict:
+    """A JSON file of the directory (`files`: its handle, `sim/files.OutputFiles`), checked
+    against its schema and its build's record: inspect reads the same fields the simulator
+    does, so a tampered file, or one of another build, gets the same one-line message."""
+    if not files.exists(name):
+        raise InputFileError(f"{files.label(name)}: no such file; is {files.path} a spyrec "
+                             f"compile output directory?")
+    return files.read_json(name, schema)
 
 
-def _check_kernel_files(out_dir: Path, manifest: dict) -> None:
+def _manifest(out_dir: Path):
+    """The directory opened once (every file inspect reads comes through the handle, so a
+    recompile meanwhile cannot mix two builds into one view) and its manifest, the kernels'
+    files checked."""
+    from spyrec.sim.files import OutputFiles
+
+    files = OutputFiles(out_dir)
+    manifest = _load(files, "manifest.json", "manifest")
+    files.expect(manifest.get("build"))
+    _check_kernel_files(files, manifest)
+    return files, manifest
+
+
+def _check_kernel_files(files, manifest: dict) -> None:
     """Every bundle the kernels name exists, and every sdsc file they list exists and passes
     its schema: the same files, and the same messages, as `spyrec run` (sim/files.py)."""
     for bundle in dict.fromkeys(k["bundle"] for k in manifest["kernels"]):
-        if not (out_dir / bundle).is_file():
-            raise InputFileError(f"{out_dir / bundle}: no such file (manifest.json names it "
+        if not files.exists(bundle):
+            raise InputFileError(f"{files.label(bundle)}: no such file (manifest.json names it "
                                  f"as a kernel's bundle); re-run spyrec compile")
     for name in _op_files(manifest):
-        if not (out_dir / name).is_file():
-            raise InputFileError(f"{out_dir / name}: no such file (manifest.json lists it in "
-                                 f"a kernel's ops); re-run spyrec compile")
-        _load(out_dir, name, "sdsc")
+        if not files.exists(name):
+            raise InputFileError(f"{files.label(name)}: no such file (manifest.json lists it "
+                                 f"in a kernel's ops); re-run spyrec compile")
+        _load(files, name, "sdsc")
 
 
-def _tensor(out_dir: Path, manifest: dict, tensor: str) -> dict:
+def _report(files, manifest: dict) -> dict:
+    """report.json when the directory has one, of the manifest's build (another compile's
+    report would show another program's costs)."""
+    if not files.exists("report.json"):
+        return {}
+    report = _load(files, "report.json", "report")
+    _same_build(files, "report.json", manifest, report.get("build"))
+    return report
+
+
+def _report_text(files, manifest: dict) -> str | None:
+    """report.txt's text when the directory has one, of the manifest's build."""
+    if not files.exists("report.txt"):
+        return None
+    fd = files.open("report.txt")
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_REPORT_BYTES:
+            raise InputFileError(f"{files.label('report.txt')}: {size} bytes, more than the "
+                                 f"report spyrec compile writes can be; re-run spyrec compile")
+        text = os.read(fd, size + 1).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    lines = text.splitlines()[:3]
+    stamp = next((line[len("build "):] for line in lines if line.startswith("build ")), None)
+    _same_build(files, "report.txt", manifest, stamp)
+    return text
+
+
+def _same_build(files, name: str, manifest: dict, build: str | None) -> None:
+    record = manifest.get("build")
+    if record and build != record["id"]:
+        raise InputFileError(f"{files.label(name)}: belongs to build {str(build)[:12]}, "
+                             f"manifest.json to build {record['id'][:12]}: the directory mixes "
+                             f"files of different compiles; re-run spyrec compile")
+
+
+def _tensor(out_dir, manifest: dict, tensor: str) -> dict:
     tensors = {t["name"]: t for t in manifest["tensors"]}
     if tensor not in tensors:
         import difflib
 
         near = difflib.get_close_matches(tensor, list(tensors), n=3)
         hint = f"; did you mean {', '.join(near)}?" if near else ""
-        raise InputFileError(f"{out_dir}: no tensor named {tensor!r}{hint}")
+        raise InputFileError(f"{getattr(out_dir, 'path', out_dir)}: no tensor named "
+                             f"{tensor!r}{hint}")
     return tensors[tensor]
 
 
 def inspect_directory(out_dir: Path, tensor: str | None = None) -> str:
-    out_dir = Path(out_dir)
-    manifest = _manifest(out_dir)
+    files, manifest = _manifest(out_dir)
     if tensor is None:
-        return _summary(out_dir, manifest)
-    return _tensor_view(out_dir, manifest, _tensor(out_dir, manifest, tensor))
+        return _summary(files, manifest)
+    return _tensor_view(files, manifest, _tensor(files, manifest, tensor))
 
 
 def inspect_data(out_dir: Path, tensor: str | None = None) -> dict:
     """`inspect --json`: the summary, or one tensor and its accesses, with stable keys."""
-    out_dir = Path(out_dir)
-    manifest = _manifest(out_dir)
+    files, manifest = _manifest(out_dir)
+    out_dir = files.path
     if tensor is not None:
-        t = _tensor(out_dir, manifest, tensor)
+        t = _tensor(files, manifest, tensor)
         return {"out_dir": str(out_dir), "tensor": {k: t[k] for k in TENSOR_KEYS},
                 "accesses": [{"file": name, "op": spec["op"],
                               "access": "read" if arg["is_input"] else "write",
                               "device_coordinates": arg["device_coordinates"],
                               "iteration_space": {v: n for v, (n, _) in
                                                   spec["iteration_space"].items()}}
-                             for name, spec, arg in _accesses(out_dir, manifest, t)]}
-    report = _load(out_dir, "report.json", "report") if (out_dir / "report.json").exists() \
-        else {}
+                             for name, spec, arg in _accesses(files, manifest, t)]}
+    report = _report(files, manifest)
     cost = report.get("cost")
     return {"out_dir": str(out_dir), "ops": len(_op_files(manifest)),
             "hbm_bytes": manifest["hbm_bytes"], "inputs": manifest["inputs"],
@@ -121,26 +161,24 @@ def write_svg(out_dir: Path, tensor: str, path: Path) -> None:
 
     out_dir = Path(out_dir)
     check_replaceable(path, "--svg", (".svg",), out_dir)
-    manifest = _manifest(out_dir)
-    write_replacing(path, stick_layout_svg(_tensor(out_dir, manifest, tensor)).encode(),
+    files, manifest = _manifest(out_dir)
+    write_replacing(path, stick_layout_svg(_tensor(files, manifest, tensor)).encode(),
                     "--svg", "the picture")
 
 
 def write_trace(out_dir: Path, path: Path) -> dict:
     """The cost model's timeline as a Chrome/Perfetto trace in `path`; returns the cost."""
     from spyrec.cost_trace import cost_trace
-    from spyrec.sim.directory import check_output_directory, is_foreign, load_output_dir
+    from spyrec.sim.directory import is_foreign, load_output_dir, open_output_dir
     from spyrec.sim.inputs import check_replaceable
     from spyrec.sim.program_cost import program_cost
 
     out_dir = Path(out_dir)
     check_replaceable(path, "--trace", (".json",), out_dir)
-    check_output_directory(out_dir)
-    if (out_dir / "manifest.json").exists():      # is_foreign reads it: never a FIFO
-        check_regular(out_dir / "manifest.json", "a manifest.json")
-    if not is_foreign(out_dir):   # a reference bundle has its own manifest
+    files = open_output_dir(out_dir)
+    if not is_foreign(files):   # a reference bundle has its own manifest
         _manifest(out_dir)    # the same checks and messages as the other views
-    program = load_output_dir(out_dir)
+    program = load_output_dir(files)
     cost = program_cost(program)
     trace = [(kernel, ex.file) for kernel, ex in program.trace]
     write_replacing(path, (json.dumps(cost_trace(trace, cost), indent=1) + "\n").encode(),
@@ -153,8 +191,8 @@ def _op_files(manifest: dict) -> list[str]:
     return list(dict.fromkeys(f for k in manifest["kernels"] for f in k["ops"]))
 
 
-def _summary(out_dir: Path, manifest: dict) -> str:
-    lines = [f"{out_dir}: {len(_op_files(manifest))} ops, "
+def _summary(files, manifest: dict) -> str:
+    lines = [f"{files.path}: {len(_op_files(manifest))} ops, "
              f"{manifest['hbm_bytes']} bytes of device memory",
              f"inputs {manifest['inputs']}  outputs {manifest['outputs']}"]
     lines += [_symbol_line(s) for s in manifest.get("symbols", [])] + [""]
@@ -166,11 +204,9 @@ def _summary(out_dir: Path, manifest: dict) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  "
                      + r[4].rjust(widths[4]))
-    lines += ["", *_op_tree(out_dir, manifest)]
-    report_txt = out_dir / "report.txt"
-    if report_txt.exists():
-        text = read_regular(report_txt, "the report spyrec compile writes", MAX_REPORT_BYTES
-                            ).decode("utf-8", "replace")
+    lines += ["", *_op_tree(files, manifest)]
+    text = _report_text(files, manifest)
+    if text is not None:
         start = text.find("restickify:")
         lines += ["", text[start:text.find("\nops:", start)].rstrip()] if start >= 0 else []
         cost = text.find("total:")
@@ -201,12 +237,12 @@ def _trip_range(loop: dict) -> str:
     return f", trips [{a}*i{b:+d}, {c}*i{d:+d}){text}"
 
 
-def _op_tree(out_dir: Path, manifest: dict) -> list[str]:
+def _op_tree(files, manifest: dict) -> list[str]:
     """Every op in execution order, inside its loop nest (counts and tiled dims), with the
     node name and module path a tiling config selects it by (DESIGN §6), one tile's
     iteration space, and where each arg lives (HBM, or LX at a per-core offset)."""
-    opspecs = _load(out_dir, "opspecs.json", "opspecs")
-    files = iter(_op_files(manifest))
+    opspecs = _load(files, "opspecs.json", "opspecs")
+    op_files = iter(_op_files(manifest))
     lines = ["ops (file, op, node [module path], one tile's iteration space, args):"]
 
     def walk(body: list, depth: int) -> None:
@@ -221,7 +257,7 @@ def _op_tree(out_dir: Path, manifest: dict) -> list[str]:
             space = ", ".join(f"{v}<{n}" for v, (n, _) in item["iteration_space"].items())
             scope = f" [{item['scope']}]" if item.get("scope") else ""
             args = ", ".join(f"{a['name']}@{_placement(a)}" for a in item["args"])
-            lines.append(f"{pad}{next(files, '?'):<14} {item['op']:<16} "
+            lines.append(f"{pad}{next(op_files, '?'):<14} {item['op']:<16} "
                          f"node {item.get('node') or '-'}{scope}  [{space}]  {args}")
     for kernel in opspecs["kernels"]:
         walk(kernel["specs"], 0)
@@ -251,10 +287,10 @@ def _flat_specs(opspecs: dict) -> list[dict]:
     return out
 
 
-def _accesses(out_dir: Path, manifest: dict, t: dict):
+def _accesses(files, manifest: dict, t: dict):
     """(sdsc file, op spec, arg) for every arg of every op that names tensor `t` (from
     opspecs.json: sdsc files are SuperDSC, which names no tensors)."""
-    opspecs = _load(out_dir, "opspecs.json", "opspecs")
+    opspecs = _load(files, "opspecs.json", "opspecs")
     for name, spec in zip(_op_files(manifest), _flat_specs(opspecs)):
         for arg in spec["args"]:
             if arg["name"] == t["name"]:
@@ -268,7 +304,7 @@ def _where(t: dict) -> str:
     return str(t["hbm_address"])
 
 
-def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
+def _tensor_view(files, manifest: dict, t: dict) -> str:
     lines = [f"{t['name']}: {t['role']} {t['host_dtype']}{t['host_shape']}",
              f"  device_size {t['device_size']}  stride_map {t['stride_map']}  "
              f"{t['device_dtype']}  {t['device_bytes']} bytes at {_where(t)}",
@@ -278,7 +314,7 @@ def _tensor_view(out_dir: Path, manifest: dict, t: dict) -> str:
         pad = f", zero-padded by {stored['pad']}" if "pad" in stored else ""
         lines.insert(-1, f"  not in weights.bin: laid out at load from {stored['relayout_of']}"
                          f"{pad}")
-    for name, spec, arg in _accesses(out_dir, manifest, t):
+    for name, spec, arg in _accesses(files, manifest, t):
         role = "reads " if arg["is_input"] else "writes"
         space = ", ".join(f"{v}<{n}" for v, (n, _) in spec["iteration_space"].items())
         where = ", ".join(str(w) for w in (spec.get("name"), spec.get("source")) if w)

@@ -216,7 +216,7 @@ def _own_names(directory: Path) -> set[str] | None:
             return None
         doc = json.loads(manifest.read_bytes())
         fmt = doc.get("format")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     if not isinstance(fmt, str) or not fmt.startswith(MANIFEST_FORMAT_PREFIX):
         return None

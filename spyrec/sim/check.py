@@ -184,9 +184,12 @@ PROGRAM_COPY = "program.pt2"     # OUT's copy of the source, with compile --self
 
 
 def _sha256(path: Path) -> str:
+    """The SHA-256 of `path`, a regular file (a FIFO or a device is refused, not read)."""
+    from spyrec.userfiles import open_regular
+
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, "the .pt2 the directory was compiled from") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     except OSError as e:
@@ -195,11 +198,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _recorded_source(out_dir: Path) -> dict:
-    """manifest.json's `source` (file, path, sha256); {} when the manifest does not say."""
+def _recorded_source(out_dir) -> dict:
+    """manifest.json's `source` (file, path, sha256); {} when the manifest does not say.
+    `out_dir` may be the run's handle on the directory (`files.OutputFiles`): its manifest
+    is the one the run read, not whatever a recompile has put at the path since."""
     try:
-        source = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))["source"]
-    except (OSError, ValueError, KeyError, TypeError):
+        if hasattr(out_dir, "read_text"):
+            text = out_dir.read_text("manifest.json")
+        else:
+            text = (Path(out_dir) / "manifest.json").read_text(encoding="utf-8")
+        source = json.loads(text)["source"]
+    except (OSError, ValueError, KeyError, TypeError, InputFileError):
         return {}
     return source if isinstance(source, dict) else {}
 
@@ -212,8 +221,8 @@ def reference_program(out_dir: Path, model: Path | None = None) -> Path:
     program.pt2 the manifest does not name is a stray file, never run. Each candidate file is
     hashed once (a multi-GB .pt2 takes seconds); every problem is one InputFileError (exit 2)
     naming the file, both hashes and what to do. torch is not imported."""
-    out_dir = Path(out_dir)
     source = _recorded_source(out_dir)
+    out_dir = Path(getattr(out_dir, "path", out_dir))
     if model is not None:
         return _given_model(out_dir, Path(model), source)
     if not source.get("path") or not source.get("sha256"):
@@ -227,10 +236,11 @@ def reference_program(out_dir: Path, model: Path | None = None) -> Path:
 
 
 def _given_model(out_dir: Path, model: Path, source: dict) -> Path:
+    from spyrec.userfiles import check_regular
+
     recorded, sha = source.get("path"), source.get("sha256")
-    if not model.is_file():
-        raise InputFileError(f"--model {model}: no such file; give the .pt2 that {out_dir} "
-                             f"was compiled from" + (f" ({recorded})" if recorded else ""))
+    check_regular(model, f"the .pt2 that {out_dir} was compiled from" +
+                  (f" ({recorded})" if recorded else ""), "--model")
     digest = _sha256(model) if sha else None
     if sha and digest != sha:
         raise InputFileError(
@@ -285,7 +295,7 @@ def _short(digest: str) -> str:
     return f"{digest[:16]}…"
 
 
-def check_reference_program(out_dir: Path, input_names: list[str] | None = None,
+def check_reference_program(out_dir, input_names: list[str] | None = None,
                             model: Path | None = None) -> Path:
     """The reference `.pt2` (`reference_program`), after the checks that need no torch: it
     exists and is an exported program archive (a zip with models/*.json), not text or a

@@ -103,6 +103,9 @@ def parse_json(text: str, path: Path) -> object:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputFileError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise InputFileError(f"{path}: nested too deeply for JSON spyrec reads; "
+                             f"{RECOMPILE}") from None
 
 
 # (schema, SHA-256) of texts that already passed their schema: even the compiled check costs
@@ -206,6 +209,8 @@ class OutputFiles:
         the caller closes it."""
         try:
             fd = self._opener(name)(_OPEN_FLAGS)
+        except FileNotFoundError:
+            raise InputFileError(f"{self.label(name)}: missing{hint}") from None
         except OSError as e:
             raise InputFileError(f"cannot read {self.label(name)}: {e.strerror}{hint}") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):

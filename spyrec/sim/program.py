@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
@@ -74,9 +74,10 @@ class OutputProgram:
     trace: tuple[tuple[str, Execute], ...]  # (kernel name, execute) in execution order
     weights: Weights | None = None          # None: a foreign bundle (no constants file)
     # read from disk: the directory's handle (what else a run reads, it reads through it:
-    # the same build) and weights.bin opened through it; None for in-memory documents
-    files: OutputFiles | None = None
-    weights_file: WeightsFile | None = None
+    # the same build) and weights.bin opened through it; None for in-memory documents. Handles,
+    # not the program: two programs of the same documents are equal whatever they were read by
+    files: OutputFiles | None = field(default=None, compare=False, repr=False)
+    weights_file: WeightsFile | None = field(default=None, compare=False, repr=False)
 
 
 # --- manifest ---------------------------------------------------------------------------------

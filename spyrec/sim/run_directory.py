@@ -69,7 +69,7 @@ def run_directory(out: str | Path, inputs: Mapping[str, np.ndarray] | str | Path
     if check and is_foreign(files):   # no eager model: the manifest names expectations
         expected = foreign.expected_outputs(files.path, program.manifest)
     elif check:     # the source .pt2 is there, unchanged, callable with the manifest's inputs
-        reference = check_reference_program(files.path, list(program.manifest.inputs), model)
+        reference = check_reference_program(files, list(program.manifest.inputs), model)
     if isinstance(inputs, (str, os.PathLike)):
         arrays = read_inputs(program.manifest, inputs)
     else:

@@ -32,6 +32,7 @@ from samples.export import export_sample
 from spyrec.compiler import CompileOptions
 from spyrec.driver import compile_and_estimate
 from tests.programs import record_source
+from tests.sealing import seal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,6 +113,7 @@ def with_loop(fx: Fixtures, d: Path, upper: int, step: int) -> Path:
     text = bundle.read_text().replace("func.func @sdsc_bundle() {\n",
                                       "func.func @sdsc_bundle() {\n" + loop)
     bundle.write_text(text)
+    seal(out)           # as if compile wrote the loop: the run reads as far as its bound
     return out
 
 
@@ -435,6 +437,8 @@ def _broken(fx: Fixtures, d: Path, name: str, keep: int | bytes | None) -> Path:
         path.unlink()
     else:
         path.write_bytes(keep if isinstance(keep, bytes) else path.read_bytes()[:keep])
+        if name != "weights.bin":   # (its size is the damage: a stamp would change it)
+            seal(out)       # damaged, but of the build: what the reader says of the damage
     return out
 
 

@@ -6,6 +6,7 @@ import torch
 from spyrec.errors import InputFileError
 from spyrec.inspect_dir import inspect_directory
 from tests.programs import Lambda, compile_pt2, export
+from tests.sealing import seal
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,7 @@ def test_every_view_refuses_a_broken_sdsc_file(broken, tmp_path, damage, words):
         victim.unlink()
     else:
         victim.write_bytes(damage)
+        seal(broken)    # damaged, but of the build: what the reader says of the damage
     views = [lambda: inspect_directory(broken), lambda: inspect_directory(broken, "args_1"),
              lambda: inspect_data(broken), lambda: inspect_data(broken, "args_1"),
              lambda: write_svg(broken, "args_1", tmp_path / "x.svg"),

@@ -203,7 +203,7 @@ def _fail_at_file(k):
             calls.append(path.name)
             if len(calls) == k:
                 raise OSError(28, "No space left on device", str(path))
-            real(path, content)
+            return real(path, content)
         monkeypatch.setattr(writer, "_write_file", failing)
         return calls
     return patch

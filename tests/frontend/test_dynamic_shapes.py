@@ -338,8 +338,9 @@ def test_compile_tiles_a_dynamic_program_and_a_plain_load_refuses_it(tmp_path, c
     assert times[-1] == pytest.approx(report["cost"]["totals"]["time_us"])
     from spyrec.sim.files import validate
 
-    validate({k: report[k] for k in ("format", "passes", "restickify", "layouts", "ops", "cost",
-                                     "cost_curve", "symbols")}, "report", "report.json")
+    validate({k: report[k] for k in ("format", "build", "passes", "restickify", "layouts",
+                                     "ops", "cost", "cost_curve", "symbols")},
+             "report", "report.json")
     with pytest.raises(UnsupportedProgram) as e:
         load_program(pt2, "torch")
     assert str(e.value) == (f"{pt2}: dynamic shapes are not supported yet (input x dim 1 "

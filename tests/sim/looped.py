@@ -19,6 +19,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.sealing import seal
+
 
 @dataclass
 class Looped:
@@ -62,6 +64,7 @@ def tile_directory(src: Path, dst: Path, counts: dict[str, int],
                      lx_bytes_per_core=tile_bytes // _cores(dst / kernel["ops"][0]))
     _write(dst / "manifest.json", manifest)
     (dst / "bundle.mlir").write_text(loop_bundle(kernel["ops"], looped.symbols, counts))
+    seal(dst)       # the looped directory is one build, as compile would have written it
     return looped
 
 

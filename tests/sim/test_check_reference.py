@@ -19,6 +19,7 @@ import torch
 
 from spyrec.sim.check import K_MAX, K_RMS, compare, describe_failure, format_checks
 from tests.programs import cli, compile_pt2, export, record_source
+from tests.sealing import seal
 
 DEPTH, WIDTH, GAIN = 48, 64, 2.0
 
@@ -133,6 +134,7 @@ def _shift_weight_read_one_stick(out, op: str, weight: str) -> tuple[int, int]:
     for core in starts:
         starts[core] = str(old + 128)
     path.write_text(json.dumps(doc, indent=1) + "\n")
+    seal(out)
     return old, tensor["hbm_address"] + tensor["device_bytes"]
 
 

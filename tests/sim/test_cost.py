@@ -87,7 +87,8 @@ def test_gather_assumes_distinct_rows(out):
 
 def test_cost_fits_the_report_schema_and_prints(out):
     cost = elementwise(out, "add", {"a": "float16", "b": "float16"}, "float16").cost()
-    report = {"format": "spyrec-report/1", "passes": [{"name": "stick_layout", "wall_ms": 1.0}],
+    report = {"format": "spyrec-report/1", "build": "0" * 64,
+              "passes": [{"name": "stick_layout", "wall_ms": 1.0}],
               "restickify": {"count": 0, "elements": 0, "list": []},
               "layouts": {"a": {"device_size": [2, 4, 64], "stride_map": [64, 100, 1],
                                 "device_dtype": "fp16"}},

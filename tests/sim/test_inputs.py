@@ -11,6 +11,7 @@ from spyrec.sim import simulate
 from spyrec.sim.inputs import read_inputs, read_npz
 from tests.programs import compile_pt2, export
 from tests.sim.builder import OutDir, rowmajor2d
+from tests.sealing import seal
 
 SIGNATURE = ("expected (name: shape, dtype):\n"
              "  x: shape [4, 100], float16\n"
@@ -104,8 +105,8 @@ def test_constants_come_from_weights_bin(tmp_path, rng):
     assert np.array_equal(simulate(path, {"x": x}).outputs[0], x * w)
     blob = (path / "weights.bin").read_bytes()
     (path / "weights.bin").write_bytes(blob[:-8])
-    with pytest.raises(InputFileError, match=r"weights.bin: 2040 bytes, manifest.json says "
-                                             r"2048 .*truncated"):
+    with pytest.raises(InputFileError, match=r"weights.bin: 2118 bytes, manifest.json says "
+                                             r"2048 .*plus the 78-byte build stamp.*truncated"):
         simulate(path, {"x": x})
     (path / "weights.bin").unlink()
     with pytest.raises(InputFileError, match=r"weights.bin: missing"):
@@ -114,10 +115,12 @@ def test_constants_come_from_weights_bin(tmp_path, rng):
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["weights"]["tensors"][0]["offset"] = 4096
     (path / "manifest.json").write_text(json.dumps(manifest))
+    seal(path)
     with pytest.raises(InputFileError, match=r"ends at byte 6144, past the end of weights.bin"):
         simulate(path, {"x": x})
     manifest["weights"]["tensors"] = []
     (path / "manifest.json").write_text(json.dumps(manifest))
+    seal(path)
     with pytest.raises(InputFileError, match=r"no values for the constant\(s\) p_w"):
         simulate(path, {"x": x})
 
@@ -125,8 +128,9 @@ def test_constants_come_from_weights_bin(tmp_path, rng):
 def test_an_older_manifest_format_is_named(tmp_path):
     path = compile_pt2(export(tmp_path, Scale(np.ones((4, 100), np.float32)),
                               (torch.zeros(4, 100),), "scale"))
-    text = (path / "manifest.json").read_text().replace("spyrec-manifest/3", "spyrec-manifest/1")
+    text = (path / "manifest.json").read_text().replace("spyrec-manifest/4", "spyrec-manifest/1")
     (path / "manifest.json").write_text(text)
+    seal(path)
     with pytest.raises(InputFileError, match=r"format spyrec-manifest/1, written by another "
                                              r"spyrec version; .* re-run spyrec compile"):
         simulate(path, {"x": np.zeros((4, 100), np.float32)})

@@ -27,6 +27,7 @@ from spyrec.sim import simulate
 from spyrec.sim.directory import read_output_dir
 from tests.programs import Lambda, compile_pt2, export
 from tests.sim.looped import tile_directory
+from tests.sealing import seal
 
 SHAPE = (256, 512)
 TENSOR_BYTES = 256 * 512 * 2          # 262,144: every tensor is whole sticks
@@ -112,6 +113,7 @@ def test_bundle_symbol_ids_must_match_the_file(untiled, tmp_path):
     text = (path / "bundle.mlir").read_text()
     (path / "bundle.mlir").write_text(text.replace("symbol_ids = [-1, -2, -3, -4,",
                                                    "symbol_ids = [-2, -1, -3, -4,"))
+    seal(path)
     with pytest.raises(InputFileError, match=r"bundle.mlir:\d+:\d+: sdsc_execute of sdsc_0.json "
                                              r"\(add 'add'.*binds symbol_ids \[-2, -1, -3, -4, .*"
                                              r"but the file's symbolic start addresses use "
@@ -124,6 +126,7 @@ def test_a_wrong_symbol_id_in_the_file(untiled, tmp_path):
     path = looped(untiled, tmp_path)
     edit_json(path / "sdsc_0.json", lambda w, d: d["scheduleTree_"][1][
         "startAddressCoreCorelet_"]["data_"].update({"[2, 0, 0]": "-99"}))
+    seal(path)
     with pytest.raises(InputFileError, match=r"sdsc_0.json .* use \[-1, -2, -3, -4, -5, -6, "
                                              r"-99, -8, "):
         read_output_dir(path)
@@ -134,6 +137,7 @@ def test_symbol_ids_count_must_match_operands(untiled, tmp_path):
     text = (path / "bundle.mlir").read_text()
     (path / "bundle.mlir").write_text(text.replace("symbol_ids = [-1, -2, -3, -4,",
                                                    "symbol_ids = [-1, -2, -3,"))
+    seal(path)
     # the dialect's verifier (codegen's) or the interpreter, whichever reads it first
     with pytest.raises(InputFileError, match="12 operands but 11 symbol_ids|11 symbol_ids for "
                                              "12 operands"):
@@ -148,6 +152,7 @@ def test_a_core_symbol_off_by_one_stick_is_named_with_its_iteration(untiled, tmp
     assert "%sym_7 = arith.constant 270336 : index" in text
     (path / "bundle.mlir").write_text(text.replace("%sym_7 = arith.constant 270336",
                                                    "%sym_7 = arith.constant 270464"))
+    seal(path)
     with pytest.raises(SimulatorFault, match=(
             r"sdsc_0.json \(add 'add'.*\) at iteration i_0=0, i_1=0 \(.*bundle.mlir:\d+:\d+\): "
             r"arg 'args_1': core 2 starts at 270464 \(symbol id -7\), but its slice of the "
@@ -160,6 +165,7 @@ def test_a_map_stride_that_overruns_on_the_last_iteration(untiled, tmp_path, inp
     path = looped(untiled, tmp_path)
     text = (path / "bundle.mlir").read_text()
     (path / "bundle.mlir").write_text(text.replace("131072*d1", "196608*d1"))
+    seal(path)
     with pytest.raises(SimulatorFault, match=(
             r"sdsc_0.json \(add 'add'.*\) at iteration i_0=0, i_1=1 .*: arg 'args_0': the tile "
             r"window \[196608, 311296\) leaves tensor 'args_0' \[0, 262144\): it runs 49152 "
@@ -173,6 +179,7 @@ def test_one_trip_too_many_never_lands_in_the_neighbour(untiled, tmp_path, input
     text = (path / "bundle.mlir").read_text()
     (path / "bundle.mlir").write_text(text.replace("%loop_bound_1 = arith.constant 2",
                                                    "%loop_bound_1 = arith.constant 3"))
+    seal(path)
     with pytest.raises(SimulatorFault, match=(
             r"at iteration i_0=0, i_1=2 .*arg 'args_0': the tile window \[262144, 376832\) "
             r"leaves tensor 'args_0' \[0, 262144\): it starts 0 bytes past its end")):
@@ -183,6 +190,7 @@ def test_a_misaligned_tile_start(untiled, tmp_path, inputs):
     path = looped(untiled, tmp_path)
     text = (path / "bundle.mlir").read_text()
     (path / "bundle.mlir").write_text(text.replace("16384*d0", "16448*d0"))
+    seal(path)
     with pytest.raises(SimulatorFault, match=r"at iteration i_0=1, i_1=0 .*arg 'args_0': the "
                                              r"tile starts at 16448, not on a 128-byte stick"):
         simulate(path, inputs)
@@ -192,6 +200,7 @@ def test_spyrec_run_reports_the_overrun_in_one_line(untiled, tmp_path, inputs):
     path = looped(untiled, tmp_path)
     text = (path / "bundle.mlir").read_text()
     (path / "bundle.mlir").write_text(text.replace("131072*d1", "196608*d1"))
+    seal(path)
     np.savez(tmp_path / "in.npz", **inputs)
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo)}
@@ -217,6 +226,7 @@ def test_operands_without_symbols_are_refused(untiled, tmp_path):
     text = text.replace('sdsc_execute () {sdsc_filename = "sdsc_0.json"}',
                         'sdsc_execute (%x) {sdsc_filename = "sdsc_0.json"}')
     (path / "bundle.mlir").write_text(text)
+    seal(path)
     with pytest.raises(InputFileError, match="passes 1 operands without symbol_ids, but the "
                                              "file has 0 symbolic start addresses"):
         read_output_dir(path)

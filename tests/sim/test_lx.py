@@ -21,6 +21,7 @@ from spyrec.sim import simulate
 from spyrec.sim.directory import read_output_dir
 from tests.programs import Lambda, compile_pt2, export
 from tests.sim.looped import loop_bundle, tile_directory
+from tests.sealing import seal
 
 SHAPE = (256, 512)
 TENSOR_BYTES = 256 * 512 * 2
@@ -102,6 +103,7 @@ def test_lx_accesses_alike_share_their_per_stick_work(untiled, tmp_path, inputs,
     symbols["sdsc_1.json"] = c
     (looped.path / "bundle.mlir").write_text(
         loop_bundle(["sdsc_0.json", "sdsc_1.json", "sdsc_2.json"], symbols, COUNTS))
+    seal(looped.path)
     with pytest.raises(SimulatorFault, match="core 2 reads LX arg 'add'.*holds stick 64 of "
                                              "the tile, not stick 32"):
         simulate(looped.path, inputs)
@@ -150,6 +152,7 @@ def _swap_cores(path: Path, name: str, a: int, b: int) -> None:
     slices = wrapper["coreIdToWkSlice_"]
     slices[str(a)], slices[str(b)] = slices[str(b)], slices[str(a)]
     (path / name).write_text(json.dumps(doc))
+    seal(path)
 
 
 def test_a_consumer_split_differently_reads_another_cores_slice(untiled, tmp_path, inputs):
@@ -164,6 +167,7 @@ def test_a_consumer_split_differently_reads_another_cores_slice(untiled, tmp_pat
     symbols["sdsc_1.json"] = c
     ops = ["sdsc_0.json", "sdsc_1.json", "sdsc_2.json"]
     (looped.path / "bundle.mlir").write_text(loop_bundle(ops, symbols, COUNTS))
+    seal(looped.path)
     with pytest.raises(SimulatorFault, match=(
             r"sdsc_1.json \(mul 'mul'.*\) at iteration i_0=0, i_1=0 .*: core 2 reads LX arg "
             r"'add' \(LX tensor 'add' at offset 0\) at .*mb=32.*a stick that holds stick 64 of "
@@ -177,6 +181,7 @@ def test_reading_lx_before_it_is_written(untiled, tmp_path, inputs):
     looped = in_lx(untiled, tmp_path)
     ops = ["sdsc_1.json", "sdsc_0.json", "sdsc_2.json"]
     (looped.path / "bundle.mlir").write_text(loop_bundle(ops, looped.symbols, COUNTS))
+    seal(looped.path)
     with pytest.raises(SimulatorFault, match=r"sdsc_1.json \(mul 'mul'.*\) at iteration i_0=0, "
                                              r"i_1=0 .*: core 0 reads LX arg 'add' .*a stick "
                                              r"that no op wrote on this core"):
@@ -191,6 +196,7 @@ def test_an_lx_offset_no_tensor_has(untiled, tmp_path, inputs):
     node = next(n for n in dsc["scheduleTree_"] if n["component_"] == "lx")
     node["startAddressCoreCorelet_"]["data_"] = {f"[{c}, 0, 0]": "128" for c in range(4)}
     (looped.path / "sdsc_2.json").write_text(json.dumps(doc))
+    seal(looped.path)
     with pytest.raises(SimulatorFault, match=r"sdsc_2.json .*LX arg 'Tensor\d': no LX tensor of "
                                              r"manifest.json has lx_address 128"):
         simulate(looped.path, inputs)

@@ -22,6 +22,7 @@ import torch
 from spyrec.errors import SimulatorFault
 from spyrec.sim import simulate
 from tests.programs import Lambda, compile_pt2, export
+from tests.sealing import seal
 
 SHAPE = (256, 512)
 TENSOR_BYTES = 256 * 512 * 2
@@ -82,6 +83,7 @@ def _move_lx(path: Path, name: str, offset: int) -> None:
         if t["name"] == name:
             t["lx_address"] = offset
     (path / "manifest.json").write_text(json.dumps(manifest))
+    seal(path)
     for file, args in manifest["lx_args"].items():
         doc = json.loads((path / file).read_text())
         ((_, wrapper),) = doc.items()
@@ -92,6 +94,7 @@ def _move_lx(path: Path, name: str, offset: int) -> None:
                 node["startAddressCoreCorelet_"]["data_"] = {
                     k: str(offset) for k in node["startAddressCoreCorelet_"]["data_"]}
         (path / file).write_text(json.dumps(doc))
+        seal(path)
 
 
 def test_two_live_lx_tensors_sharing_bytes_are_refused(compiled, tmp_path, inputs):
@@ -117,6 +120,7 @@ def test_a_core_reading_another_cores_slice_is_caught(compiled, tmp_path, inputs
             data = node["startAddressCoreCorelet_"]["data_"]
             data["[1, 0, 0]"], data["[2, 0, 0]"] = data["[2, 0, 0]"], data["[1, 0, 0]"]
     (path / "sdsc_1.json").write_text(json.dumps(doc))
+    seal(path)
     with pytest.raises(SimulatorFault, match=r"sdsc_1.json \(mul 'mul'.*core 2 reads LX arg "
                                              r"'add'.*split the tile over the cores differently"):
         simulate(path, inputs)

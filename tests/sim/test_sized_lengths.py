@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from spyrec.errors import InputFileError
 from tests.programs import compile_pt2, export, load_json
+from tests.sealing import seal
 
 SIZED = ["coarse_tiling.symbolic=sized"]
 # the minimum share length_shares chose, by length (up to length: share): 16 rows at every
@@ -202,6 +203,7 @@ def _tampered(out, tmp_path, change):
     (wrapper,) = doc.values()
     change(wrapper)
     path.write_text(json.dumps(doc))
+    seal(bad)
     return bad, path
 
 

@@ -15,6 +15,7 @@ from spyrec.errors import InputFileError, SimulatorFault
 from spyrec.sim.directory import read_output_dir
 from spyrec.sim.runner import simulate
 from tests.programs import Lambda, compile_pt2, export
+from tests.sealing import seal
 
 I = torch.tensor
 
@@ -53,6 +54,7 @@ def _edited(built, tmp_path, n, edit):
     ((_, dsc),) = wrapper["dscs_"][0].items()
     edit(dsc)
     (dst / f"sdsc_{n}.json").write_text(json.dumps(doc))
+    seal(dst)
     return dst, inputs, want
 
 

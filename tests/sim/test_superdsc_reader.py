@@ -14,6 +14,7 @@ from spyrec.errors import InputFileError
 from spyrec.sim.runner import simulate
 from spyrec.sim.directory import read_output_dir
 from tests.programs import Lambda, compile_pt2, export
+from tests.sealing import seal
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,7 @@ def _copy(built, tmp_path, edit):
     ((_, dsc),) = wrapper["dscs_"][0].items()
     edit(wrapper, dsc)
     (dst / "sdsc_0.json").write_text(json.dumps(doc))
+    seal(dst)
     return dst, inputs, want
 
 

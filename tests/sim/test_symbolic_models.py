@@ -87,7 +87,7 @@ def test_the_minimum_share_steps_up_with_the_length(compiled):
     module, _, out = compiled
     (symbol,) = json.loads((out / "manifest.json").read_text())["symbols"]
     report = json.loads((out / "report.json").read_text())
-    validate({k: report[k] for k in ("format", "passes", "restickify", "layouts", "ops",
+    validate({k: report[k] for k in ("format", "build", "passes", "restickify", "layouts", "ops",
                                      "cost", "work_division", "length_shares")},
              "report", "report.json")
     if not type(module.model).__name__.startswith(("Llama", "Granite")):

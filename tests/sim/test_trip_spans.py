@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spyrec.codegen.writer import build_outputs, printed
+from spyrec.codegen.writer import build_outputs, printed, write_atomically
 from spyrec.driver import estimate_cost
 from spyrec.ir import Loop, TripSpan
 from spyrec.ir.graph import nest_trips
@@ -91,10 +91,7 @@ def compile_graph(text: str, tmp: Path, unrolled: bool = False):
     built = build_outputs(graph, tmp / "prog.pt2", [], {"pipeline": None, "tiling": None,
                                                         "layouts": None}, ctx.report)
     out = tmp / "out"
-    out.mkdir()
-    for name, content in built.files.items():
-        data = printed(content)
-        (out / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    write_atomically(out, built.files, tmp / "prog.pt2")
     return out, built
 
 

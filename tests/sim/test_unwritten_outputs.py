@@ -10,6 +10,7 @@ import torch
 from spyrec.errors import InputFileError
 from spyrec.sim import simulate
 from tests.programs import Lambda, compile_pt2, export
+from tests.sealing import seal
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,7 @@ def test_a_removed_execute_leaves_the_output_unwritten(out, tmp_path):
     assert len(executes) == 2
     del lines[executes[-1]]  # the op that writes the output
     bundle.write_text("".join(lines))
+    seal(tampered)
     with pytest.raises(InputFileError, match=r"output '\w+' is written by no executed op"):
         simulate(tampered, {"args_0": np.ones((4, 64), np.float32)})
 
