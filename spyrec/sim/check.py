@@ -202,8 +202,10 @@ def _recorded_source(out_dir) -> dict:
     """manifest.json's `source` (file, path, sha256); {} when the manifest does not say.
     `out_dir` may be the run's handle on the directory (`files.OutputFiles`): its manifest
     is the one the run read, not whatever a recompile has put at the path since."""
+    from spyrec.sim.files import OutputFiles
+
     try:
-        if hasattr(out_dir, "read_text"):
+        if isinstance(out_dir, OutputFiles):
             text = out_dir.read_text("manifest.json")
         else:
             text = (Path(out_dir) / "manifest.json").read_text(encoding="utf-8")
