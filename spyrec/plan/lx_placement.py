@@ -138,14 +138,16 @@ def apply_lx(graph: Graph, placement: LxPlacement) -> None:
             return
 
 
-def lx_slices_problem(graph: Graph, buf: Buffer, uses: list[int] | None = None) -> str | None:
+def lx_slices_problem(graph: Graph, buf: Buffer, uses: list[int] | None = None,
+                      users: list[Operation] | None = None) -> str | None:
     """Why the ops using `buf` (at these op indices, found if not given) do not give each
     core one slice of it (condition (b)), or None; work_division asks while it aligns the
-    splits of a buffer's several writers."""
+    splits of a buffer's several writers. `users`: those ops as a plan would split them
+    (`plan/split_plan.py planned`), when it asks of a plan not yet in the graph."""
     if uses is None:
         uses = [i for i, op in enumerate(graph.ops)
                 if any(a.buffer == buf.name for _, a in op.accesses())]
-    return _slice_bytes(graph, buf, uses)[0]
+    return _slice_bytes(graph, buf, uses, users)[0]
 
 
 def _unreplicate_hbm_writers(graph: Graph, rows: dict[str, dict]) -> list[Operation]:
@@ -249,11 +251,13 @@ def _no_lx_args(graph: Graph, op: Operation) -> str:
     return ""
 
 
-def _slice_bytes(graph: Graph, buf: Buffer,
-                 uses: list[int]) -> tuple[str | None, int, Operation | None]:
+def _slice_bytes(graph: Graph, buf: Buffer, uses: list[int],
+                 users: list[Operation] | None = None
+                 ) -> tuple[str | None, int, Operation | None]:
     """(why it cannot live in LX or None, bytes of each core's slice, the consumer that
-    divides it across cores unlike its writer or None) — condition (b)."""
-    ops = [graph.ops[i] for i in uses]
+    divides it across cores unlike its writer or None) — condition (b). `users`: the ops
+    at `uses` as a plan splits them (`lx_slices_problem`), else the graph's."""
+    ops = [graph.ops[i] for i in uses] if users is None else users
     writers = [op for op in ops if op.output.buffer == buf.name]
     if not writers:
         return "no op writes it", buf.layout.device_bytes, None
@@ -286,22 +290,25 @@ def _slice_bytes(graph: Graph, buf: Buffer,
     return None, size, None
 
 
-def lx_slices_hold(graph: Graph, buf: Buffer, uses: list[int], memo: dict) -> bool:
-    """`lx_slices_problem(graph, buf, uses) is None`, from `memo` when it holds the answer for
-    a buffer and users alike but for names (the layers of a stack): only the reasons quote
-    names, and which access is `buf`'s is kept (`_unnamed_slice_key`)."""
-    key = _unnamed_slice_key(graph, buf, uses)
+def lx_slices_hold(graph: Graph, buf: Buffer, uses: list[int], memo: dict,
+                   users: list[Operation] | None = None) -> bool:
+    """`lx_slices_problem(graph, buf, uses, users) is None`, from `memo` when it holds the
+    answer for a buffer and users alike but for names (the layers of a stack): only the
+    reasons quote names, and which access is `buf`'s is kept (`_unnamed_slice_key`)."""
+    key = _unnamed_slice_key(graph, buf, uses, users)
     holds = memo.get(key)
     if holds is None:
-        holds = memo[key] = _slice_bytes(graph, buf, uses)[0] is None
+        holds = memo[key] = _slice_bytes(graph, buf, uses, users)[0] is None
     return holds
 
 
-def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
+def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int],
+                       users: list[Operation] | None = None) -> tuple:
     """`_slice_key` without names: the buffer's sizes and layout and whether it has an HBM
     address; each op using it with every field `_op_state` keeps but its name, an access
-    named only by whether it is `buf`'s."""
+    named only by whether it is `buf`'s (`users`: as `_slice_bytes`)."""
     name = buf.name
+    ops = (graph.ops[i] for i in uses) if users is None else users
 
     def unnamed(a) -> tuple:
         return a.buffer == name, a.index
@@ -310,7 +317,7 @@ def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
                    op.reduced, tuple(map(unnamed, op.index_inputs)),
                    None if op.core_splits is None else tuple(op.core_splits.items()),
                    op.loops, op.replicas, op.replicas_fastest)
-                  for op in (graph.ops[i] for i in uses)))
+                  for op in ops))
 
 
 def _slice_bytes_memo(graph: Graph, buf: Buffer, uses: list[int], memo: dict | None):

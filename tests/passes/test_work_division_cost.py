@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from spyrec.ir.parser import parse
 from spyrec.plan.split_candidates import candidates, greedy_split, stick_vars
-from spyrec.plan.split_estimate import Producers, split_estimate
+from spyrec.plan.producers import Producers
+from spyrec.plan.split_estimate import split_estimate
 from spyrec.sim import simulate
 from tests.codegen.test_tiled_codegen import compile_text
 from tests.passes.textir import ir

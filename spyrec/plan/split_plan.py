@@ -1,0 +1,174 @@
+"""A work-division plan as a value: every op's core split, and the one place it enters the IR.
+
+Why a value: work division compares many plans (each op's candidate splits, the chains a move
+re-splits, the plan with K-splits against the one without). It used to try each by writing
+`Operation.core_splits` and replicas into the graph and restoring them by hand, and every cache
+that remembered a writer's slices had to be told (`forget`) after each change. Here a trial is a
+new `Plan` built from the old (`updated`); the old one is still there to go back to, the graph
+is never touched, and every memo is keyed by the values it depends on. `apply_plan` writes the
+chosen plan into the IR once, at the end of `plan/core_splits.py divide_work`.
+
+- `Split`: one op's split (slices per core dim, in the order the planner built them) and the
+  core ranges it divides (`Operation.core_ranges`: a replicated op's copies included).
+- `Plan`: an immutable mapping op name -> `Split`; an op it does not hold has no split yet.
+- `shaped(op, core_ranges)`: `op` itself, or a copy with those core ranges (its copies), for
+  the functions that read an op's core ranges (the split estimate, candidates, spans).
+- `planned(op, split)`: a copy of `op` as the plan has it (split and ranges), for the LX slice
+  rules, which read the splits of every op using a buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from spyrec.ir import Graph, Operation
+from spyrec.ir.graph import REPLICA_VAR
+from spyrec.ir.lx import replica_fields, replica_split, set_core_ranges
+
+CoreRanges = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Split:
+    """One op's core split: `items` (dim, slices) in the order the planner built the split
+    (report rows and the IR print it so), over `core_ranges`."""
+
+    items: tuple[tuple[str, int], ...]
+    core_ranges: CoreRanges
+
+    @classmethod
+    def of(cls, splits: dict[str, int], core_ranges: CoreRanges) -> Split:
+        return cls(tuple(splits.items()), core_ranges)
+
+    @cached_property
+    def splits(self) -> dict[str, int]:
+        """The split as the IR holds it ({dim: slices}); shared, never to be changed."""
+        return dict(self.items)
+
+    @cached_property
+    def key(self) -> tuple[tuple[str, int], ...]:
+        """The items sorted: what memos compare (two orders of one split divide alike)."""
+        return tuple(sorted(self.items))
+
+    @property
+    def replicas(self) -> int:
+        """How many core groups run the op alike (`Operation.replicas`)."""
+        return next((n for v, n in self.core_ranges if v == REPLICA_VAR), 1)
+
+    @property
+    def cores(self) -> int:
+        return math.prod(k for _, k in self.items)
+
+    def replicated(self, op: Operation, count: int, fastest: bool = False) -> Split:
+        """This split of `op` run on `count` core groups (1: once): `ir/lx.py
+        replica_split`, the rule `set_replicas` applies in place."""
+        ranges, splits = replica_split(op.ranges, self.splits, count, fastest)
+        return Split.of(splits, ranges)
+
+
+# an overlay past this many ops is folded into the base (updates copy only the overlay)
+_OVERLAY_MAX = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Plan(Mapping):
+    """Op name -> `Split`, immutable. `updated` returns a new plan and leaves this one as it
+    is: a trial that does not pay is dropped by keeping the old plan. Stored as a base and a
+    small overlay of recent changes, so that a trial changing a few ops of a long program
+    copies only those."""
+
+    base: Mapping[str, Split] = field(default_factory=dict)
+    overlay: Mapping[str, Split | None] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Split:
+        got = self.get(name)
+        if got is None:
+            raise KeyError(name)
+        return got
+
+    def get(self, name: str, default=None):
+        over = self.overlay
+        if name in over:
+            got = over[name]
+            return default if got is None else got
+        return self.base.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._merged())
+
+    def __len__(self) -> int:
+        return len(self._merged())
+
+    def _merged(self) -> dict[str, Split]:
+        merged = dict(self.base)
+        for name, split in self.overlay.items():
+            if split is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = split
+        return merged
+
+    def updated(self, changes: Mapping[str, Split | None]) -> Plan:
+        """This plan with `changes` (None: the op has no split)."""
+        overlay = {**self.overlay, **changes}
+        if len(overlay) <= _OVERLAY_MAX:
+            return Plan(self.base, overlay)
+        return Plan(Plan(self.base, overlay)._merged(), {})
+
+    def with_split(self, name: str, split: Split | None) -> Plan:
+        return self.updated({name: split})
+
+    def ranges(self, op: Operation) -> CoreRanges:
+        """`op`'s core ranges under this plan (those it came with, when it has no split)."""
+        got = self.get(op.name)
+        return op.core_ranges if got is None else got.core_ranges
+
+    def splits(self, op: Operation) -> dict[str, int] | None:
+        """`op`'s split under this plan ({dim: slices}), None when it has none yet."""
+        got = self.get(op.name)
+        return None if got is None else got.splits
+
+    def key(self, op: Operation) -> tuple:
+        """`op`'s split sorted (`Split.key`), () when it has none: what memos compare."""
+        got = self.get(op.name)
+        return () if got is None else got.key
+
+
+def plan_of(graph: Graph) -> Plan:
+    """The plan a graph holds (after work division, or as an input gives it)."""
+    return Plan({op.name: Split.of(op.core_splits, op.core_ranges)
+                 for op in graph.ops if op.core_splits is not None})
+
+
+def apply_plan(graph: Graph, plan: Plan) -> None:
+    """Write `plan` into `graph`: each op's `core_splits` and its copies (`ir/lx.py
+    set_core_ranges`); an op the plan does not hold keeps its ranges and has no split. The
+    only writer of a chosen plan."""
+    for op in graph.ops:
+        split = plan.get(op.name)
+        if split is None:
+            op.core_splits = None
+            continue
+        set_core_ranges(op, split.core_ranges)
+        op.core_splits = dict(split.items)
+
+
+def shaped(op: Operation, core_ranges: CoreRanges) -> Operation:
+    """`op` with these core ranges: itself when they are its own, else a copy (a replicated
+    trial), whose split is not to be read (pass it beside)."""
+    if core_ranges == op.core_ranges:
+        return op
+    return replace(op, **replica_fields(core_ranges))
+
+
+def planned(op: Operation, split: Split | None) -> Operation:
+    """A copy of `op` holding `split` (its split and core ranges; None: no split)."""
+    if split is None:
+        return replace(op, core_splits=None)
+    return replace(op, core_splits=dict(split.items), **replica_fields(split.core_ranges))
