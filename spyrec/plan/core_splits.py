@@ -147,14 +147,14 @@ def _explain_fewer_cores(graph: Graph, plan: Plan, rows: list[dict],
         if op is None or row["cores"] >= options.cores or row["time_us"] < 1.0:
             row.pop("fewer_cores", None)
             continue
-        key = (estimate_key(graph, op, producers), plan[op.name].key)
+        at = producers.shape(op)
+        key = (estimate_key(graph, at, producers), plan[op.name].key)
         if key not in said:
-            at = producers.shape(op)
             priced = [(split_estimate(graph, at, c, producers), c)
                       for c in candidates(graph, at, stick_vars(graph, at), options.cores,
                                           options.k_split)]
             chosen = split_estimate(graph, at, plan.splits(op), producers)
-            said[key] = why_fewer(op, priced, chosen, options.cores)
+            said[key] = why_fewer(at, priced, chosen, options.cores)
         row["fewer_cores"] = said[key]
 
 

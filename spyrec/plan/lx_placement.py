@@ -60,9 +60,10 @@ from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
 from spyrec.ir.graph import REPLICA_VAR, loop_identity
 from spyrec.ir.lx import (
-    box_bytes, core_boxes, core_slices, keeps_lx_slices, keeps_slices, moves_with_loops,
+    box_bytes, core_boxes, keeps_lx_slices, keeps_slices, moves_with_loops,
     set_replicas, slice_boxes, tile_problem,
 )
+from spyrec.plan.hbm_bytes import op_bytes
 from spyrec.plan.sdsc_dims import why_not_expressible
 from spyrec.plan.split_candidates import split_text
 
@@ -387,7 +388,7 @@ def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -
     consumer could take its producer's split at no more cost: the producer's split vars are
     the consumer's (same names and ranges), the consumer then gives each core the slices the
     producer wrote, uses at least as many cores, and its other args move no more HBM bytes
-    (whole sticks of every core's box). work_division owns the split; this only says so."""
+    (`plan/hbm_bytes.py op_bytes`). work_division owns the split; this only says so."""
     writer = next(graph.ops[i] for i in uses if graph.ops[i].output.buffer == buf.name)
     readers = sum(1 for i in uses if any(a.buffer == buf.name for a in graph.ops[i].reads()))
     row = {"producer": writer.name, "producer_cores": _split_text(writer),
@@ -406,22 +407,8 @@ def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -
            if a.buffer == buf.name):
         return row
     row["consumer_can_take_producer_split"] = \
-        _hbm_box_bytes(graph, moved, buf.name) <= _hbm_box_bytes(graph, consumer, buf.name)
+        op_bytes(graph, moved, buf.name) <= op_bytes(graph, consumer, buf.name)
     return row
-
-
-def _hbm_box_bytes(graph: Graph, op: Operation, skip: str) -> int:
-    """HBM bytes `op` moves for its args other than `skip`: every core's box in whole sticks
-    (a gathered arg counts its whole tensor per core)."""
-    total = 0
-    for _, access in op.accesses():
-        other = graph.buffers[access.buffer]
-        if access.buffer == skip or other.lx_address is not None:
-            continue
-        boxes = core_boxes(other, op, access)
-        total += sum(box_bytes(other, b) for b in boxes) if boxes is not None else \
-            other.layout.device_bytes * len(core_slices(op))
-    return total
 
 
 def _split_text(op: Operation) -> str:

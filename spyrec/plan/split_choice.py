@@ -18,8 +18,9 @@ def sticks_and_greedy(graph: Graph, op: Operation, cores: int, memo: dict
                        ) -> tuple[dict[str, int], dict[str, int]]:
     """`stick_vars` and `greedy_split` of `op` (fresh dicts), from `memo` for an op alike but
     for names (the layers of a stack; `core_splits._divide` asks again for every op of the
-    plan without K-splits and of `_revisit`): both read only the op's kind, ranges, reduced vars and loops
-    and each access's index, buffer shape, layout and whether the buffer is in LX."""
+    plan without K-splits and of `_revisit`): both read only the op's kind, ranges, reduced
+    vars and loops and each access's index, buffer shape, layout and whether the buffer is in
+    LX."""
     key = ("greedy", op.op, op.core_ranges, op.reduced, op.loops, op.var_ranges, cores,
            tuple((role, a.index, b.host_size, b.layout, b.lx_address is None)
                  for role, a in op.accesses() for b in (graph.buffers[a.buffer],)))

@@ -3,18 +3,18 @@
 work_division chooses each op's split by estimated time (issue 10 §2), so it needs the cost
 model's numbers before any file exists. Planning knowledge (`plan/`), not a pass: work
 division (`plan/core_splits.py`), chain moves (`plan/chain_moves.py`) and `--tiling auto`
-(`readers_of_access`) use it. The parameters, op cost classes and formulas (compute, memory,
+price planned programs with it. The parameters, op cost classes and formulas (compute, memory,
 ring, broadcast read share) are `spyrec/costmodel.py`'s, as the simulator's estimate
-(`sim/cost.py`) uses them: one source for each; only the byte counting is done here, from the
-IR:
+(`sim/cost.py`) uses them: one source for each; the HBM byte count is `plan/hbm_bytes.py`'s,
+the compiler's one count (LX placement and tiling use it too):
 
 - HBM bytes per core: for every accessed buffer, the sticks of core 0's slice × 128, where the
   sticks are the product of the extents (value ranges over the slice) of the access's device
-  coordinates except the lanes. The bounding box equals the simulator's distinct-stick count
-  for the dense accesses that layouts produce; an operand every core needs whole (a matmul
-  weight under an M split) is therefore counted once per core, which is what the split
-  decides. A gathered coordinate counts one stick per index element the slice reads (the
-  simulator's footprint assumes the same: no repeated indices).
+  coordinates except the lanes (`hbm_bytes.access_sticks`). The bounding box equals the
+  simulator's distinct-stick count for the dense accesses that layouts produce; an operand
+  every core needs whole (a matmul weight under an M split) is therefore counted once per
+  core, which is what the split decides. A gathered coordinate counts one stick per index
+  element the slice reads (the simulator's footprint assumes the same: no repeated indices).
 - Args in LX cost nothing (the cost model: LX is free in time). Before scratchpad_planning runs,
   a per-tile buffer is taken to be in LX when its per-core slice fits the budget and, for a
   read, when this split gives every core the same slice its writer gave it (the condition
@@ -54,10 +54,13 @@ from spyrec.costmodel import (
     matmul_m_vars, memory_seconds, ring_us,
 )
 from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
-from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
+from spyrec.indexing import Indirect, Lin, Ranges, Var
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import Access, nest_trips
+from spyrec.plan.hbm_bytes import (
+    access_sticks, coord_leaves, coord_span, core0_slice, readers_of_access,
+)
 
 if TYPE_CHECKING:
     from spyrec.plan.producers import Producers
@@ -72,26 +75,6 @@ class SplitCost:
     memory_us: float
     hbm_bytes_per_core: int
     cores: int
-
-
-def core0_slice(op: Operation, splits: dict[str, int]) -> dict[str, int]:
-    """Extent of each iteration var in one core's slice (every core's is the same size)."""
-    return {v: n // splits.get(v, 1) for v, n in op.core_ranges}
-
-
-def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str, int]) -> int:
-    """Sticks of `access` that a core with slice extents `extent` (from 0) touches."""
-    buf = graph.buffers[access.buffer]
-    coords = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                        access.index).coords       # memoized, unlike access_coordinates
-    total = 1
-    for c in coords[:-1]:
-        names, gathers = _leaves(c)
-        if gathers:
-            total *= math.prod(_index_elements(op, g, extent) for g in gathers)
-        elif names:
-            total *= _extent(c, tuple((v, extent[v]) for v in names))
-    return total
 
 
 def first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int],
@@ -110,7 +93,8 @@ def _first_box_of(host_size, host_strides, layout, var_ranges, index, splits) ->
     ranges = Ranges({Var(v): (0, n - 1) for v, n in var_ranges})
     coords = stick_info(host_size, host_strides, layout, ranges, index).coords
     extent = {v: n // k for (v, n), k in zip(var_ranges, splits)}
-    return tuple(_span(c, tuple((v, extent[v]) for v in _leaves(c)[0])) for c in coords[:-1])
+    return tuple(coord_span(c, tuple((v, extent[v]) for v in coord_leaves(c)[0]))
+                 for c in coords[:-1])
 
 
 @lru_cache(maxsize=1 << 14)
@@ -119,39 +103,13 @@ def index_vars(index: Lin) -> frozenset[str]:
     return frozenset(a.name for a in index.free_atoms() if isinstance(a, Var))
 
 
-@lru_cache(maxsize=1 << 16)
-def _leaves(c: Lin) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(var names, gathered tensor names) of one coordinate, sorted."""
-    atoms = c.free_atoms()
-    return (tuple(sorted(a.name for a in atoms if isinstance(a, Var))),
-            tuple(sorted(a.tensor for a in atoms if isinstance(a, Indirect))))
-
-
-def _extent(c: Lin, extent: tuple[tuple[str, int], ...]) -> int:
-    """Values `c` spans when each of its vars runs from 0 below its extent."""
-    lo, hi = _span(c, extent)
-    return hi - lo + 1
-
-
-@lru_cache(maxsize=1 << 16)
-def _span(c: Lin, extent: tuple[tuple[str, int], ...]) -> tuple[int, int]:
-    """(lo, hi) of `c` when each of its vars runs from 0 below its extent (memoized: the
-    candidates of an op share most per-var extents)."""
-    return value_range(c, Ranges({Var(v): (0, n - 1) for v, n in extent}))
-
-
-def _index_elements(op: Operation, tensor: str, extent: dict[str, int]) -> int:
-    """Elements of index tensor `tensor` one core's slice reads (each a different row)."""
-    access = next(a for a in op.index_inputs if a.buffer == tensor)
-    used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
-    return math.prod(n for v, n in extent.items() if v in used)
-
-
 def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
              producers: Producers | None = None, p: CostParams = DEFAULT_PARAMS,
              penalties: bool = True) -> SplitCost:
     """The cost model's time for one execution of `op` split as `splits` (`producers`: to
-    tell whether a per-tile buffer it reads stays in LX; without it every read is HBM).
+    tell whether a per-tile buffer it reads stays in LX, the other ops split as their plan
+    says; without it every read is HBM). `op` is read at its own core ranges: a planner
+    pricing a replicated trial passes the op so shaped (`Producers.shaped`).
     `penalties`: charge an op the HBM traffic its split causes in its neighbours (the
     writer's write of an input it breaks off LX, a K-split's readers' reads) — what an op
     chosen alone must weigh; a sum over writers and readers (chain moves) counts those in
@@ -342,19 +300,6 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple:
                    a.index) for a, b in zip(accesses, bufs)),
             tuple(lx), producers.reader_splits(op)
             if op.output.buffer in producers.lx_candidates else None)
-
-
-def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> int:
-    """Cores reading each slice of `access` (sim/footprint.py `ArgFootprint.readers`): the
-    splits of the vars it does not use, a gathered coordinate using its index tensor's vars."""
-    used: set[str] = set()
-    for atom in access.index.free_atoms():
-        if isinstance(atom, Var):
-            used.add(atom.name)
-        elif isinstance(atom, Indirect):
-            index = next(a for a in op.index_inputs if a.buffer == atom.tensor)
-            used |= {a.name for a in index.index.free_atoms() if isinstance(a, Var)}
-    return math.prod(k for v, k in splits.items() if v not in used)
 
 
 def compute_floor_us(graph: Graph, cores: int, p: CostParams = DEFAULT_PARAMS) -> float:

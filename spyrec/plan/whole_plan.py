@@ -34,7 +34,8 @@ def whole_plan_us(graph: Graph, plan: Plan) -> tuple[float, Callable[[], float]]
     most of the time); ops alike but for names (a stack's layers: the same `estimate_key`
     and split) are priced once."""
     producers = planned_producers(graph, plan)
-    keys = [(estimate_key(graph, op, producers), plan[op.name].key) for op in graph.ops]
+    keys = [(estimate_key(graph, producers.shape(op), producers), plan[op.name].key)
+            for op in graph.ops]
 
     def total(p: CostParams) -> float:
         return sum(cost.time_us for _, cost in planned_estimates(graph, p, producers, keys))
