@@ -12,6 +12,8 @@ imports another, and nothing here imports a pass, the simulator or codegen (code
   into the IR (`apply_plan`): planners try plans, never the graph.
 - `split_candidates`: the splits an op may take (every valid one, greedy, replicated).
 - `split_estimate`: the cost model's time of one op under one split, counted on the IR.
+- `hbm_bytes`: the compiler's one count of device-memory bytes (the split estimate's per
+  core, tiling's and LX placement's per op and per program).
 - `producers`: who writes and reads each buffer, and the slices a plan gives them (what the
   estimate asks to know whether a buffer stays in LX).
 - `split_choice`: one op's split, the cheapest or nearly so on more cores (also
