@@ -63,9 +63,16 @@ def core_boxes(buf: Buffer, op: Operation, access: Access) -> list[Box] | None:
     touches; None for a gathered access (data-dependent: no fixed slice). Memoized on what
     the boxes depend on: scratchpad_planning, the verifier and codegen ask for the same
     accesses many times, at 32 cores x every device dim each."""
-    splits = tuple(sorted((op.core_splits or {}).items()))
+    return split_boxes(buf, op.core_ranges, tuple(sorted((op.core_splits or {}).items())),
+                       access)
+
+
+def split_boxes(buf: Buffer, core_ranges: tuple[tuple[str, int], ...],
+                splits: tuple[tuple[str, int], ...], access: Access) -> list[Box] | None:
+    """`core_boxes` of an op at `core_ranges` split as `splits` (sorted (dim, slices)
+    pairs): a planner asks of a plan it has not written into the op."""
     boxes = _core_boxes(tuple(buf.host_size), tuple(buf.host_strides), buf.layout,
-                        op.core_ranges, splits, access.index)
+                        core_ranges, splits, access.index)
     return list(boxes) if boxes is not None else None
 
 

@@ -16,11 +16,10 @@ suffice), so a memo filled under one plan answers truly under another.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import REPLICA_VAR, Access
-from spyrec.ir.lx import core_boxes, data_writer, keeps_slices, moves_with_loops
+from spyrec.ir.lx import data_writer, keeps_slices, moves_with_loops, split_boxes
 from spyrec.plan.split_estimate import first_box, index_vars
 from spyrec.plan.split_plan import Plan, Split, plan_of, planned, shaped
 from spyrec.plan.staging import stageable_inputs
@@ -92,7 +91,7 @@ class Producers:
     def writer(self, buffer: str, reader: Operation) -> Operation | None:
         """The op that wrote `buffer` before `reader`, once the plan gives it a split."""
         op = self.writers.get(buffer)
-        return None if op is None or op.name == reader.name or op.name not in self.plan \
+        return None if op is None or op.name == reader.name or self.plan.get(op.name) is None \
             else op
 
     def shape(self, op: Operation) -> Operation:
@@ -133,8 +132,8 @@ class Producers:
         key = (self.facts.shape[buffer], split.core_ranges, split.key, op.output.index)
         got = self.facts.boxes.get(key, self)
         if got is self:
-            buf = self.graph.buffers[buffer]
-            got = self.facts.boxes[key] = core_boxes(buf, self.planned(op), op.output)
+            got = self.facts.boxes[key] = split_boxes(self.graph.buffers[buffer],
+                                                      split.core_ranges, split.key, op.output)
         return got
 
     def same_slices(self, op: Operation, access: Access, splits: dict[str, int]) -> bool | None:
@@ -174,8 +173,8 @@ class Producers:
         boxes = self.boxes(access.buffer)
         if boxes is None:
             return None
-        mine = core_boxes(self.graph.buffers[access.buffer],
-                          replace(op, core_splits=dict(splits)), access)
+        mine = split_boxes(self.graph.buffers[access.buffer], op.core_ranges,
+                           tuple(sorted(splits.items())), access)
         return keeps_slices(mine, boxes)
 
     def readers_keep(self, op: Operation, splits: dict[str, int]) -> bool:
@@ -195,9 +194,10 @@ class Producers:
                     first_box(self.graph, reader, access, theirs.splits, theirs.core_ranges):
                 return False              # the cheap tests first, as `same_slices`
             if mine is None:
-                mine = core_boxes(buf, replace(op, core_splits=dict(splits)), op.output)
-            if mine is None or not keeps_slices(core_boxes(buf, self.planned(reader), access),
-                                                mine):
+                mine = split_boxes(buf, op.core_ranges, tuple(sorted(splits.items())),
+                                   op.output)
+            if mine is None or not keeps_slices(
+                    split_boxes(buf, theirs.core_ranges, theirs.key, access), mine):
                 return False
         return True
 

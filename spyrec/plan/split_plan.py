@@ -19,10 +19,10 @@ chosen plan into the IR once, at the end of `plan/core_splits.py divide_work`.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import REPLICA_VAR
@@ -34,24 +34,20 @@ CoreRanges = tuple[tuple[str, int], ...]
 @dataclass(frozen=True)
 class Split:
     """One op's core split: `items` (dim, slices) in the order the planner built the split
-    (report rows and the IR print it so), over `core_ranges`."""
+    (report rows and the IR print it so), over `core_ranges`. Made by `Split.of`, which
+    also fills the two forms the planner reads most: `key`, the items sorted (what memos
+    compare: two orders of one split divide alike), and `splits`, the split as the IR holds
+    it ({dim: slices}; shared, never to be changed)."""
 
     items: tuple[tuple[str, int], ...]
     core_ranges: CoreRanges
+    key: tuple[tuple[str, int], ...] = field(compare=False, repr=False)
+    splits: dict[str, int] = field(compare=False, repr=False)
 
     @classmethod
     def of(cls, splits: dict[str, int], core_ranges: CoreRanges) -> Split:
-        return cls(tuple(splits.items()), core_ranges)
-
-    @cached_property
-    def splits(self) -> dict[str, int]:
-        """The split as the IR holds it ({dim: slices}); shared, never to be changed."""
-        return dict(self.items)
-
-    @cached_property
-    def key(self) -> tuple[tuple[str, int], ...]:
-        """The items sorted: what memos compare (two orders of one split divide alike)."""
-        return tuple(sorted(self.items))
+        items = tuple(splits.items())
+        return cls(items, core_ranges, tuple(sorted(items)), splits)
 
     @property
     def replicas(self) -> int:
@@ -69,60 +65,36 @@ class Split:
         return Split.of(splits, ranges)
 
 
-# an overlay past this many ops is folded into the base (updates copy only the overlay)
-_OVERLAY_MAX = 64
-
-
-@dataclass(frozen=True, eq=False)
 class Plan(Mapping):
-    """Op name -> `Split`, immutable. `updated` returns a new plan and leaves this one as it
-    is: a trial that does not pay is dropped by keeping the old plan. Stored as a base and a
-    small overlay of recent changes, so that a trial changing a few ops of a long program
-    copies only those."""
+    """Op name -> `Split`, immutable: `updated` returns a new plan and leaves this one as it
+    is, so a trial that does not pay is dropped by keeping the old plan. Not a frozen
+    dataclass for one reason: `get` is its dict's own (planners ask it some 200,000 times a
+    program, more than anything else they do); nothing changes a plan after `__init__`."""
 
-    base: Mapping[str, Split] = field(default_factory=dict)
-    overlay: Mapping[str, Split | None] = field(default_factory=dict)
+    __slots__ = ("_splits", "get")
+
+    def __init__(self, splits: Mapping[str, Split] | None = None):
+        self._splits: dict[str, Split] = dict(splits or {})
+        self.get = self._splits.get
 
     def __getitem__(self, name: str) -> Split:
-        got = self.get(name)
-        if got is None:
-            raise KeyError(name)
-        return got
-
-    def get(self, name: str, default=None):
-        over = self.overlay
-        if name in over:
-            got = over[name]
-            return default if got is None else got
-        return self.base.get(name, default)
+        return self._splits[name]
 
     def __contains__(self, name: object) -> bool:
-        return self.get(name) is not None
+        return name in self._splits
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._merged())
+        return iter(self._splits)
 
     def __len__(self) -> int:
-        return len(self._merged())
+        return len(self._splits)
 
-    def _merged(self) -> dict[str, Split]:
-        merged = dict(self.base)
-        for name, split in self.overlay.items():
-            if split is None:
-                merged.pop(name, None)
-            else:
-                merged[name] = split
-        return merged
+    def updated(self, changes: Mapping[str, Split]) -> Plan:
+        """This plan with `changes`."""
+        return Plan({**self._splits, **changes})
 
-    def updated(self, changes: Mapping[str, Split | None]) -> Plan:
-        """This plan with `changes` (None: the op has no split)."""
-        overlay = {**self.overlay, **changes}
-        if len(overlay) <= _OVERLAY_MAX:
-            return Plan(self.base, overlay)
-        return Plan(Plan(self.base, overlay)._merged(), {})
-
-    def with_split(self, name: str, split: Split | None) -> Plan:
-        return self.updated({name: split})
+    def with_split(self, name: str, split: Split) -> Plan:
+        return Plan({**self._splits, name: split})
 
     def ranges(self, op: Operation) -> CoreRanges:
         """`op`'s core ranges under this plan (those it came with, when it has no split)."""
@@ -142,7 +114,7 @@ class Plan(Mapping):
 
 def plan_of(graph: Graph) -> Plan:
     """The plan a graph holds (after work division, or as an input gives it)."""
-    return Plan({op.name: Split.of(op.core_splits, op.core_ranges)
+    return Plan({op.name: Split.of(dict(op.core_splits), op.core_ranges)
                  for op in graph.ops if op.core_splits is not None})
 
 
@@ -168,7 +140,15 @@ def shaped(op: Operation, core_ranges: CoreRanges) -> Operation:
 
 
 def planned(op: Operation, split: Split | None) -> Operation:
-    """A copy of `op` holding `split` (its split and core ranges; None: no split)."""
+    """A copy of `op` holding `split` (its split and core ranges; None: no split). A
+    shallow copy (the LX rules ask for thousands): only the split and the copies differ,
+    never the iteration ranges, so what the op caches of those stays true."""
+    out = copy.copy(op)
     if split is None:
-        return replace(op, core_splits=None)
-    return replace(op, core_splits=dict(split.items), **replica_fields(split.core_ranges))
+        out.core_splits = None
+        return out
+    fields = replica_fields(split.core_ranges)
+    assert fields["ranges"] == op.ranges, (op.name, split)
+    out.core_splits = dict(split.items)
+    out.replicas, out.replicas_fastest = fields["replicas"], fields["replicas_fastest"]
+    return out

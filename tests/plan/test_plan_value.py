@@ -59,15 +59,16 @@ def test_choosing_a_plan_leaves_the_graph_as_it_came_and_apply_writes_it(tmp_pat
 
 
 def test_an_updated_plan_leaves_the_old_one_as_it_was():
-    a = Split((("c0", 4), ("c1", 8)), (("c0", 64), ("c1", 256)))
-    b = Split((("c1", 32), ("c0", 1)), (("c0", 64), ("c1", 256)))
+    a = Split.of({"c0": 4, "c1": 8}, (("c0", 64), ("c1", 256)))
+    b = Split.of({"c1": 32, "c0": 1}, (("c0", 64), ("c1", 256)))
     one = Plan({"x": a})
     steps = [one]
-    for i in range(100):      # past the overlay's size: folded into the base
+    for i in range(100):
         steps.append(steps[-1].with_split(f"op{i}", b))
-    two = steps[-1].updated({"x": b, "op3": None})
+    two = steps[-1].updated({"x": b, "op3": a})
     assert dict(one) == {"x": a} and len(steps[-1]) == 101 and steps[-1]["x"] == a
-    assert two["x"] == b and "op3" not in two and two.get("op3") is None and len(two) == 100
+    assert two["x"] == b and two["op3"] == a and steps[-1]["op3"] == b and len(two) == 101
+    assert "op100" not in two and two.get("op100") is None and list(two)[:2] == ["x", "op0"]
     assert b.splits == {"c1": 32, "c0": 1} and list(b.splits) == ["c1", "c0"]
     assert b.key == (("c0", 1), ("c1", 32)) and b.cores == 32 and b.replicas == 1
     copied = a.replicated(_op(), 2, fastest=True)
