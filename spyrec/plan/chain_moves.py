@@ -213,7 +213,7 @@ class ChainMoves:
             (self.overlap_moves or after[1] <= before[1] + 1e-9)
         if pays and keep:
             self.kept += 1
-            self.plan = move.plan
+            self.plan = move.plan.done()
             return before[0] - after[0], set(move.old), None
         moved = {name: move.plan.get(name) for name in move.old} if pays else None
         return (before[0] - after[0] if pays else None), set(), moved

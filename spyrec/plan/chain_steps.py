@@ -3,9 +3,10 @@
 A move (`plan/chain_moves.py`) starts at one op (a reader taking its writer's slices, a writer
 taking its reader's, a matmul taking more cores) and spreads: each changed op's readers and its
 inputs' writers that now disagree with it follow it, each op at most once per move. A `Move`
-holds the plan it has made so far (`plan`, a value: the plan it started from is untouched),
-the split each changed op had before it (`old`) and the cost of each neighbour before anything
-moved (`before`), which is what `ChainMoves._try` weighs it by.
+holds the plan it is making (`plan`, a `Draft` of its own: the plan it started from is
+untouched, and `ChainMoves._try` takes the draft as the new plan only if the move pays), the
+split each changed op had before it (`old`) and the cost of each neighbour before anything
+moved (`before`), which is what the move is weighed by.
 """
 
 from __future__ import annotations
@@ -32,11 +33,8 @@ class Move:
         self.moves, self.graph, self.pricing = moves, moves.graph, moves.pricing
         self.old: dict[str, tuple[Operation, Split]] = {}
         self.before: dict[str, tuple[float, float]] = {}
-        self._take(plan)
-
-    def _take(self, plan: Plan) -> None:
-        self.plan = plan
-        self.view = self.moves.producers.at(plan)
+        self.plan = plan.draft()
+        self.view = moves.producers.at(self.plan)
 
     def region(self) -> list[Operation]:
         """Every op whose estimate a change of this move can change: the changed ops, their
@@ -157,10 +155,9 @@ class Move:
         the buffer worth copies: one already in HBM is read from there whatever the split."""
         if reader.name not in self.old:
             return True
-        split = self.old[reader.name][1]
-        view = self.view.at(self.plan.with_split(reader.name, split))
-        return view.same_slices(view.shaped(reader, split.core_ranges), access,
-                                split.splits) is not False
+        split = self.old[reader.name][1]      # (its answer reads not the reader's entry)
+        return self.view.same_slices(self.view.shaped(reader, split.core_ranges), access,
+                                     split.splits) is not False
 
     def _copies_needed(self, writer: Operation, reader: Operation, access) -> int:
         """How many copies of `writer`'s output the reader's split needs (1: none): the
@@ -216,7 +213,7 @@ class Move:
             if o.name not in self.before:
                 self.before[o.name] = self.pricing.cost(self.plan, o)
         self.old[op.name] = (op, self.plan.get(op.name))
-        self._take(self.plan.with_split(op.name, split))
+        self.plan.set(op.name, split)
         return True
 
 

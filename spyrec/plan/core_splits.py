@@ -50,7 +50,7 @@ from spyrec.plan.split_choice import (
     choose, near_best, pick_split, sticks_and_greedy, summary, why_fewer,
 )
 from spyrec.plan.split_estimate import estimate_key, split_estimate
-from spyrec.plan.split_plan import Plan, Split, apply_plan, shaped
+from spyrec.plan.split_plan import Draft, Plan, Split, apply_plan, shaped
 from spyrec.plan.whole_plan import whole_plan_us
 
 # split_padding ranks its paddings by work division's rule (`near_best`, `pick_split`)
@@ -200,11 +200,13 @@ def _divide(graph: Graph, producers: Producers, options: SplitOptions, memo: dic
     are `_finish`'s); `memo`: `choose`'s, shared by the plans with and without K-splits (an
     op that reduces nothing has the same candidates in both). The plan and the rows."""
     # first in program order, assuming an intermediate's readers will keep its slices
-    plan, rows = Plan(), []
+    draft, rows = Draft(), []
+    at = producers.at(draft)
     for op in graph.ops:         # a reader prices its inputs with its writers' splits
-        split, row = _split(graph, op, producers.at(plan), memo, options)
-        plan = plan.with_split(op.name, Split.of(split, op.core_ranges))
+        split, row = _split(graph, op, at, memo, options)
+        draft.set(op.name, Split.of(split, op.core_ranges))
         rows.append((split, row))
+    plan = draft.done()
     if options.strategy == "cost" and options.lx_intermediates:
         plan = _revisit(graph, producers.at(plan), memo, rows, options)
     return plan, rows
@@ -270,19 +272,19 @@ def _revisit(graph: Graph, producers: Producers, memo: dict, rows: list,
     readers of an op whose split that changes. Nothing else can change: knowing the
     readers only makes the other candidates of an op dearer. The plan revisited."""
     changed: set[str] = set()
-    plan = producers.plan
+    draft = producers.plan.draft()
+    at = producers.at(draft)
     for i, op in enumerate(graph.ops):
-        at = producers.at(plan)
         writers = {at.writers[a.buffer].name for a in op.reads() if a.buffer in at.writers}
-        before = plan.splits(op)
+        before = draft.splits(op)
         if at.readers_keep(op, before) and not writers & changed:
             continue
         split, row = _split(graph, op, at, memo, options)
-        plan = plan.with_split(op.name, Split.of(split, op.core_ranges))
+        draft.set(op.name, Split.of(split, op.core_ranges))
         rows[i] = (split, row)
         if split != before:
             changed.add(op.name)
-    return plan
+    return draft.done()
 
 
 def _split(graph: Graph, op: Operation, producers: Producers, memo: dict,

@@ -11,6 +11,7 @@ chosen plan into the IR once, at the end of `plan/core_splits.py divide_work`.
 - `Split`: one op's split (slices per core dim, in the order the planner built them) and the
   core ranges it divides (`Operation.core_ranges`: a replicated op's copies included).
 - `Plan`: an immutable mapping op name -> `Split`; an op it does not hold has no split yet.
+  `Draft`: one planner step's plan while it builds it (changed in place, then a `Plan`).
 - `shaped(op, core_ranges)`: `op` itself, or a copy with those core ranges (its copies), for
   the functions that read an op's core ranges (the split estimate, candidates, spans).
 - `planned(op, split)`: a copy of `op` as the plan has it (split and ranges), for the LX slice
@@ -65,17 +66,16 @@ class Split:
         return Split.of(splits, ranges)
 
 
-class Plan(Mapping):
-    """Op name -> `Split`, immutable: `updated` returns a new plan and leaves this one as it
-    is, so a trial that does not pay is dropped by keeping the old plan. Not a frozen
-    dataclass for one reason: `get` is its dict's own (planners ask it some 200,000 times a
-    program, more than anything else they do); nothing changes a plan after `__init__`."""
+class _Reads(Mapping):
+    """What a planner reads of a plan or a draft: op name -> `Split`, and the op's fields
+    as they hold them. `get` is the dict's own (planners ask it some 200,000 times a
+    program, more than anything else they do), which is why these are not dataclasses."""
 
     __slots__ = ("_splits", "get")
 
-    def __init__(self, splits: Mapping[str, Split] | None = None):
-        self._splits: dict[str, Split] = dict(splits or {})
-        self.get = self._splits.get
+    def __init__(self, splits: dict[str, Split]):
+        self._splits = splits
+        self.get = splits.get
 
     def __getitem__(self, name: str) -> Split:
         return self._splits[name]
@@ -89,11 +89,8 @@ class Plan(Mapping):
     def __len__(self) -> int:
         return len(self._splits)
 
-    def updated(self, changes: Mapping[str, Split]) -> Plan:
-        """This plan with `changes`."""
-        return Plan({**self._splits, **changes})
-
     def with_split(self, name: str, split: Split) -> Plan:
+        """A new plan: these splits, `name`'s changed."""
         return Plan({**self._splits, name: split})
 
     def ranges(self, op: Operation) -> CoreRanges:
@@ -110,6 +107,47 @@ class Plan(Mapping):
         """`op`'s split sorted (`Split.key`), () when it has none: what memos compare."""
         got = self.get(op.name)
         return () if got is None else got.key
+
+
+class Plan(_Reads):
+    """A plan: immutable. `updated` and `with_split` return new plans and leave this one as
+    it is, so a trial that does not pay is dropped by keeping the old plan; nothing changes
+    a plan after it is made."""
+
+    __slots__ = ()
+
+    def __init__(self, splits: Mapping[str, Split] | None = None):
+        super().__init__(dict(splits or {}))
+
+    def updated(self, changes: Mapping[str, Split]) -> Plan:
+        """This plan with `changes`."""
+        return Plan({**self._splits, **changes})
+
+    def draft(self) -> Draft:
+        """A draft starting from this plan (one copy)."""
+        return Draft(self._splits)
+
+
+class Draft(_Reads):
+    """A plan being built by one step of the planner (work division's pass in program
+    order, one chain move): changed in place (`set`) as the step goes, read by that step
+    alone, and handed over as a `Plan` when it ends (`done`, no copy; the draft is then
+    spent). Why not a new plan per change: a step changes ops one by one, and copying a
+    long program's plan for each would make the planner quadratic in its length."""
+
+    __slots__ = ()
+
+    def __init__(self, splits: Mapping[str, Split] | None = None):
+        super().__init__(dict(splits or {}))
+
+    def set(self, name: str, split: Split) -> None:
+        self._splits[name] = split
+
+    def done(self) -> Plan:
+        plan = Plan.__new__(Plan)
+        _Reads.__init__(plan, self._splits)     # the dict adopted, not copied
+        self._splits = self.get = None          # spent
+        return plan
 
 
 def plan_of(graph: Graph) -> Plan:
