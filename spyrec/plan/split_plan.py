@@ -4,9 +4,10 @@ Why a value: work division compares many plans (each op's candidate splits, the 
 re-splits, the plan with K-splits against the one without). It used to try each by writing
 `Operation.core_splits` and replicas into the graph and restoring them by hand, and every cache
 that remembered a writer's slices had to be told (`forget`) after each change. Here a trial is a
-new `Plan` built from the old (`updated`); the old one is still there to go back to, the graph
-is never touched, and every memo is keyed by the values it depends on. `apply_plan` writes the
-chosen plan into the IR once, at the end of `plan/core_splits.py divide_work`.
+new `Plan` built from the old (`updated`, `with_split`, or a `Draft` one step fills and hands
+over); the old one is still there to go back to, the graph is never touched, and every memo is
+keyed by the values it depends on. `apply_plan` writes the chosen plan into the IR once, at the
+end of `plan/core_splits.py divide_work`.
 
 - `Split`: one op's split (slices per core dim, in the order the planner built them) and the
   core ranges it divides (`Operation.core_ranges`: a replicated op's copies included).
