@@ -63,9 +63,16 @@ def core_boxes(buf: Buffer, op: Operation, access: Access) -> list[Box] | None:
     touches; None for a gathered access (data-dependent: no fixed slice). Memoized on what
     the boxes depend on: scratchpad_planning, the verifier and codegen ask for the same
     accesses many times, at 32 cores x every device dim each."""
-    splits = tuple(sorted((op.core_splits or {}).items()))
+    return split_boxes(buf, op.core_ranges, tuple(sorted((op.core_splits or {}).items())),
+                       access)
+
+
+def split_boxes(buf: Buffer, core_ranges: tuple[tuple[str, int], ...],
+                splits: tuple[tuple[str, int], ...], access: Access) -> list[Box] | None:
+    """`core_boxes` of an op at `core_ranges` split as `splits` (sorted (dim, slices)
+    pairs): a planner asks of a plan it has not written into the op."""
     boxes = _core_boxes(tuple(buf.host_size), tuple(buf.host_strides), buf.layout,
-                        op.core_ranges, splits, access.index)
+                        core_ranges, splits, access.index)
     return list(boxes) if boxes is not None else None
 
 
@@ -110,8 +117,9 @@ def replica_fields(core_ranges: tuple[tuple[str, int], ...]) -> dict:
 
 
 def set_core_ranges(op: Operation, core_ranges: tuple[tuple[str, int], ...]) -> None:
-    """Give `op` new core ranges in place (its copies added or dropped; a planner's trial
-    restored), dropping the `var_ranges` cached from old iteration ranges."""
+    """Give `op` new core ranges in place (its copies added or dropped: a chosen plan
+    applied, `plan/split_plan.py apply_plan`, or scratchpad_planning dropping copies),
+    dropping the `var_ranges` cached from old iteration ranges."""
     fields = replica_fields(core_ranges)
     op.replicas, op.replicas_fastest = fields["replicas"], fields["replicas_fastest"]
     if fields["ranges"] != op.ranges:
@@ -124,14 +132,23 @@ def set_replicas(op: Operation, count: int, fastest: bool = False) -> None:
     `replica_ranges` and its split splits the copies over all of them. Core order decides
     which cores hold which copy: a reader's core must find the copy it reads, so the caller
     places the copies where the reader's own unmatched split var sits."""
-    core = replica_ranges(op, count, fastest)
-    splits = {v: k for v, k in (op.core_splits or {}).items() if v != REPLICA_VAR}
-    if count > 1:
-        splits[REPLICA_VAR] = count
-        splits = {v: splits.get(v, 1) for v, _ in core}
+    core, splits = replica_split(op.ranges, op.core_splits or {}, count, fastest)
     set_core_ranges(op, core)
     if op.core_splits is not None:
         op.core_splits = splits
+
+
+def replica_split(ranges: tuple[tuple[str, int], ...], splits: dict[str, int], count: int,
+                  fastest: bool = False) -> tuple[tuple[tuple[str, int], ...], dict[str, int]]:
+    """(core ranges, split) of an op of iteration `ranges` split as `splits` once run on
+    `count` core groups (`set_replicas`, which writes them; a planner trying a plan as a
+    value asks): the copies dim split over all its values, the other dims as they were."""
+    core = with_copies(ranges, count, fastest)
+    out = {v: k for v, k in splits.items() if v != REPLICA_VAR}
+    if count > 1:
+        out[REPLICA_VAR] = count
+        out = {v: out.get(v, 1) for v, _ in core}
+    return core, out
 
 
 def data_writer(writers: list[Operation]) -> Operation:

@@ -1,9 +1,11 @@
 """work_division — split every op's iteration space across the cores.
 
 Reads: op ranges and reduced vars, buffer layouts, `Buffer.per_tile`.  Writes:
-`Operation.core_splits` ({var: slices}, every iteration var present) and a replicated op's
-ranges; a `work_division` report row per op (chosen split and its estimated time beside the
-greedy split's).
+`Operation.core_splits` ({var: slices}, every core dim present) and, for an op chain moves
+replicate (ir/lx.py), `Operation.replicas` and `replicas_fastest`; nothing else, and only
+once: the plan is chosen as a value and then applied (`plan/split_plan.py apply_plan`). A
+`work_division` report row per op (chosen split and its estimated time beside the greedy
+split's).
 Guarantees: the product of splits is at most `cores`; every split divides its range evenly;
 a reduced var is split only by the cost strategy, for ops whose partials combine outside
 loops, never with its output in LX; a split of an arg's stick variable gives each core whole
@@ -13,10 +15,10 @@ estimated within `spread_within` of the cheapest, the one on the most cores wins
 op on fewer cores says why (`fewer_cores`). With symbolic lengths, how many of a split's
 cores run at each length is the length_shares pass's (`plan/length_shares.py`).
 
-A thin driver: the choice is `plan/core_splits.py divide_work` (candidates, the split
-estimate, chain moves, replicas, co-writers), shared with `--tiling auto`, which plans its
-candidates the same way. This module holds the options (`SplitOptions`, the pass's fields) and
-their checks.
+A thin driver: the choice is `plan/core_splits.py divide_work` (`plan_work`: candidates, the
+split estimate, chain moves, replicas, co-writers; then `apply_plan`), shared with
+`--tiling auto`, which plans its candidates the same way. This module holds the options
+(`SplitOptions`, the pass's fields) and their checks.
 """
 
 from __future__ import annotations

@@ -32,9 +32,8 @@ from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import nest_trips
 from spyrec.ir.symbols import SymLength
 from spyrec.plan.split_candidates import stick_vars
-from spyrec.plan.split_estimate import (
-    Producers, estimate_key, offchip_accesses, sized_time_us,
-)
+from spyrec.plan.producers import Producers
+from spyrec.plan.split_estimate import estimate_key, offchip_accesses, sized_time_us
 
 
 @dataclass(frozen=True)
@@ -93,9 +92,9 @@ def _steps(graph: Graph, symbol: SymLength, split: list[SplitVar], producers: Pr
                         if symbol.granularity % d == 0]
     # ops alike (a stack's layers: `estimate_key`) priced once, each with its split vars
     # of this symbol and its HBM accesses at the maximum
-    by_op: dict[int, list[SplitVar]] = {}
+    by_op: dict[str, list[SplitVar]] = {}
     for s in split:
-        by_op.setdefault(id(s.op), []).append(s)
+        by_op.setdefault(s.op.name, []).append(s)
     alike: dict[tuple, list] = {}
     for own in by_op.values():
         op = own[0].op

@@ -60,9 +60,10 @@ from spyrec.ir.ops import DEVICE_OPS
 from spyrec.ir.printer import format_access
 from spyrec.ir.graph import REPLICA_VAR, loop_identity
 from spyrec.ir.lx import (
-    box_bytes, core_boxes, core_slices, keeps_lx_slices, keeps_slices, moves_with_loops,
+    box_bytes, core_boxes, keeps_lx_slices, keeps_slices, moves_with_loops,
     set_replicas, slice_boxes, tile_problem,
 )
+from spyrec.plan.hbm_bytes import op_bytes
 from spyrec.plan.sdsc_dims import why_not_expressible
 from spyrec.plan.split_candidates import split_text
 
@@ -138,14 +139,16 @@ def apply_lx(graph: Graph, placement: LxPlacement) -> None:
             return
 
 
-def lx_slices_problem(graph: Graph, buf: Buffer, uses: list[int] | None = None) -> str | None:
+def lx_slices_problem(graph: Graph, buf: Buffer, uses: list[int] | None = None,
+                      users: list[Operation] | None = None) -> str | None:
     """Why the ops using `buf` (at these op indices, found if not given) do not give each
     core one slice of it (condition (b)), or None; work_division asks while it aligns the
-    splits of a buffer's several writers."""
+    splits of a buffer's several writers. `users`: those ops as a plan would split them
+    (`plan/split_plan.py planned`), when it asks of a plan not yet in the graph."""
     if uses is None:
         uses = [i for i, op in enumerate(graph.ops)
                 if any(a.buffer == buf.name for _, a in op.accesses())]
-    return _slice_bytes(graph, buf, uses)[0]
+    return _slice_bytes(graph, buf, uses, users)[0]
 
 
 def _unreplicate_hbm_writers(graph: Graph, rows: dict[str, dict]) -> list[Operation]:
@@ -249,11 +252,13 @@ def _no_lx_args(graph: Graph, op: Operation) -> str:
     return ""
 
 
-def _slice_bytes(graph: Graph, buf: Buffer,
-                 uses: list[int]) -> tuple[str | None, int, Operation | None]:
+def _slice_bytes(graph: Graph, buf: Buffer, uses: list[int],
+                 users: list[Operation] | None = None
+                 ) -> tuple[str | None, int, Operation | None]:
     """(why it cannot live in LX or None, bytes of each core's slice, the consumer that
-    divides it across cores unlike its writer or None) — condition (b)."""
-    ops = [graph.ops[i] for i in uses]
+    divides it across cores unlike its writer or None) — condition (b). `users`: the ops
+    at `uses` as a plan splits them (`lx_slices_problem`), else the graph's."""
+    ops = [graph.ops[i] for i in uses] if users is None else users
     writers = [op for op in ops if op.output.buffer == buf.name]
     if not writers:
         return "no op writes it", buf.layout.device_bytes, None
@@ -286,22 +291,25 @@ def _slice_bytes(graph: Graph, buf: Buffer,
     return None, size, None
 
 
-def lx_slices_hold(graph: Graph, buf: Buffer, uses: list[int], memo: dict) -> bool:
-    """`lx_slices_problem(graph, buf, uses) is None`, from `memo` when it holds the answer for
-    a buffer and users alike but for names (the layers of a stack): only the reasons quote
-    names, and which access is `buf`'s is kept (`_unnamed_slice_key`)."""
-    key = _unnamed_slice_key(graph, buf, uses)
+def lx_slices_hold(graph: Graph, buf: Buffer, uses: list[int], memo: dict,
+                   users: list[Operation] | None = None) -> bool:
+    """`lx_slices_problem(graph, buf, uses, users) is None`, from `memo` when it holds the
+    answer for a buffer and users alike but for names (the layers of a stack): only the
+    reasons quote names, and which access is `buf`'s is kept (`_unnamed_slice_key`)."""
+    key = _unnamed_slice_key(graph, buf, uses, users)
     holds = memo.get(key)
     if holds is None:
-        holds = memo[key] = _slice_bytes(graph, buf, uses)[0] is None
+        holds = memo[key] = _slice_bytes(graph, buf, uses, users)[0] is None
     return holds
 
 
-def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
+def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int],
+                       users: list[Operation] | None = None) -> tuple:
     """`_slice_key` without names: the buffer's sizes and layout and whether it has an HBM
     address; each op using it with every field `_op_state` keeps but its name, an access
-    named only by whether it is `buf`'s."""
+    named only by whether it is `buf`'s (`users`: as `_slice_bytes`)."""
     name = buf.name
+    ops = (graph.ops[i] for i in uses) if users is None else users
 
     def unnamed(a) -> tuple:
         return a.buffer == name, a.index
@@ -310,7 +318,7 @@ def _unnamed_slice_key(graph: Graph, buf: Buffer, uses: list[int]) -> tuple:
                    op.reduced, tuple(map(unnamed, op.index_inputs)),
                    None if op.core_splits is None else tuple(op.core_splits.items()),
                    op.loops, op.replicas, op.replicas_fastest)
-                  for op in (graph.ops[i] for i in uses)))
+                  for op in ops))
 
 
 def _slice_bytes_memo(graph: Graph, buf: Buffer, uses: list[int], memo: dict | None):
@@ -380,7 +388,7 @@ def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -
     consumer could take its producer's split at no more cost: the producer's split vars are
     the consumer's (same names and ranges), the consumer then gives each core the slices the
     producer wrote, uses at least as many cores, and its other args move no more HBM bytes
-    (whole sticks of every core's box). work_division owns the split; this only says so."""
+    (`plan/hbm_bytes.py op_bytes`). work_division owns the split; this only says so."""
     writer = next(graph.ops[i] for i in uses if graph.ops[i].output.buffer == buf.name)
     readers = sum(1 for i in uses if any(a.buffer == buf.name for a in graph.ops[i].reads()))
     row = {"producer": writer.name, "producer_cores": _split_text(writer),
@@ -399,22 +407,8 @@ def _mismatch(graph: Graph, buf: Buffer, uses: list[int], consumer: Operation) -
            if a.buffer == buf.name):
         return row
     row["consumer_can_take_producer_split"] = \
-        _hbm_box_bytes(graph, moved, buf.name) <= _hbm_box_bytes(graph, consumer, buf.name)
+        op_bytes(graph, moved, buf.name) <= op_bytes(graph, consumer, buf.name)
     return row
-
-
-def _hbm_box_bytes(graph: Graph, op: Operation, skip: str) -> int:
-    """HBM bytes `op` moves for its args other than `skip`: every core's box in whole sticks
-    (a gathered arg counts its whole tensor per core)."""
-    total = 0
-    for _, access in op.accesses():
-        other = graph.buffers[access.buffer]
-        if access.buffer == skip or other.lx_address is not None:
-            continue
-        boxes = core_boxes(other, op, access)
-        total += sum(box_bytes(other, b) for b in boxes) if boxes is not None else \
-            other.layout.device_bytes * len(core_slices(op))
-    return total
 
 
 def _split_text(op: Operation) -> str:

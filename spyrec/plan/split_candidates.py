@@ -170,7 +170,7 @@ def replica_candidates(graph: Graph, op: Operation, copies: int, cores: int
     """(core ranges, split) for every candidate of `op` run as `copies` replicas (1: once),
     its copies placed slowest, then fastest, in core order (which cores hold which copy is
     what a co-writer or reader must match). `op` is left as it is: a caller taking a split
-    takes its core ranges with it (`ir/lx.py set_core_ranges`, `replica_fields`)."""
+    takes its core ranges with it (a `plan/split_plan.py Split` holds both)."""
     for first in (False, True) if copies > 1 else (False,):
         ranges = replica_ranges(op, copies, first)
         shaped = op if ranges == op.core_ranges else replace(op, **replica_fields(ranges))

@@ -3,18 +3,18 @@
 work_division chooses each op's split by estimated time (issue 10 §2), so it needs the cost
 model's numbers before any file exists. Planning knowledge (`plan/`), not a pass: work
 division (`plan/core_splits.py`), chain moves (`plan/chain_moves.py`) and `--tiling auto`
-(`readers_of_access`) use it. The parameters, op cost classes and formulas (compute, memory,
+price planned programs with it. The parameters, op cost classes and formulas (compute, memory,
 ring, broadcast read share) are `spyrec/costmodel.py`'s, as the simulator's estimate
-(`sim/cost.py`) uses them: one source for each; only the byte counting is done here, from the
-IR:
+(`sim/cost.py`) uses them: one source for each; the HBM byte count is `plan/hbm_bytes.py`'s,
+the compiler's one count (LX placement and tiling use it too):
 
 - HBM bytes per core: for every accessed buffer, the sticks of core 0's slice × 128, where the
   sticks are the product of the extents (value ranges over the slice) of the access's device
-  coordinates except the lanes. The bounding box equals the simulator's distinct-stick count
-  for the dense accesses that layouts produce; an operand every core needs whole (a matmul
-  weight under an M split) is therefore counted once per core, which is what the split
-  decides. A gathered coordinate counts one stick per index element the slice reads (the
-  simulator's footprint assumes the same: no repeated indices).
+  coordinates except the lanes (`hbm_bytes.access_sticks`). The bounding box equals the
+  simulator's distinct-stick count for the dense accesses that layouts produce; an operand
+  every core needs whole (a matmul weight under an M split) is therefore counted once per
+  core, which is what the split decides. A gathered coordinate counts one stick per index
+  element the slice reads (the simulator's footprint assumes the same: no repeated indices).
 - Args in LX cost nothing (the cost model: LX is free in time). Before scratchpad_planning runs,
   a per-tile buffer is taken to be in LX when its per-core slice fits the budget and, for a
   read, when this split gives every core the same slice its writer gave it (the condition
@@ -45,20 +45,25 @@ tests/passes/test_work_division_cost.py comparing the two is a real check, not a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from spyrec.costmodel import (
     DEFAULT_PARAMS, MATMUL, CostParams, card_seconds, compute_seconds, cost_class,
     matmul_m_vars, memory_seconds, ring_us,
 )
 from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
-from spyrec.indexing import Indirect, Lin, Ranges, Var, value_range
+from spyrec.indexing import Indirect, Lin, Ranges, Var
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
-from spyrec.ir.graph import REPLICA_VAR, Access, nest_trips
-from spyrec.ir.lx import core_boxes, data_writer, keeps_slices, moves_with_loops
-from spyrec.plan.staging import stageable_inputs
+from spyrec.ir.graph import Access, nest_trips
+from spyrec.plan.hbm_bytes import (
+    access_sticks, coord_leaves, coord_span, core0_slice, readers_of_access,
+)
+
+if TYPE_CHECKING:
+    from spyrec.plan.producers import Producers
 
 
 @dataclass(frozen=True)
@@ -72,31 +77,14 @@ class SplitCost:
     cores: int
 
 
-def core0_slice(op: Operation, splits: dict[str, int]) -> dict[str, int]:
-    """Extent of each iteration var in one core's slice (every core's is the same size)."""
-    return {v: n // splits.get(v, 1) for v, n in op.core_ranges}
-
-
-def access_sticks(graph: Graph, op: Operation, access: Access, extent: dict[str, int]) -> int:
-    """Sticks of `access` that a core with slice extents `extent` (from 0) touches."""
+def first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int],
+              core_ranges: tuple[tuple[str, int], ...] | None = None) -> tuple:
+    """Core 0's box of device coordinates (lanes excluded), as `ir/lx.py core_boxes`, of `op`
+    at `core_ranges` (a plan's: its copies; its own when None)."""
     buf = graph.buffers[access.buffer]
-    coords = stick_info(buf.host_size, buf.host_strides, buf.layout, op.var_ranges,
-                        access.index).coords       # memoized, unlike access_coordinates
-    total = 1
-    for c in coords[:-1]:
-        names, gathers = _leaves(c)
-        if gathers:
-            total *= math.prod(_index_elements(op, g, extent) for g in gathers)
-        elif names:
-            total *= _extent(c, tuple((v, extent[v]) for v in names))
-    return total
-
-
-def first_box(graph: Graph, op: Operation, access: Access, splits: dict[str, int]) -> tuple:
-    """Core 0's box of device coordinates (lanes excluded), as `ir/lx.py core_boxes`."""
-    buf = graph.buffers[access.buffer]
-    return _first_box_of(buf.host_size, buf.host_strides, buf.layout, op.core_ranges, access.index,
-                         tuple(splits.get(v, 1) for v, _ in op.core_ranges))
+    ranges = op.core_ranges if core_ranges is None else core_ranges
+    return _first_box_of(buf.host_size, buf.host_strides, buf.layout, ranges, access.index,
+                         tuple(splits.get(v, 1) for v, _ in ranges))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -105,7 +93,8 @@ def _first_box_of(host_size, host_strides, layout, var_ranges, index, splits) ->
     ranges = Ranges({Var(v): (0, n - 1) for v, n in var_ranges})
     coords = stick_info(host_size, host_strides, layout, ranges, index).coords
     extent = {v: n // k for (v, n), k in zip(var_ranges, splits)}
-    return tuple(_span(c, tuple((v, extent[v]) for v in _leaves(c)[0])) for c in coords[:-1])
+    return tuple(coord_span(c, tuple((v, extent[v]) for v in coord_leaves(c)[0]))
+                 for c in coords[:-1])
 
 
 @lru_cache(maxsize=1 << 14)
@@ -114,196 +103,13 @@ def index_vars(index: Lin) -> frozenset[str]:
     return frozenset(a.name for a in index.free_atoms() if isinstance(a, Var))
 
 
-@lru_cache(maxsize=1 << 16)
-def _leaves(c: Lin) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(var names, gathered tensor names) of one coordinate, sorted."""
-    atoms = c.free_atoms()
-    return (tuple(sorted(a.name for a in atoms if isinstance(a, Var))),
-            tuple(sorted(a.tensor for a in atoms if isinstance(a, Indirect))))
-
-
-def _extent(c: Lin, extent: tuple[tuple[str, int], ...]) -> int:
-    """Values `c` spans when each of its vars runs from 0 below its extent."""
-    lo, hi = _span(c, extent)
-    return hi - lo + 1
-
-
-@lru_cache(maxsize=1 << 16)
-def _span(c: Lin, extent: tuple[tuple[str, int], ...]) -> tuple[int, int]:
-    """(lo, hi) of `c` when each of its vars runs from 0 below its extent (memoized: the
-    candidates of an op share most per-var extents)."""
-    return value_range(c, Ranges({Var(v): (0, n - 1) for v, n in extent}))
-
-
-def _index_elements(op: Operation, tensor: str, extent: dict[str, int]) -> int:
-    """Elements of index tensor `tensor` one core's slice reads (each a different row)."""
-    access = next(a for a in op.index_inputs if a.buffer == tensor)
-    used = {a.name for a in access.index.free_atoms() if isinstance(a, Var)}
-    return math.prod(n for v, n in extent.items() if v in used)
-
-
-class Producers:
-    """Who wrote each buffer, and the per-core slices the writer's split gave it (cached:
-    the candidates of every reader ask again). Built once per work_division run; a writer's
-    split must be chosen before its boxes are asked for (ops are visited in program order)."""
-
-    def __init__(self, graph: Graph, intermediates: bool = False):
-        self.graph = graph
-        self.readers: dict[str, list[tuple[Operation, Access]]] = {}
-        looped: set[str] = set()
-        all_writers: dict[str, list[Operation]] = {}
-        for op in graph.ops:
-            all_writers.setdefault(op.output.buffer, []).append(op)
-            for a in op.reads():
-                if a.buffer not in all_writers or data_writer(all_writers[a.buffer]) is not op:
-                    self.readers.setdefault(a.buffer, []).append((op, a))
-            if op.loops:
-                looped.update(a.buffer for _, a in op.accesses()
-                              if moves_with_loops(op, a.buffer))
-        self.writers: dict[str, Operation] = {name: data_writer(ops)
-                                              for name, ops in all_writers.items()}
-        self._boxes: dict[str, object] = {}
-        self._same: dict[tuple, bool | None] = {}     # `same_slices`, memoized
-        self._items_of: dict[int, tuple[dict, tuple]] = {}     # `_items`
-        self._shape_of: dict[str, int] = {}       # buffer -> its (shape, layout)'s number
-        self._same_by_id: dict[tuple, tuple] = {}     # `same_slices`, by identity
-        self._shapes: dict[tuple, int] = {}
-        # the buffers scratchpad_planning may put in LX: per-tile ones, and with
-        # `intermediates` every intermediate no loop moves over (its `_not_scratch`: looped
-        # ops may read one in place)
-        mutated = set(graph.mutated_buffers) | set(graph.mutated_buffers.values())
-        self.stageable = stageable_inputs(graph)     # `_staged_trips`
-        self.lx_candidates = {
-            name for name, buf in graph.buffers.items()
-            if buf.per_tile or intermediates and buf.role == "intermediate"
-            and name not in graph.inputs and name not in graph.outputs
-            and name not in mutated and name not in looped}
-
-    def writer(self, buffer: str, reader: Operation) -> Operation | None:
-        """The op that wrote `buffer` before `reader`, once its split is known."""
-        op = self.writers.get(buffer)
-        return None if op is None or op is reader or op.core_splits is None else op
-
-    def partial(self, buffer: str, reader: Operation) -> bool:
-        """Did `buffer`'s writer split a reduced var (a K-split)? Its output then holds
-        partial sums added in HBM, so every reader reads it from there."""
-        op = self.writer(buffer, reader)
-        return op is not None and any(k > 1 and v in op.reduced
-                                      for v, k in op.core_splits.items())
-
-    def forget(self, op: Operation) -> None:
-        """`op`'s split changed: its output's cached per-core slices are stale."""
-        self._boxes.pop(op.output.buffer, None)
-
-    def boxes(self, buffer: str):
-        if buffer not in self._boxes:
-            op = self.writers[buffer]
-            self._boxes[buffer] = core_boxes(self.graph.buffers[buffer], op, op.output)
-        return self._boxes[buffer]
-
-    def same_slices(self, op: Operation, access: Access, splits: dict[str, int]) -> bool | None:
-        """Does `splits` give each core of `op` the slice of `access`'s buffer its writer gave
-        that core (scratchpad_planning's condition (b))? None: no writer split or a gather.
-
-        Memoized on everything the answer depends on (the buffer's shape and layout, which
-        this pass does not change, not its name: the layers of a stack share answers; op's
-        ranges and access; the split; the writer's ranges, reduced vars, split and output
-        access): chain moves ask again for every candidate of every op a move reaches, and
-        moves reach the same ops again and again."""
-        writer = self.writer(access.buffer, op)
-        if writer is None:
-            return None
-        # first by identity (the objects held, so no id is reused while its entry lives):
-        # moves ask about the same op, access and split dicts again and again
-        quick = (id(op), id(access), id(splits), id(op.core_ranges), id(writer.core_splits),
-                 id(writer.core_ranges))
-        got = self._same_by_id.get(quick)
-        if got is not None and got[0] is op and got[1] is access and got[2] is splits and \
-                got[3] is op.core_ranges and got[4] is writer.core_splits and \
-                got[5] is writer.core_ranges:
-            return got[6]
-        answer = self._same_slices_keyed(op, access, splits, writer)
-        self._same_by_id[quick] = (op, access, splits, op.core_ranges, writer.core_splits,
-                                   writer.core_ranges, answer)
-        return answer
-
-    def _same_slices_keyed(self, op: Operation, access: Access, splits: dict[str, int],
-                           writer: Operation) -> bool | None:
-        """`same_slices` memoized on values (see there)."""
-        shape = self._shape_of.get(access.buffer)
-        if shape is None:       # what the answer reads of the buffer: not its name
-            buf = self.graph.buffers[access.buffer]
-            shape = self._shape_of[access.buffer] = self._shapes.setdefault(
-                (buf.host_size, buf.layout), len(self._shapes))
-        key = (shape, op.core_ranges, access.index, self._items(splits),
-               writer.core_ranges, writer.reduced, self._items(writer.core_splits),
-               writer.output.index)
-        if key not in self._same:
-            self._same[key] = self._same_slices(op, access, splits)
-        return self._same[key]
-
-    def _items(self, splits: dict[str, int]) -> tuple:
-        """`splits` sorted, remembered per dict (the dict kept alive, so its id is not
-        reused): moves ask `same_slices` about the same few split dicts again and again."""
-        got = self._items_of.get(id(splits))
-        if got is None or got[0] is not splits:
-            got = self._items_of[id(splits)] = (splits, tuple(sorted(splits.items())))
-        return got[1]
-
-    def _same_slices(self, op: Operation, access: Access, splits: dict[str, int]) -> bool | None:
-        """`same_slices` computed (its writer known to have a split)."""
-        if self.partial(access.buffer, op):
-            return False                  # partial sums: every core holds a different part
-        writer = self.writers[access.buffer]
-        used = index_vars(access.index)
-        if writer.replicas == 1 and any(k > 1 and v not in used for v, k in splits.items()):
-            return False                  # other cores' slices, unless replicated for it
-        if first_box(self.graph, op, access, splits) != \
-                first_box(self.graph, writer, writer.output, writer.core_splits):
-            return False                  # the cheap test first: core 0's slice
-        theirs = self.boxes(access.buffer)
-        if theirs is None:
-            return None
-        mine = core_boxes(self.graph.buffers[access.buffer],
-                          replace(op, core_splits=dict(splits)), access)
-        return keeps_slices(mine, theirs)
-
-    def readers_keep(self, op: Operation, splits: dict[str, int]) -> bool:
-        """Does every reader of `op`'s output whose split is already chosen (work_division's
-        later rounds) give each core the slice `splits` gives it? True while none is chosen:
-        the first round assumes the readers will follow."""
-        buf = self.graph.buffers[op.output.buffer]
-        mine = None
-        for reader, access in self.readers.get(buf.name, ()):
-            if reader.core_splits is None:
-                continue
-            used = index_vars(access.index)
-            stray = any(k > 1 and v not in used for v, k in reader.core_splits.items())
-            if stray and splits.get(REPLICA_VAR, 1) == 1 or \
-                    first_box(self.graph, op, op.output, splits) != \
-                    first_box(self.graph, reader, access, reader.core_splits):
-                return False              # the cheap tests first, as `same_slices`
-            if mine is None:
-                mine = core_boxes(buf, replace(op, core_splits=dict(splits)), op.output)
-            if mine is None or not keeps_slices(core_boxes(buf, reader, access), mine):
-                return False
-        return True
-
-    def reader_splits(self, op: Operation) -> tuple:
-        """What `readers_keep` depends on, without names (work_division's memo key)."""
-        return tuple((r.core_ranges, a.index, tuple(sorted((r.core_splits or {}).items())))
-                     for r, a in self.readers.get(op.output.buffer, ()))
-
-    def matches(self, op: Operation, splits: dict[str, int]) -> bool:
-        """Does `splits` keep every producer's slices (the tie-break toward LX)?"""
-        return all(self.same_slices(op, a, splits) is not False for a in op.inputs)
-
-
 def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
              producers: Producers | None = None, p: CostParams = DEFAULT_PARAMS,
              penalties: bool = True) -> SplitCost:
     """The cost model's time for one execution of `op` split as `splits` (`producers`: to
-    tell whether a per-tile buffer it reads stays in LX; without it every read is HBM).
+    tell whether a per-tile buffer it reads stays in LX, the other ops split as their plan
+    says; without it every read is HBM). `op` is read at its own core ranges: a planner
+    pricing a replicated trial passes the op so shaped (`Producers.shaped`).
     `penalties`: charge an op the HBM traffic its split causes in its neighbours (the
     writer's write of an input it breaks off LX, a K-split's readers' reads) — what an op
     chosen alone must weigh; a sum over writers and readers (chain moves) counts those in
@@ -375,9 +181,9 @@ def _moved_at(graph: Graph, op: Operation, offchip: list[tuple[Access, bool]],
 
 def offchip_accesses(graph: Graph, op: Operation, producers: Producers,
                      p: CostParams = DEFAULT_PARAMS) -> list[tuple[Access, bool]]:
-    """The accesses `op`, split as its `core_splits`, makes in HBM ((access, is it a read)
-    each), as `split_estimate` decides them: what `sized_time_us` prices."""
-    splits = op.core_splits
+    """The accesses `op`, split as `producers`' plan splits it, makes in HBM ((access, is it
+    a read) each), as `split_estimate` decides them: what `sized_time_us` prices."""
+    splits = producers.plan.splits(op)
     return _offchip(graph, op, splits, core0_slice(op, splits), _k_split(op, splits),
                     producers, p)[0]
 
@@ -484,9 +290,9 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple:
             lx.append(None)
             continue
         writer = producers.writer(a.buffer, op)
-        lx.append(() if writer is None else (writer.core_ranges, writer.reduced,
-                                            writer.output.index,
-                                            tuple(sorted(writer.core_splits.items()))))
+        theirs = None if writer is None else producers.plan[writer.name]
+        lx.append(() if writer is None else (theirs.core_ranges, writer.reduced,
+                                            writer.output.index, theirs.key))
     return (op.op, op.core_ranges, op.reduced,
             tuple((lp.count, lp.tiled, lp.span) for lp in op.loops),
             tuple(graph.buffers[a.buffer].host_size for a in op.index_inputs),
@@ -494,19 +300,6 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple:
                    a.index) for a, b in zip(accesses, bufs)),
             tuple(lx), producers.reader_splits(op)
             if op.output.buffer in producers.lx_candidates else None)
-
-
-def readers_of_access(op: Operation, access: Access, splits: dict[str, int]) -> int:
-    """Cores reading each slice of `access` (sim/footprint.py `ArgFootprint.readers`): the
-    splits of the vars it does not use, a gathered coordinate using its index tensor's vars."""
-    used: set[str] = set()
-    for atom in access.index.free_atoms():
-        if isinstance(atom, Var):
-            used.add(atom.name)
-        elif isinstance(atom, Indirect):
-            index = next(a for a in op.index_inputs if a.buffer == atom.tensor)
-            used |= {a.name for a in index.index.free_atoms() if isinstance(a, Var)}
-    return math.prod(k for v, k in splits.items() if v not in used)
 
 
 def compute_floor_us(graph: Graph, cores: int, p: CostParams = DEFAULT_PARAMS) -> float:

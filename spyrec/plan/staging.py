@@ -134,10 +134,10 @@ def _stage_tiles(graph: Graph, name: str, reads: list, options: StagingOptions,
     if not looped:      # (before the whole-program tables below: asked per input)
         return None
     spans = outer_loop_spans(graph.ops)
-    position = {id(op): i for i, op in enumerate(graph.ops)}
+    position = {op.name: i for i, op in enumerate(graph.ops)}
     groups: dict[tuple, list] = {}
     for op, a in looped:
-        key = _tile_key(buf, op, a, spans[position[id(op)]])
+        key = _tile_key(buf, op, a, spans[position[op.name]])
         boxes = core_boxes(buf, op, a)      # and by per-core slicing, as `_stage`
         if key is not None and boxes is not None:
             groups.setdefault((*key, tuple(boxes)), []).append((op, a))
@@ -163,7 +163,7 @@ def _stage_tiles(graph: Graph, name: str, reads: list, options: StagingOptions,
     copy = _tile_copy(buf, tile, lo, moves, group[0][0])
     graph.add_buffer(tile)
     copy = _split_giving(graph, copy, tile, want)
-    first = min(position[id(op)] for op, _ in group)
+    first = min(position[op.name] for op, _ in group)
     if copy is None or not _commit(graph, copy, first, group, retiled, options.budget_bytes,
                                    memo):
         del graph.buffers[tile.name]
@@ -178,11 +178,11 @@ def _commit(graph: Graph, copy: Operation, at: int, reads: list,
     placement in `budget` bytes would put that output in LX (else the copy only adds
     traffic: everything is undone but the buffer, which the caller drops)."""
     graph.ops.insert(at, copy)
-    readers = list({id(op): op for op, _ in reads}.values())
+    readers = list({op.name: op for op, _ in reads}.values())
     before = [op.inputs for op in readers]
-    chosen = {(id(op), a) for op, a in reads}
+    chosen = {(op.name, a) for op, a in reads}
     for op in readers:
-        op.inputs = tuple(repoint(op, a) if (id(op), a) in chosen else a
+        op.inputs = tuple(repoint(op, a) if (op.name, a) in chosen else a
                           for a in op.inputs)
     if copy.output.buffer in place_lx(graph, budget, memo=memo).addresses:
         return True
@@ -195,8 +195,8 @@ def _commit(graph: Graph, copy: Operation, at: int, reads: list,
 def _first_position(ops: list[Operation], reads: list) -> int:
     """Index of the first op in `ops` that makes one of `reads` (a scan that stops there,
     not a table of the whole program per staged input)."""
-    ids = {id(op) for op, _ in reads}
-    return next(i for i, op in enumerate(ops) if id(op) in ids)
+    names = {op.name for op, _ in reads}
+    return next(i for i, op in enumerate(ops) if op.name in names)
 
 
 def _loop_span_start(ops: list[Operation], i: int) -> int:

@@ -3,7 +3,7 @@
 counted (not timed: wall time on a shared machine is noise) at three depths of the sample
 decoder, must grow by the same amount per added layer. A pass that scans every buffer or op
 so far for each op grows by more with every layer. work_division's chain moves may reach
-across layers (up to `chain_moves.MAX_OPS_PER_MOVE` ops each), so the steps of a move grow
+across layers (up to `chain_steps.MAX_OPS_PER_MOVE` ops each), so the steps of a move grow
 with depth until that bound; what is counted of them is the candidate scans (`_cheapest`),
 the costly part, which are memoized without names so that the layers of a stack share them:
 re-scanning per move (as before that memo: 1299, 2809, 5040 at these depths) grows by more
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import spyrec.passes.stick_layout.search as search
-import spyrec.plan.chain_moves as chain_moves
-import spyrec.plan.split_estimate as split_estimate
+import spyrec.plan.chain_steps as chain_steps
+import spyrec.plan.producers as producers
 from samples.models import decoder
 from spyrec.compiler import CompileOptions, plan
 from spyrec.frontend import load_program, lower_program
@@ -36,10 +36,10 @@ def _counted(tmp_path, depth: int, monkeypatch) -> dict[str, int]:
             return f(*args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(split_estimate.Producers, "_same_slices",
-                        counting("same_slices", split_estimate.Producers._same_slices))
-    monkeypatch.setattr(chain_moves.ChainMoves, "_cheapest",
-                        counting("chain_scans", chain_moves.ChainMoves._cheapest))
+    monkeypatch.setattr(producers.Producers, "_same_slices",
+                        counting("same_slices", producers.Producers._same_slices))
+    monkeypatch.setattr(chain_steps.Move, "_cheapest",
+                        counting("chain_scans", chain_steps.Move._cheapest))
     module, inputs = decoder(depth, batch=2, seq=64, d=128)
     pt2 = tmp_path / f"decoder{depth}.pt2"
     torch.export.save(torch.export.export(module, inputs), str(pt2))

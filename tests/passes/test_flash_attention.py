@@ -349,7 +349,7 @@ def test_the_compute_floor_bounds_every_candidates_planned_time(tmp_path, capsys
     It is also close (the flash body is compute-bound), which is why it prunes."""
     from spyrec.passes.coarse_tiling.attention import _planned
     from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
-    from spyrec.plan.core_splits import planned_time_us
+    from spyrec.plan.whole_plan import planned_time_us
     from spyrec.plan.split_estimate import compute_floor_us
     from tests.programs import export
 

@@ -64,7 +64,8 @@ def test_writers_split_apart_keep_it_in_hbm(sample, tmp_path, monkeypatch):
     and the report says why."""
     from spyrec.plan import core_splits
 
-    monkeypatch.setattr(core_splits, "_align_cowriters", lambda *args: None)
+    monkeypatch.setattr(core_splits, "align_cowriters",
+                        lambda graph, producers, rows, cores: producers.plan)
     pt2, _, _ = sample
     out = compile_pt2(pt2, tmp_path / "out")
     rows = {r["buffer"]: r for r in

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from spyrec.ir.parser import parse
 from spyrec.plan.split_candidates import candidates, greedy_split, stick_vars
-from spyrec.plan.split_estimate import Producers, split_estimate
+from spyrec.plan.producers import Producers
+from spyrec.plan.split_estimate import split_estimate
 from spyrec.sim import simulate
 from tests.codegen.test_tiled_codegen import compile_text
 from tests.passes.textir import ir
@@ -367,7 +368,8 @@ def test_a_looped_read_is_priced_once_only_where_stage_inputs_stages_it(tmp_path
     """The split estimate charges a looped op's read of an input once over the trips only where
     stage_inputs may stage it: the tiled MLP's down weight (read in place every trip), not
     the embedding table a gather reads at rows the index picks."""
-    from spyrec.plan.split_estimate import _staged_trips, access_sticks, core0_slice
+    from spyrec.plan.hbm_bytes import access_sticks, core0_slice
+    from spyrec.plan.split_estimate import _staged_trips
 
     def trips(graph, producers, op_name, buffer):
         op = next(o for o in graph.ops if o.name == op_name)

@@ -27,7 +27,7 @@ from fnmatch import fnmatchcase
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE, MAX_LOOP_TRIPS, STICK_BYTES
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
-from spyrec.passes.coarse_tiling.auto import hbm_bytes, lacks_room, subgraph_of
+from spyrec.passes.coarse_tiling.auto import lacks_room, subgraph_of
 from spyrec.passes.coarse_tiling.spec import AttentionSpec
 from spyrec.passes.coarse_tiling.flash import rewrite
 from spyrec.passes.coarse_tiling.flash_site import (
@@ -37,10 +37,12 @@ from spyrec.passes.coarse_tiling.flash_masks import runtime_key_limit
 from spyrec.passes.coarse_tiling.symbolic import (
     bind_attention_loops, keys_symbol, site_lengths, symbol_names,
 )
-from spyrec.plan.core_splits import divide_work, planned_time_us
+from spyrec.plan.core_splits import divide_work
+from spyrec.plan.hbm_bytes import hbm_bytes
 from spyrec.plan.lx_placement import apply_lx, place_lx
 from spyrec.plan.split_estimate import compute_floor_us
 from spyrec.plan.staging import stage_inputs
+from spyrec.plan.whole_plan import planned_time_us
 
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
 SYMBOLIC_KEY_TILES = (32, 64)     # also tried under a symbolic length's granularity

@@ -15,17 +15,17 @@ The algorithm (reference/G-tiling-and-lx.md §4.4, simplified):
    a matmul's weight on every trip, also as its runs between matmuls.
 3. **Counts**: divisors (> 1) of the dim's size, smallest first (whole sticks and other rules are
    `resolve`'s and `tile_graph`'s to check: a refused count is skipped, so is one whose tiles
-   are not exactly the untiled access on every trip, a wrapped view's); the search along a run stops at the
-   first count whose per-tile buffers all fit LX (a larger count can only re-read
-   loop-invariant operands more often).
+   are not exactly the untiled access on every trip, a wrapped view's); the search along a
+   run stops at the first count whose per-tile buffers all fit LX (a larger count can only
+   re-read loop-invariant operands more often).
 4. **Price**: the candidate is tiled on a copy of the run (a sub-graph holding only its ops,
    its boundary buffers as inputs and outputs), then planned as the pipeline's
    work_division, stage_inputs and scratchpad_planning passes plan it (the planning
    functions they drive: `plan/core_splits.py divide_work`, `plan/staging.py stage_inputs`,
-   `plan/lx_placement.py place_lx`), and `hbm_bytes` counts the
-   whole sticks each core's slice of every device-memory argument touches, times the
-   executions. The run untiled is priced the same way: a tiling must move fewer bytes than
-   not tiling.
+   `plan/lx_placement.py place_lx`), and `hbm_bytes` (`plan/hbm_bytes.py`: the compiler's
+   one count, the split estimate's too) counts the whole sticks each core's slice of every
+   device-memory argument touches, times the executions. The run untiled is priced the same
+   way: a tiling must move fewer bytes than not tiling.
 5. **Choose**: per run the cheapest count (ties: the smaller count); then runs by saved bytes,
    greedily, skipping runs that overlap a chosen one or that `resolve` refuses together with
    the chosen ones. Identical runs (the layers of a decoder stack) are priced once. Last, the
@@ -39,25 +39,21 @@ and the evaluation uses the default work_division (32 cores) and the LX budget g
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import yaml
 
-from spyrec.costmodel import DEFAULT_PARAMS
 from spyrec.device import MAX_LOOP_TRIPS
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
-from spyrec.ir.graph import nest_trips
-from spyrec.ir.lx import box_bytes, core_boxes, core_slices
 from spyrec.passes.coarse_tiling.config import resolve
 from spyrec.passes.coarse_tiling.dimnames import DimNames, propagate
 from spyrec.passes.coarse_tiling.transform import tile_graph
 from spyrec.plan.core_splits import divide_work
+from spyrec.plan.hbm_bytes import hbm_bytes
 from spyrec.plan.lx_placement import LxPlacement, apply_lx, place_lx
-from spyrec.plan.split_estimate import readers_of_access
 from spyrec.plan.staging import stage_inputs
 
 MAX_COUNTS_TRIED = 8       # counts priced per run before giving up on fitting LX
@@ -338,31 +334,6 @@ def subgraph_of(graph: Graph, member: Callable[[Operation], bool]) -> Graph:
                  {n: v for n, v in graph.constants.items() if n in touched})
 
 
-def hbm_bytes(graph: Graph) -> int:
-    """Device-memory bytes the graph's ops move: per op execution, the whole sticks of every
-    core's box (`ir/lx.py core_boxes`, the boxes LX placement and the verifier use) of every
-    argument outside LX, a slice several cores read charged by the broadcast cohort rule
-    (spyrec/costmodel.py), times the executions of its loops; a gather may read anything, so
-    it is charged its whole tensor per core."""
-    total = 0
-    for op in graph.ops:
-        per_run = 0
-        cores = len(core_slices(op))
-        for role, access in op.accesses():
-            buf = graph.buffers[access.buffer]
-            if buf.lx_address is not None:
-                continue
-            boxes = core_boxes(buf, op, access)
-            moved = buf.layout.device_bytes * cores if boxes is None else \
-                sum(box_bytes(buf, box) for box in boxes)
-            if role != "output":
-                moved *= DEFAULT_PARAMS.read_share(
-                    readers_of_access(op, access, op.core_splits or {}))
-            per_run += moved
-        total += per_run * nest_trips(op.loops)
-    return round(total)
-
-
 # --- choosing and writing ------------------------------------------------------------------
 
 
@@ -444,7 +415,8 @@ def _key(name: str) -> str:
 
 def _yaml(result: AutoResult, graph: Graph, dims: dict, budget: int, source: str) -> str:
     """The chosen config in DESIGN §6 form, with a comment per group (working set, bytes)."""
-    lines = [f"# Tiling chosen by `spyrec compile --tiling auto`{f' for {source}' if source else ''}.",
+    of = f" for {source}" if source else ""
+    lines = [f"# Tiling chosen by `spyrec compile --tiling auto`{of}.",
              "# Check it in, edit it, and pass it back with --tiling FILE: the same file gives",
              "# the same program. Bytes are estimated device-memory (HBM) traffic, whole",
              "# sticks per core (spyrec/passes/coarse_tiling/auto.py); the working set is the",
@@ -474,4 +446,4 @@ def _yaml(result: AutoResult, graph: Graph, dims: dict, budget: int, source: str
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["AutoResult", "Choice", "Price", "choose", "hbm_bytes", "subgraph"]
+__all__ = ["AutoResult", "Choice", "Price", "choose", "subgraph"]
