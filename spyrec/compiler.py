@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from spyrec.beside import Beside
+from spyrec.costmodel import CostParams
 from spyrec.errors import ConfigError, InputFileError
 from spyrec.hostmem import no_automatic_collections
 from spyrec.outdir import PROGRAM_COPY, check_inputs_outside, check_output_dir
 from spyrec.passes.pipeline import (
-    Instrument, IRPrinter, Verifier, build_pipeline, check_dump_dir, describe, read_pipeline_file,
-    run_passes,
+    Instrument, IRPrinter, Verifier, build_pipeline, check_dump_dir, cost_overrides, cost_params,
+    describe, read_pipeline_file, run_passes,
 )
 from spyrec.passes.registry import CompileContext
 from spyrec.yamlfile import read_yaml_file
@@ -118,6 +119,7 @@ class Plan:
     pipeline: list
     pipeline_path: str
     layouts: dict
+    cost: CostParams        # the cost model's parameters, with --set cost.NAME=VALUE
 
 
 def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
@@ -136,12 +138,13 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
     entries, pipeline_path = read_pipeline_file(opts.pipeline)
     pipeline = _with_tiling(build_pipeline(entries, opts.sets, where=pipeline_path),
                             opts.tiling)
+    cost = cost_params(opts.sets)
     _check_dump_name(opts, pipeline)
     if opts.print_ir_after_all is not None:
         check_dump_dir(opts.print_ir_after_all, out_dir)
     layouts = read_layouts(opts.layouts)
     check_model_path(source)
-    return Plan(pipeline, pipeline_path, layouts)
+    return Plan(pipeline, pipeline_path, layouts, cost)
 
 
 def _with_tiling(pipeline: list, tiling: Path | None) -> list:
@@ -263,7 +266,10 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
     check_limits(graph)
     check_layout_names(checked.layouts, graph, opts.layouts)
     timings.append({"name": "lower", "wall_ms": _ms(t0)})
-    ctx = CompileContext(layouts_config=checked.layouts)
+    from spyrec.plan.trials import Planning
+
+    ctx = CompileContext(layouts_config=checked.layouts,
+                         planning=Planning.of(pipeline, checked.cost))
     # weights.bin is written during the later passes; stopped and removed on any failure
     with _EarlyWeights(_constants_steps(pipeline), check_output_dir(out_dir)) as early:
         instruments = _instruments(opts, timings) + [early, _CollectWhenGrown()]
@@ -279,7 +285,8 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
                    "layouts": str(opts.layouts) if opts.layouts else None}
         output = build_outputs(graph, source, describe(pipeline), configs, ctx.report,
                                check=opts.verify_each, self_contained=opts.self_contained,
-                               source_sha256=source_sha256)
+                               source_sha256=source_sha256,
+                               cost_params=cost_overrides(checked.cost))
         timings.append({"name": "codegen", "wall_ms": _ms(t0)})
         t_cost = time.perf_counter()
         with Beside(lambda: estimate_cost(output, out_dir),

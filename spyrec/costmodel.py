@@ -36,6 +36,11 @@ from dataclasses import dataclass
 from spyrec.device import CORES, HBM_BYTES_PER_S
 
 # --- parameters (reference/C-simulator.md §5.9) -----------------------------------------------
+# parameters that add a time (an overhead, a ring's hop): zero means free; every other parameter
+# is a rate, a size or a count and must be positive (`--set cost.NAME=VALUE` checks it)
+ADDED_TIME_PARAMS = ("psum_us_per_elem_hop", "op_overhead_us", "bundle_overhead_us")
+
+
 @dataclass(frozen=True)
 class CostParams:
     """Every parameter of the model, its default with its source and confidence (TS =

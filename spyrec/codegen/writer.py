@@ -182,7 +182,8 @@ class ManifestFile:
 
 def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
                   report: dict, check: bool = True, self_contained: bool = False,
-                  source_sha256: Sha256Job | None = None) -> BuiltOutput:
+                  source_sha256: Sha256Job | None = None,
+                  cost_params: dict | None = None) -> BuiltOutput:
     """Every file of the output directory (pure: no disk writes). `check`: the emitter
     re-derives each core's start address from our coordinates (codegen/superdsc.py)."""
     specs = [op_spec(graph, op) for op in graph.ops]
@@ -206,6 +207,8 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     blob = WeightsBlob.plan(graph)
     manifest_doc = manifest(graph, source, pipeline, configs, sdsc_names,
                             report.get("hbm_bytes", 0), blob, self_contained, source_sha256)
+    if cost_params:     # --set cost.NAME=VALUE: run --report and inspect price with them too
+        manifest_doc["cost_params"] = dict(cost_params)
     files[MANIFEST_FILE] = ManifestFile(manifest_doc, source_sha256)
     if blob.entries:
         files[WEIGHTS_FILE] = blob

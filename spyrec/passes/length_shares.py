@@ -31,4 +31,4 @@ class LengthShares(Pass):
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         if self.enabled and graph.symbols:
-            ctx.report["length_shares"] = choose_length_shares(graph)
+            ctx.report["length_shares"] = choose_length_shares(graph, ctx.planning.params)

@@ -2,7 +2,9 @@
 
 The YAML file and `--set PASS.OPTION=VALUE` go through the same validation against each pass's
 dataclass fields: an unknown pass, option or a value of the wrong type is a `ConfigError` that
-lists the valid names. Then `check_order` proves, from the passes' contracts (registry.py), that
+lists the valid names. `--set cost.NAME=VALUE` sets a parameter of the cost model
+(`spyrec/costmodel.py`) for every planning decision and the report's estimate alike
+(`cost_params`), checked the same way. Then `check_order` proves, from the passes' contracts (registry.py), that
 every pass finds what it reads. All of it runs before the model is loaded.
 """
 
@@ -10,12 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from spyrec.costmodel import ADDED_TIME_PARAMS, DEFAULT_PARAMS, CostParams
+from spyrec.device import CORES
 from spyrec.errors import ConfigError
 from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, PASSES, Pass, get_pass, providers
 from spyrec.userfiles import output_target, write_replacing
@@ -57,6 +62,8 @@ def build_pipeline(entries: list[dict], overrides: list[str] = (),
         configured.append((get_pass(name), entry))
     set_by: dict[tuple[str, str], str] = {}   # (pass, option) -> the --set that gave it
     for text in overrides:
+        if text.startswith(COST_PREFIX):     # the cost model's, not a pass's (`cost_params`)
+            continue
         key, sep, raw = text.partition("=")
         pass_name, dot, option = key.partition(".")
         if not sep or not dot:
@@ -73,6 +80,54 @@ def build_pipeline(entries: list[dict], overrides: list[str] = (),
     pipeline = [_instantiate(cls, opts, where, set_by) for cls, opts in configured]
     check_order(pipeline, where)
     return pipeline
+
+
+COST_PREFIX = "cost."
+
+
+def cost_params(overrides: list[str] = ()) -> CostParams:
+    """The cost model's parameters with every `--set cost.NAME=VALUE` of `overrides` applied:
+    what every planning decision and the report's estimate use (DESIGN §1). Checked like a
+    pass option: an unknown name lists the parameters, a value must be a number of the
+    parameter's type, positive (or zero where the default is zero), `cores` at most the
+    device's."""
+    fields = {f.name: f for f in dataclasses.fields(CostParams)}
+    values: dict[str, int | float] = {}
+    for text in overrides:
+        if not text.startswith(COST_PREFIX):
+            continue
+        key, sep, raw = text.partition("=")
+        name = key[len(COST_PREFIX):]
+        if not sep or name not in fields:
+            raise ConfigError(f"--set {text!r}: the cost model has no parameter {name!r}"
+                              f"{_near(name, fields)}; parameters: {', '.join(fields)}")
+        values[name] = _cost_value(text, name, _set_value(text, raw),
+                                   getattr(DEFAULT_PARAMS, name))
+    return dataclasses.replace(DEFAULT_PARAMS, **values)
+
+
+def _cost_value(text: str, name: str, value, default: int | float) -> int | float:
+    expected = int if isinstance(default, int) else float
+    if isinstance(value, str):      # YAML 1.1 reads 9e9 (no dot, no sign) as a word
+        try:
+            value = float(value) if expected is float else value
+        except ValueError:
+            pass
+    if not _type_ok(value, expected) or not math.isfinite(value):
+        raise ConfigError(f"--set {text!r}: cost.{name} must be a finite "
+                          f"{expected.__name__}, got {value!r}")
+    free = name in ADDED_TIME_PARAMS          # zero: that time costs nothing
+    if value < 0 or (value == 0 and not free) or (name == "cores" and value > CORES):
+        bound = f"between 1 and {CORES}" if name == "cores" else \
+            "at least 0" if free else "above 0"
+        raise ConfigError(f"--set {text!r}: cost.{name} must be {bound}, got {value!r}")
+    return expected(value)
+
+
+def cost_overrides(params: CostParams) -> dict[str, int | float]:
+    """The parameters that differ from the defaults (what the manifest records)."""
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(CostParams)
+            if getattr(params, f.name) != getattr(DEFAULT_PARAMS, f.name)}
 
 
 def _set_value(text: str, raw: str):

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from spyrec.plan.trials import Planning
 
 # The facts a pass can rely on, and how messages describe them.
 FACTS = {
@@ -130,12 +133,22 @@ PASSES: dict[str, PassLoader] = dict([
 ])
 
 
+def _default_planning():
+    from spyrec.plan.trials import Planning     # numpy: not before a pipeline runs
+
+    return Planning()
+
+
 @dataclass
 class CompileContext:
-    """What passes may read besides the graph (configs) and write besides it (report rows)."""
+    """What passes may read besides the graph (configs; `planning`: how the pipeline plans,
+    the configured options of its planning passes and the cost model's parameters, with
+    which every planning decision and every trial prices: `plan/trials.py`) and write
+    besides it (report rows)."""
 
     layouts_config: dict = field(default_factory=dict)
     report: dict = field(default_factory=dict)
+    planning: Planning = field(default_factory=_default_planning)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from spyrec.device import CORES
 from spyrec.indexing import Lin, Var
 from spyrec.ir import Access, Buffer, Graph, Operation
 from spyrec.ir.values import PaddedConstant
+from spyrec.costmodel import CostParams
 from spyrec.passes.registry import CompileContext, Pass, register_pass
 from spyrec.plan.layouts import layout_with_stick
 from spyrec.plan.core_splits import check_split_options, near_best, pick_split
@@ -66,12 +67,13 @@ class SplitPadding(Pass):
             new_ops: list[Operation] = []
             memo: dict = {}         # the layers of a stack share their matmuls' estimates
             for op in graph.ops:
-                new_ops.extend(self._pad(graph, op, rows, memo))
+                new_ops.extend(self._pad(graph, op, rows, memo, ctx.planning.params))
             graph.ops = new_ops
             _drop_unread(graph, {row["weight"] for row in rows})
         ctx.report["split_padding"] = {"count": len(rows), "list": rows}
 
-    def _pad(self, graph: Graph, op: Operation, rows: list, memo: dict) -> list[Operation]:
+    def _pad(self, graph: Graph, op: Operation, rows: list, memo: dict,
+             params: CostParams) -> list[Operation]:
         site = _padding_site(graph, op)
         if site is None:
             return [op]
@@ -84,7 +86,8 @@ class SplitPadding(Pass):
 
         def estimate(n: int) -> _Priced:
             if (key, n) not in memo:
-                memo[key, n] = _estimate(graph, op, n_var, n, self.cores, self.spread_within)
+                memo[key, n] = _estimate(graph, op, n_var, n, self.cores, self.spread_within,
+                                         params)
             return memo[key, n]
         options = {n_real: estimate(n_real)}
         if options[n_real].cores == self.cores:
@@ -163,7 +166,7 @@ def _estimate_key(graph: Graph, op: Operation) -> tuple:
 
 
 def _estimate(graph: Graph, op: Operation, n_var: str, n: int, cores: int,
-              spread_within: float) -> _Priced:
+              spread_within: float, params: CostParams) -> _Priced:
     """The time, the matmul's cores and the splits of the cheapest splits of `op` with N = `n` (plus
     its copy when padded), each op's by work_division's rule; the padded buffers are in
     `graph` only while they are priced."""
@@ -177,7 +180,7 @@ def _estimate(graph: Graph, op: Operation, n_var: str, n: int, cores: int,
     try:
         total, splits, used = 0.0, [], []
         for t in ops:
-            priced = [(split_estimate(graph, t, c), c)
+            priced = [(split_estimate(graph, t, c, p=params), c)
                       for c in candidates(graph, t, stick_vars(graph, t), cores,
                                           k_split=t.op == "batchmatmul")]
             if not priced:        # no split keeps each core within the span limit

@@ -43,4 +43,4 @@ class WorkDivision(SplitOptions, Pass):
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self.check_options()
-        ctx.report["work_division"] = divide_work(graph, self)
+        ctx.report["work_division"] = divide_work(graph, self, params=ctx.planning.params)

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import CORES
 from spyrec.errors import ConfigError, InternalError, UnsupportedProgram
 from spyrec.ir import Graph, Operation
@@ -99,18 +100,19 @@ def check_split_options(pass_name: str, cores: int, spread_within: float) -> Non
 
 
 def divide_work(graph: Graph, options: SplitOptions = SplitOptions(),
-                memo: dict | None = None) -> dict:
+                memo: dict | None = None, params: CostParams = DEFAULT_PARAMS) -> dict:
     """Give every op of `graph` its core split (`plan_work`, then `apply_plan`: the one
     write); the report section (`summary`)."""
-    plan, report = plan_work(graph, options, memo)
+    plan, report = plan_work(graph, options, memo, params)
     apply_plan(graph, plan)
     return report
 
 
 def plan_work(graph: Graph, options: SplitOptions = SplitOptions(),
-              memo: dict | None = None) -> tuple[Plan, dict]:
+              memo: dict | None = None, params: CostParams = DEFAULT_PARAMS
+              ) -> tuple[Plan, dict]:
     """Every op's core split as a `Plan`, `graph` left as it is, and the report section
-    (`summary`). `memo`: estimates to share with other calls (`choose`'s keys hold no names
+    (`summary`), every estimate priced with the cost model's `params`. `memo`: estimates to share with other calls (`choose`'s keys hold no names
     and everything the estimates depend on, so the candidate tilings of one attention site
     share them).
 
@@ -124,9 +126,9 @@ def plan_work(graph: Graph, options: SplitOptions = SplitOptions(),
     refused = [m for m in (span_refusal(graph, op, options.cores) for op in graph.ops) if m]
     if refused:
         raise UnsupportedProgram("\n".join(refused))
-    plan, report = _choose_plan(graph, options, {} if memo is None else memo)
+    plan, report = _choose_plan(graph, options, {} if memo is None else memo, params)
     if options.strategy == "cost":
-        _explain_fewer_cores(graph, plan, report["ops"], options)
+        _explain_fewer_cores(graph, plan, report["ops"], options, params)
     spans = [(op_span(graph, shaped(op, plan.ranges(op)), plan.splits(op))[0], op.name)
              for op in graph.ops]
     report["max_span_bytes"], report["max_span_op"] = max(spans, default=(0, None))
@@ -134,12 +136,12 @@ def plan_work(graph: Graph, options: SplitOptions = SplitOptions(),
 
 
 def _explain_fewer_cores(graph: Graph, plan: Plan, rows: list[dict],
-                         options: SplitOptions) -> None:
+                         options: SplitOptions, params: CostParams) -> None:
     """Say in each row of an op taking 1 us or more on fewer than all the cores why:
     no split uses them all, or the estimate of the best that does (the op alone: chain moves
     and the whole-plan choice weigh its neighbours too). Ops alike but for names (a stack's
     layers) get one answer: it reads only what their `estimate_key` and split hold."""
-    producers = Producers(graph, options.lx_intermediates, plan)
+    producers = Producers(graph, options.lx_intermediates, plan, params=params)
     by_name = {op.name: op for op in graph.ops}
     said: dict[tuple, str] = {}
     for row in rows:
@@ -158,20 +160,21 @@ def _explain_fewer_cores(graph: Graph, plan: Plan, rows: list[dict],
         row["fewer_cores"] = said[key]
 
 
-def _choose_plan(graph: Graph, options: SplitOptions, memo: dict) -> tuple[Plan, dict]:
+def _choose_plan(graph: Graph, options: SplitOptions, memo: dict, params: CostParams
+                 ) -> tuple[Plan, dict]:
     """The plan with K-splits, or without them (`plan_work`), compared as each op chose
     its split; chain moves then improve the one taken (moving chains in both would double
     work division's time). The plan and the report section."""
-    producers = Producers(graph, options.lx_intermediates, Plan())
+    producers = Producers(graph, options.lx_intermediates, Plan(), params=params)
     with_k, rows = _divide(graph, producers, options, memo)
     if not (options.k_split and options.strategy == "cost" and options.lx_intermediates
             and _has_k_split(graph, with_k)):
         return _finish(graph, producers.at(with_k), rows, options)
-    with_k_us, with_k_at_fair_share = whole_plan_us(graph, with_k)
+    with_k_us, with_k_at_fair_share = whole_plan_us(graph, with_k, params)
     with_k_fair = with_k_at_fair_share()
     plain = replace(options, k_split=False)
     plain_plan, rows_plain = _divide(graph, producers, plain, memo)
-    if not _better((with_k_us, with_k_fair), whole_plan_us(graph, plain_plan),
+    if not _better((with_k_us, with_k_fair), whole_plan_us(graph, plain_plan, params),
                    options.spread_within):
         return _finish(graph, producers.at(plain_plan), rows_plain, plain)
     return _finish(graph, producers.at(with_k), rows, options)

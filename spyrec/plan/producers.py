@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 
+from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import REPLICA_VAR, Access
 from spyrec.ir.lx import data_writer, keeps_slices, moves_with_loops, split_boxes
@@ -67,11 +68,13 @@ class Producers:
     LX (`lx_candidates`), and under `plan` the slices each writer gave its buffer. Without a
     plan, the one the graph holds (`plan_of`). `intermediates`: every intermediate no loop
     moves over may live in LX (work division's `lx_intermediates`), else per-tile buffers
-    only (`narrowed`: fewer, `whole_plan.planned_producers`)."""
+    only (`narrowed`: fewer, `whole_plan.planned_producers`). `params`: the cost model's
+    parameters every estimate under these producers prices with (`split_estimate`)."""
 
     def __init__(self, graph: Graph, intermediates: bool = False, plan: Plan | None = None,
-                 facts: _Facts | None = None):
+                 facts: _Facts | None = None, params: CostParams = DEFAULT_PARAMS):
         self.graph = graph
+        self.params = params
         self.facts = facts or _Facts(graph, intermediates)
         self.plan = plan_of(graph) if plan is None else plan
         self.readers, self.writers = self.facts.readers, self.facts.writers
@@ -79,14 +82,14 @@ class Producers:
 
     def at(self, plan: Plan) -> Producers:
         """The same facts, and memos, under another plan."""
-        return Producers(self.graph, plan=plan, facts=self.facts)
+        return Producers(self.graph, plan=plan, facts=self.facts, params=self.params)
 
     def narrowed(self, lx_candidates: set[str]) -> Producers:
         """The same under the same plan, but only `lx_candidates` may live in LX (the
         memos, which do not depend on it, shared)."""
         facts = copy.copy(self.facts)
         facts.lx_candidates = lx_candidates
-        return Producers(self.graph, plan=self.plan, facts=facts)
+        return Producers(self.graph, plan=self.plan, facts=facts, params=self.params)
 
     def writer(self, buffer: str, reader: Operation) -> Operation | None:
         """The op that wrote `buffer` before `reader`, once the plan gives it a split."""

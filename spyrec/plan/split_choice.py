@@ -69,7 +69,7 @@ def _priced_near(graph: Graph, op: Operation, base: SplitCost, splits: list[dict
     cheapest so far by more than `spread_within` (each later one's estimate is at least its
     floor, so it cannot come within `spread_within` of the cheapest). Llama-3.2-1B d16: a
     third of work division's estimates skipped, the choices the same."""
-    floors = [time_floor_us(op, c) for c in splits]
+    floors = [time_floor_us(op, c, producers.params) for c in splits]
     best = base.time_us
     priced: dict[int, SplitCost] = {}
     for i in sorted(range(len(splits)), key=floors.__getitem__):

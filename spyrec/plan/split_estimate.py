@@ -104,8 +104,8 @@ def index_vars(index: Lin) -> frozenset[str]:
 
 
 def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
-             producers: Producers | None = None, p: CostParams = DEFAULT_PARAMS,
-             penalties: bool = True) -> SplitCost:
+                   producers: Producers | None = None, p: CostParams | None = None,
+                   penalties: bool = True) -> SplitCost:
     """The cost model's time for one execution of `op` split as `splits` (`producers`: to
     tell whether a per-tile buffer it reads stays in LX, the other ops split as their plan
     says; without it every read is HBM). `op` is read at its own core ranges: a planner
@@ -113,7 +113,10 @@ def split_estimate(graph: Graph, op: Operation, splits: dict[str, int],
     `penalties`: charge an op the HBM traffic its split causes in its neighbours (the
     writer's write of an input it breaks off LX, a K-split's readers' reads) — what an op
     chosen alone must weigh; a sum over writers and readers (chain moves) counts those in
-    the neighbours' own estimates, so it leaves them out."""
+    the neighbours' own estimates, so it leaves them out. `p`: the cost model's parameters,
+    by default those of `producers` (the planner's: `--set cost.NAME=VALUE`)."""
+    if p is None:
+        p = producers.params if producers is not None else DEFAULT_PARAMS
     extent = core0_slice(op, splits)
     active = math.prod(splits.values())
     k_split = _k_split(op, splits)

@@ -21,25 +21,28 @@ from spyrec.plan.producers import Producers
 from spyrec.plan.split_estimate import SplitCost, estimate_key, split_estimate
 from spyrec.plan.split_plan import Plan, plan_of
 
-# the cost model with each core at its share of the card's bandwidth: how a plan fares if a
-# core's own bandwidth is no more than that (`divide_work` weighs plans under both)
-FAIR_SHARE = replace(DEFAULT_PARAMS,
-                     core_bytes_per_s=DEFAULT_PARAMS.hbm_bytes_per_s / DEFAULT_PARAMS.cores)
+def fair_share(p: CostParams) -> CostParams:
+    """The cost model `p` with each core at its share of the card's bandwidth: how a plan
+    fares if a core's own bandwidth is no more than that (`divide_work` weighs plans under
+    both)."""
+    return replace(p, core_bytes_per_s=p.hbm_bytes_per_s / p.cores)
 
 
-def whole_plan_us(graph: Graph, plan: Plan) -> tuple[float, Callable[[], float]]:
+def whole_plan_us(graph: Graph, plan: Plan, p: CostParams = DEFAULT_PARAMS
+                  ) -> tuple[float, Callable[[], float]]:
     """The plan's time as the ops' estimates sum it once every split is known (one
     execution of each op), and a function giving it at each core's fair share of the card's
-    bandwidth (`FAIR_SHARE`). Both read one `planned_producers` (which buffers can be in LX:
+    bandwidth (`fair_share`). Both read one `planned_producers` (which buffers can be in LX:
     most of the time); ops alike but for names (a stack's layers: the same `estimate_key`
     and split) are priced once."""
-    producers = planned_producers(graph, plan)
+    producers = planned_producers(graph, plan, p)
     keys = [(estimate_key(graph, producers.shape(op), producers), plan[op.name].key)
             for op in graph.ops]
 
-    def total(p: CostParams) -> float:
-        return sum(cost.time_us for _, cost in planned_estimates(graph, p, producers, keys))
-    return total(DEFAULT_PARAMS), lambda: total(FAIR_SHARE)
+    def total(params: CostParams) -> float:
+        return sum(cost.time_us for _, cost in planned_estimates(graph, params, producers,
+                                                                 keys))
+    return total(p), lambda: total(fair_share(p))
 
 
 def planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
@@ -55,7 +58,7 @@ def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS,
     them, the graph's own plan); `keys`: one per op, ops of equal keys (`estimate_key` and
     split) priced once."""
     if producers is None:
-        producers = planned_producers(graph, plan_of(graph))
+        producers = planned_producers(graph, plan_of(graph), p)
     plan = producers.plan
     priced: dict = {}
     out = []
@@ -68,10 +71,10 @@ def planned_estimates(graph: Graph, p: CostParams = DEFAULT_PARAMS,
     return out
 
 
-def planned_producers(graph: Graph, plan: Plan) -> Producers:
-    """The producers of `graph` under a whole `plan`, its LX candidates only the buffers
-    whose users all give each core one slice (`lx_slices_problem`)."""
-    every = Producers(graph, intermediates=True, plan=plan)
+def planned_producers(graph: Graph, plan: Plan, p: CostParams = DEFAULT_PARAMS) -> Producers:
+    """The producers of `graph` under a whole `plan` (pricing with `p`), its LX candidates
+    only the buffers whose users all give each core one slice (`lx_slices_problem`)."""
+    every = Producers(graph, intermediates=True, plan=plan, params=p)
     uses: dict[str, list[int]] = {}
     for i, op in enumerate(graph.ops):
         for name in dict.fromkeys(a.buffer for _, a in op.accesses()):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
+from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import InputFileError
 from spyrec.layout.dtypes import device_dtype_for
@@ -147,8 +148,21 @@ def read_manifest(path: Path, data: dict) -> tuple[Manifest, Weights]:
               for s in data.get("symbols", []) if "min_shares" in s}
     return (Manifest(tuple(data["inputs"]), tuple(data["outputs"]), tensors, kernels,
                      data["hbm_bytes"], mutated, lx_args, hbm_args, symbols, read_from,
-                     shares),
+                     shares, _cost_params(path, data.get("cost_params") or {})),
             _weights(path, data["weights"], tensors))
+
+
+def _cost_params(path: Path, overrides: dict) -> CostParams:
+    """The cost model's parameters the directory was compiled with (`cost_params`: the ones
+    `--set cost.NAME=VALUE` changed), so `run --report` and `inspect` price as compile did."""
+    from dataclasses import fields, replace
+
+    known = {f.name for f in fields(CostParams)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise InputFileError(f"{path}: at $.cost_params: {', '.join(unknown)} is not a "
+                             f"parameter of this spyrec's cost model; re-run spyrec compile")
+    return replace(DEFAULT_PARAMS, **overrides)
 
 
 def _weights(path: Path, section: dict, tensors: dict[str, TensorSpec]) -> Weights:

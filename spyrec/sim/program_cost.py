@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from spyrec.costmodel import CostParams, DEFAULT_PARAMS
+from spyrec.costmodel import CostParams
 from spyrec.sim.cost import estimate
 from spyrec.sim.program import OutputProgram
 
 
-def program_cost(program: OutputProgram, params: CostParams = DEFAULT_PARAMS) -> dict:
-    """The data-independent cost estimate (the `cost` section of report.json)."""
+def program_cost(program: OutputProgram, params: CostParams | None = None) -> dict:
+    """The data-independent cost estimate (the `cost` section of report.json), with the
+    parameters the program was compiled with unless `params` says others."""
+    params = params or program.manifest.cost_params
     bundles = {k.name: Counter() for k in program.manifest.kernels}
     for kernel, ex in program.trace:
         bundles[kernel][ex.file] += 1

@@ -21,7 +21,7 @@ import numpy as np
 
 from spyrec.hostmem import no_automatic_collections
 from spyrec.sim.torch_kernels import TORCH_FROM_BYTES, torch_run, use_torch
-from spyrec.costmodel import CostParams, DEFAULT_PARAMS
+from spyrec.costmodel import CostParams
 from spyrec.sim.program_cost import program_cost
 from spyrec.sim import threads
 from spyrec.sim.prefetch import SMALL_BYTES, Prefetcher
@@ -63,8 +63,9 @@ def _quiet(_: str) -> None:
     pass
 
 
-def cost_for_directory(out_dir: str | Path, params: CostParams = DEFAULT_PARAMS) -> dict:
-    """Cost estimate of an output directory on disk, no inputs needed."""
+def cost_for_directory(out_dir: str | Path, params: CostParams | None = None) -> dict:
+    """Cost estimate of an output directory on disk, no inputs needed (with the parameters it
+    was compiled with unless `params` says others)."""
     return program_cost(load_output_dir(out_dir), params)
 
 

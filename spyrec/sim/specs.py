@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from functools import cached_property
 
+from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.errors import InputFileError
 from spyrec.indexing import Lin, Var, mod, substitute, var
 from spyrec.layout import DeviceLayout
@@ -105,6 +106,8 @@ class Manifest:
     # symbol -> its `min_shares` steps ((up to length, share), ...; absent: none): each busy
     # core of a sized op runs at least the share of the first step reaching the length
     min_shares: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # the cost model's parameters the program was compiled with (manifest `cost_params`)
+    cost_params: CostParams = DEFAULT_PARAMS
 
     def maxima(self) -> dict[str, int]:
         """Every symbolic length at its maximum: what the files are planned for."""

@@ -348,6 +348,7 @@ def test_the_compute_floor_bounds_every_candidates_planned_time(tmp_path, capsys
     is sound only if the floor is never above the planned estimate, for every tile shape.
     It is also close (the flash body is compute-bound), which is why it prunes."""
     from spyrec.passes.coarse_tiling.attention import _planned
+    from spyrec.plan.trials import Planning
     from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
     from spyrec.plan.whole_plan import planned_time_us
     from spyrec.plan.split_estimate import compute_floor_us
@@ -360,7 +361,7 @@ def test_the_compute_floor_bounds_every_candidates_planned_time(tmp_path, capsys
     ratios = []
     for tiles in [FlashTiles(1024, 128, 4), FlashTiles(256, 256, 2), FlashTiles(128, 512, 1),
                   FlashTiles(64, 64, 4)]:
-        planned = _planned(graph, site, tiles, check=False)
+        planned = _planned(graph, site, tiles, Planning(), check=False)
         floor, time = compute_floor_us(planned, 32), planned_time_us(planned)
         assert 0 < floor <= time, tiles
         ratios.append(floor / time)

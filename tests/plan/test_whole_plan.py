@@ -12,15 +12,15 @@ def test_whole_plan_totals_equal_every_ops_sum_from_fewer_estimates(tmp_path, mo
     seen = []
     real_whole = whole_plan.whole_plan_us
 
-    def checked(graph, plan):
+    def checked(graph, plan, params):
         with counting_calls(whole_plan, "split_estimate") as calls:
-            got, fair = real_whole(graph, plan)
+            got, fair = real_whole(graph, plan, params)
         priced = calls[0]
         producers = whole_plan.planned_producers(graph, plan)
         every = sum(cost.time_us for _, cost in whole_plan.planned_estimates(
             graph, producers=producers))
         fair_every = sum(cost.time_us for _, cost in whole_plan.planned_estimates(
-            graph, whole_plan.FAIR_SHARE, producers))
+            graph, whole_plan.fair_share(params), producers))
         assert got == every and fair() == fair_every
         seen.append((len(graph.ops), priced))
         return got, fair
@@ -41,9 +41,9 @@ def test_planned_producers_lx_candidates_equal_each_buffer_asked_alone(tmp_path,
     seen = []
     real_producers = whole_plan.planned_producers
 
-    def checked(graph, plan):
+    def checked(graph, plan, params):
         with counting_calls(lx_placement, "_slice_bytes") as calls:
-            got = real_producers(graph, plan)
+            got = real_producers(graph, plan, params)
         asked = calls[0]
         every = Producers(graph, intermediates=True, plan=plan)
         want = {name for name in every.lx_candidates if lx_placement.lx_slices_problem(

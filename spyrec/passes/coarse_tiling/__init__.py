@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from spyrec.device import LX_USABLE_BYTES_PER_CORE
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph
 from spyrec.passes.registry import CompileContext, Pass, register_pass
@@ -111,7 +110,8 @@ class CoarseTiling(Pass):
             from spyrec.passes.coarse_tiling.config import read_tiling_file
 
             given += check_shape(read_tiling_file(Path(self.config)), self.config).attention
-        rows = tile_attention(graph, self.attention, given, sized=self.symbolic == "sized")
+        rows = tile_attention(graph, self.attention, given, ctx.planning,
+                              sized=self.symbolic == "sized")
         if rows:
             ctx.report["attention"] = rows
 
@@ -125,7 +125,8 @@ class CoarseTiling(Pass):
                 f"coarse_tiling: the program has symbolic lengths "
                 f"({', '.join(graph.symbols)}), which spyrec tiles itself; --tiling, "
                 f"mode auto and unroll are not supported with them yet: drop them")
-        groups = tile_symbolic(graph, sized=self.symbolic == "sized")
+        groups = tile_symbolic(graph, sized=self.symbolic == "sized",
+                               params=ctx.planning.params)
         ctx.report["tiling"] = {"config": "symbolic lengths", "unrolled": False,
                                 "unrolled_ops_added": 0, "groups": groups}
 
@@ -135,7 +136,7 @@ class CoarseTiling(Pass):
         from spyrec.passes.coarse_tiling.config import resolve
         from spyrec.passes.coarse_tiling.transform import tile_graph, unroll
 
-        choice = choose(graph, LX_USABLE_BYTES_PER_CORE)
+        choice = choose(graph, ctx.planning)
         groups = tile_graph(graph, resolve(graph, choice.config, WHERE)) if choice.config \
             else []
         added = unroll(graph) if self.unroll and groups else 0

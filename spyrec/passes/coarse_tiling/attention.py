@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
-from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE, MAX_LOOP_TRIPS, STICK_BYTES
+from spyrec.device import CORES, MAX_LOOP_TRIPS, STICK_BYTES
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
 from spyrec.passes.coarse_tiling.auto import lacks_room, subgraph_of
@@ -37,11 +37,10 @@ from spyrec.passes.coarse_tiling.flash_masks import runtime_key_limit
 from spyrec.passes.coarse_tiling.symbolic import (
     bind_attention_loops, keys_symbol, site_lengths, symbol_names,
 )
-from spyrec.plan.core_splits import divide_work
 from spyrec.plan.hbm_bytes import hbm_bytes
-from spyrec.plan.lx_placement import apply_lx, place_lx
+from spyrec.plan.lx_placement import apply_lx
 from spyrec.plan.split_estimate import compute_floor_us
-from spyrec.plan.staging import stage_inputs
+from spyrec.plan.trials import Planning, place_trial, plan_trial
 from spyrec.plan.whole_plan import planned_time_us
 
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
@@ -83,12 +82,15 @@ OUTPRICED = Priced(None, math.inf)
 
 
 def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
-                   budget: int = LX_USABLE_BYTES_PER_CORE, sized: bool = False) -> list[dict]:
+                   planning: Planning = Planning(), sized: bool = False) -> list[dict]:
     """Rewrite every site `mode` ("auto" or "always") selects, with the tiles of the first
     `given` entry matching its node (a tile it leaves 0 is chosen); one report row per
-    site. `sized`: a symbolic number of queries may be one tile of every query, whose ops
-    the symbolic pass then sizes by the length (`query_tile_allowed`)."""
+    site. Candidates are planned as the pipeline plans (`planning`: its configured options,
+    its LX budget, the cost model's parameters). `sized`: a symbolic number of queries may
+    be one tile of every query, whose ops the symbolic pass then sizes by the length
+    (`query_tile_allowed`)."""
     rows, memo = [], {}
+    budget = planning.lx_budget
     sites = find_sites(graph)
     if unshare_masks(graph, sites):
         sites = find_sites(graph)
@@ -113,7 +115,7 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
         if spec is not None and spec.query_tile and spec.key_tile:
             choice = Priced(given_tiles(site, spec.query_tile, spec.key_tile, spec.head_tile),
                             math.nan)
-            check_fits(graph, site, choice.tiles, budget)
+            check_fits(graph, site, choice.tiles, budget, planning)
         else:
             if site_mode == "auto" and spec is None and _scores_bytes(graph, site) <= budget:
                 continue
@@ -124,9 +126,11 @@ def tile_attention(graph: Graph, mode: str, given: list[AttentionSpec] = (),
             key = (_signature(graph, site), fixed, site.query_granule, site.key_granule)
             if key not in memo:
                 site_mode = "always" if spec else site_mode
-                memo[key] = _choose(graph, site, site_mode, budget, fixed)
-                if not _fits_in_program(graph, memo[key], site, sites[n + 1:], budget):
-                    memo[key] = _choose(graph, site, site_mode, budget // LX_SHARE, fixed)
+                memo[key] = _choose(graph, site, site_mode, budget, fixed, planning)
+                if not _fits_in_program(graph, memo[key], site, sites[n + 1:], budget,
+                                        planning):
+                    memo[key] = _choose(graph, site, site_mode, budget // LX_SHARE, fixed,
+                                        planning)
             choice = memo[key]
             if choice.tiles is None:
                 continue
@@ -220,7 +224,8 @@ def _signature(graph: Graph, site: AttentionSite) -> tuple:
 
 
 def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
-            fixed: tuple[int, int, int] = (0, 0, 0)) -> Priced:
+            fixed: tuple[int, int, int] = (0, 0, 0), planning: Planning = Planning()
+            ) -> Priced:
     """The cheapest flash form of `site` (ties: the larger tiles, which re-read K and V
     fewer times), or `Priced(None, …)` when none fits LX or (mode auto) the site
     materialized is cheaper. For each head tile (all heads first), query tiles are tried
@@ -242,7 +247,7 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                     continue
                 beat = math.inf if best is None else best.time_us * (1 + NEAR)
                 priced = None if _lx_floor(site, tiles) > budget else \
-                    _price(graph, site, tiles, budget, beat, memo)
+                    _price(graph, site, tiles, budget, planning, beat, memo)
                 if priced is None:
                     too_big.append(tiles)
                     continue
@@ -269,7 +274,8 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
                                                  key=lambda p: p.time_us)))
     if mode == "auto":
         try:
-            plain = _price(graph, site, None, budget // MATERIALIZED_LX_SHARE, memo=memo)
+            plain = _price(graph, site, None, budget // MATERIALIZED_LX_SHARE, planning,
+                           memo=memo)
         except UnsupportedProgram:
             plain = None                 # materialized, no split fits the per-core span
         if plain is not None and plain.time_us <= best.time_us:
@@ -278,7 +284,7 @@ def _choose(graph: Graph, site: AttentionSite, mode: str, budget: int,
 
 
 def _fits_in_program(graph: Graph, choice: Priced, site: AttentionSite,
-                     later: list[AttentionSite], budget: int) -> bool:
+                     later: list[AttentionSite], budget: int, planning: Planning) -> bool:
     """Whether `choice` for `site`, priced alone, keeps its per-tile buffers in LX in the
     program: trivially when its LX floor is within `budget // LX_SHARE` (the rest of LX is
     left to the values live around it); else a copy of the program with `site` and every
@@ -296,12 +302,11 @@ def _fits_in_program(graph: Graph, choice: Priced, site: AttentionSite,
     try:
         for n, site in enumerate(sites):
             rewrite(trial, site, choice.tiles, f"fit{n}", check=False)
-        divide_work(trial)
-        stage_inputs(trial)
+        plan_trial(trial, planning)
     except (ConfigError, UnsupportedProgram):
         return True
     ours = {name for name in set(trial.buffers) - before if trial.buffers[name].per_tile}
-    placement = place_lx(trial, budget)
+    placement = place_trial(trial, planning, budget)
     return not any(not row["placed"] and lacks_room(row, budget)
                    for name, row in placement.rows.items() if name in ours)
 
@@ -389,29 +394,32 @@ def _key_tiles(site: AttentionSite) -> list[int]:
 
 
 def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
-           budget: int, beat: float = math.inf, memo: dict | None = None) -> Priced | None:
+           budget: int, planning: Planning, beat: float = math.inf,
+           memo: dict | None = None) -> Priced | None:
     """The site alone, rewritten with `tiles` (None: as it is), planned and priced; None when
     a per-tile buffer does not fit LX; `OUTPRICED` when even its compute spread perfectly
     over the cores (`compute_floor_us`) takes longer than `beat` (planning it, most of a
     candidate's price, is then skipped: it can neither win nor tie)."""
-    planned = _planned(graph, site, tiles, check=False, beat=beat, memo=memo)
+    planned = _planned(graph, site, tiles, planning, check=False, beat=beat, memo=memo)
     if planned is None or planned is OUTPRICED:
         return planned                       # None: tiles that do not move by whole sticks
-    placement = place_lx(planned, budget)
+    placement = place_trial(planned, planning, budget)
     if _spilled(planned, placement, budget, every=tiles is None):
         return None
     apply_lx(planned, placement)
-    return Priced(tiles, planned_time_us(planned), hbm_bytes=hbm_bytes(planned))
+    return Priced(tiles, planned_time_us(planned, planning.params),
+                  hbm_bytes=hbm_bytes(planned, planning.params))
 
 
-def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int) -> None:
+def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int,
+               planning: Planning = Planning()) -> None:
     """Given tiles whose per-tile buffers cannot all be in LX are refused, with the bytes
     per core they need (a per-tile buffer left in HBM would be re-read every trip)."""
-    planned = _planned(graph, site, tiles, check=True)
-    placement = place_lx(planned, budget)
+    planned = _planned(graph, site, tiles, planning, check=True)
+    placement = place_trial(planned, planning, budget)
     if not _spilled(planned, placement, budget):
         return
-    need = place_lx(planned, 1 << 40).peak
+    need = place_trial(planned, planning, 1 << 40).peak
     raise ConfigError(f"attention tiles of {tiles.queries} queries x {tiles.keys} keys x "
                       f"{tiles.heads or site.heads} heads of {site.named} need {need:,} bytes "
                       f"of LX per core for their per-tile buffers, over the {budget:,} a core "
@@ -419,11 +427,11 @@ def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int
 
 
 def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
-             check: bool, beat: float = math.inf,
+             planning: Planning, check: bool, beat: float = math.inf,
              memo: dict | None = None) -> Graph | Priced | None:
     """A copy of the site alone, rewritten with `tiles` (None: as it is) and planned as the
-    pipeline plans it (work division sharing `memo`, staging); None when `tiles` fail their
-    proof, `OUTPRICED` when its compute floor is over `beat`."""
+    pipeline plans it (`plan_trial`: work division sharing `memo`, staging); None when
+    `tiles` fail their proof, `OUTPRICED` when its compute floor is over `beat`."""
     names = set(site.ops)
     sub = subgraph_of(graph, lambda op: op.name in names)
     if tiles is not None:
@@ -433,10 +441,9 @@ def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
             if check:
                 raise
             return None
-    if compute_floor_us(sub, CORES) > beat:
+    if compute_floor_us(sub, planning.split.cores, planning.params) > beat:
         return OUTPRICED
-    divide_work(sub, memo=memo)
-    stage_inputs(sub)
+    plan_trial(sub, planning, memo)
     return sub
 
 

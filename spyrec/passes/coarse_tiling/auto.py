@@ -51,10 +51,9 @@ from spyrec.ir import Graph, Operation
 from spyrec.passes.coarse_tiling.config import resolve
 from spyrec.passes.coarse_tiling.dimnames import DimNames, propagate
 from spyrec.passes.coarse_tiling.transform import tile_graph
-from spyrec.plan.core_splits import divide_work
 from spyrec.plan.hbm_bytes import hbm_bytes
-from spyrec.plan.lx_placement import LxPlacement, apply_lx, place_lx
-from spyrec.plan.staging import stage_inputs
+from spyrec.plan.lx_placement import LxPlacement, apply_lx
+from spyrec.plan.trials import Planning, place_trial, plan_trial
 
 MAX_COUNTS_TRIED = 8       # counts priced per run before giving up on fitting LX
 WHERE = "tiling.yaml (auto)"
@@ -104,8 +103,9 @@ class AutoResult:
                 "candidates_priced": self.candidates, "runs": self.runs}
 
 
-def choose(graph: Graph, budget_bytes: int, source: str = "") -> AutoResult:
-    """The tiling config `--tiling auto` applies to `graph` (after matmul_padding)."""
+def choose(graph: Graph, planning: Planning = Planning(), source: str = "") -> AutoResult:
+    """The tiling config `--tiling auto` applies to `graph` (after matmul_padding), each
+    candidate planned as the pipeline plans (`planning`: its options, its LX budget)."""
     seeds = _seeds(graph)
     memo: dict[tuple, tuple[Choice | None, int]] = {}
     offers: list[tuple[str, int, Choice]] = []
@@ -117,16 +117,16 @@ def choose(graph: Graph, budget_bytes: int, source: str = "") -> AutoResult:
         for nodes in _runs(graph, names, name):
             key = (name, _signature(graph, nodes, names, name))
             if key not in memo:
-                memo[key] = _best(graph, names, name, size, nodes, budget_bytes)
+                memo[key] = _best(graph, names, name, size, nodes, planning)
                 priced += memo[key][1]
             best = memo[key][0]
             if best is not None:
                 offers.append((buf_name, dim, replace(best, nodes=nodes)))
     chosen, dims = _select(graph, offers)
-    chosen = _whole_program_check(graph, dims, chosen, budget_bytes)
+    chosen = _whole_program_check(graph, dims, chosen, planning)
     config = _config(graph, dims, chosen) if chosen else None
     result = AutoResult(config, "", chosen, priced, len(memo))
-    result.yaml_text = _yaml(result, graph, dims, budget_bytes, source)
+    result.yaml_text = _yaml(result, graph, dims, planning.lx_budget, source)
     return result
 
 
@@ -243,16 +243,16 @@ def _signature(graph: Graph, nodes: tuple[str, ...], names: DimNames, name: str)
 
 
 def _best(graph: Graph, names: DimNames, name: str, size: int, nodes: tuple[str, ...],
-          budget: int) -> tuple[Choice | None, int]:
+          planning: Planning) -> tuple[Choice | None, int]:
     """The cheapest count for the run (None if no count beats the run untiled), and how many
     candidates were priced."""
-    base = _price(graph, names, name, nodes, None, budget)
+    base = _price(graph, names, name, nodes, None, planning)
     best: Choice | None = None
     tried = 0
     for count in _divisors(size):
         if tried >= MAX_COUNTS_TRIED:
             break
-        price = _price(graph, names, name, nodes, count, budget)
+        price = _price(graph, names, name, nodes, count, planning)
         if price is None:
             continue
         tried += 1
@@ -271,37 +271,36 @@ def _divisors(n: int) -> list[int]:
 
 
 def _price(graph: Graph, names: DimNames, name: str, nodes: tuple[str, ...],
-           count: int | None, budget: int) -> Price | None:
+           count: int | None, planning: Planning) -> Price | None:
     """Tile the run (or not, `count` None) on a sub-graph, plan it (`_planned`) and count its
     device-memory bytes; None when `resolve` refuses it."""
     def config(sub: Graph) -> dict:          # the run's boundary inputs carry the dim
         dims = {b: [name if n == name else "_" for n in names.buffers[b]]
                 for b in sub.inputs if name in names.buffers[b]}
         return {"dims": dims, "groups": [{"ops": list(nodes), "loops": [{name: count}]}]}
-    planned = _planned(graph, set(nodes), None if count is None else config, budget)
+    planned = _planned(graph, set(nodes), None if count is None else config, planning)
     if planned is None:
         return None
     sub, placement = planned
     rows = list(placement.rows.values())
-    spilled = sum(1 for r in rows if not r["placed"] and lacks_room(r, budget))
-    return Price(hbm_bytes(sub), placement.peak, len(rows),
+    spilled = sum(1 for r in rows if not r["placed"] and lacks_room(r, planning.lx_budget))
+    return Price(hbm_bytes(sub, planning.params), placement.peak, len(rows),
                  sum(1 for r in rows if r["placed"]), spilled)
 
 
 def _planned(graph: Graph, nodes: set[str], config: Callable[[Graph], dict] | None,
-             budget: int) -> tuple[Graph, LxPlacement] | None:
+             planning: Planning) -> tuple[Graph, LxPlacement] | None:
     """The ops of `nodes` on a sub-graph, tiled by `config(sub)` (None: untiled), planned as
-    the pipeline's passes plan them, with their default options: work division, staging,
-    LX placement (in `budget`). None when `resolve` refuses the config."""
+    the pipeline's passes plan them, with their configured options (`plan/trials.py`): work
+    division, staging, LX placement. None when `resolve` refuses the config."""
     sub = subgraph(graph, nodes)
     if config is not None:
         try:
             tile_graph(sub, resolve(sub, config(sub), WHERE))
         except ConfigError:
             return None
-    divide_work(sub)
-    stage_inputs(sub)
-    placement = place_lx(sub, budget)
+    plan_trial(sub, planning)
+    placement = place_trial(sub, planning)
     apply_lx(sub, placement)
     return sub, placement
 
@@ -364,30 +363,30 @@ def _select(graph: Graph, offers: list[tuple[str, int, Choice]]) -> tuple[list[C
 
 
 def _whole_program_check(graph: Graph, dims: dict, chosen: list[Choice],
-                         budget: int) -> list[Choice]:
+                         planning: Planning) -> list[Choice]:
     """Drop the groups that save least until the whole program, tiled, moves fewer bytes
     than untiled. A run is priced alone, so what tiling does at its edges is unseen there: an
     intermediate that fed the run from LX goes to device memory once the run reads it tile by
     tile, and the untiled program may split a reduction (a K-split) a loop does not allow."""
-    untiled = _whole_price(graph, None, budget)
+    untiled = _whole_price(graph, None, planning)
     chosen = sorted(chosen, key=lambda c: -c.saved_bytes)
     while chosen:
         config = _config(graph, {b: {d: n for d, n in named.items()
                                      if any(c.dim == n for c in chosen)}
                                  for b, named in dims.items()}, chosen)
-        tiled = _whole_price(graph, config, budget)
+        tiled = _whole_price(graph, config, planning)
         if tiled is not None and tiled < untiled:
             break
         chosen = chosen[:-1]
     return chosen
 
 
-def _whole_price(graph: Graph, config: dict | None, budget: int) -> int | None:
+def _whole_price(graph: Graph, config: dict | None, planning: Planning) -> int | None:
     """Device-memory bytes of the whole program tiled by `config` (None: untiled); None when
     `resolve` refuses the config."""
     planned = _planned(graph, {op.node for op in graph.ops},
-                       None if config is None else lambda sub: config, budget)
-    return None if planned is None else hbm_bytes(planned[0])
+                       None if config is None else lambda sub: config, planning)
+    return None if planned is None else hbm_bytes(planned[0], planning.params)
 
 
 def _resolves(graph: Graph, dims: dict, chosen: list[Choice]) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import MAX_LOOP_TRIPS
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph, LoopBound, Operation, SymLength, ValueSource
@@ -36,7 +37,8 @@ from spyrec.passes.coarse_tiling.dimnames import DimNames, describe_op, propagat
 WHERE = "symbolic lengths"
 
 
-def tile_symbolic(graph: Graph, sized: bool = False) -> list[dict]:
+def tile_symbolic(graph: Graph, sized: bool = False,
+                  params: CostParams = DEFAULT_PARAMS) -> list[dict]:
     """Put every op carrying a symbolic dim into a bound loop over it, or (`sized`) make it
     run the whole length itself (`Operation.lengths`; a sum over the length then sums the
     length's values) (one report row per group); UnsupportedProgram naming the op when the
@@ -50,7 +52,7 @@ def tile_symbolic(graph: Graph, sized: bool = False) -> list[dict]:
         groups = []
         _size_looped(graph, named)
         _size_writers(graph)
-        _set_min_shares(graph)
+        _set_min_shares(graph, params)
     else:
         rows = []
     for group in groups:
@@ -153,7 +155,7 @@ def _size_looped(graph: Graph, named: DimNames) -> None:
             graph.ops[i] = replace(op, lengths=lengths)
 
 
-def _set_min_shares(graph: Graph) -> None:
+def _set_min_shares(graph: Graph, params: CostParams) -> None:
     """Each symbol that sizes ops gets the minimum share work division plans its splits
     with (`SymLength.min_shares`, one step to the maximum): about its minimum over the
     broadcast cohort (costmodel: 8 cores reading one slice cost one read), a divisor of the
@@ -161,12 +163,10 @@ def _set_min_shares(graph: Graph) -> None:
     over every core runs on about 8 of them and a weight each reads whole is read once, not
     once per 8 busy cores. The length_shares pass then chooses the share of each length by
     the cost model (`plan/length_shares.py`)."""
-    from spyrec.costmodel import DEFAULT_PARAMS
-
     used = {name for op in graph.ops for _, name in op.lengths}
     for name in sorted(used):
         symbol = graph.symbols[name]
-        target = symbol.minimum // DEFAULT_PARAMS.broadcast_cohort
+        target = symbol.minimum // params.broadcast_cohort
         share = max((d for d in range(1, target + 1) if symbol.granularity % d == 0),
                     default=0)
         graph.symbols[name] = replace(
