@@ -51,7 +51,7 @@ def no_automatic_collections():
     collections took 0.33 s and freed 1,270 objects, a 2,416-op program's 70 took 0.84 s and
     freed 391 (issue 26); a Granite-8B-width d8 prefill run's 551 took 0.23 s (4% of its
     wall). Reference counting frees everything else as before (compile also collects
-    between passes should its resident set grow a GiB: `compiler._CollectWhenGrown`). The
+    between passes should its resident set grow a GiB: `process_tuning.CollectWhenGrown`). The
     caller's setting comes back afterwards."""
     was_enabled = gc.isenabled()
     gc.disable()

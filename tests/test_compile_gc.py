@@ -8,6 +8,7 @@ import torch
 
 import spyrec
 import spyrec.compiler as compiler
+import spyrec.process_tuning as tuning
 from tests.programs import Lambda
 
 
@@ -33,18 +34,18 @@ def test_compile_runs_without_automatic_collections_and_restores_them(tmp_path, 
 
 
 def test_a_collection_after_a_pass_only_once_the_resident_set_grew_a_gib(monkeypatch):
-    rss = iter([1000, 1000 + compiler.COLLECT_AFTER_GROWTH - 1,       # mark, under: none
-                1000 + compiler.COLLECT_AFTER_GROWTH, 5000,           # at: collect, new mark
-                5000 + compiler.COLLECT_AFTER_GROWTH - 1,             # under the new mark
+    rss = iter([1000, 1000 + tuning.COLLECT_AFTER_GROWTH - 1,       # mark, under: none
+                1000 + tuning.COLLECT_AFTER_GROWTH, 5000,           # at: collect, new mark
+                5000 + tuning.COLLECT_AFTER_GROWTH - 1,             # under the new mark
                 None])                                                # unreadable: none
     collected = []
-    monkeypatch.setattr(compiler.gc, "collect", lambda: collected.append(1))
-    valve = compiler._CollectWhenGrown(lambda: next(rss))
+    monkeypatch.setattr(tuning.gc, "collect", lambda: collected.append(1))
+    valve = tuning.CollectWhenGrown(lambda: next(rss))
     for step in range(1, 5):
         valve.after(step, "p", None, frozenset())
     assert collected == [1] and valve.collections == 1 and valve.mark == 5000
 
 
 def test_resident_bytes_reads_this_process():
-    n = compiler.resident_bytes()
+    n = tuning.resident_bytes()
     assert n is None or 10 << 20 < n < 64 << 30

@@ -33,6 +33,8 @@ access the device's data movers do; an element-wise gather inside sticks is neve
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -50,6 +52,17 @@ FUSABLE_FAMILIES = ("pointwise", "compare", "copy")
 @dataclass(frozen=True)
 class GatherCoordinates(Pass):
     fuse: bool = True
+
+    report_keys: ClassVar[dict] = {"gather_coordinates": None}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        gat = report.get("gather_coordinates")
+        if not gat:
+            return []
+        return ["", f"gathers: {gat['gathers']} ({gat['fused']} fused, {gat['unfused']} "
+                    f"unfused), scatters: {gat['scatters']}, index checks: "
+                    f"{gat['index_checks']}"]
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         bounds = _Checks(graph).apply()

@@ -17,10 +17,12 @@ Disabled (`enabled: false`), each symbol keeps the one share coarse_tiling plann
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 
 from spyrec.ir import Graph
-from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.passes.registry import REPORT_OMIT, CompileContext, Pass, register_pass
 from spyrec.plan.length_shares import choose_length_shares
 
 
@@ -28,6 +30,19 @@ from spyrec.plan.length_shares import choose_length_shares
 @dataclass(frozen=True)
 class LengthShares(Pass):
     enabled: bool = True
+
+    report_keys: ClassVar[dict] = {"length_shares": REPORT_OMIT}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        """Each symbol's minimum share per busy core, by length."""
+        lines = []
+        for row in report.get("length_shares") or ():
+            steps = ", ".join(f"{m} up to {upto}" for upto, m in row["min_shares"]) or "none"
+            lines += ["", f"length shares: each busy core of an op sized by {row['symbol']} "
+                          f"runs at least {steps} values of the length (by the cost model at "
+                          f"each length)"]
+        return lines
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         if self.enabled and graph.symbols:

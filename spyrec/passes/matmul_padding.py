@@ -13,6 +13,8 @@ real elements); the device's padded K reads zeros.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass, replace
 
 from spyrec.indexing import Lin, Var, substitute, var
@@ -25,6 +27,18 @@ from spyrec.plan.layouts import layout_with_stick
 @register_pass("matmul_padding")
 @dataclass(frozen=True)
 class MatmulPadding(Pass):
+    report_keys: ClassVar[dict] = {"matmul_padding": {"count": 0, "elements": 0, "list": []}}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        pad = report.get("matmul_padding")
+        if pad is None:
+            return []
+        lines = ["", f"matmul K padding: {pad['count']} operands, {pad['elements']} device "
+                     f"elements"]
+        return lines + [f"  {row['tensor']} -> {row['padded']}: K {row['k']} -> "
+                        f"{row['k_padded']} for {row['op']}" for row in pad["list"]]
+
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         new_ops: list[Operation] = []
         rows: list[dict] = []

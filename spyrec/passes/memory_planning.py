@@ -23,6 +23,8 @@ intermediate bytes (a lower bound for any plan); the issue's target is arena <= 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 
 from spyrec.device import ALIGN_BYTES, DEVICE_MEMORY_BYTES, format_bytes
@@ -39,6 +41,21 @@ BOUND_FACTOR = 1.1   # issue 10 §3: total <= fixed + 1.1 x peak live intermedia
 class MemoryPlanning(Pass):
     base_address: int = 0
     reuse: bool = True
+
+
+    report_keys: ClassVar[dict] = {"hbm_bytes": 0, "memory_planning": None}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        lines = ["", f"device memory: {report.get('hbm_bytes', 0)} bytes"]
+        plan = report.get("memory_planning")
+        if plan:
+            lines.append(f"  fixed (inputs, constants, outputs) {plan['fixed_bytes']}, "
+                         f"intermediates {plan['arena_bytes']} (peak live "
+                         f"{plan['peak_live_bytes']}, "
+                         f"{plan['without_reuse_bytes'] - plan['fixed_bytes']} without "
+                         f"reuse); bound {plan['bound_bytes']}")
+        return lines
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         todo = [n for n, b in graph.buffers.items()

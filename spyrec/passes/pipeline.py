@@ -235,13 +235,28 @@ def run_passes(graph, pipeline: list[Pass], ctx, instruments: list[Instrument] =
         for ins in instruments:
             ins.before(step, p.name, graph)
         t0 = time.perf_counter()
+        before = dict(ctx.report)
         p.run(graph, ctx)
+        _check_report_keys(p, before, ctx.report)
         timings.append({"name": p.name, "wall_ms": round((time.perf_counter() - t0) * 1e3, 3)})
         holds.difference_update(p.contract.invalidates)
         holds.update(p.contract.provides)
         for ins in instruments:
             ins.after(step, p.name, graph, frozenset(holds))
     return timings
+
+
+def _check_report_keys(p: Pass, before: dict, after: dict) -> None:
+    """A pass writes only the report keys it owns (`Pass.report_keys`): another pass's part,
+    or a key no pass declares, is a spyrec bug (the report's assembly would drop it)."""
+    changed = [k for k in after if k not in before or after[k] is not before[k]]
+    stray = [k for k in changed if k not in p.report_keys]
+    if stray:
+        from spyrec.errors import InternalError
+
+        raise InternalError(f"pass {p.name} wrote report key(s) {', '.join(stray)} it does "
+                            f"not declare (its report_keys: {', '.join(p.report_keys) or 'none'})"
+                            f"; this is a spyrec bug, please report it")
 
 
 IR_DUMP_FILE = re.compile(r"\d\d+_[A-Za-z0-9_]+\.ir\Z")

@@ -151,12 +151,30 @@ class CompileContext:
     planning: Planning = field(default_factory=_default_planning)
 
 
+# A report key a pass leaves out of report.json when it wrote nothing under it.
+REPORT_OMIT = object()
+
+
 @dataclass(frozen=True)
 class Pass:
-    """Base class. Contract (xDSL's): passes may assume a valid graph and must leave one."""
+    """Base class. Contract (xDSL's): passes may assume a valid graph and must leave one.
+
+    Each pass owns its part of the report: the report.json keys it writes into
+    `CompileContext.report` (`report_keys`, each with what report.json holds when the pass
+    wrote none, `REPORT_OMIT` to leave it out; `pipeline.run_passes` refuses a write under
+    another key), their JSON schemas (report.schema.json's properties of those names,
+    tests/passes/test_reports.py holds the two together) and its lines of report.txt
+    (`report_text`). The compiler assembles the report from the passes that ran, in
+    pipeline order, without knowing their names (`spyrec/compile_report.py`)."""
 
     name: ClassVar[str] = ""
     contract: ClassVar[Contract] = Contract()
+    report_keys: ClassVar[dict[str, object]] = {}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        """This pass's lines of report.txt, from the finished report (its keys in it)."""
+        return []
 
     def check_options(self) -> None:
         """Raise ConfigError for option values the types allow but the pass does not (a

@@ -17,6 +17,8 @@ LX check and `--tiling auto` call too.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 
 from spyrec.device import LX_USABLE_BYTES_PER_CORE
@@ -32,6 +34,23 @@ class ScratchpadPlanning(Pass):
     enabled: bool = True
     # false: only the per-tile buffers of loop bodies (issue 8), as before issue 10
     intermediates: bool = True
+
+
+    report_keys: ClassVar[dict] = {"scratchpad": None}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        """The LX plan: only when some buffer is a candidate."""
+        plan = report.get("scratchpad")
+        if not plan or not plan["buffers"]:
+            return []
+        lines = ["", f"scratchpad (LX per core): peak {plan['peak_bytes_per_core']} of "
+                     f"{plan['budget_bytes']} bytes"]
+        for row in plan["buffers"]:
+            where = f"LX @{row['lx_address']}" if row["placed"] else f"HBM ({row['reason']})"
+            lines.append(f"  {row['buffer']:<24} {row['bytes_per_core']:>10} bytes/core  "
+                         f"{where}")
+        return lines
 
     def check_options(self) -> None:
         check_lx_budget("scratchpad_planning.budget_bytes", self.budget_bytes)

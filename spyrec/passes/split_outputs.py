@@ -26,6 +26,8 @@ program computes exactly what it did.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass, replace
 
 from spyrec.indexing import (
@@ -41,6 +43,8 @@ from spyrec.passes.registry import CompileContext, Pass, register_pass
 @dataclass(frozen=True)
 class SplitOutputs(Pass):
     enabled: bool = True
+
+    report_keys: ClassVar[dict] = {"split_outputs": None}
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         rows = []

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from spyrec.device import CORES
 from spyrec.indexing import Lin, Var
@@ -55,6 +55,21 @@ class SplitPadding(Pass):
     cores: int = CORES
     # work_division's rule for near ties (SplitOptions.spread_within)
     spread_within: float = 0.02
+
+
+    report_keys: ClassVar[dict] = {"split_padding": None}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        """The matmuls whose N was padded so that more cores split it."""
+        padding = report.get("split_padding")
+        if not padding or not padding["count"]:
+            return []
+        lines = ["", f"matmul N padding: {padding['count']} matmuls"]
+        return lines + [f"  {row['op']}: N {row['n']} -> {row['n_padded']} ({row['weight']} "
+                        f"-> {row['padded']}): {row['time_us']:.3f} us split {row['split']}, "
+                        f"against {row['unpadded_time_us']:.3f} us split "
+                        f"{row['unpadded_split']} unpadded" for row in padding["list"]]
 
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""

@@ -17,6 +17,8 @@ holds the options (`StagingOptions`, the pass's fields) and their checks.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 
 from spyrec.errors import ConfigError
@@ -29,6 +31,22 @@ from spyrec.plan.staging import StagingOptions, stage_inputs
 @register_pass("stage_inputs")
 @dataclass(frozen=True)
 class StageInputs(StagingOptions, Pass):
+    report_keys: ClassVar[dict] = {"stage_inputs": None}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        """Inputs and constants read from HBM once for several reads."""
+        rows = report.get("stage_inputs")
+        if not rows:
+            return []
+        lines = ["", f"staged inputs: {len(rows)} read from HBM once (once per tile in a "
+                     f"loop) into LX copies"]
+        return lines + [f"  {r['input']} -> {r['buffer']}: {r['reads']} reads"
+                        f"{' each trip (a per-tile copy in the loop)' if r.get('per_tile') else ''}"
+                        f", {r['bytes_per_core']} bytes/core, cores "
+                        f"[{', '.join(f'{v}:{k}' for v, k in r['split'].items())}]"
+                        for r in rows]
+
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
         if not 0 <= self.max_fraction <= 1:

@@ -39,6 +39,8 @@ plain buffer. The report row lists such copies among the op's pieces.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass, replace
 
 from spyrec.errors import UnsupportedProgram
@@ -61,6 +63,9 @@ _MAX_CUTS = 1024
 @dataclass(frozen=True)
 class SuperdscLegalize(Pass):
     max_pieces: int = _MAX_PIECES
+
+
+    report_keys: ClassVar[dict] = {"superdsc_legalize": None}
 
     def _check_options(self) -> None:
         if self.max_pieces < 1:

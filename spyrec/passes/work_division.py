@@ -23,6 +23,8 @@ split estimate, chain moves, replicas, co-writers; then `apply_plan`), shared wi
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 
 from spyrec.errors import ConfigError
@@ -34,6 +36,22 @@ from spyrec.plan.core_splits import SplitOptions, check_split_options, divide_wo
 @register_pass("work_division")
 @dataclass(frozen=True)
 class WorkDivision(SplitOptions, Pass):
+    report_keys: ClassVar[dict] = {"work_division": None}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        """The ops whose split differs from the greedy one (every op's row is in
+        report.json)."""
+        plan = report.get("work_division")
+        if not plan:
+            return []
+        lines = ["", f"work division: {plan['changed']} of {len(plan['ops'])} ops split by "
+                     f"cost, not greedily; estimated {plan['time_us']:.3f} us vs "
+                     f"{plan['greedy_time_us']:.3f} us greedy (one execution of each op)"]
+        return lines + [f"  {r['op']:<24} {r['split']} {r['time_us']:.3f} us, greedy "
+                        f"{r['greedy_split']} {r['greedy_time_us']:.3f} us"
+                        for r in plan["ops"] if r["split"] != r["greedy_split"]]
+
     def check_options(self) -> None:
         """Called when the pipeline is built, before the model is loaded."""
         check_split_options("work_division", self.cores, self.spread_within)

@@ -68,8 +68,8 @@ def test_the_bundle_takes_the_symbol_and_divides_it_by_the_tile(mlp):
 
 def test_the_cost_curve_fits_the_report_schema_and_prints(mlp):
     """report.json `cost_curve` (every length of a short ladder) and its table in
-    report.txt (`compiler.report_text`)."""
-    from spyrec.compiler import report_text
+    report.txt (`compile_report.report_text`)."""
+    from spyrec.compile_report import report_text
     from spyrec.driver import cost_curve, estimate_cost
 
     report = load_json(mlp.static / "report.json")

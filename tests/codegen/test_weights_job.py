@@ -12,7 +12,7 @@ import torch
 
 from spyrec.codegen import weights_file, weights_job
 from spyrec.codegen.weights_file import WeightsBlob
-from spyrec.compiler import _constants_steps
+from spyrec.compile_instruments import constants_steps
 from spyrec.errors import InternalError
 from spyrec.ir.writes import snapshot, written_fields
 from spyrec.passes.pipeline import build_pipeline, read_pipeline_file
@@ -43,7 +43,7 @@ def writes(monkeypatch):
 def test_the_default_pipeline_may_change_constants_at_stick_layout_and_split_padding():
     entries, where = read_pipeline_file(None)
     pipeline = build_pipeline(entries, (), where=where)
-    first, last = _constants_steps(pipeline)
+    first, last = constants_steps(pipeline)
     assert pipeline[first - 1].name == "stick_layout"
     assert pipeline[last - 1].name == "split_padding"
     between = [p.name for p in pipeline[first:last - 1]]
@@ -56,7 +56,7 @@ def test_weights_are_written_once_during_the_passes_and_equal_a_late_write(
         tmp_path, pt2, writes, monkeypatch):
     early = compile_pt2(pt2, tmp_path / "early")
     assert writes == ["spyrec-weights"]                 # once, on the job's thread
-    monkeypatch.setattr("spyrec.compiler._constants_steps", lambda pipeline: (-1,))
+    monkeypatch.setattr("spyrec.compiler.constants_steps", lambda pipeline: (-1,))
     late = compile_pt2(pt2, tmp_path / "late")          # no job: written at the end
     assert writes == ["spyrec-weights", "MainThread"]
     data = (early / "weights.bin").read_bytes()
@@ -150,7 +150,7 @@ def _compile_patched(pt2, out, monkeypatch, form, replan, split_padding):
 
 def _late_weights(tmp_path, pt2, monkeypatch) -> bytes:
     """weights.bin of the same compile with no early job (written at the end)."""
-    monkeypatch.setattr("spyrec.compiler._constants_steps", lambda pipeline: (-1,))
+    monkeypatch.setattr("spyrec.compiler.constants_steps", lambda pipeline: (-1,))
     return (compile_pt2(pt2, tmp_path / "late") / "weights.bin").read_bytes()
 
 

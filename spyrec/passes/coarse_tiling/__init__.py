@@ -20,12 +20,14 @@ The plan (which ops, which var carries each loop's dim) comes from `config.py`; 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 from pathlib import Path
 
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph
-from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.passes.registry import REPORT_OMIT, CompileContext, Pass, register_pass
 
 MODES = ("config", "auto")
 ATTENTION = ("auto", "always", "never")
@@ -47,6 +49,9 @@ class CoarseTiling(Pass):
     # ops walking a symbolic length outside attention: "sized" runs each once over the whole
     # length (its size follows the length), "tiled" in a loop of granularity-sized tiles
     symbolic: str = "sized"
+
+
+    report_keys: ClassVar[dict] = {"tiling": None, "attention": None, "symbols": REPORT_OMIT}
 
     def _check_options(self) -> None:
         """Read and shape-check the config before the model is loaded (exit 2 on error)."""

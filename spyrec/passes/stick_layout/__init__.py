@@ -20,6 +20,8 @@ they need at no device cost too.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass, replace
 
 from spyrec.errors import ConfigError
@@ -42,6 +44,33 @@ class StickLayout(Pass):
     optimizer: str = "beam"
     beam_width: int = 64
     input_layouts: str = "free"
+
+
+    report_keys: ClassVar[dict] = {
+        "restickify": {"count": 0, "elements": 0, "list": []}, "layout_search": None}
+
+    @classmethod
+    def report_text(cls, report: dict) -> list[str]:
+        """The restickify copies inserted, and the constants laid out twice instead."""
+        r = report.get("restickify")
+        if r is None:
+            return []
+        lines = ["", f"restickify: {r['count']} copies inserted, {r['elements']} device "
+                     f"elements moved"]
+        for row in r["list"]:
+            lines.append(f"  {'' if row['inserted'] else '(program copy) '}"
+                         f"{row['tensor']} -> {row['copy']}: stick dim "
+                         f"{row['from_stick_dim']} -> {row['to_stick_dim']} "
+                         f"({row['from_stick_var']} -> {row['to_stick_var']}), "
+                         f"{row['elements']} elements, for {', '.join(row['consumers']) or '-'}")
+        laid = r.get("constant_layouts", [])
+        if laid:
+            lines += [f"constants in a second layout (written at compile time, no device "
+                      f"copy): {len(laid)}, {sum(row['bytes'] for row in laid)} bytes of weights"]
+            lines += [f"  {row['tensor']} -> {row['constant']}: stick dim "
+                      f"{row['from_stick_dim']} -> {row['to_stick_dim']}, {row['bytes']} bytes"
+                      for row in laid]
+        return lines
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         self._check_options()
