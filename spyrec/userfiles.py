@@ -87,7 +87,9 @@ def read_regular(path: str | Path, expected: str, limit: int, option: str = "",
     """The bytes of regular file `path`, refused unread when it holds more than `limit`."""
     with open_regular(path, expected, option, missing, error) as f:
         size = os.fstat(f.fileno()).st_size
-        data = f.read(limit + 1) if size <= limit else b""
+        # (read what fstat says, and a byte more to see growth: read(n) allocates n bytes
+        # up front, so read(limit + 1) made every small config cost `limit` of memory)
+        data = f.read(size + 1) if size <= limit else b""
         if size > limit or len(data) > limit:
             raise error(f"{_label(Path(path), option)}: {max(size, len(data))} bytes, more "
                         f"than {expected} can be ({limit} bytes at most)")
