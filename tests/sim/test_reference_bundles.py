@@ -29,6 +29,7 @@ import pytest
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.sim.directory import read_output_dir
 from spyrec.sim.runner import simulate
+from tests.cli_lines import error_line
 
 SEG = 1 << 34   # the reference's 16 GiB memory segments
 
@@ -474,8 +475,9 @@ def test_spyrec_run_on_a_reference_bundle(add_dir, rng, tmp_path):
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
 
     refused = _cli("run", add_dir, "--inputs", tmp_path / "in.npz", "--check", cwd=tmp_path)
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
-    assert "a reference bundle has none; name a file of expected outputs" in refused.stderr
+    assert refused.returncode == 2
+    assert "a reference bundle has none; name a file of expected outputs" in \
+        error_line(refused.stderr)
 
     np.savez(add_dir / "expected.npz", output_0=want)
     manifest = json.loads((add_dir / "manifest.json").read_text())
@@ -496,5 +498,5 @@ def test_unsupported_reference_file_exits_3(tmp_path, rng):
     d = write_bundle(tmp_path / "u", "sdsc_2_add.json", doc, add_manifest())
     np.savez(tmp_path / "in.npz", a=_fp16(rng, 512, 512), b=_fp16(rng, 512, 512))
     done = _cli("run", d, "--inputs", tmp_path / "in.npz", cwd=tmp_path)
-    assert done.returncode == 3 and len(done.stderr.strip().splitlines()) == 1
-    assert "stickRepl_ (stick replication)" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 3
+    assert "stickRepl_ (stick replication)" in error_line(done.stderr)
