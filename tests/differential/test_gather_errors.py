@@ -83,7 +83,7 @@ INDEX_DTYPES = st.sampled_from([torch.int32, torch.int64])
 
 
 @settings(max_examples=8, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=st.integers(1, 9), cols=st.sampled_from([1, 5, 64, 70]),
        index_shape=st.lists(st.integers(1, 4), min_size=1, max_size=2),
        dim=st.integers(0, 1), dtype=VALUE_DTYPES, idx_dtype=INDEX_DTYPES,
@@ -101,7 +101,7 @@ def test_random_gathers_equal_eager(tmp_path_factory, rows, cols, index_shape, d
 
 
 @settings(max_examples=8, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=st.integers(1, 7), cols=st.sampled_from([3, 64]), count=st.integers(1, 6),
        accumulate=st.booleans(), dtype=VALUE_DTYPES, idx_dtype=INDEX_DTYPES,
        seed=st.integers(0, 2 ** 16))
