@@ -18,7 +18,14 @@ from tests.differential.harness import run_and_compare
 from tests.passes.test_constant_layouts import VOCAB, TiedLM
 
 
-def test_a_reader_waits_for_its_layout_and_others_do_not():
+@pytest.fixture
+def worker_thread(monkeypatch):
+    """The threaded path, whatever SPYREC_SIM_THREADS the suite runs with (at 1 a layout is
+    built at once, on the calling thread: `test_one_thread_lays_out_at_once`)."""
+    monkeypatch.setattr(relayouts_module.threads, "count", lambda: 2)
+
+
+def test_a_reader_waits_for_its_layout_and_others_do_not(worker_thread):
     started, release = threading.Event(), threading.Event()
     done = []
 
@@ -37,7 +44,7 @@ def test_a_reader_waits_for_its_layout_and_others_do_not():
     pending.finish()
 
 
-def test_a_failed_layout_is_raised_at_its_reader():
+def test_a_failed_layout_is_raised_at_its_reader(worker_thread):
     def lay_out():
         raise SimulatorFault("tensor 'head': broken")
 

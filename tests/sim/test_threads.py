@@ -77,7 +77,12 @@ def test_threaded_chunks_bit_identical(samples, name, monkeypatch):
                                    rtol=2e-3, atol=2e-3)
 
 
-def test_run_all_raises_first_failure_after_all_finished():
+def test_run_all_raises_first_failure_after_all_finished(monkeypatch):
+    """On worker threads (two, whatever SPYREC_SIM_THREADS is: on one, run_all runs the items
+    in order on the calling thread and stops at the first failure)."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    monkeypatch.setattr(threads, "count", lambda: 2)
+    monkeypatch.setattr(threads, "_pool", lambda: pool)
     done = []
     lock = threading.Lock()
 
@@ -90,6 +95,7 @@ def test_run_all_raises_first_failure_after_all_finished():
     with pytest.raises(ValueError, match="chunk 3"):
         threads.run_all(work, range(8))
     assert sorted(done) == [0, 1, 2, 4, 6, 7]
+    pool.shutdown(wait=True)
 
 
 @pytest.mark.parametrize("value", ["zero", "0", "-2", "1.5", "257"])
