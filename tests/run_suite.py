@@ -58,6 +58,7 @@ class Job:
     env: dict[str, str]
     code: int | None = None
     seconds: float = 0.0
+    cpu_seconds: float = 0.0    # user + system, of pytest and the processes it waited for
     output: str = field(default="", repr=False)
 
 
@@ -78,9 +79,14 @@ def run(job: Job) -> None:
     env = {**os.environ, **job.env}
     cmd = [sys.executable, "-m", "pytest", "-q", *job.args]
     start = time.monotonic()
-    done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-    job.seconds, job.code, job.output = time.monotonic() - start, done.returncode, done.stdout
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    job.output = proc.stdout.read()
+    proc.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)     # its own CPU time, not the other jobs'
+    proc.returncode = job.code = os.waitstatus_to_exitcode(status)
+    job.seconds = time.monotonic() - start
+    job.cpu_seconds = usage.ru_utime + usage.ru_stime
 
 
 def run_all(todo: list[Job], workers: int) -> None:
@@ -97,7 +103,7 @@ def run_all(todo: list[Job], workers: int) -> None:
             run(job)
             with lock:
                 print(f"===== {job.name} ({_settings(job)}): exit {job.code}, "
-                      f"{job.seconds:.0f} s =====", flush=True)
+                      f"{job.seconds:.0f} s, {job.cpu_seconds:.0f} CPU-s =====", flush=True)
                 print(job.output, end="", flush=True)
 
     threads = [threading.Thread(target=worker) for _ in range(workers)]
@@ -132,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     # pytest's 5 is "no tests collected": an error for the suite, not for a filtered run (-k)
     passed = (0, 5) if extra else (0,)
     for job in todo:
-        print(f"  {'ok  ' if job.code in passed else 'FAIL'} {job.seconds:5.0f} s  {job.name}")
+        print(f"  {'ok  ' if job.code in passed else 'FAIL'} {job.seconds:5.0f} s "
+              f"{job.cpu_seconds:5.0f} CPU-s  {job.name}")
     return 0 if all(job.code in passed for job in todo) else 1
 
 
