@@ -29,8 +29,11 @@ constraints: $(STAMP)
 	  > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
+# The suite as CI runs it (tests/run_suite.py, DEVELOPERS.md "Test targets"): progress lines
+# at once (SPYREC_PROGRESS_DELAY=0), the simulator on 7 worker threads, then its chunked tests
+# again on 1 (SPYREC_SIM_THREADS=1), as parallel pytest processes, one per core (at least 2).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m tests.run_suite
 
 DEMO := build/demo
 demo: $(STAMP)

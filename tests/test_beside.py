@@ -80,15 +80,16 @@ def test_a_child_that_exits_early_falls_back():
 
 
 def test_a_silent_child_is_stopped_after_the_timeout():
+    """The child answers only after 60 s: a result computed here means the 0.3 s timeout
+    fired (what happened, not how long it took, is asserted)."""
     def hangs():
         if _in_child():
             time.sleep(60)
+            return "from the child"
         return "computed here"
     job = Beside(hangs, timeout_s=0.3)
     pid = job._pid
-    start = time.monotonic()
     assert job.result() == "computed here"
-    assert time.monotonic() - start < 10
     assert _gone(pid)
 
 

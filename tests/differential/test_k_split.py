@@ -67,7 +67,7 @@ def test_a_full_reduction_reads_its_input_dense_not_one_element_per_stick(tmp_pa
 
 
 @settings(max_examples=12, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(kind=st.sampled_from(["sum", "mean", "amax", "amin"]),
        rows=st.sampled_from([4096, 16384, 32768]), cols=st.sampled_from([64, 128]),
        half=st.booleans(), then_scale=st.booleans(), seed=st.integers(0, 2**16))

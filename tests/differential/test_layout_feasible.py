@@ -24,7 +24,7 @@ PROGRAMS = {
 
 
 @settings(max_examples=20, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(name=st.sampled_from(sorted(PROGRAMS)), m=SIZES, k=SIZES, n=SIZES,
        dtype=st.sampled_from([torch.float32, torch.float16]))
 def test_no_supported_program_is_infeasible(tmp_path_factory, name, m, k, n, dtype):

@@ -124,7 +124,7 @@ def lane_rolls(draw):
 
 
 @settings(max_examples=8, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lane_rolls())
 def test_lane_rolls_equal_eager(tmp_path, case):
     shape, k, dtype = case

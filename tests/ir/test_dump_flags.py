@@ -12,6 +12,7 @@ import torch
 from spyrec.cli import main
 from spyrec.ir.parser import parse
 from spyrec.ir.printer import format_graph
+from tests.cli_lines import error_line
 from tests.programs import Lambda, export
 
 STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir", "03_stick_layout.ir",
@@ -114,13 +115,13 @@ def test_verify_each_reports_the_pass_that_broke_the_graph(pt2, tmp_path, capsys
                                                    None))
     assert run("compile", pt2, "-o", tmp_path / "out", "--verify-each",
                "--set", "work_division.chain_moves=false") == 70
-    err = capsys.readouterr().err
+    err = error_line(capsys.readouterr().err)
     # the fill of the padded K's 24 padding rows divides by 3; the copy of K = 40 rows is
     # the first op it breaks (chain moves off: they would re-split some ops validly)
     assert re.fullmatch(r"spyrec: the IR is not valid after work_division: op 'args_1__kpad.1' "
                         r"\([^)]*\): cores \[r0:3, c1:1\]: 3 slices do not divide r0<40 \(and "
                         r"2 more problems\); this is a spyrec bug, please report it with the "
-                        r"command and input\n", err), err
+                        r"command and input", err), err
     assert not (tmp_path / "out").exists()
 
 

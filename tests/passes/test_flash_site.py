@@ -1,7 +1,7 @@
 """flash_site's one-pass placement of unshared mask copies (`_with_copies`) is the per-copy
 `insert` after the original it replaced (which was quadratic in the program's ops)."""
 
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from spyrec.passes.coarse_tiling.flash_site import _with_copies
 
@@ -16,6 +16,7 @@ class Op:
         return self.name
 
 
+@settings(deadline=None)     # hypothesis's default 200 ms per example is wall time
 @given(st.integers(1, 8), st.lists(st.integers(0, 7), max_size=12))
 def test_copies_land_as_inserting_each_after_its_original(n, originals):
     ops = [Op(f"op{i}") for i in range(n)]

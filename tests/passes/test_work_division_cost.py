@@ -50,7 +50,7 @@ def matmul_text(m: int, k: int, n: int, bias: bool = False) -> str:
 
 
 @settings(max_examples=12, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(m=st.sampled_from([2, 8, 24, 64, 96]), k=st.sampled_from([64, 100, 128, 320]),
        n=st.sampled_from([64, 100, 128, 192, 256]), seed=st.integers(0, 2**16))
 def test_chosen_splits_simulate_to_numpy_and_cost_what_the_pass_estimated(tmp_path_factory, m, k,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mmap
 import threading
-import time
+import types
 
 import numpy as np
 import pytest
@@ -30,14 +30,46 @@ class Recorder:
         return advice != MADV_POPULATE_READ or self.populate_ok
 
 
-def _wait_idle(rec: Recorder, expect: int) -> None:
-    """Until the thread has made `expect` calls (10 s at most), and then no more for 0.2 s:
-    the window holds it."""
-    deadline = time.monotonic() + 10
-    while len(rec.calls) < expect and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)
+class Watched(threading.Condition):
+    """The prefetcher's condition, telling the test when its thread waits for room."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.idle = threading.Event()
+
+    def wait(self, timeout=None):
+        self.idle.set()         # the lock is held until the wait releases it
+        return super().wait(timeout)
+
+
+@pytest.fixture(autouse=True)
+def watched(monkeypatch):
+    """Every Prefetcher's thread signals when it waits for room in the window or has read
+    everything (`_wait_idle`), so no test guesses from elapsed time that it is done."""
+    monkeypatch.setattr(prefetch, "threading",
+                        types.SimpleNamespace(Condition=Watched, Thread=threading.Thread))
+    run = Prefetcher._run
+
+    def run_then_idle(self):
+        try:
+            run(self)
+        finally:
+            self._changed.idle.set()
+
+    monkeypatch.setattr(Prefetcher, "_run", run_then_idle)
+
+
+def _wait_idle(pf: Prefetcher, rec: Recorder, expect: int) -> None:
+    """Until the thread waits for the window to move or has read everything, having made
+    `expect` calls (60 s guards only against a hang)."""
+    assert pf._changed.idle.wait(60), "the prefetch thread never waited"
     assert len(rec.calls) == expect, rec.calls
+
+
+def _at(pf: Prefetcher, step: int) -> None:
+    """Move the running step: the thread reads what now fits, then is idle again."""
+    pf._changed.idle.clear()
+    pf.at(step)
 
 
 def test_reads_in_execution_order_within_the_window(monkeypatch):
@@ -48,17 +80,17 @@ def test_reads_in_execution_order_within_the_window(monkeypatch):
     monkeypatch.setattr(prefetch, "advise", rec)
     steps = [[c], [], [a, c], [b]]                  # c first, a at step 2, b at step 3
     pf = Prefetcher(steps, window=500)
-    _wait_idle(rec, 5)
+    _wait_idle(pf, rec, 5)
     # step 0 running: c (400 bytes, step 0) then 100 of a's (step 2) fill the window
     assert [(s, n) for s, n, _, _ in rec.calls] == [(600, 100), (700, 100), (800, 100),
                                                     (900, 100), (0, 100)]
     rec.current = 2
-    pf.at(2)                    # c is behind: a (300, step 2) and 200 of b's (step 3)
-    _wait_idle(rec, 9)
+    _at(pf, 2)                  # c is behind: a (300, step 2) and 200 of b's (step 3)
+    _wait_idle(pf, rec, 9)
     assert [s for s, _, _, _ in rec.calls][5:] == [100, 200, 300, 400]
     rec.current = 3
-    pf.at(3)
-    _wait_idle(rec, 10)
+    _at(pf, 3)
+    _wait_idle(pf, rec, 10)
     pf.close()
     assert [s for s, _, _, _ in rec.calls][9:] == [500]
     assert all(adv == MADV_POPULATE_READ for _, _, adv, _ in rec.calls)
@@ -69,7 +101,7 @@ def test_falls_back_to_read_ahead_hints(monkeypatch):
     rec = Recorder(arena, populate_ok=False)
     monkeypatch.setattr(prefetch, "advise", rec)
     pf = Prefetcher([[arena[:128]], [arena[128:]]], window=1 << 20)
-    _wait_idle(rec, 3)
+    _wait_idle(pf, rec, 3)
     pf.close()
     advices = [adv for _, _, adv, _ in rec.calls]
     # the first populate is refused: that piece and every later one get MADV_WILLNEED
@@ -82,7 +114,7 @@ def test_close_stops_a_waiting_thread(monkeypatch):
     rec = Recorder(arena)
     monkeypatch.setattr(prefetch, "advise", rec)
     pf = Prefetcher([[arena[:500]], [arena[500:]]], window=50)
-    _wait_idle(rec, 5)                              # the window is full at step 0
+    _wait_idle(pf, rec, 5)                              # the window is full at step 0
     pf.close()
     assert not pf._thread.is_alive()
 

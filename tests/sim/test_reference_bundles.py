@@ -29,6 +29,8 @@ import pytest
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.sim.directory import read_output_dir
 from spyrec.sim.runner import simulate
+from tests.cli_lines import error_line
+from tests.fp16_rule import assert_fp16_product
 
 SEG = 1 << 34   # the reference's 16 GiB memory segments
 
@@ -262,7 +264,9 @@ def test_matmul_chunks_cut_at_whole_sticks(tmp_path, rng, monkeypatch):
     """A budget of 200 weight columns per chunk cuts at multiples of 128 instead: a cut
     inside a stick (64 fp16 columns) left the weight's access with no strided form, and
     every chunk read it through per-element int64 offsets (`relative`), which must not be
-    asked for here. The numbers are those of the unchunked run."""
+    asked for here. The numbers are the product's by DESIGN §8's rule, as the unchunked run's
+    are: not the same bits, since BLAS may sum a 128-column chunk in another order than the
+    whole 640 columns (on an AMD EPYC 7 of 40,960 outputs were one fp16 step apart)."""
     from spyrec.sim import access, executor
 
     d = write_bundle(tmp_path / "mm", "sdsc_0_batchmatmul.json", matmul(64, 256, 640),
@@ -280,7 +284,8 @@ def test_matmul_chunks_cut_at_whole_sticks(tmp_path, rng, monkeypatch):
     monkeypatch.setattr(executor, "chunks", lambda s, *_: access.chunks(s, budget))
     monkeypatch.setattr(access.ChunkAccess, "relative", no_offsets)
     (got,) = simulate(d, {"x": x, "w": w}).outputs
-    np.testing.assert_array_equal(got, whole)
+    assert_fp16_product(whole, x, w)
+    assert_fp16_product(got, x, w)
 
 
 @pytest.mark.skipif(not os.environ.get("SPYREC_FULL_REFERENCE"),
@@ -474,8 +479,9 @@ def test_spyrec_run_on_a_reference_bundle(add_dir, rng, tmp_path):
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
 
     refused = _cli("run", add_dir, "--inputs", tmp_path / "in.npz", "--check", cwd=tmp_path)
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
-    assert "a reference bundle has none; name a file of expected outputs" in refused.stderr
+    assert refused.returncode == 2
+    assert "a reference bundle has none; name a file of expected outputs" in \
+        error_line(refused.stderr)
 
     np.savez(add_dir / "expected.npz", output_0=want)
     manifest = json.loads((add_dir / "manifest.json").read_text())
@@ -496,5 +502,5 @@ def test_unsupported_reference_file_exits_3(tmp_path, rng):
     d = write_bundle(tmp_path / "u", "sdsc_2_add.json", doc, add_manifest())
     np.savez(tmp_path / "in.npz", a=_fp16(rng, 512, 512), b=_fp16(rng, 512, 512))
     done = _cli("run", d, "--inputs", tmp_path / "in.npz", cwd=tmp_path)
-    assert done.returncode == 3 and len(done.stderr.strip().splitlines()) == 1
-    assert "stickRepl_ (stick replication)" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 3
+    assert "stickRepl_ (stick replication)" in error_line(done.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -45,10 +45,15 @@ def _run(out: Path, inputs, monkeypatch, workers: int, chunk_points: int) -> tup
         calls.append(len(items))
         real(fn, items)
 
+    pool = ThreadPoolExecutor(max_workers=workers)   # the shared one has SPYREC_SIM_THREADS
     monkeypatch.setattr(threads, "count", lambda: workers)
+    monkeypatch.setattr(threads, "_pool", lambda: pool)
     monkeypatch.setattr(threads, "CHUNK_POINTS", chunk_points)
     monkeypatch.setattr(threads, "run_all", counting)
-    result = simulate(out, inputs)
+    try:
+        result = simulate(out, inputs)
+    finally:
+        pool.shutdown(wait=True)
     return [np.array(o) for o in result.outputs], sum(n > 1 for n in calls)
 
 
@@ -72,7 +77,12 @@ def test_threaded_chunks_bit_identical(samples, name, monkeypatch):
                                    rtol=2e-3, atol=2e-3)
 
 
-def test_run_all_raises_first_failure_after_all_finished():
+def test_run_all_raises_first_failure_after_all_finished(monkeypatch):
+    """On worker threads (two, whatever SPYREC_SIM_THREADS is: on one, run_all runs the items
+    in order on the calling thread and stops at the first failure)."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    monkeypatch.setattr(threads, "count", lambda: 2)
+    monkeypatch.setattr(threads, "_pool", lambda: pool)
     done = []
     lock = threading.Lock()
 
@@ -85,6 +95,7 @@ def test_run_all_raises_first_failure_after_all_finished():
     with pytest.raises(ValueError, match="chunk 3"):
         threads.run_all(work, range(8))
     assert sorted(done) == [0, 1, 2, 4, 6, 7]
+    pool.shutdown(wait=True)
 
 
 @pytest.mark.parametrize("value", ["zero", "0", "-2", "1.5", "257"])
@@ -99,16 +110,20 @@ def test_thread_count_refuses_bad_values(monkeypatch, value):
 
 
 def test_interrupt_cancels_chunks_not_started(monkeypatch):
-    """Ctrl-C while run_all waits for its chunks: the ones still queued never run."""
+    """Ctrl-C while run_all waits for its chunks: the ones still queued never run. A pool
+    of its own with two workers (the shared one has SPYREC_SIM_THREADS workers, maybe more
+    than two), shut down before counting: every chunk that would ever run has run then."""
     from concurrent.futures import Future
 
+    pool = ThreadPoolExecutor(max_workers=2)
     monkeypatch.setattr(threads, "count", lambda: 2)
+    monkeypatch.setattr(threads, "_pool", lambda: pool)
     started = []
     gate = threading.Event()
 
     def work(i: int) -> None:
         started.append(i)
-        gate.wait(5)
+        gate.wait(60)           # released below; only a hang waits this long
 
     def interrupted(self, timeout=None):
         raise KeyboardInterrupt     # the signal arrives while the main thread waits
@@ -117,7 +132,7 @@ def test_interrupt_cancels_chunks_not_started(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         threads.run_all(work, range(50))
     gate.set()
-    time.sleep(0.3)
+    pool.shutdown(wait=True)
     assert len(started) <= 2        # the two running when it came; 48 cancelled
 
 

@@ -7,8 +7,11 @@ NaN stays a NaN (torch quiets a signaling NaN's payload, which no op can observe
 fp16 (a half matmul's weight rearranged) keeps every bit.
 
 Half matmuls are the device's product: float32 accumulation and one rounding, so they differ
-from numpy's float32 sgemm (then rounded to fp16) only by the order of the additions — at most
-one fp16 step, at a few outputs — and their results do not depend on torch's thread count.
+from numpy's float32 sgemm (then rounded to fp16) only by the order of the additions, and
+their results do not depend on torch's thread count. Which outputs differ, and by how much,
+depends on the CPU's kernels (AVX-512 FP16 or not, Intel or AMD), so no test compares them
+with sgemm's bits or counts them: each result is checked against DESIGN §8's bound, computed
+in float64 (tests/fp16_rule.py), and a program's outputs by --check's reference rule.
 Each test turns torch on for itself only (`torch_on`): a process that imported it for one
 test must not run every later test's matmuls through it.
 """
@@ -17,6 +20,7 @@ import numpy as np
 import pytest
 
 from spyrec.sim import torch_kernels as cast
+from tests.fp16_rule import assert_fp16_product
 
 
 @pytest.fixture
@@ -89,22 +93,18 @@ def test_a_half_weight_is_rearranged_by_torch_bit_for_bit(torch_on, monkeypatch)
                                    (2, 3, 4160, 33)])
 def test_half_matmul_is_float32_accumulation_rounded_once(shape, torch_on):
     """Within half an fp16 step of the exact product plus float32 accumulation's error bound
-    (k * 2**-24 * sum |x y|), as numpy's sgemm rounded once is; differing from that at few
-    outputs (the order of the additions)."""
+    (k * 2**-24 * sum |x y|), as numpy's sgemm rounded once is (tests/fp16_rule.py). Which
+    outputs differ from sgemm's, and how many, depends on the CPU's kernels, so only the
+    bound is asserted."""
     b, m, k, n = shape
     rng = np.random.default_rng(k)
     xs = rng.standard_normal((b, m, k)).astype(np.float16)
     ys = (rng.standard_normal((b, k, n)) / 16).astype(np.float16)
     got = cast.half_matmul(xs, ys)
-    x64, y64 = xs.astype(np.float64), ys.astype(np.float64)
-    exact = np.matmul(x64, y64)
-    rounding = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64) / 2
-    bound = rounding + k * 2.0 ** -24 * np.matmul(np.abs(x64), np.abs(y64))
     sgemm = np.matmul(xs.astype(np.float32), ys.astype(np.float32)).astype(np.float16)
-    assert got.dtype == np.float16 and got.shape == (b, m, n)
-    assert (np.abs(sgemm - exact) <= bound).all()
-    assert (np.abs(got - exact) <= bound).all()
-    assert (got != sgemm).mean() < 0.02
+    assert got.shape == (b, m, n)
+    assert_fp16_product(sgemm, xs, ys)
+    assert_fp16_product(got, xs, ys)
 
 
 @pytest.mark.parametrize("m", [1, 64])
@@ -153,16 +153,24 @@ def _attention_mlp(dtype):
 def test_a_program_runs_its_fp16_matmuls_as_half_matmuls(dtype, halves, tmp_path, torch_on,
                                                          monkeypatch):
     """With torch on, each batchmatmul of fp16 operands into fp16 (two projections, two
-    attention products) is one half matmul per chunk, and the outputs stay those of the
-    float32 path but for a few elements, each a few fp16 steps off (a matmul's output one
-    step off, through the softmax and the sum after it); an fp32 program has none."""
+    attention products) is one half matmul per chunk; an fp32 program has none, and its
+    outputs are the numpy path's bits. The fp16 outputs are as accurate as the float32
+    path's: both pass --check's reference rule (spyrec/sim/check.py: against the program run
+    in fp32, an error not materially worse than fp16 eager's own). They are not the same
+    bits, nor is the count of outputs that differ fixed: a matmul output one step off (the
+    order of the float32 additions, which depends on the CPU's kernels) moves through the
+    softmax and the sum after it (1.08% of the outputs here, 1.09% on an AMD EPYC)."""
+    import copy
+
     import spyrec
+    from spyrec.sim.check import reference_errors
     from spyrec.sim.kernels import reduce
 
     module, x = _attention_mlp(getattr(torch_on, dtype))
     with torch_on.no_grad():
         out = spyrec.compile(torch_on.export.export(module, (x,)), tmp_path / "out")
         want = module(x).float().numpy()
+        in_fp32 = copy.deepcopy(module).float()(x.float()).double().numpy()
     inputs = {"x": x.numpy()}
     monkeypatch.setattr(cast, "_half_on", False)
     by_numpy = spyrec.run(out, inputs)["output_0"].astype(np.float32)
@@ -174,11 +182,13 @@ def test_a_program_runs_its_fp16_matmuls_as_half_matmuls(dtype, halves, tmp_path
     assert len(calls) == halves
     tol = 2e-2 if dtype == "float16" else 1e-5
     assert np.allclose(by_torch, want, atol=tol, rtol=tol)
-    differ = by_torch != by_numpy
-    assert differ.mean() < 0.01
-    if differ.any():
-        step = np.spacing(np.abs(by_numpy[differ]).astype(np.float16)).astype(np.float32)
-        assert (np.abs(by_torch - by_numpy)[differ] <= 4 * step).all()
+    if dtype == "float32":
+        np.testing.assert_array_equal(by_torch, by_numpy)
+        return
+    for got in (by_numpy, by_torch):
+        errors = reference_errors(got.astype(np.float64), want.astype(np.float64), in_fp32,
+                                  "float16")
+        assert errors.ok, errors
 
 
 def test_a_big_run_has_torch_on_one_thread_and_half_matmuls_only_inside(torch_on,
