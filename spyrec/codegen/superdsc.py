@@ -10,7 +10,8 @@ match it and say so at the line.
 Start addresses are computed twice, independently: from our device coordinates at each core's
 slice origin (`opspec._cores`) and from the SuperDSC fields (F §4.2 step 6). They must agree,
 or the emitter stops with an internal error: the simulator reads only the fields, so the fields
-alone must place every core.
+alone must place every core. That half of the emitter, where each arg starts, is
+`codegen/sdsc_placement.py`; a constant's encoding is `codegen/sdsc_constants.py`.
 
 Deliberate differences from the reference, each because the reference is wrong or has no
 form for it:
@@ -38,14 +39,15 @@ form for it:
 from __future__ import annotations
 
 import math
-import struct
-from functools import cached_property
 
+from spyrec.codegen.sdsc_constants import encode_constant
+from spyrec.codegen.sdsc_placement import Placement
 from spyrec.codegen.symbols import SymbolTable
-from spyrec.errors import InternalError, UnsupportedProgram
+from spyrec.errors import UnsupportedProgram
 from spyrec.plan.sdsc_dims import (
     Digit, NotExpressible, OpDims, TensorDims, digit_splits, op_dims,
 )
+
 
 _LABELS = ("mb", "x", "y", "i", "j", "ki", "kj")
 _MATMUL_LABELS = ("ki", "kj", "y", "x", "mb", "out", "in")
@@ -102,7 +104,7 @@ def _least_significant_first(digits: list[Digit]) -> list[Digit]:
     return out + run[::-1]
 
 
-class _Emitter:
+class _Emitter(Placement):
     def __init__(self, index: int, spec: dict, dims: OpDims, bufs: list, roles: list[str],
                  symbols: SymbolTable | None = None, check: bool = True):
         self.check = check
@@ -388,139 +390,6 @@ class _Emitter:
                           "dim_prop_attr": [{"factor_": f, "label_": lab}
                                             for f, lab in zip(attrs, labels)]}}
 
-    # --- placement: HBM or LX, concrete or symbolic (issue 8 contract §2) -----------------
-
-    def _in_lx(self, i: int) -> bool:
-        return self.bufs[i].lx_address is not None
-
-    def _symbolic(self, i: int) -> bool:
-        """An HBM arg that advances with an enclosing loop (F §3.G rule 1), or whose cores
-        start at a share of a symbolic length (`_length_steps`)."""
-        return self.symbols is not None and not self._in_lx(i) and (
-            any(self.spec["args"][i]["_advance_bytes"]) or bool(self._length_steps(i)))
-
-    def _length_steps(self, i: int) -> list[tuple[Digit, int, int]]:
-        """(label, values per stick or 1, bytes per slice and per such unit of the share)
-        of each split label running a symbolic length that arg i walks: core c's slice s of
-        it starts s * share values in (`SymLength.share`), i.e. `bytes * s * (share //
-        unit)` bytes (whole sticks on the stick dim)."""
-        if not self.lengths or self._in_lx(i):
-            return []
-        t = self.dims.tensors[i]
-        strides = {lv.digit: lv.stride for lv in t.levels}
-        wl = self.bufs[i].layout.dtype.itemsize
-        return [(d, t.elems_per_stick if d == t.stick else 1, wl * strides[d])
-                for d in self.lengths if self.splits[d] > 1 and d in strides]
-
-    def _start_data(self, i: int, info: dict) -> dict[str, str]:
-        """`startAddressCoreCorelet_.data_`: per core a decimal address (the tile's first
-        element at iteration 0), the same LX offset on every core, or a symbol id (the start
-        at the maximum less its length terms, which the bundle adds at the run's length)."""
-        starts = self._starts(i, info)
-        if self._symbolic(i):
-            advance = tuple(self.spec["args"][i]["_advance_bytes"])
-            steps = self._length_steps(i)
-            ids = []
-            for c, a in enumerate(starts):
-                moved = [(d, unit, b * self.core_slices[c][d]) for d, unit, b in steps
-                         if self.core_slices[c][d]]
-                # the start at the maximum, whose share is the maximum over the split
-                at_zero = a - sum(b * (self.sizes[d] // self.splits[d] // unit)
-                                  for d, unit, b in moved)
-                terms = tuple((self.lengths[d], self.splits[d], unit, b) for d, unit, b in moved)
-                ids.append(self.symbols.symbol(self.index, at_zero, advance, terms))
-            starts = ids
-        return {f"[{c}, 0, 0]": str(a) for c, a in enumerate(starts)}
-
-    def _back_gaps(self, i: int, gaps: dict[Digit, int]) -> dict:
-        """HBM: one gap for the tensor (`"-1"`); LX: one per core, since each core's LX holds
-        only its own slice (F §2.4, §4.2 step 8): with every level's extent `P_d + gap`."""
-        keys = [str(c) for c in range(self.nc)] if self._in_lx(i) else ["-1"]
-        return {self.names[d]: {k: str(g) for k in keys} for d, g in gaps.items()}
-
-    def _starts(self, i: int, info: dict) -> list[int]:
-        """Per-core start addresses, checked against our own coordinates. An LX arg starts
-        at its offset on every core (F §2.11 step 4): each core's LX holds its own slice."""
-        buf, t = self.bufs[i], info["dims"]
-        if self._in_lx(i):
-            offset = self._lx_offset(i, t) if t.offset else 0
-            return [buf.lx_address + buf.layout.dtype.itemsize * offset] * self.nc
-        wl = buf.layout.dtype.itemsize
-        strides = {lv.digit: lv.stride for lv in t.levels}
-        base = buf.hbm_address + wl * t.offset
-        steps = []          # (digit, bytes per slice) of the split digits the arg walks
-        for d in self.digits:
-            if self.splits[d] > 1 and d in strides:
-                p = self.sizes[d] // self.splits[d]
-                if d == t.stick and p % t.elems_per_stick:
-                    raise NotExpressible(f"a core would start arg {i} inside a stick ({p} "
-                                         f"elements per core)")
-                steps.append((d, wl * (p // t.elems_per_stick if d == t.stick else p)
-                              * strides[d]))
-        starts = [base + sum(slices[d] * step for d, step in steps)
-                  for slices in self.core_slices]
-        ours = self._our_starts(i) if self.check else None
-        if t.lane_shift and ours is not None:
-            # our starts address the first element, which the shift moves past the stick
-            shift, e = t.lane_shift, t.elems_per_stick
-            ours = [a - wl * (shift // e * strides[t.stick] + shift % e) for a in ours]
-        if ours is not None and ours != starts:
-            raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} start "
-                                f"addresses from the SuperDSC fields {starts[:4]}… differ from "
-                                f"the coordinates' {ours[:4]}…")
-        return starts
-
-    def _lx_offset(self, i: int, t: TensorDims) -> int:
-        """Elements from each core's LX slice origin to arg i's first element: its origin
-        in the whole tensor (`t.offset`), taken apart level by level, put back together in
-        the per-core layout, whose level extents are each core's (`P + gap`, the layout the
-        simulator reads from N_, the split and the back gaps). scratchpad_planning lets an
-        op start inside the slice only along a dim no core split divides (one matmul_padding
-        writer fills the padding rows past the copy's): along a split dim the origin must
-        be core 0's slice origin, 0."""
-        offset, rest, stride = 0, t.offset, None
-        per_core = []
-        for lv in t.levels:                      # innermost first: the per-core strides
-            stride = lv.stride if stride is None else stride
-            per_core.append(stride)
-            n = self.sizes[lv.digit]
-            p = n // self.splits[lv.digit]
-            if lv.digit == t.stick:
-                e, shift = t.elems_per_stick, t.lane_shift
-                stride *= -(-(p + shift) // e) + lv.extent - -(-(n + shift) // e)
-            else:
-                stride *= p + lv.extent - n
-        for lv, core_stride in reversed(list(zip(t.levels, per_core))):
-            coord, rest = divmod(rest, lv.stride)
-            if coord and self.splits[lv.digit] > 1:
-                raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i} starts "
-                                    f"at {coord} of a dim split over cores inside LX buffer "
-                                    f"{self.bufs[i].name}")
-            offset += coord * core_stride
-        if rest:
-            raise InternalError(f"sdsc {self.index} ({self.spec['name']}): arg {i}'s origin "
-                                f"{t.offset} in LX buffer {self.bufs[i].name} is not on its "
-                                f"levels")
-        return offset
-
-    def _our_starts(self, i: int) -> list[int] | None:
-        """Arg i's start per SuperDSC core, from our coordinates (opspec._cores)."""
-        cores = self.spec["cores"]
-        out = [cores[k]["arg_start_bytes"][i] for k in self._our_core_of]
-        return None if any(v is None for v in out) else out
-
-    @cached_property
-    def _our_core_of(self) -> list[int]:
-        """For each SuperDSC core, the index of the opspec core with the same slice origin
-        (the same for every arg of the op, so computed once)."""
-        by_origin = {tuple(lo for lo, _ in c["ranges"].values()): k
-                     for k, c in enumerate(self.spec["cores"])}
-        units = [[(d, (d.size // self.splits[d]) * d.weight)
-                  for d in self.dims.var_digits[v] if self.splits[d] > 1]
-                 for v in self.spec["iteration_space"]]
-        return [by_origin[tuple(sum(slices[d] * u for d, u in var_units) for var_units in units)]
-                for slices in self.core_slices]
-
     def _labeled(self, i: int, info: dict) -> dict:
         buf = self.bufs[i]
         index = self.roles[i] == "index"
@@ -577,64 +446,3 @@ class _Emitter:
 
 def _debug_handle(spec: dict) -> str:
     return f"{spec['name']} ({spec['source']})" if spec.get("source") else spec["name"]
-
-
-# --- constants --------------------------------------------------------------------------------
-
-
-def encode_constant(value: int | float, op_format: str) -> tuple[str, int]:
-    """(dataFormat_, code) of a scalar constant (F §2.8): IEEE-754 bits for fp32, DLFloat16 bits
-    for the 16-bit formats, two's complement for an integer constant of an integer op. A float
-    constant of an integer op is IEEE_FP32 (torch promotes the op to float), and so is one
-    that DLFloat16 would round."""
-    integer_op = op_format in ("IEEE_INT32", "SENUINT32", "SENINT8")
-    if integer_op and isinstance(value, int):
-        if not -2**31 <= value < 2**31:
-            raise NotExpressible(f"constant {value} does not fit int32")
-        return "IEEE_INT32", value & 0xFFFFFFFF
-    fp32 = "IEEE_FP32", struct.unpack("<I", struct.pack("<f", float(value)))[0]
-    if op_format == "IEEE_FP32" or integer_op:
-        return fp32
-    code = dlfloat16_bits(float(value))
-    # a value DLFloat16 cannot hold exactly (0.7, 0.1) keeps fp32 precision: its own
-    # dataFormat_ says so, and eager's numbers (which use the exact scalar) stay reachable
-    return (op_format, code) if _dlfloat16_exact(float(value), code) else fp32
-
-
-def _dlfloat16_exact(x: float, code: int) -> bool:
-    if math.isnan(x) or math.isinf(x):
-        return True
-    sign = -1.0 if code & 0x8000 else 1.0
-    body = code & 0x7FFF
-    if body == 0:
-        return x == 0
-    return sign * (1 + (body & 0x1FF) / 512) * 2.0 ** ((body >> 9) - 31) == x
-
-
-def dlfloat16_bits(x: float) -> int:
-    """DLFloat16 (SEN169): sign, 6-bit exponent biased by 31, 9-bit mantissa, no subnormals,
-    0x7FFF the one NaN/infinity code (we write -inf as 0xFFFF), round to nearest even,
-    saturating at the largest finite value (1+510/512)·2^32."""
-    if math.isnan(x):
-        return 0x7FFF
-    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
-    a = abs(x)
-    if math.isinf(a):
-        return sign | 0x7FFF
-    if a == 0:
-        return sign
-    m, e = math.frexp(a)            # a = m·2^e, m in [0.5, 1)
-    exp = e - 1                     # a = (2m)·2^exp, 2m in [1, 2)
-    mant = (2 * m - 1) * 512
-    q = math.floor(mant)
-    rest = mant - q
-    if rest > 0.5 or (rest == 0.5 and q % 2):
-        q += 1
-    if q == 512:
-        q, exp = 0, exp + 1
-    biased = exp + 31
-    if biased < 0:
-        return sign                 # below the smallest normal: flushed to zero
-    if biased > 63 or (biased == 63 and q > 510):
-        return sign | 0x7FFE        # saturate at the largest finite value
-    return sign | (biased << 9) | q

@@ -131,11 +131,35 @@ def fold_constants(program: Program, max_bytes: int | None = None) -> tuple[Prog
 
 
 def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
+    """The steps of `fold_constants` before its dtype check: evaluate every constant node,
+    decide which of them stay in the graph, then materialize the ones something left reads
+    and remove the rest; with how many nodes were removed."""
     roots = _constant_roots(program)
     metas = {n.name: n.meta.get("val") for n in program.nodes}
     values = _StateValues(program, roots)
-    const: set[str] = set()  # constant call nodes, evaluated (asserts: checked, no value)
-    reads: dict[str, list[str]] = {}  # a constant node -> the nodes whose values it reads
+    const, reads = _evaluate(program, roots, metas, values, max_bytes)
+    if not const:
+        return program, 0
+    users = _users(program)
+    grown = _grown(program, const, reads, metas)
+    keep = _kept(program, const, grown, roots, users, metas)
+    materialize = [n for n in program.nodes if n.name in const and n.name not in keep
+                   and n.target not in ASSERTS and _read_by_kept(n.name, users, keep)]
+    removed = {n for n in const if n not in keep}
+    if not removed:
+        return program, 0
+    return _rewrite(program, materialize, removed, values, roots, users, keep), len(removed)
+
+
+def _evaluate(program: Program, roots: dict[str, str], metas: dict, values: _StateValues,
+              max_bytes: int) -> tuple[set[str], dict[str, list[str]]]:
+    """The constant call nodes, each one's value put in `values` (an assert is checked and has
+    no value), and for every call node the nodes whose values it reads. A node is constant
+    when everything it reads is constant state (`roots`) or an earlier constant node, it has a
+    numpy folder, and its one tensor result is at most `max_bytes` of a dtype numpy holds;
+    complex values only feed conversions (eager's kernels, not numpy's, do their arithmetic)."""
+    const: set[str] = set()
+    reads: dict[str, list[str]] = {}
     for node in program.nodes:
         if node.op != "call_function":
             continue
@@ -169,49 +193,43 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
                                  f"{value.shape}, the exporter recorded {out.shape}")
         values[node.name] = value
         const.add(node.name)
-    if not const:
-        return program, 0
+    return const, reads
 
-    grown = _grown(program, const, reads, metas)
-    by_name = {n.name: n for n in program.nodes}
+
+def _users(program: Program) -> dict[str, list[Node]]:
+    """Node name -> the nodes that read it, in program order, each reader once."""
     users: dict[str, list[Node]] = {}
     for node in program.nodes:
         for r in {r.name for r in refs_in((node.args, node.kwargs))}:
             users.setdefault(r, []).append(node)
-    # Nodes that stay; an assert stays with what it checks.
+    return users
+
+
+def _read_by_kept(name: str, users: dict[str, list[Node]], keep: set[str]) -> bool:
+    """Whether a node that stays in the graph, or the program's output, reads `name`."""
+    return any(u.name in keep or u.op == "output" for u in users.get(name, []))
+
+
+def _kept(program: Program, const: set[str], grown: set[str], roots: dict[str, str],
+          users: dict[str, list[Node]], metas: dict) -> set[str]:
+    """The nodes that stay in the graph: every call node that is not constant, then, until
+    nothing changes, each lowerable constant node something staying reads that is better as a
+    device op (grown from small inputs: `_grown`; a pure view of state; a view worth keeping),
+    and each assert that checks a node that stays (an assert stays with what it checks)."""
+    by_name = {n.name: n for n in program.nodes}
     keep = {n.name for n in program.nodes if n.op == "call_function" and n.name not in const}
-
-    def pure_view_of_state(name: str) -> bool:
-        node = by_name[name]
-        if node.op == "placeholder":
-            return name in roots
-        if name not in const or node.target in ASSERTS or computes(node, metas):
-            return False
-        src = node.args[0] if node.args else None
-        return isinstance(src, Ref) and pure_view_of_state(src.name)
-
-    def view_worth_keeping(node: Node) -> bool:
-        """A view of a folded value that broadcasts it, or one of several views of it: the
-        value is materialized once and the views stay (free index maps in the lowering)."""
-        src = node.args[0] if node.args else None
-        if not (node.target in VIEW_OPS and not computes(node, metas) and isinstance(src, Ref)
-                and src.name in const):
-            return False
-        readers = [u for u in users.get(src.name, []) if u.target not in ASSERTS]
-        return _numel(metas[node.name]) > _numel(metas[src.name]) or len(readers) > 1
-
     changed = True
     while changed:
         changed = False
         for name in sorted(const - keep):
             node = by_name[name]
-            consumers = users.get(name, [])
-            if not any(u.name in keep or u.op == "output" for u in consumers):
+            if not _read_by_kept(name, users, keep):
                 continue
             if node.target in ASSERTS:
                 continue
-            if lowerable(node.target) and (name in grown or pure_view_of_state(name)
-                                           or view_worth_keeping(node)):
+            if lowerable(node.target) and (
+                    name in grown or _pure_view_of_state(name, by_name, roots, const, metas)
+                    or _view_worth_keeping(node, const, users, metas)):
                 keep.add(name)
                 changed = True
         for name in sorted(const - keep):
@@ -219,14 +237,32 @@ def _fold(program: Program, max_bytes: int) -> tuple[Program, int]:
                     any(r.name in keep for r in refs_in((by_name[name].args,))):
                 keep.add(name)
                 changed = True
+    return keep
 
-    materialize = [n for n in program.nodes if n.name in const and n.name not in keep
-                   and n.target not in ASSERTS
-                   and any(u.name in keep or u.op == "output" for u in users.get(n.name, []))]
-    removed = {n for n in const if n not in keep}
-    if not removed:
-        return program, 0
-    return _rewrite(program, materialize, removed, values, roots, users, keep), len(removed)
+
+def _pure_view_of_state(name: str, by_name: dict[str, Node], roots: dict[str, str],
+                        const: set[str], metas: dict) -> bool:
+    """A chain of views (no arithmetic) of a parameter, buffer or constant: materializing it
+    would copy the weight, while the lowering expresses views as index maps for free."""
+    node = by_name[name]
+    if node.op == "placeholder":
+        return name in roots
+    if name not in const or node.target in ASSERTS or computes(node, metas):
+        return False
+    src = node.args[0] if node.args else None
+    return isinstance(src, Ref) and _pure_view_of_state(src.name, by_name, roots, const, metas)
+
+
+def _view_worth_keeping(node: Node, const: set[str], users: dict[str, list[Node]],
+                        metas: dict) -> bool:
+    """A view of a folded value that broadcasts it, or one of several views of it: the
+    value is materialized once and the views stay (free index maps in the lowering)."""
+    src = node.args[0] if node.args else None
+    if not (node.target in VIEW_OPS and not computes(node, metas) and isinstance(src, Ref)
+            and src.name in const):
+        return False
+    readers = [u for u in users.get(src.name, []) if u.target not in ASSERTS]
+    return _numel(metas[node.name]) > _numel(metas[src.name]) or len(readers) > 1
 
 
 def _constant_roots(program: Program) -> dict[str, str]:

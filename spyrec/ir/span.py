@@ -4,7 +4,7 @@ Each core addresses at most `MAX_SPAN_BYTES` (256 MiB) of device memory per op a
 (reference/A-layout.md §1 and §5.6; DESIGN §3): the reference's users hit a SIGABRT on LM heads
 whose one core spans the whole weight. Work division must keep every core under it, so
 planning asks this module per candidate split (`plan/split_candidates.py` keeps only the
-splits that fit) and the verifier asks it per op (`ir/verify.py check_span`): it lives in the
+splits that fit) and the verifier asks it per op (`ir/verify_ops.py check_span`): it lives in the
 IR package, as `ir/lx.py` does, because the verifier may import nothing above it.
 
 The span of an access under a split (A-layout §5.6): walk the device dims outermost first,

@@ -10,201 +10,27 @@ Bounds are checked per device dim, not on the flat offset: a coordinate that wra
 dim (lane 64 of a 64-lane stick) stays inside the allocation yet reads the wrong element, and
 only a per-dim check catches it. Gathers (`IndirectAccess`) read the index arg at the same point
 first; a bad index value is reported with the index tensor's name and the value.
+
+The pieces it stands on: the chunks of the iteration space (`sim/chunking.py`), each arg's
+checked base for one execution (`sim/binding.py`) and the core of each point for LX args
+(`sim/core_map.py`).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterator
 
 import numpy as np
 
 from spyrec.errors import SimulatorFault
 from spyrec.indexing import Indirect, Lin, Mod, Var, evaluate
 from spyrec.layout import STICK_BYTES, DeviceLayout
-from spyrec.sim.addresses import check_window, symbolic_base
-from spyrec.sim.memory import Allocation, Hbm, Lx
-from spyrec.sim.specs import ArgSpec, Execute, OpSpec
+from spyrec.sim.binding import Binding
+from spyrec.sim.chunking import Chunk
+from spyrec.sim.core_map import broadcast_sum, core_parts, separable, thin_parts
+from spyrec.sim.memory import Hbm, Lx
+from spyrec.sim.specs import OpSpec
 from spyrec.sim.strided import Strided
-
-MAX_CHUNK_POINTS = 1 << 22   # bounds the int64 offset arrays to ~32 MiB each
-# Chunks split their var at multiples of this (a whole number of sticks of any dtype: 128
-# bytes hold at most 128 elements). A boundary inside a stick leaves a stick-dim access with
-# no strided form (`Strided.from_terms`), and the read falls back to per-element offsets: a
-# Granite-8B-width down projection's weight, chunked at 327 of 4,096 columns, was read that
-# way in every layer.
-CHUNK_ALIGN = 128
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """A box of the iteration space: [lo, hi) per var, each var an arange on its own axis."""
-
-    vars: tuple[str, ...]
-    lo: tuple[int, ...]
-    hi: tuple[int, ...]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(h - lo for lo, h in zip(self.lo, self.hi))
-
-    def env(self) -> dict:
-        rank = len(self.vars)
-        env = {}
-        for axis, (name, lo, hi) in enumerate(zip(self.vars, self.lo, self.hi)):
-            shape = [1] * rank
-            shape[axis] = hi - lo
-            env[Var(name)] = np.arange(lo, hi, dtype=np.int64).reshape(shape)
-        return env
-
-    def point(self, index: tuple[int, ...], shape: tuple[int, ...]) -> str:
-        """The iteration point at `index` of an array of `shape` (size-1 axes: any value)."""
-        parts = [f"{v}={lo + i}" for v, lo, i, n in zip(self.vars, self.lo, index, shape)
-                 if n > 1 or self.hi[self.vars.index(v)] - lo == 1]
-        return ", ".join(parts) if parts else "every point"
-
-
-def chunks(spec: OpSpec, max_points: int = MAX_CHUNK_POINTS) -> Iterator[Chunk]:
-    """The iteration space in boxes whose arg accesses hold at most ~max_points each, split
-    along one output var.
-
-    The split var is a non-reduced var the output is indexed by, so chunks write disjoint
-    output elements and a reduction never straddles two chunks; of those, the one the largest
-    arg varies along (a matmul's weight: split over its N, each chunk reads its slice of the
-    weight once, instead of the whole weight once per slice of M), else the outermost. The
-    budget counts what is materialized: each arg's values span only the vars its coordinates
-    use, so a matmul runs in a few large chunks (a kernel never builds the M*N*K box). Cuts
-    fall on multiples of `CHUNK_ALIGN`, so every stick-dim access keeps its strided form."""
-    vars_, extents = spec.vars, spec.extents
-    out_vars = arg_vars(spec, spec.output)
-    used = [arg_vars(spec, a) for a in spec.args]
-    candidates = [i for i, v in enumerate(vars_)
-                  if v not in spec.reduced and v in out_vars and extents[i] > 1]
-    if not candidates:
-        yield Chunk(vars_, (0,) * len(vars_), extents)
-        return
-    points = [math.prod(n for v, n in zip(vars_, extents) if v in u) for u in used]
-    largest = used[max(range(len(used)), key=points.__getitem__)]
-    split = next((i for i in candidates if vars_[i] in largest), candidates[0])
-    per_unit = [math.prod(n for v, n in zip(vars_, extents) if v in u and v != vars_[split])
-                for u in used]
-    per_unit = [p for p, u in zip(per_unit, used) if vars_[split] in u]
-    if max(per_unit) * extents[split] <= max_points:
-        yield Chunk(vars_, (0,) * len(vars_), extents)
-        return
-    for start, stop in _cuts(extents[split], max(1, max_points // max(per_unit))):
-        lo = [0] * len(vars_)
-        hi = list(extents)
-        lo[split], hi[split] = start, stop
-        yield Chunk(vars_, tuple(lo), tuple(hi))
-
-
-def _cuts(extent: int, step: int) -> list[tuple[int, int]]:
-    """[start, stop) ranges of at most `step` points covering [0, extent): cut at multiples
-    of `CHUNK_ALIGN` where a step holds one, into an even number of near-equal ranges, so
-    that two worker threads (or any even count) finish together. Ranges of `step` and a
-    remainder left one thread a whole chunk behind: a Granite-8B-width MLP projection,
-    12,800 columns, ran as 12 chunks of 1,024 and one of 512 (13 on two threads)."""
-    if step < CHUNK_ALIGN:
-        return [(start, min(start + step, extent)) for start in range(0, extent, step)]
-    units = -(-extent // CHUNK_ALIGN)
-    count = -(-units // (step // CHUNK_ALIGN))
-    count = min(units, count + count % 2)
-    edges = [i * units // count * CHUNK_ALIGN for i in range(count)] + [extent]
-    return list(zip(edges[:-1], edges[1:]))
-
-
-def arg_vars(spec: OpSpec, arg: ArgSpec) -> set[str]:
-    """The iteration vars an arg's access varies along (a gathered coordinate: its index
-    arg's vars too)."""
-    used: set[str] = set()
-    for coord in arg.coordinates:
-        for leaf in coord.free_atoms():
-            if isinstance(leaf, Var):
-                used.add(leaf.name)
-            elif isinstance(leaf, Indirect):
-                index = next((a for a in spec.args if a.name == leaf.tensor and a is not arg),
-                             None)
-                used |= arg_vars(spec, index) if index is not None else set(spec.vars)
-    return used
-
-
-@dataclass(frozen=True)
-class Binding:
-    """One arg of one execution: its base in the typed arena view and in device coordinates."""
-
-    arg: ArgSpec
-    base_elems: int                # element offset of the arg's device element 0
-    tile_coords: tuple[int, ...]   # device coordinates of the tile base (all 0 without a tile)
-    lx: Allocation | None = None   # the LX tensor an LX arg reads or writes
-
-
-def bind(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> list[Binding]:
-    """Resolve every arg's base address for one `sdsc_execute` and check it is addressable."""
-    out = []
-    for arg in spec.args:
-        what = f"{spec.describe()}, arg '{arg.name}'"
-        if arg.in_lx and not arg.tile_strides_elems:
-            raise SimulatorFault(f"{what}: LX allocations are simulated from SuperDSC LX "
-                                 f"nodes only; this arg has no per-core layout")
-        if arg.in_lx:
-            out.append(_bind_lx(spec, arg, ex, lx))
-            continue
-        if arg.symbols is not None:
-            base = symbolic_base(spec, arg, ex)
-            check_window(spec, arg, base, ex, hbm)
-            out.append(Binding(arg, base // arg.itemsize, (0,) * len(arg.layout.device_size)))
-            continue
-        if arg.hbm_address % STICK_BYTES:
-            raise SimulatorFault(f"{what}: allocation.hbm {arg.hbm_address} is not "
-                                 f"{STICK_BYTES}-byte aligned")
-        if hbm.find(arg.hbm_address, arg.extent_bytes, arg.name) is None:
-            raise SimulatorFault(
-                f"{what}: bytes [{arg.hbm_address}, {arg.hbm_address + arg.extent_bytes}) of "
-                f"its layout {list(arg.layout.device_size)} are not inside one tensor of "
-                f"manifest.json")
-        tile = (0,) * len(arg.layout.device_size)
-        if arg.operand is not None:
-            tile = _tile_coords(what, arg, ex.operands, ex.location)
-        out.append(Binding(arg, arg.hbm_address // arg.itemsize, tile))
-    return out
-
-
-def _bind_lx(spec: OpSpec, arg: ArgSpec, ex: Execute, lx: Lx | None) -> Binding:
-    """An LX arg: its per-core window must lie inside the manifest LX tensor it names."""
-    where = f"{spec.describe()} {ex.where()}: LX arg '{arg.name}'"
-    alloc = lx.find(arg.name) if lx is not None else None
-    if alloc is None:
-        raise SimulatorFault(f"{where}: no LX tensor of manifest.json has lx_address "
-                             f"{arg.lx_offset}; re-run spyrec compile")
-    if arg.lx_offset % STICK_BYTES:
-        raise SimulatorFault(f"{where}: LX offset {arg.lx_offset} is not {STICK_BYTES}-byte "
-                             f"aligned")
-    if not alloc.contains(arg.lx_offset, arg.extent_bytes):
-        raise SimulatorFault(
-            f"{where}: each core's window [{arg.lx_offset}, {arg.lx_offset + arg.extent_bytes})"
-            f" is not inside LX tensor '{alloc.name}' [{alloc.address}, {alloc.end}) "
-            f"(lx_bytes_per_core); re-run spyrec compile")
-    return Binding(arg, arg.lx_offset // arg.itemsize, (0,) * len(arg.layout.device_size),
-                   alloc)
-
-
-def _tile_coords(what: str, arg: ArgSpec, operands: tuple[int, ...],
-                 location: str) -> tuple[int, ...]:
-    if arg.operand >= len(operands):
-        raise SimulatorFault(f"{what}: takes its base from operand {arg.operand}, but "
-                             f"{location} passes {len(operands)} operands")
-    base = operands[arg.operand]
-    rel = base - arg.hbm_address
-    if base % STICK_BYTES or rel < 0 or rel >= arg.extent_bytes or rel % arg.itemsize:
-        raise SimulatorFault(
-            f"{what}: tile base {base} from operand {arg.operand} at {location} is not a "
-            f"stick-aligned address inside the tensor [{arg.hbm_address}, "
-            f"{arg.hbm_address + arg.extent_bytes})")
-    coords = np.unravel_index(rel // arg.itemsize, arg.layout.device_size)
-    return tuple(int(c) for c in coords)
 
 
 class ChunkAccess:
@@ -298,7 +124,7 @@ class ChunkAccess:
         core term, when the cores split the chunk var by var."""
         terms = self._terms(b)
         parts = self._arg_cores(b, per_slice=not b.arg.is_input)
-        split = parts if self._cores_separable else _separable(parts[0])
+        split = parts if self._cores_separable else separable(parts[0])
         if split is None:
             return None
         return Strided.of_terms(
@@ -314,7 +140,7 @@ class ChunkAccess:
             if b.lx is not None:
                 parts += [t * (self.lx.core_bytes // b.arg.itemsize)
                           for t in self._arg_cores(b, per_slice=not b.arg.is_input)]
-            self._relative[key] = _broadcast_sum(parts)
+            self._relative[key] = broadcast_sum(parts)
         return self._relative[key]
 
     def _arg_cores(self, b: Binding, per_slice: bool) -> list[np.ndarray]:
@@ -324,7 +150,7 @@ class ChunkAccess:
         point per core slice (`per_slice`), proving every core holds its own copy; the
         values are then read from the first slice's core alone (the copies are equal), so
         the read does not grow by the unused var's whole range."""
-        return _thinned(self.core_parts(), self._unused_axes(b, per_slice))
+        return thin_parts(self.core_parts(), self._unused_axes(b, per_slice))
 
     def _unused_axes(self, b: Binding, per_slice: bool) -> dict[int, np.ndarray]:
         """Axis -> kept positions, for each var b does not use that splits the cores."""
@@ -354,7 +180,7 @@ class ChunkAccess:
 
     def cores(self) -> np.ndarray:
         """The core of each point as one array, broadcast over the split vars."""
-        return _broadcast_sum(self.core_parts())
+        return broadcast_sum(self.core_parts())
 
     def lx_sticks(self, b: Binding) -> tuple[np.ndarray, np.ndarray, dict]:
         """(index into lx.tags, expected tag, env) at one point per stick of an LX arg: tags
@@ -382,13 +208,13 @@ class ChunkAccess:
                 name = Var(self.chunk.vars[axis])
                 env[name] = np.take(env[name], keep, axis=axis)
         if thinned is not None:
-            cores = _thinned(cores, dict([thinned]))
+            cores = thin_parts(cores, dict([thinned]))
         # per stick: the lane coordinate is left out (device layouts are stick-aligned)
-        rel = _broadcast_sum(
+        rel = broadcast_sum(
             [np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s in
              zip(b.arg.coordinates[:-1], b.arg.layout.device_strides_elems[:-1])] +
             [t * (self.lx.core_bytes // b.arg.itemsize) for t in cores])
-        tile = _broadcast_sum([np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s
+        tile = broadcast_sum([np.asarray(evaluate(c, env), dtype=np.int64) * s for c, s
                                in zip(b.arg.tile_coordinates, b.arg.tile_strides_elems)])
         rel, tile = np.array(rel), np.array(tile)   # a sum of 0-d parts is a scalar
         for array in (rel, tile):
@@ -537,82 +363,6 @@ def _offset_terms(coordinates: tuple[Lin, ...], layout: DeviceLayout,
             return terms, (j, value)
         terms.append(value * stride)
     return terms, None
-
-
-def core_parts(spec: OpSpec, chunk: Chunk) -> tuple[list[np.ndarray], bool]:
-    """The id of the core whose slice holds each point of `chunk` (product splits of equal
-    slices, as SuperDSC's `numWkSlicesPerDim_` gives) as broadcastable parts whose sum it
-    is, and whether they are separable: a constant plus one term per split var, each
-    varying along its own axis alone (the form a strided LX access needs); else one array
-    over the chunk. Decided on the slices of the core grid the chunk touches (a few dozen
-    cells), never on a chunk-sized array: the chunk's map repeats each cell along every
-    axis, so it is such a sum exactly when those cells are (a Granite-8B-width layer's
-    elementwise ops spent 30% of their time building and comparing chunk-sized core maps)."""
-    per = [spec.slice_size(v) for v in spec.vars]
-    grid = np.zeros([k for _, k in spec.iteration_space.values()], dtype=np.int64)
-    for c in spec.cores:
-        if c.points:            # (an idle core of a sized op holds no point)
-            grid[tuple(c.ranges[v][0] // p for v, p in zip(spec.vars, per))] = c.core
-    first = [lo // p for lo, p in zip(chunk.lo, per)]
-    cells = grid[tuple(slice(f, (hi - 1) // p + 1) if hi > lo else slice(f, f + 1)
-                       for f, lo, hi, p in zip(first, chunk.lo, chunk.hi, per))]
-    rank = len(spec.vars)
-    index = []          # per axis: each point's cell along it (shape 1 where unsplit)
-    for axis, (v, p) in enumerate(zip(spec.vars, per)):
-        shape = [1] * rank
-        if spec.iteration_space[v][1] > 1:
-            shape[axis] = chunk.hi[axis] - chunk.lo[axis]
-            index.append(np.arange(chunk.lo[axis], chunk.hi[axis]).reshape(shape) // p
-                         - first[axis])
-        else:
-            index.append(np.zeros(shape, dtype=np.int64))
-    terms = _separable(cells)
-    if terms is None:
-        return [cells[tuple(index)]], False
-    return [terms[0]] + [np.take(t, index[_axis(t)].ravel(), axis=_axis(t))
-                         for t in terms[1:]], True
-
-
-def _axis(term: np.ndarray) -> int:
-    """The one axis a separable term varies along."""
-    return next(a for a, n in enumerate(term.shape) if n > 1)
-
-
-def _thinned(parts: list[np.ndarray], keep: dict[int, np.ndarray]) -> list[np.ndarray]:
-    """Broadcastable parts with each axis of `keep` reduced to its kept positions."""
-    for axis, positions in keep.items():
-        parts = [np.take(t, positions, axis=axis) if t.ndim and t.shape[axis] > 1 else t
-                 for t in parts]
-    return parts
-
-
-def _separable(cores: np.ndarray) -> list[np.ndarray] | None:
-    """`cores` as a constant plus one term per axis (each varying along that axis alone), or
-    None when the core grid is not such a sum (then the offset path handles it)."""
-    cores = np.asarray(cores)
-    if cores.size <= 1 or cores.ndim == 0:
-        return [cores.reshape((1,) * cores.ndim)]
-    origin = cores[(0,) * cores.ndim]
-    terms, total = [np.full((1,) * cores.ndim, origin, dtype=np.int64)], origin
-    for axis, n in enumerate(cores.shape):
-        if n > 1:
-            index = tuple(slice(None) if a == axis else slice(0, 1) for a in range(cores.ndim))
-            term = cores[index] - origin
-            terms.append(term)
-            total = total + term
-    return terms if np.array_equal(np.broadcast_to(total, cores.shape), cores) else None
-
-
-def _broadcast_sum(parts: list[np.ndarray]) -> np.ndarray:
-    """Sum of broadcastable arrays, smallest first: terms over the same axes are added while
-    still small, so only the last additions are full size."""
-    by_shape: dict[tuple, np.ndarray] = {}
-    for part in parts:
-        by_shape[part.shape] = by_shape[part.shape] + part if part.shape in by_shape else part
-    total = np.zeros((), dtype=np.int64)
-    for shape in sorted(by_shape, key=lambda s: int(np.prod(s))):
-        total = total + by_shape[shape]
-    return total
 
 
 def one_to_one(spec: OpSpec, b: Binding, chunk: Chunk) -> bool | None:

@@ -19,7 +19,9 @@ import numpy as np
 from spyrec.costmodel import MATMUL
 from spyrec.errors import SimulatorFault
 from spyrec.sim import threads
-from spyrec.sim.access import Binding, Chunk, ChunkAccess, arg_vars, bind, chunks, one_to_one
+from spyrec.sim.access import ChunkAccess, one_to_one
+from spyrec.sim.binding import Binding, bind
+from spyrec.sim.chunking import Chunk, arg_vars, chunks
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm, Lx
 from spyrec.sim.numerics import assignable, is_integer, storage_dtype

@@ -57,7 +57,8 @@ def run_directory(out: str | Path, inputs: Mapping[str, np.ndarray] | str | Path
     op; `before_simulating()` runs once everything that can be checked without simulating
     has passed (the CLI checks its -o path there)."""
     from spyrec.sim import foreign
-    from spyrec.sim.check import check_outputs, check_reference_program
+    from spyrec.sim.check import check_outputs
+    from spyrec.sim.reference_program import check_reference_program
     from spyrec.sim.directory import is_foreign
     from spyrec.sim.inputs import check_inputs, read_inputs
     from spyrec.sim.runner import simulate

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Callable, Iterable, TypeVar
 
 from spyrec.errors import ConfigError
-from spyrec.sim.access import MAX_CHUNK_POINTS
+from spyrec.sim.chunking import MAX_CHUNK_POINTS
 
 T = TypeVar("T")
 

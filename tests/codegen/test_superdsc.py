@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spyrec.codegen.superdsc import dlfloat16_bits, encode_constant
+from spyrec.codegen.sdsc_constants import dlfloat16_bits, encode_constant
 from spyrec.sim.superdsc import dlfloat16_value
 from tests.programs import Lambda, compile_pt2, export
 

@@ -197,7 +197,7 @@ def test_symbols_and_symbolic_trip_counts_round_trip():
     assert graph.ops[0].loops == (Loop(4, ("c1",), "g0.0", None, LoopBound("s81", 64)),)
     assert parse(format_graph(graph)) == graph
     assert format_graph(graph).splitlines()[-1] == "symbol s81 128..256 by 64 at [x:1, y:1]"
-    from spyrec.ir.verify import check_loops
+    from spyrec.ir.verify_loops import check_loops
 
     assert list(check_loops(graph, graph.ops[0])) == []
     for bound, problem in [("s9/64", "s9 is not a symbol of the graph"),
@@ -211,7 +211,7 @@ def test_a_loop_whose_last_trip_passes_the_length_round_trips_and_is_checked():
     """`bound(S/T past end)`: ceil(S/T) trips, a tile of whole granules up to the shortest
     length dividing the maximum (a flash query loop); any other tile is a verifier problem."""
     from spyrec.ir import LoopBound
-    from spyrec.ir.verify import check_loops
+    from spyrec.ir.verify_loops import check_loops
 
     text = ("buffer x: input float32[1, 512, 64]\n"
             "buffer y: output float32[1, 512, 64]\n"

@@ -192,7 +192,8 @@ def _run(info, sample, tmp: Path) -> Verdict:
 
 def compare_outputs(result, expected: tuple) -> str | None:
     """None when every simulated output matches eager (shape, dtype and values)."""
-    from spyrec.sim.check import _to_numpy, compare
+    from spyrec.sim.check import compare
+    from spyrec.sim.eager import _to_numpy
 
     if len(result.outputs) != len(expected):
         return f"{len(result.outputs)} outputs, eager gives {len(expected)}"

@@ -13,9 +13,10 @@ from spyrec.passes.registry import CompileContext, Pass
 
 
 def run_pass(p: Pass, text: str, ctx: CompileContext | None = None,
-             facts: tuple[str, ...] = ()) -> str:
-    """`text` after `p`; `facts` are those that hold before it (e.g. "layouts")."""
-    graph = parse(ir(text))
+             facts: tuple[str, ...] = (), constants: dict | None = None) -> str:
+    """`text` after `p`; `facts` are those that hold before it (e.g. "layouts"); `constants`
+    the values of constant buffers a pass reads (the text form does not print values)."""
+    graph = parse(ir(text), constants)
     assert verify(graph, facts) == [], verify(graph, facts)
     p.run(graph, ctx if ctx is not None else CompileContext())
     after = (set(facts) - set(p.contract.invalidates)) | set(p.contract.provides)

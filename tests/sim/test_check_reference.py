@@ -309,7 +309,7 @@ def test_the_fp32_reference_runs_a_program_whose_export_pins_fp16(tmp_path):
     reference before): the upcast run drops them from its own copy. Casts the graph spells
     out (`h.to(x.dtype)`, recorded as fp16) still round, as the module docstring says; the
     rest runs in fp32."""
-    from spyrec.sim.check import eager_outputs
+    from spyrec.sim.eager import eager_outputs
 
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3)).half()
     out = compile_pt2(export(tmp_path, RmsNormFp16().half(), (x,)), tmp_path / "out",

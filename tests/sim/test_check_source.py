@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-import spyrec.sim.check as check
+import spyrec.sim.reference_program as reference_program
 from tests.programs import Lambda, cli, compile_pt2, counting_calls, export, load_json
 
 X = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
@@ -51,7 +51,7 @@ def _sha(path: Path) -> str:
 
 def test_a_matching_copy_is_run_and_hashed_once(built, tmp_path, capsys):
     out = _copy(built, "contained", tmp_path)
-    with counting_calls(check, "_sha256") as hashed:
+    with counting_calls(reference_program, "_sha256") as hashed:
         code, text, err = _run(capsys, built, out)
     assert code == 0, err
     assert hashed[0] == 1                  # once per run, not once per eager run
@@ -127,7 +127,7 @@ def test_a_changed_source_is_refused_naming_both_hashes(built, tmp_path, capsys)
 
 def test_model_with_another_hash_is_refused(built, tmp_path, capsys):
     out = _copy(built, "contained", tmp_path)
-    with counting_calls(check, "_sha256") as hashed:
+    with counting_calls(reference_program, "_sha256") as hashed:
         code, text, err = _run(capsys, built, out, "-q", "--model", built["other"])
     assert code == 2 and text == "", err
     assert hashed[0] == 1                  # the given file only: the copy is not consulted

@@ -80,7 +80,9 @@ def test_output_written_twice_within_an_op(out, coords):
 
 
 def test_one_to_one_proofs(out):
-    from spyrec.sim.access import Binding, Chunk, one_to_one
+    from spyrec.sim.access import one_to_one
+    from spyrec.sim.binding import Binding
+    from spyrec.sim.chunking import Chunk
     out.input("x", [4, 100])
     out.output("y", [4, 100])
     out.op("neg", {"c0": 4, "c1": 100}, [("x", rowmajor2d()), ("y", rowmajor2d())])

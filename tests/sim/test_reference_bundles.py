@@ -244,16 +244,16 @@ def test_matmul_chunks_by_what_each_arg_holds(tmp_path, rng, monkeypatch):
     not the M*N*K box: that took the published size from 516 s to ~11 s. Chunks split the
     largest arg's var (the weight's N), so each reads its slice of the weight once: forced
     into 16 chunks of 40 columns (weight 256 x 40 per chunk), the result is the same."""
-    from spyrec.sim import access, executor
+    from spyrec.sim import chunking, executor
 
     d = write_bundle(tmp_path / "mm", "sdsc_0_batchmatmul.json", matmul(64, 256, 640),
                      matmul_manifest(64, 256, 640))
     spec = read_output_dir(d).ops["sdsc_0_batchmatmul.json"]
-    assert [c.shape for c in access.chunks(spec)] == [(64, 640, 256)]
+    assert [c.shape for c in chunking.chunks(spec)] == [(64, 640, 256)]
     budget = 16 * 640
-    assert [(c.lo, c.hi) for c in access.chunks(spec, budget)] == [
+    assert [(c.lo, c.hi) for c in chunking.chunks(spec, budget)] == [
         ((0, n, 0), (64, n + 40, 256)) for n in range(0, 640, 40)]
-    monkeypatch.setattr(executor, "chunks", lambda s: access.chunks(s, budget))
+    monkeypatch.setattr(executor, "chunks", lambda s: chunking.chunks(s, budget))
     x, w = _fp16(rng, 64, 256), _fp16(rng, 256, 640)
     (got,) = simulate(d, {"x": x, "w": w}).outputs
     np.testing.assert_allclose(got.astype(np.float32), x.astype(np.float32) @ w, rtol=1e-2,
@@ -267,13 +267,13 @@ def test_matmul_chunks_cut_at_whole_sticks(tmp_path, rng, monkeypatch):
     asked for here. The numbers are the product's by DESIGN §8's rule, as the unchunked run's
     are: not the same bits, since BLAS may sum a 128-column chunk in another order than the
     whole 640 columns (on an AMD EPYC 7 of 40,960 outputs were one fp16 step apart)."""
-    from spyrec.sim import access, executor
+    from spyrec.sim import access, chunking, executor
 
     d = write_bundle(tmp_path / "mm", "sdsc_0_batchmatmul.json", matmul(64, 256, 640),
                      matmul_manifest(64, 256, 640))
     spec = read_output_dir(d).ops["sdsc_0_batchmatmul.json"]
     budget = 256 * 200
-    assert [(c.lo[1], c.hi[1]) for c in access.chunks(spec, budget)] == [
+    assert [(c.lo[1], c.hi[1]) for c in chunking.chunks(spec, budget)] == [
         (0, 128), (128, 256), (256, 384), (384, 512), (512, 640)]
     x, w = _fp16(rng, 64, 256), _fp16(rng, 256, 640)
     (whole,) = simulate(d, {"x": x, "w": w}).outputs
@@ -281,7 +281,7 @@ def test_matmul_chunks_cut_at_whole_sticks(tmp_path, rng, monkeypatch):
     def no_offsets(self, b):
         raise AssertionError(f"per-element offsets for {b.arg.name}")
 
-    monkeypatch.setattr(executor, "chunks", lambda s, *_: access.chunks(s, budget))
+    monkeypatch.setattr(executor, "chunks", lambda s, *_: chunking.chunks(s, budget))
     monkeypatch.setattr(access.ChunkAccess, "relative", no_offsets)
     (got,) = simulate(d, {"x": x, "w": w}).outputs
     assert_fp16_product(whole, x, w)

@@ -84,14 +84,14 @@ def test_an_lx_core_grid_splits_into_per_axis_terms_only_when_it_is_a_sum():
     """Cores numbered row-major over two split vars are i * 4 + j: a constant plus a term per
     axis, so the LX arg's core offset is part of its strided view; a grid that is not such a
     sum keeps the offset path."""
-    from spyrec.sim.access import _separable
+    from spyrec.sim.core_map import separable
 
     cores = (np.arange(3)[:, None, None] * 4 + np.arange(4)[None, None, :]).astype(np.int64)
-    terms = _separable(cores)
+    terms = separable(cores)
     total = sum(np.broadcast_to(t, cores.shape) for t in terms)
     assert np.array_equal(total, cores) and all(sum(n > 1 for n in t.shape) <= 1 for t in terms)
-    assert _separable(np.array([[0, 1], [2, 5]])) is None
-    assert [t.tolist() for t in _separable(np.array(7))] == [7]
+    assert separable(np.array([[0, 1], [2, 5]])) is None
+    assert [t.tolist() for t in separable(np.array(7))] == [7]
 
 
 def test_read_follows_the_arena_order():
@@ -115,12 +115,12 @@ def test_read_follows_the_arena_order():
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 60_000), st.integers(1, 5_000))
 def test_chunk_cuts_cover_the_var_in_an_even_count_of_aligned_near_equal_ranges(extent, step):
-    """`access._cuts`: the ranges tile [0, extent) in order, none longer than `step`; where a
+    """`chunking._cuts`: the ranges tile [0, extent) in order, none longer than `step`; where a
     step holds a whole `CHUNK_ALIGN` they start at its multiples, are an even number unless
     the var has a single aligned unit to split (so two threads finish together) and differ
     by at most one unit (12,800 columns at 1,024: 14 ranges of 896 or 1,024, not 12 x 1,024
     and 512)."""
-    from spyrec.sim.access import CHUNK_ALIGN, _cuts
+    from spyrec.sim.chunking import CHUNK_ALIGN, _cuts
 
     cuts = _cuts(extent, step)
     assert cuts[0][0] == 0 and cuts[-1][1] == extent
@@ -143,7 +143,8 @@ def test_one_strided_form_serves_every_arg_accessed_alike():
     reported by the uncached path (`_OUT_OF_RANGE`)."""
     from spyrec.indexing import FloorDiv, Lin, Mod, Var
     from spyrec.layout import DeviceLayout
-    from spyrec.sim.access import _OUT_OF_RANGE, Chunk, _hbm_form
+    from spyrec.sim.access import _OUT_OF_RANGE, _hbm_form
+    from spyrec.sim.chunking import Chunk
 
     n = Var("n")
     coords = (Lin({FloorDiv(Lin({n: 1}), 64): 1}), Lin(), Lin({Mod(Lin({n: 1}), 64): 1}))

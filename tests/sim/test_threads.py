@@ -153,7 +153,7 @@ def test_overlapping_output_is_not_threaded(samples, monkeypatch):
     same op with its own output is threaded."""
     from dataclasses import replace
 
-    from spyrec.sim.access import bind
+    from spyrec.sim.binding import bind
     from spyrec.sim.directory import load_output_dir
     from spyrec.sim.runner import place_lx, place_tensors
 
