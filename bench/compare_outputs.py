@@ -3,8 +3,10 @@
 For behaviour-preserving restructures: build a baseline before the change, build again after,
 and every output file must be byte-identical, except the wall-time fields (`passes[].wall_ms`
 of report.json and the pass-time lines of report.txt), the .pt2 each build exports anew
-(manifest.json's `source.path` and `source.sha256`) and the checkout the default pipeline was
-read from (`configs.pipeline` up to `spyrec/configs/`), which are masked before comparing.
+(manifest.json's `source.path` and `source.sha256`, and so the build's id, which hashes them:
+manifest.json's `build.id`, report.json's `build`, report.txt's `build` line, weights.bin's
+stamp) and the checkout the default pipeline was read from (`configs.pipeline` up to
+`spyrec/configs/`), which are masked before comparing.
 
     python bench/compare_outputs.py build DIR        # compile everything into DIR/<name>/
     python bench/compare_outputs.py diff BEFORE AFTER
@@ -154,6 +156,11 @@ def build(dest: Path, only: str | None) -> int:
 
 CHECKOUT = re.compile(r"^.*/(?=spyrec/configs/)")
 WALL = re.compile(r"^  (\S+)\s+\d+\.\d ms$", re.M)
+# the build's id (spyrec/build_record.py) hashes the manifest, which names the .pt2 each build
+# exports anew: masked where it is written (report.json, report.txt, weights.bin's stamp)
+BUILD_LINE = re.compile(r"^build [0-9a-f]{64}$", re.M)
+STAMP = re.compile(rb"spyrec-build [0-9a-f]{64}")
+STAMP_SPAN = 78
 
 
 def _masked(path: Path) -> bytes:
@@ -162,15 +169,19 @@ def _masked(path: Path) -> bytes:
         report = json.loads(data)
         for p in report.get("passes", []):
             p["wall_ms"] = 0
+        report.pop("build", None)
         return json.dumps(report, indent=1, sort_keys=True).encode()
     if path.name == "report.txt":
-        return WALL.sub(r"  \1 - ms", data.decode()).encode()
+        return BUILD_LINE.sub("build -", WALL.sub(r"  \1 - ms", data.decode())).encode()
+    if path.name == "weights.bin" and STAMP.search(data[-STAMP_SPAN:]):
+        return data[:-STAMP_SPAN] + STAMP.sub(b"spyrec-build -", data[-STAMP_SPAN:])
     if path.name == "manifest.json":
         # the .pt2 was exported anew into a temporary directory (its path and bytes differ
         # from build to build), and the default pipeline's path names the checkout built
         manifest = json.loads(data)
         manifest.get("source", {}).pop("path", None)
         manifest.get("source", {}).pop("sha256", None)
+        manifest.get("build", {}).pop("id", None)     # a hash covering the two above
         configs = manifest.get("configs", {})
         if isinstance(configs.get("pipeline"), str):
             configs["pipeline"] = CHECKOUT.sub("<checkout>/", configs["pipeline"])

@@ -45,11 +45,7 @@ KNOWN_LONG_FUNCTIONS: set[str] = {          # "path/module.py::name" (the def's 
     # per job) removes it
     "passes/coarse_tiling/flash.py::run",
 }
-KNOWN_STALE_REFERENCES: set[str] = {        # "path/module.py: the backticked text"
-    # shorthand for passes/coarse_tiling/attention.py (after `passes/coarse_tiling/auto.py`);
-    # plan/ is being restructured by another change, which should spell it out
-    "plan/hbm_bytes.py: attention.py",
-}
+KNOWN_STALE_REFERENCES: set[str] = set()   # "path/module.py: the backticked text"
 
 
 # --- sizes -----------------------------------------------------------------------------------

@@ -29,8 +29,6 @@ from spyrec.errors import InternalError
 from spyrec.ir.graph import Graph
 from spyrec.ir.verify_buffers import BUFFER_CHECKS
 from spyrec.ir.verify_graph import GRAPH_CHECKS
-# tiled_access_problem is not used here: plan/tiles.py imports it from this module
-from spyrec.ir.verify_loops import tiled_access_problem  # noqa: F401
 from spyrec.ir.verify_ops import OP_CHECKS
 
 

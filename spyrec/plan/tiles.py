@@ -22,7 +22,7 @@ from spyrec.indexing.sticks import access_coordinates
 from spyrec.indexing.coordinates import host_coordinates
 from spyrec.indexing.simplify import simplify_lin
 from spyrec.ir import Access, Buffer, Operation
-from spyrec.ir.verify import tiled_access_problem
+from spyrec.ir.verify_loops import tiled_access_problem
 from spyrec.layout.device_layout import SPARSE, DeviceLayout, contiguous_strides, stick_layout
 
 # Points evaluated per proof; larger tiles are checked on a strided sample of every axis

@@ -6,9 +6,10 @@ layouts (tiles must be whole sticks and constant device-address shifts). Writes:
 body, the tile's shape), accumulators for reductions over a tiled dim, and the group's ops made
 contiguous in `graph.ops`. Guarantees the tiling contract (DESIGN §4–5): every access to a full
 buffer inside a loop moves by one constant device-address step per iteration, and each trip's
-tile is exactly the untiled access there (proven, `ir/verify.py tiled_access_problem`: a view
-that wraps inside a later tile is refused); ops of one loop
-are consecutive; no op is repeated by a loop it does not carry. Without a config it does nothing.
+tile is exactly the untiled access there (proven, `ir/verify_loops.py tiled_access_problem`: a
+view that wraps inside a later tile is refused); ops of one loop are consecutive; no op is
+repeated by a loop it does not carry. Without a config, `--tiling auto`, an attention whose
+scores do not fit on chip or a symbolic length it adds no loop.
 
 `unroll: true` replaces each loop nest by its iterations (one op per iteration, indices moved to
 the iteration's tile), which simulates bit-identically to the looped form.
