@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from spyrec.errors import InputFileError
-from spyrec.userfiles import open_regular
+from spyrec.userfiles import open_regular, zip_entry_problem
 
 WEIGHTS_CONFIG = "data/weights/model_weights_config.json"
 CONSTANTS_CONFIG = "data/constants/model_constants_config.json"
@@ -54,7 +54,6 @@ PT2_FILE = "a .pt2 file from torch.export.save"
 # Members are inflated whole when read, so what a compressed member claims is checked first.
 # torch.export.save stores every member uncompressed; a re-zipped archive may deflate them.
 READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)   # what torch's own reader (miniz) reads
-MAX_RATIO = 1100         # more than deflate can produce (about 1032:1): a bomb
 MAX_JSON_RATIO = 100     # JSON text deflates about 5:1; 100:1 is whitespace padding
 MAX_INT64 = (1 << 63) - 1
 # ScalarType code -> (torch's dtype name, numpy storage dtype). bf16 and fp8 travel as bits.
@@ -179,20 +178,8 @@ def _model_member(path: Path, names: list[str]) -> str:
 def _check_entry(path: Path, info: zipfile.ZipInfo, file_bytes: int) -> None:
     """A member's zip directory entry, before a byte of it is read: readable, inside the file,
     and no absurd claim (a stored member holds what it claims; nothing inflates beyond
-    MAX_RATIO)."""
-    problem = None
-    if info.flag_bits & 0x1:
-        problem = "is encrypted"
-    elif info.compress_type not in READABLE:
-        problem = f"uses zip compression method {info.compress_type} (torch reads 0 and 8)"
-    elif info.header_offset + 30 + info.compress_size > file_bytes:
-        problem = (f"claims {info.compress_size} bytes from offset {info.header_offset}, past "
-                   f"the end of the {file_bytes}-byte file (truncated?)")
-    elif info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
-        problem = f"is stored but claims {info.file_size} bytes in {info.compress_size}"
-    elif info.file_size > MAX_RATIO * max(info.compress_size, 1):
-        problem = (f"claims {info.file_size} bytes inflated from {info.compress_size}, more "
-                   f"than deflate produces (at most {MAX_RATIO}:1)")
+    `userfiles.MAX_ZIP_RATIO`)."""
+    problem = zip_entry_problem(info, file_bytes, READABLE, "torch reads 0 and 8")
     if problem:
         raise InputFileError(f"{path}: member {info.filename!r} {problem}; the archive is "
                              f"damaged or crafted. Export and save it again with "

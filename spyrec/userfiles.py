@@ -194,3 +194,31 @@ def _regular_mode(path: Path) -> int | None:
     except FileNotFoundError:
         return None
     return st.st_mode if stat.S_ISREG(st.st_mode) else None
+
+
+# more than any compressor produces (deflate about 1032:1): a member claiming it is a bomb
+MAX_ZIP_RATIO = 1100
+
+
+def zip_entry_problem(info, file_bytes: int, readable: tuple[int, ...],
+                      methods: str) -> str | None:
+    """What is wrong with a zip member's directory entry (`zipfile.ZipInfo`), judged before a
+    byte of it is read: encrypted, a compression method not in `readable` (`methods` says
+    which are), data claimed past the end of the `file_bytes`-byte file, a stored member of
+    two sizes, or an inflated size no compressor produces (a bomb); None when it is sound.
+    An .npz's members and a .pt2's alike."""
+    import zipfile
+
+    if info.flag_bits & 0x1:
+        return "is encrypted; spyrec reads no passwords"
+    if info.compress_type not in readable:
+        return f"uses zip compression method {info.compress_type} ({methods})"
+    if info.header_offset + 30 + info.compress_size > file_bytes:
+        return (f"claims {info.compress_size} bytes from offset {info.header_offset}, past "
+                f"the end of the {file_bytes}-byte file (truncated?)")
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        return f"is stored uncompressed but claims {info.file_size} bytes in {info.compress_size}"
+    if info.file_size > MAX_ZIP_RATIO * max(info.compress_size, 1):
+        return (f"claims {info.file_size} bytes inflated from {info.compress_size}, more than "
+                f"any compressor produces (at most {MAX_ZIP_RATIO}:1)")
+    return None

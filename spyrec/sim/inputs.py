@@ -33,14 +33,13 @@ from spyrec.sim.lengths import bind_lengths, fits_shape, shape_text
 from spyrec.sim.safetensors import read_safetensors, safetensors_bytes
 from spyrec.sim.specs import Manifest, TensorSpec
 from spyrec.sim.transfer import HOST_NUMPY
-from spyrec.userfiles import open_regular, output_target, write_replacing
+from spyrec.userfiles import open_regular, output_target, write_replacing, zip_entry_problem
 
 DTYPE_TAG = "__dtype__."
 
 
 NPZ = "an .npz file from numpy.savez"
 # More than deflate can produce (its limit is about 1032:1): a member claiming it is a bomb.
-MAX_RATIO = 1100
 MAX_TAG_BYTES = 256     # a `__dtype__.<name>` tag is one short string
 READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
 # `check` of read_npz / read_safetensors: sees a data-less stand-in of every array (its dtype
@@ -103,20 +102,8 @@ def _headers(path: Path, zf: zipfile.ZipFile, file_bytes: int) -> dict[str, _Hea
 
 def _check_entry(where: str, info: zipfile.ZipInfo, file_bytes: int) -> None:
     """The member's zip directory entry, before a byte of it is read."""
-    problem = None
-    if info.flag_bits & 0x1:
-        problem = "is encrypted; spyrec reads no passwords"
-    elif info.compress_type not in READABLE:
-        problem = f"uses zip compression method {info.compress_type}, which spyrec cannot read"
-    elif info.header_offset + 30 + info.compress_size > file_bytes:
-        problem = (f"claims {info.compress_size} bytes from offset {info.header_offset}, past "
-                   f"the end of the {file_bytes}-byte file (truncated?)")
-    elif info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
-        problem = (f"is stored uncompressed but claims {info.file_size} bytes in "
-                   f"{info.compress_size}")
-    elif info.file_size > MAX_RATIO * max(info.compress_size, 1):
-        problem = (f"claims {info.file_size} bytes inflated from {info.compress_size}, more "
-                   f"than any compressor produces (at most {MAX_RATIO}:1)")
+    problem = zip_entry_problem(info, file_bytes, READABLE,
+                                "spyrec reads stored, deflate, bzip2 and lzma members")
     if problem:
         raise InputFileError(f"{where}: {problem}; write the file again with numpy.savez or "
                              f"numpy.savez_compressed")
