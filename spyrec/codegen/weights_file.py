@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import mmap
 import os
 import sys
@@ -22,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from spyrec.build_record import Crc32
 from spyrec.ir import Graph
 from spyrec.ir.values import PaddedConstant
 from spyrec.ir.writes import constants_state
@@ -105,9 +105,9 @@ class WeightsBlob:
         With `reuse`, `path` may be a file an earlier plan's `write` began, written over
         (pages the file already has are reused, much cheaper than new ones); the entries
         `skip` names (`entry_identity`s) already hold exactly these bytes at these offsets
-        and are left as they are. `done(identity, sha256)` is called for each entry once all
-        its bytes are in the file, with the SHA-256 of its bytes (the manifest's
-        `weights.tensors[].sha256`), hashed on the thread that writes them."""
+        and are left as they are. `done(identity, crc32)` is called for each entry once all
+        its bytes are in the file, with the checksum of its bytes (the manifest's
+        `weights.tensors[].crc32`, `build_record.Crc32`), made as each piece is."""
         plans = [(entry, _pieces(entry[0], entry[2])) for entry in self.entries]
         span = max((n for _, pieces in plans for _, n in pieces), default=0)
         with _BlockFile(path, reuse=reuse, direct=self.total >= DIRECT_MIN_BYTES) as f, \
@@ -119,8 +119,8 @@ class WeightsBlob:
                 if identity in skip:
                     continue
                 host, pad = _host_values(buf, value)
-                digest = hashlib.sha256()
-                stream.begin(offset, nbytes, digest)
+                digest = Crc32()
+                stream.begin(offset, digest)
                 for rows, piece_bytes in pieces:
                     if stop is not None and stop.is_set():
                         raise WeightsStopped(path)
@@ -172,8 +172,7 @@ class _PieceStream:
         self.carry = 0              # bytes at its start that belong before that piece
         self.at = 0                 # the file offset of its byte 0
         self.writes: list[Future] = []
-        self.digest = None          # the tensor's hash, fed in file order by the writer
-        self.unhashed = 0           # tensor bytes not yet handed to it
+        self.digest = None          # the tensor's checksum, fed its bytes in order
 
     def __enter__(self) -> "_PieceStream":
         return self
@@ -190,26 +189,26 @@ class _PieceStream:
         return self.buffers[k % 2]
 
     def _submit(self, block: np.ndarray) -> None:
-        """Write `block` at the next offset on the writer thread, then hash the part of it
-        that is the tensor's (not the zeros after its end); one thread, so in file order."""
-        hashed = min(len(block), self.unhashed)
-        self.unhashed -= hashed
-        job = self.writer.submit(_write_and_hash, self.f, self.at, block, self.digest, hashed)
+        """Write `block` at the next offset on the writer thread."""
+        job = self.writer.submit(self.f.write_at, self.at, block)
         self.pending[self.k % 2] = job
         self.writes.append(job)
         self.at += len(block)
 
-    def begin(self, offset: int, nbytes: int, digest) -> None:
-        """A tensor of `nbytes` starts at `offset`; its bytes feed `digest`."""
+    def begin(self, offset: int, digest) -> None:
+        """A tensor starts at `offset`; its bytes feed `digest`."""
         self.carry, self.at, self.writes = 0, offset, []
-        self.digest, self.unhashed = digest, nbytes
+        self.digest = digest
 
     def piece(self, nbytes: int, form: Callable[[np.ndarray], None]) -> None:
-        """`form(out)` makes the next `nbytes` of the tensor in `out`; its whole pages are
+        """`form(out)` makes the next `nbytes` of the tensor in `out`, which feed the
+        tensor's checksum (here, while they are in the cache: the writer thread is then
+        only the disk's, which is most often the slower of the two); its whole pages are
         written."""
         block = self._buffer(self.k)
         end = self.carry + nbytes
         form(block[self.carry:end])
+        self.digest.update(block[self.carry:end])
         cut = end - end % WEIGHTS_ALIGNMENT
         if cut:
             self._submit(block[:cut])
@@ -241,17 +240,10 @@ def entry_identity(buf, offset: int, nbytes: int, value) -> tuple:
     return (offset, nbytes, buf.name, buf.host_size, buf.host_dtype, buf.layout, id(value))
 
 
-def _write_and_hash(f: "_BlockFile", offset: int, block: np.ndarray, digest,
-                    hashed: int) -> None:
-    f.write_at(offset, block)
-    if hashed:
-        digest.update(memoryview(block).cast("B")[:hashed])
-
-
 def _when_written(done, identity: tuple, writes: list[Future], digest):
-    """A callback for an entry's last write: `done(identity, sha256)` if every one of its
-    `writes` finished without error (they run in order on one thread, so all are finished,
-    and the digest fed, then)."""
+    """A callback for an entry's last write: `done(identity, crc32)` if every one of its
+    `writes` finished without error (they run in order on one thread, so all are finished
+    then)."""
     def callback(future: Future) -> None:
         if all(not w.cancelled() and w.exception() is None for w in writes):
             done(identity, digest.hexdigest())

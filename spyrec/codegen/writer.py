@@ -169,7 +169,7 @@ class ManifestFile:
         over all of it; the id is `build_id` afterwards."""
         for entry in self.doc["weights"]["tensors"]:
             if "offset" in entry:
-                entry["sha256"] = weight_digests[entry["name"]]
+                entry["crc32"] = weight_digests[entry["name"]]
         self.doc["build"] = {"id": "", "files": dict(sorted(files.items()))}
         self.text()                         # the source's hash, which the id covers
         self.doc["build"]["id"] = build_id(self.doc)

@@ -4,9 +4,9 @@ A run checks what it can afford on every run (docs/formats.md, "One build"): eac
 is the one the manifest records (the sdsc files and the bundle by SHA-256; weights.bin by its
 size and the build stamp after its tensors). It does not hash weights.bin, which is most of a
 directory (16 GB at Granite-8B width): that is this command's job. Here every file the record
-lists is hashed, each stored constant's bytes are compared with its digest in
-`weights.tensors[]`, the reports must carry the build's id, the manifest must hash to its own
-id (an edit anywhere in it shows), and the program is loaded and verified statically as a run
+lists is hashed, each stored constant's bytes are compared with its checksum in
+`weights.tensors[].crc32`, the reports must carry the build's id, the manifest must hash to
+its own id (an edit anywhere in it shows), and the program is loaded and verified as a run
 would (schemas, bundle, op table, core splits, start addresses). Files the record does not list
 are the user's: named, left alone, not a failure.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from spyrec.build_record import STAMP_BYTES, build_id, read_stamp, sha256_range
+from spyrec.build_record import STAMP_BYTES, build_id, crc32_range, read_stamp, sha256_range
 from spyrec.errors import SpyrecError
 from spyrec.outdir import RUN_OUTPUTS
 from spyrec.sim.files import OutputFiles, parse_json
@@ -150,7 +150,7 @@ def _check_weights(files: OutputFiles, manifest: dict, verdict: Verdict) -> str 
                 continue
             verdict.tensors += 1
             verdict.hashed_bytes += entry["bytes"]
-            if sha256_range(fd, entry["offset"], entry["bytes"]) != entry.get("sha256"):
+            if crc32_range(fd, entry["offset"], entry["bytes"]) != entry.get("crc32"):
                 bad.append(entry["name"])
         if bad:
             return (f"{weights['file']}: {len(bad)} tensor(s) differ from what compile wrote: "
