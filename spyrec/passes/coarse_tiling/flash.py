@@ -39,7 +39,7 @@ families) flash_masks.py's.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from spyrec.errors import ConfigError
 from spyrec.indexing import Indirect, Lin, indirect, substitute, var
@@ -68,6 +68,43 @@ def rewrite(graph: Graph, site: AttentionSite, tiles: FlashTiles, key: str,
         for name in set(graph.buffers) - before:
             del graph.buffers[name]
         raise
+
+
+@dataclass
+class _Frame:
+    """What one rewrite's ops are made of: the output op and buffer, the row max's buffer,
+    the output's row vars (lead dims and the query var `qv`) and head-dim var `dv`, the
+    ranges of a row op and of a wide (row by head dim) op, the running state's tile buffers
+    (`_Rewrite._frame`), and the copied scores op and its vars (`_Rewrite._prologue`)."""
+
+    out: Operation
+    out_buf: Buffer
+    row_buf: Buffer
+    rows: tuple
+    qv: str
+    dv: str | None
+    row_ranges: tuple
+    acc_ranges: tuple
+    m: Buffer = None
+    l: Buffer = None
+    mn: Buffer = None
+    alpha: Buffer = None
+    acc: Buffer = None
+    pv: Buffer = None
+    scores: Operation = None
+    s_dims: tuple = ()
+
+    def at_rows(self, buf: Buffer) -> Access:
+        return Access(buf.name, _tile_index(buf, (*self.rows, None)))
+
+    def at_wide(self, buf: Buffer) -> Access:
+        return Access(buf.name, _tile_index(buf, (*self.rows, self.dv)))
+
+    def row_op(self, rw: _Rewrite, name, kind, inputs, output, depth=2, constants=None):
+        return rw.op(name, kind, inputs, output, self.row_ranges, depth, self.qv, constants)
+
+    def wide_op(self, rw: _Rewrite, name, kind, inputs, output, depth=2, constants=None):
+        return rw.op(name, kind, inputs, output, self.acc_ranges, depth, self.qv, constants)
 
 
 class _Rewrite:
@@ -163,21 +200,57 @@ class _Rewrite:
     # --- the whole rewrite --------------------------------------------------------------------
 
     def run(self, check: bool = True) -> dict:
-        g, s, ops = self.g, self.site, self.ops
-        out = ops[s.out]
-        out_buf = g.buffers[out.output.buffer]
+        """Rewrite the site: the running state filled, then each key loop's body (one per
+        masked or unmasked span of key tiles), then the output divided by the running sum;
+        the site's report row."""
+        f = self._frame()
+        self._tile_scores(f)
+        self._state_tiles(f)
+        seq = self._prologue(f)
+        for suffix, span, elide in self.bodies:
+            self.span, self.body_key = span, suffix
+            seq += [replace(o, name=o.name + suffix) for o in self._key_loop(f, elide)]
+        seq += self._epilogue(f)
+        if check:
+            self.check_moves(seq)
+        self.splice(self.before + seq)
+        return self._row()
+
+    def _frame(self) -> _Frame:
+        """The output's vars and ranges (`_Frame`)."""
+        out = self.ops[self.site.out]
+        out_buf = self.g.buffers[out.output.buffer]
         *lead, qv, dv = dim_vars(out_buf, out)
         sizes = dict(zip((*lead, qv, dv), out_buf.host_size))
         rows = (*lead, qv)
         hv = self.head_var(out)
         row_ranges = tuple((v, self.tiles.queries if v == qv else self.heads if v == hv
                             else sizes[v]) for v in rows if v is not None)
-        acc_ranges = row_ranges + (((dv, sizes[dv]),) if dv else ())
-        row_buf = g.buffers[ops[s.row_max].output.buffer]
-        scores_buf = g.buffers[ops[s.scores].output.buffer]
-        # the [.., Tq, Tk] score tiles: every elementwise step from q @ kᵀ to exp(x - max)
-        # writes over its input in place (one tile of LX, not five), a new tile only where
-        # the dtype changes (a model's fp16 scores before its fp32 softmax)
+        return _Frame(out, out_buf, self.g.buffers[self.ops[self.site.row_max].output.buffer],
+                      rows, qv, dv, row_ranges,
+                      row_ranges + (((dv, sizes[dv]),) if dv else ()))
+
+    def _state_tiles(self, f: _Frame) -> None:
+        """The online softmax's running state: the max `m`, the sum `l`, the new max and
+        the rescale factor (one value per query row), and the fp32 accumulator and this
+        tile's probs @ v (a row of head dim each)."""
+        state = self.shape(f.row_buf.host_size, 1)
+        wide = self.shape(f.out_buf.host_size, f.out_buf.host_size[-1])
+        f.m, f.l, f.mn, f.alpha = (self._row_tile(f, n, state)
+                                   for n in ("max", "sum", "newmax", "rescale"))
+        f.acc, f.pv = (self.tile_buffer(f"{f.out.name}__flash_{n}", f.out_buf, wide,
+                                        "float32") for n in ("acc", "pv"))
+
+    def _row_tile(self, f: _Frame, name: str, state: tuple[int, ...] | None = None) -> Buffer:
+        state = state or self.shape(f.row_buf.host_size, 1)
+        return self.tile_buffer(f"{f.out.name}__flash_{name}", f.row_buf, state, "float32")
+
+    def _tile_scores(self, f: _Frame) -> None:
+        """The [.., Tq, Tk] score tiles: every elementwise step from q @ kᵀ to exp(x - max)
+        writes over its input in place (one tile of LX, not five), a new tile only where
+        the dtype changes (a model's fp16 scores before its fp32 softmax); and the
+        [.., Tq, 1] tiles of the row max and sum."""
+        g, s, ops = self.g, self.site, self.ops
         last = None
         for n in (s.scores, *s.chain, s.shifted, s.exp):
             full = g.buffers[ops[n].output.buffer]
@@ -186,121 +259,126 @@ class _Rewrite:
                                         self.shape(full.host_size, self.tiles.keys),
                                         full.host_dtype)
             self.tile_of[full.name] = last
-        for n in (s.row_max, s.row_sum):                         # [.., Tq, 1] tiles
+        for n in (s.row_max, s.row_sum):
             full = g.buffers[ops[n].output.buffer]
             self.tile_of[full.name] = self.tile_buffer(
                 f"{full.name}__tile", full, self.shape(full.host_size, 1), "float32")
-        f32 = "float32"
-        state = self.shape(row_buf.host_size, 1)
-        wide = self.shape(out_buf.host_size, out_buf.host_size[-1])
-        base = out.name
 
-        def row_tile(name: str) -> Buffer:
-            return self.tile_buffer(f"{base}__flash_{name}", row_buf, state, f32)
-
-        def wide_tile(name: str) -> Buffer:
-            return self.tile_buffer(f"{base}__flash_{name}", out_buf, wide, f32)
-
-        m, l, mn, alpha = (row_tile(n) for n in ("max", "sum", "newmax", "rescale"))
-        acc, pv = (wide_tile(n) for n in ("acc", "pv"))
-
-        def at_rows(buf: Buffer) -> Access:
-            return Access(buf.name, _tile_index(buf, (*rows, None)))
-
-        def at_wide(buf: Buffer) -> Access:
-            return Access(buf.name, _tile_index(buf, (*rows, dv)))
-
-        def row_op(name, kind, inputs, output, depth=2, constants=None):
-            return self.op(name, kind, inputs, output, row_ranges, depth, qv, constants)
-
-        def wide_op(name, kind, inputs, output, depth=2, constants=None):
-            return self.op(name, kind, inputs, output, acc_ranges, depth, qv, constants)
-
-        seq = [row_op(f"{m.name}.fill", "fill", (), at_rows(m), 1, {"value": -FLT_MAX}),
-               row_op(f"{l.name}.fill", "fill", (), at_rows(l), 1, {"value": 0.0}),
-               wide_op(f"{acc.name}.fill", "fill", (), at_wide(acc), 1, {"value": 0.0})]
-        scores = ops[s.scores]
-        s_dims = dim_vars(scores_buf, scores)
-        sq, sk = s_dims[-2], s_dims[-1]
-        copy, scores = self.query_copy(scores, s_dims, scores_buf)
+    def _prologue(self, f: _Frame) -> list[Operation]:
+        """Before the key loops: the running state filled, the query tile copied, each
+        gathered K/V page's tile, and the masks' tile buffers."""
+        g, s, ops = self.g, self.site, self.ops
+        seq = [f.row_op(self, f"{f.m.name}.fill", "fill", (), f.at_rows(f.m), 1,
+                        {"value": -FLT_MAX}),
+               f.row_op(self, f"{f.l.name}.fill", "fill", (), f.at_rows(f.l), 1,
+                        {"value": 0.0}),
+               f.wide_op(self, f"{f.acc.name}.fill", "fill", (), f.at_wide(f.acc), 1,
+                         {"value": 0.0})]
+        scores_buf = g.buffers[ops[s.scores].output.buffer]
+        f.s_dims = dim_vars(scores_buf, ops[s.scores])
+        copy, f.scores = self.query_copy(ops[s.scores], f.s_dims, scores_buf)
         seq.append(copy)
         for name, reader, kv in ((n, c, k) for n in s.gathers
-                                 for c, k in ((scores, sk), (out, out.reduced[0]))
+                                 for c, k in ((f.scores, f.s_dims[-1]),
+                                              (f.out, f.out.reduced[0]))
                                  if c.inputs[1].buffer == ops[n].output.buffer):
             seq.append(self.gather_tile(ops[name], reader, kv))
         for n in s.masks:
-            o = ops[n]
-            full = g.buffers[o.output.buffer]
+            full = g.buffers[ops[n].output.buffer]
             self.tile_of[full.name] = self.tile_buffer(
                 f"{full.name}__tile", full, self.shape(full.host_size, self.tiles.keys),
                 full.host_dtype)
-        def inner_ops(elide: bool) -> list[Operation]:
-            """One key loop's ops; `elide`: its tiles keep every score, so the masks and
-            the where3 applying them are left out (x is the unmasked scores)."""
-            ops_ = []
-            masking = set(self.masking) if elide else set()
-            saved = dict(self.tile_of)
-            for n in masking:
-                w = ops[n]
-                self.tile_of[w.output.buffer] = self.tile_of[w.inputs[1].buffer]
-            if not elide:
-                for n in sorted(s.masks, key=list(s.ops).index):
-                    o = ops[n]
-                    d = dim_vars(g.buffers[o.output.buffer], o)
-                    ops_.append(self.tiled(o, d[-2], d[-1]))
-            ops_.append(self.tiled(scores, sq, sk))
-            for n in s.chain:
-                if n in masking:
-                    continue
-                o = ops[n]
-                d = dim_vars(g.buffers[o.output.buffer], o)
-                ops_.append(self.tiled(o, d[-2], d[-1]))
-            top = ops[s.row_max]
-            ops_.append(self.tiled(top, dim_vars(row_buf, top)[-2], top.reduced[0]))
-            tm = self.tile_of[top.output.buffer]
-            ops_ += [row_op(mn.name, "maximum", (at_rows(m), at_rows(tm)), at_rows(mn)),
-                     row_op(f"{alpha.name}.step", "sub", (at_rows(m), at_rows(mn)),
-                            at_rows(alpha)),
-                     row_op(alpha.name, "exp", (at_rows(alpha),), at_rows(alpha))]
-            # x - max reads the running max instead of this tile's (or the guarded) max
-            shifted = ops[s.shifted]
-            d = dim_vars(g.buffers[shifted.output.buffer], shifted)
-            self.tile_of[shifted.inputs[1].buffer] = mn
-            ops_.append(self.tiled(shifted, d[-2], d[-1]))
-            e = ops[s.exp]
-            ops_.append(self.tiled(e, d[-2], d[-1]))
-            total = ops[s.row_sum]
-            ops_.append(self.tiled(total, dim_vars(g.buffers[total.output.buffer],
-                                                    total)[-2], total.reduced[0]))
-            ts = self.tile_of[total.output.buffer]
-            ops_ += [row_op(f"{l.name}.rescale", "mul", (at_rows(l), at_rows(alpha)), at_rows(l)),
-                     row_op(f"{l.name}.update", "add", (at_rows(l), at_rows(ts)), at_rows(l))]
-            # probs @ v becomes exp @ v into an fp32 tile (the division waits for the end)
-            self.tile_of[out_buf.name] = pv
-            product = replace(out, name=pv.name, inputs=(Access(e.output.buffer,
-                                                                out.inputs[0].index),
-                                                         *out.inputs[1:]))
-            ops_.append(self.tiled(product, qv, out.reduced[0]))
-            ops_ += [wide_op(f"{acc.name}.rescale", "mul", (at_wide(acc), at_rows(alpha)),
-                             at_wide(acc)),
-                     wide_op(f"{acc.name}.update", "add", (at_wide(acc), at_wide(pv)),
-                             at_wide(acc)),
-                     row_op(f"{m.name}.update", "identity", (at_rows(mn),), at_rows(m))]
-            self.tile_of = saved
-            return ops_
+        return seq
 
-        for suffix, span, elide in self.bodies:
-            self.span, self.body_key = span, suffix
-            seq += [replace(o, name=o.name + suffix) for o in inner_ops(elide)]
-        divisor = l
-        if s.safe:
-            divisor = row_tile("sumsafe")
-            seq.append(row_op(divisor.name, "maximum", (at_rows(l),), at_rows(divisor), 1,
-                              {"scalar": 1.0, "scalar_side": "rhs"}))
-        seq.append(wide_op(out.name, "realdiv", (at_wide(acc), at_rows(divisor)), out.output, 1))
-        if check:
-            self.check_moves(seq)
-        self.splice(self.before + seq)
+    def _key_loop(self, f: _Frame, elide: bool) -> list[Operation]:
+        """One key loop's ops; `elide`: its tiles keep every score, so the masks and the
+        where3 applying them are left out (x is the unmasked scores)."""
+        masking = set(self.masking) if elide else set()
+        saved = dict(self.tile_of)
+        for n in masking:
+            w = self.ops[n]
+            self.tile_of[w.output.buffer] = self.tile_of[w.inputs[1].buffer]
+        seq = self._scores_ops(f, masking, elide) + self._running_max(f)
+        seq += self._probs_ops(f) + self._accumulate(f)
+        self.tile_of = saved
+        return seq
+
+    def _tiled_last_two(self, op: Operation) -> Operation:
+        """`op` at one score tile: tiled over its last two dims (query rows, keys)."""
+        d = dim_vars(self.g.buffers[op.output.buffer], op)
+        return self.tiled(op, d[-2], d[-1])
+
+    def _scores_ops(self, f: _Frame, masking: set[str], elide: bool) -> list[Operation]:
+        """The masks (unless elided), q @ kᵀ and the elementwise chain on the scores."""
+        s, ops = self.site, self.ops
+        seq = [] if elide else [self._tiled_last_two(ops[n])
+                                for n in sorted(s.masks, key=list(s.ops).index)]
+        seq.append(self.tiled(f.scores, f.s_dims[-2], f.s_dims[-1]))
+        seq += [self._tiled_last_two(ops[n]) for n in s.chain if n not in masking]
+        return seq
+
+    def _running_max(self, f: _Frame) -> list[Operation]:
+        """This tile's row max, the new running max, and exp(old - new), the rescale."""
+        top = self.ops[self.site.row_max]
+        tm = self.tile_of[top.output.buffer]
+        return [self.tiled(top, dim_vars(f.row_buf, top)[-2], top.reduced[0]),
+                f.row_op(self, f.mn.name, "maximum", (f.at_rows(f.m), f.at_rows(tm)),
+                         f.at_rows(f.mn)),
+                f.row_op(self, f"{f.alpha.name}.step", "sub", (f.at_rows(f.m),
+                                                               f.at_rows(f.mn)),
+                         f.at_rows(f.alpha)),
+                f.row_op(self, f.alpha.name, "exp", (f.at_rows(f.alpha),),
+                         f.at_rows(f.alpha))]
+
+    def _probs_ops(self, f: _Frame) -> list[Operation]:
+        """x - max against the running max (not this tile's, or the guarded one), its exp,
+        the tile's row sum, and the running sum rescaled and added to."""
+        s, ops = self.site, self.ops
+        shifted = ops[s.shifted]
+        self.tile_of[shifted.inputs[1].buffer] = f.mn
+        total = ops[s.row_sum]
+        d = dim_vars(self.g.buffers[shifted.output.buffer], shifted)   # exp's too
+        seq = [self.tiled(shifted, d[-2], d[-1]), self.tiled(ops[s.exp], d[-2], d[-1]),
+               self.tiled(total, dim_vars(self.g.buffers[total.output.buffer], total)[-2],
+                          total.reduced[0])]
+        ts = self.tile_of[total.output.buffer]
+        return seq + [f.row_op(self, f"{f.l.name}.rescale", "mul",
+                               (f.at_rows(f.l), f.at_rows(f.alpha)), f.at_rows(f.l)),
+                      f.row_op(self, f"{f.l.name}.update", "add",
+                               (f.at_rows(f.l), f.at_rows(ts)), f.at_rows(f.l))]
+
+    def _accumulate(self, f: _Frame) -> list[Operation]:
+        """probs @ v becomes exp @ v into an fp32 tile (the division waits for the end),
+        added to the rescaled accumulator; the running max moves on."""
+        out, e = f.out, self.ops[self.site.exp]
+        self.tile_of[f.out_buf.name] = f.pv
+        product = replace(out, name=f.pv.name, inputs=(Access(e.output.buffer,
+                                                              out.inputs[0].index),
+                                                       *out.inputs[1:]))
+        return [self.tiled(product, f.qv, out.reduced[0]),
+                f.wide_op(self, f"{f.acc.name}.rescale", "mul",
+                          (f.at_wide(f.acc), f.at_rows(f.alpha)), f.at_wide(f.acc)),
+                f.wide_op(self, f"{f.acc.name}.update", "add",
+                          (f.at_wide(f.acc), f.at_wide(f.pv)), f.at_wide(f.acc)),
+                f.row_op(self, f"{f.m.name}.update", "identity", (f.at_rows(f.mn),),
+                         f.at_rows(f.m))]
+
+    def _epilogue(self, f: _Frame) -> list[Operation]:
+        """The output: the accumulator divided by the running sum (at least 1 for a safe
+        softmax, whose fully masked rows give 0)."""
+        seq, divisor = [], f.l
+        if self.site.safe:
+            divisor = self._row_tile(f, "sumsafe")
+            seq.append(f.row_op(self, divisor.name, "maximum", (f.at_rows(f.l),),
+                                f.at_rows(divisor), 1, {"scalar": 1.0, "scalar_side": "rhs"}))
+        seq.append(f.wide_op(self, f.out.name, "realdiv", (f.at_wide(f.acc),
+                                                           f.at_rows(divisor)),
+                             f.out.output, 1))
+        return seq
+
+    def _row(self) -> dict:
+        """The site's report row (report.json `attention`)."""
+        s, out = self.site, self.ops[self.site.out]
         return {"op": out.name, "node": out.node, "source": out.source,
                 "queries": s.queries, "keys": s.keys, "query_tile": self.tiles.queries,
                 "key_tile": self.tiles.keys, "head_tile": self.heads,
