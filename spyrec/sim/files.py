@@ -137,6 +137,8 @@ def _read_regular(path: Path, opener: Callable[[int], int], hint: str = "") -> b
     without blocking, so a FIFO or a device answers at once and is refused."""
     try:
         fd = opener(_OPEN_FLAGS)
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: missing{hint}") from None
     except OSError as e:
         raise InputFileError(f"cannot read {path}: {e.strerror}{hint}") from None
     try:

@@ -23,6 +23,7 @@ from spyrec.build_record import STAMP_BYTES, build_id, crc32_range, read_stamp, 
 from spyrec.errors import SpyrecError
 from spyrec.outdir import RUN_OUTPUTS
 from spyrec.sim.files import OutputFiles, parse_json
+from spyrec.sim.loader import check_format
 
 # not in the record, by design: the record's own file, and what `spyrec run` writes
 NOT_RECORDED = ("manifest.json", RUN_OUTPUTS)
@@ -74,7 +75,9 @@ def verify_directory(out: str | Path, step: Callable[[str], None] = lambda _: No
         load_output_dir(files)
         verdict.foreign = True
         return verdict
-    manifest = parse_json(files.read_text("manifest.json"), files.label("manifest.json"))
+    text = files.read_text("manifest.json")
+    check_format(files.label("manifest.json"), text)    # an older spyrec's: say so first
+    manifest = parse_json(text, files.label("manifest.json"))
     record = manifest.get("build") if isinstance(manifest, dict) else None
     if isinstance(record, dict) and isinstance(record.get("id"), str):
         verdict.build = record["id"]

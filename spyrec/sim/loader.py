@@ -37,7 +37,7 @@ def read_spyrec_dir(files: OutputFiles | Path) -> OutputProgram:
 
     path = files.label("manifest.json")
     text = files.read_text("manifest.json")
-    _check_format(path, text)
+    check_format(path, text)
     doc = parse_json(text, path)
     validate(doc, "manifest", str(path))
     files.expect(doc["build"])
@@ -50,7 +50,7 @@ def read_spyrec_dir(files: OutputFiles | Path) -> OutputProgram:
     return replace(program, files=files, weights_file=weights_file)
 
 
-def _check_format(path, text: str) -> None:
+def check_format(path, text: str) -> None:
     """A directory an older spyrec wrote (another manifest format) is named as such rather
     than failing the schema on its first difference."""
     match = re.search(r'"format"\s*:\s*"(spyrec-manifest/[^"]*)"', text[:4096])

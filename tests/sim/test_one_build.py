@@ -275,3 +275,19 @@ def test_verify_cli_exit_codes_and_unlisted_files(one):
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1 and "1 problem(s)" in bad.stderr
+
+
+def test_verify_and_run_name_an_older_manifest_format_before_its_build(one):
+    manifest = json.loads((one / "manifest.json").read_text())
+    manifest["format"] = "spyrec-manifest/3"
+    (one / "manifest.json").write_text(json.dumps(manifest))
+    for read in (verify_directory, load_output_dir):
+        with pytest.raises(InputFileError, match=r"manifest.json: format spyrec-manifest/3, "
+                                                 r"written by another spyrec version.*re-run"):
+            read(one)
+
+
+def test_a_missing_file_of_the_build_is_named_missing(one):
+    (one / "bundle.mlir").unlink()
+    with pytest.raises(InputFileError, match=r"bundle.mlir: missing"):
+        load_output_dir(one)
