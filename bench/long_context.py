@@ -344,7 +344,7 @@ def parser() -> argparse.ArgumentParser:
                     help="also `spyrec run --check` the programs small enough to simulate")
     ap.add_argument("--tiling", default=None, help="passed to spyrec compile (e.g. auto)")
     ap.add_argument("--set", action="append", default=[], metavar="PASS.OPTION=VALUE",
-                    help="passed to spyrec compile (e.g. coarse_tiling.attention=never)")
+                    help="passed to spyrec compile (e.g. flash_attention.mode=never)")
     ap.add_argument("--keep", type=Path, default=None,
                     help="export and compile into this directory and keep it")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")

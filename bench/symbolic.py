@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="pipeline option for the symbolic compile (repeatable), e.g. "
-                         "coarse_tiling.symbolic=tiled")
+                         "symbolic_lengths.mode=tiled")
     ap.add_argument("--decode", default=None, metavar="SLOTS:FILLED",
                     help="measure a decode step's symbolic key length instead, e.g. 32768:4096")
     args = ap.parse_args(argv)

@@ -92,6 +92,16 @@ class Plan:
     layouts: dict
     cost: CostParams        # the cost model's parameters, with --set cost.NAME=VALUE
 
+    def context(self):
+        """The passes' context: the layouts file, and how this pipeline plans (its planning
+        passes' options and the cost parameters, `plan/trials.py Planning`), which every
+        trial and every pass that asks how a later pass will run reads."""
+        from spyrec.passes.registry import CompileContext
+        from spyrec.plan.trials import Planning
+
+        return CompileContext(layouts_config=self.layouts,
+                              planning=Planning.of(self.pipeline, self.cost))
+
 
 def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
     """Check every option and config file without importing torch (DESIGN §1: a bad option is
@@ -119,26 +129,38 @@ def plan(source: Path, out_dir: Path, opts: CompileOptions) -> Plan:
 
 
 def _with_tiling(pipeline: list, tiling: Path | None) -> list:
-    """`--tiling FILE` is the coarse_tiling pass's `config` option (DESIGN §6); the file is
-    read and shape-checked now, before the model is loaded. `--tiling auto` is its
+    """`--tiling FILE` is the `config` option of the coarse_tiling pass (its groups and loops)
+    and of flash_attention (its `attention` entries; DESIGN §6); the file is read and
+    shape-checked now, before the model is loaded. `--tiling auto` is coarse_tiling's
     `mode: auto` (the pass chooses groups and counts)."""
     if tiling is None:
         return pipeline
-    if not any(p.name == "coarse_tiling" for p in pipeline):
-        raise ConfigError(f"--tiling {tiling}: the pipeline has no coarse_tiling pass; add "
-                          f"`- {{pass: coarse_tiling}}` after matmul_padding")
+    names = {p.name for p in pipeline}
     if str(tiling) == "auto":   # the pass chooses; OUT/tiling.yaml records its choice
+        _needs_pass(names, "coarse_tiling", tiling, "after matmul_padding")
         return [dataclasses.replace(p, mode="auto", config="") if p.name == "coarse_tiling"
                 else p for p in pipeline]
-    from spyrec.passes.coarse_tiling.spec import read_tiling_file
+    from spyrec.plan.tiling.spec import check_shape
+    from spyrec.tiling_file import read_tiling_file
 
     try:
-        read_tiling_file(Path(tiling))
+        spec = check_shape(read_tiling_file(Path(tiling)), str(tiling))
     except ConfigError as e:
         text = str(e)
         raise ConfigError(text if text.startswith("--tiling") else f"--tiling {text}") from None
-    return [dataclasses.replace(p, config=str(tiling)) if p.name == "coarse_tiling" else p
-            for p in pipeline]
+    if spec.groups or not spec.attention:
+        _needs_pass(names, "coarse_tiling", tiling, "after matmul_padding")
+    if spec.attention:
+        _needs_pass(names, "flash_attention", tiling, "before coarse_tiling",
+                    " for its attention entries")
+    return [dataclasses.replace(p, config=str(tiling))
+            if p.name in ("coarse_tiling", "flash_attention") else p for p in pipeline]
+
+
+def _needs_pass(names: set[str], name: str, tiling, where: str, why: str = "") -> None:
+    if name not in names:
+        raise ConfigError(f"--tiling {tiling}: the pipeline has no {name} pass{why}; add "
+                          f"`- {{pass: {name}}}` {where}")
 
 
 def check_dump_name(opts: CompileOptions, pipeline) -> None:

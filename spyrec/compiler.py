@@ -76,13 +76,11 @@ def _compile(source: Path, out_dir: Path, opts: CompileOptions,
     checked = plan(source, out_dir, opts)
     # The heavy imports (torch, sympy, xDSL) only once every option is known to be good.
     from spyrec.codegen.writer import Sha256Job
-    from spyrec.plan.trials import Planning
 
     source_sha256 = Sha256Job(source)           # on a second thread, for the manifest
     timings: list[dict] = []
     program, graph = _lower(source, opts, checked, timings)
-    ctx = CompileContext(layouts_config=checked.layouts,
-                         planning=Planning.of(checked.pipeline, checked.cost))
+    ctx = checked.context()
     # weights.bin is written during the later passes; stopped and removed on any failure
     with EarlyWeights(constants_steps(checked.pipeline), check_output_dir(out_dir)) as early:
         watching = instruments(opts, timings) + [early, CollectWhenGrown()]

@@ -2,7 +2,7 @@
 granule shorter must differ from the one at the maximum only where the symbols say.
 
 Apart from the compiler's driver because it lowers the program a second time and asks the
-symbolic tiling's checks (`passes/coarse_tiling/symbolic.py`).
+symbolic tiling's checks (`plan/tiling/symbolic.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def attach_symbols(graph, program, source: Path, frontend: str) -> None:
     lowered one granule shorter proves it depends on them only through those dims
     (`check_instances`)."""
     from spyrec.frontend import load_program, lower_program
-    from spyrec.passes.coarse_tiling.symbolic import (
+    from spyrec.plan.tiling.symbolic import (
         check_instances, constant_dims, shorter_binding,
     )
 

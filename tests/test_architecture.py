@@ -19,6 +19,9 @@ skips the body of `if TYPE_CHECKING:`. The rules:
   simulator included).
 - **No pass imports another pass**: what two passes share lives below them (`spyrec.plan`), so
   each pass is a thin driver that can be read, run and replaced alone.
+- **Passes are reached through the pipeline**: outside spyrec.passes, code imports only the
+  package itself, its registry and its pipeline; a pass module is loaded by the registry when
+  a pipeline names it, so the compiler never depends on one pass's internals.
 - **Planning is not simulating**: nothing in spyrec.passes or spyrec.plan imports spyrec.sim or
   spyrec.codegen; the compiler's other parts (compiler, codegen, frontend, ir) import nothing
   of spyrec.sim. The cost formulas both sides need live in `spyrec.costmodel`.
@@ -67,6 +70,7 @@ KNOWN_LAYERS: set[str] = set()
 KNOWN_PASS_TO_PASS: set[str] = set()
 KNOWN_PLANNING_TO_SIM_OR_CODEGEN: set[str] = set()
 KNOWN_COMPILER_TO_SIM: set[str] = set()
+KNOWN_PASS_FROM_OUTSIDE: set[str] = set()
 
 
 def _layer_broken(importer: str, imported: str) -> bool:
@@ -88,6 +92,10 @@ def pass_of(module: str) -> str | None:
 def _pass_to_pass(importer: str, imported: str) -> bool:
     source, target = pass_of(importer), pass_of(imported)
     return source is not None and target is not None and source != target
+
+
+def _pass_from_outside(importer: str, imported: str) -> bool:
+    return not within(importer, "spyrec.passes") and pass_of(imported) is not None
 
 
 def _planning_to_sim_or_codegen(importer: str, imported: str) -> bool:
@@ -112,6 +120,9 @@ RULES = {
                    _layer_broken, KNOWN_LAYERS),
     "pass_to_pass": Rule("no pass imports another pass (shared knowledge goes to spyrec.plan)",
                          _pass_to_pass, KNOWN_PASS_TO_PASS),
+    "pass_from_outside": Rule(
+        "outside spyrec.passes only the registry and the pipeline are imported",
+        _pass_from_outside, KNOWN_PASS_FROM_OUTSIDE),
     "planning_to_sim_or_codegen": Rule(
         "nothing in spyrec.passes or spyrec.plan imports spyrec.sim or spyrec.codegen",
         _planning_to_sim_or_codegen, KNOWN_PLANNING_TO_SIM_OR_CODEGEN),
@@ -155,6 +166,8 @@ def test_every_layer_package_exists_or_is_planned():
     ("spyrec.passes.work_division", "spyrec.passes.stage_inputs", "pass_to_pass"),
     ("spyrec.passes.stick_layout.search", "spyrec.passes.coarse_tiling.tiles", "pass_to_pass"),
     ("spyrec.passes.coarse_tiling.auto", "spyrec.sim.cost", "planning_to_sim_or_codegen"),
+    ("spyrec.compile_plan", "spyrec.passes.coarse_tiling", "pass_from_outside"),
+    ("spyrec.symbol_proof", "spyrec.passes.symbolic_lengths", "pass_from_outside"),
     ("spyrec.plan.sdsc", "spyrec.codegen.superdsc", "planning_to_sim_or_codegen"),
     ("spyrec.compiler", "spyrec.sim.runner", "compiler_to_sim"),
 ])
@@ -171,6 +184,9 @@ def test_a_rule_sees_what_it_forbids(importer, imported, rule):
     ("spyrec.plan.split", "spyrec.costmodel"),
     ("spyrec.sim.runner", "spyrec.sim.cost"),
     ("spyrec.compiler", "spyrec.passes.pipeline"),
+    ("spyrec.compiler", "spyrec.passes.registry"),
+    ("spyrec.passes.flash_attention.search", "spyrec.plan.tiling.subgraphs"),
+    ("spyrec.symbol_proof", "spyrec.plan.tiling.symbolic"),
 ])
 def test_no_rule_forbids_what_is_allowed(importer, imported):
     assert not [n for n, r in RULES.items() if r.broken_by(importer, imported)]

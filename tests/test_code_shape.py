@@ -223,7 +223,7 @@ def test_the_scan_sees_the_whole_package():
     """The walk reaches subpackages and methods (a rule that reads nothing holds trivially)."""
     keys = {f.key for f in functions(PACKAGE)}
     assert len(module_lines(PACKAGE)) > 150
-    assert {"passes/coarse_tiling/flash.py::run", "ir/verify.py::verify",
+    assert {"passes/flash_attention/rewrite.py::run", "ir/verify.py::verify",
             "sim/access.py::read", "frontend/fold.py::_fold"} <= keys
 
 

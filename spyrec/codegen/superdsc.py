@@ -154,7 +154,7 @@ class _Emitter(Placement):
             if len(digits) != 1:
                 raise NotExpressible(f"{v} runs the symbolic length {symbol} but is "
                                      f"{len(digits)} SuperDSC dims, not one (compile with "
-                                     f"--set coarse_tiling.symbolic=tiled)")
+                                     f"--set symbolic_lengths.mode=tiled)")
             out[digits[0]] = symbol
         return out
 

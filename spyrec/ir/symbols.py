@@ -50,7 +50,7 @@ class SymLength:
     # short length a var split k ways then runs on fewer cores, each `share(length, k)`
     # values, the rest idle: a weight reaches a few cores, not every one. Chosen per length
     # by the cost model (`plan/length_shares.py`); before that, one step at the maximum
-    # plans the split (`coarse_tiling.symbolic`)
+    # plans the split (`symbolic_lengths.mode`)
     min_shares: tuple[tuple[int, int], ...] = ()
 
     def values(self) -> range:

@@ -3,7 +3,7 @@
 Views never become ops (ir/graph.py): they are folded into each access's flat host-element
 index, so "does variable v walk dim d" is read off the index: its coefficient is d's host
 stride, its range is d's size, it appears nowhere else in the index (no floor/mod of it),
-and no other term moves inside d. The coarse-tiling names (passes/coarse_tiling/dimnames.py)
+and no other term moves inside d. The coarse-tiling names (plan/tiling/dimnames.py)
 and the symbolic lengths (which ops run a length, and which staging copies must too:
 plan/staging.py) ask it; `stick_vars` says which var walks each arg's stick dim.
 """

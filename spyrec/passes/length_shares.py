@@ -1,6 +1,6 @@
 """length_shares — how many cores run an op sized by a symbolic length, at each length.
 
-An op whose size is a symbolic length (`Operation.lengths`, `coarse_tiling.symbolic: sized`)
+An op whose size is a symbolic length (`Operation.lengths`, `symbolic_lengths.mode: sized`)
 keeps one core split at every length; a var split k ways runs max(L / k, m(L)) values per
 busy core, the cores past the length idle. This pass sets each symbol's minimum share m(L)
 per admissible length by the cost model (`plan/length_shares.py`: a few busy cores read a

@@ -175,6 +175,17 @@ def _either(names: list[str]) -> str:
     return " or ".join(names) if names else "a pass that provides it"
 
 
+# Options that moved to a pass of their own (`--set` and pipeline files that still name the
+# old place are told the new one rather than "no such option").
+MOVED_OPTIONS = {
+    ("coarse_tiling", "attention"): "flash_attention.mode",
+    ("coarse_tiling", "query_tile"): "flash_attention.query_tile",
+    ("coarse_tiling", "key_tile"): "flash_attention.key_tile",
+    ("coarse_tiling", "head_tile"): "flash_attention.head_tile",
+    ("coarse_tiling", "symbolic"): "symbolic_lengths.mode",
+}
+
+
 def _instantiate(cls: type[Pass], options: dict, where: str,
                  set_by: dict[tuple[str, str], str]) -> Pass:
     """The configured pass; a bad value is reported where it came from (the file or --set)."""
@@ -182,6 +193,10 @@ def _instantiate(cls: type[Pass], options: dict, where: str,
     for key, value in options.items():
         origin = set_by.get((cls.name, key), where)
         if key not in fields:
+            moved = MOVED_OPTIONS.get((cls.name, key))
+            if moved:
+                raise ConfigError(f"{origin}: {cls.name}.{key} is now {moved} (the pass of "
+                                  f"its own since issue 58); set that instead")
             raise ConfigError(f"{origin}: pass {cls.name} has no option {key!r}"
                               f"{_near(str(key), fields)}; "
                               f"options: {', '.join(fields) or 'none'}")

@@ -66,6 +66,12 @@ def _entry(name: str, class_name: str, **contract) -> tuple[str, PassLoader]:
     return name, PassLoader(name, class_name, Contract(**contract))
 
 
+# What a pass that adds counted loops writes (flash_attention, symbolic_lengths and
+# coarse_tiling: ranges shrunk to a tile, loops, per-tile buffers, accumulator ops).
+LOOP_WRITES = ("ops", "buffers", "Operation.op", "Operation.ranges", "Operation.reduced",
+               "Operation.constants", "Operation.loops", "Operation.inputs", "Operation.output",
+               "Operation.index_inputs", "Buffer.host_size", "Buffer.layout", "Buffer.per_tile")
+
 # Every pass, by name. Contracts are read from what each pass module reads and writes (see
 # their docstrings), kept here so one table shows the whole dependency graph.
 PASSES: dict[str, PassLoader] = dict([
@@ -87,16 +93,22 @@ PASSES: dict[str, PassLoader] = dict([
     _entry("matmul_padding", "MatmulPadding", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),
            writes=("ops", "buffers", "Operation.inputs")),
+    # Reads layouts and the program's symbolic lengths; rewrites an attention as counted
+    # head, query and key loops with an online softmax (per-tile buffers, accumulators), its
+    # key loop bound to a symbolic key length.
+    _entry("flash_attention", "FlashAttention", requires=("layouts",),
+           invalidates=("core_splits", "hbm_addresses"),
+           writes=LOOP_WRITES + ("symbols", "Operation.lengths")),
+    # Reads layouts and symbolic lengths; sizes the ops walking a length by it, or puts them
+    # in loops bound by it (per-tile buffers, accumulators).
+    _entry("symbolic_lengths", "SymbolicLengths", requires=("layouts",),
+           invalidates=("core_splits", "hbm_addresses"),
+           writes=LOOP_WRITES + ("symbols", "Operation.lengths")),
     # Reads layouts (whole-stick tiles, device-address shifts); shrinks ranges, adds loops,
     # per-tile buffers and accumulator ops.
     _entry("coarse_tiling", "CoarseTiling", requires=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),
-           writes=("ops", "buffers", "symbols", "Operation.op", "Operation.ranges",
-                   "Operation.reduced", "Operation.constants", "Operation.loops",
-                   "Operation.lengths",
-                   "Operation.inputs",
-                   "Operation.output", "Operation.index_inputs", "Buffer.host_size",
-                   "Buffer.layout", "Buffer.per_tile")),
+           writes=LOOP_WRITES),
     # Reads layouts; pads a matmul's N (a constant weight's zero rows, a padded output and
     # a copy of its real columns) when the padded op splits over more cores for less time.
     _entry("split_padding", "SplitPadding", requires=("layouts",),

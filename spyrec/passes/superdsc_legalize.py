@@ -402,7 +402,7 @@ def _rewritten(op: Operation, mapping: dict, ranges: tuple, reduced: tuple,
             f"op {op.name!r}{f' ({op.source})' if op.source else ''} walks the symbolic "
             f"length {dict(op.lengths)[cut[0]]} through a view SuperDSC can express only "
             f"cut into pieces, which a length cannot be: compile it with --set "
-            f"coarse_tiling.symbolic=tiled, or export that dim static")
+            f"symbolic_lengths.mode=tiled, or export that dim static")
 
     def sub(a: Access) -> Access:
         return Access(a.buffer, substitute(a.index, mapping))

@@ -29,6 +29,8 @@ imports another, and nothing here imports a pass, the simulator or codegen (code
   predicates the split estimate asks (`stageable_inputs`, `read_in_place`).
 - `lx_placement`: which intermediates live in LX, where (`place_lx`, `apply_lx`).
 - `sdsc_dims`: SuperDSC expressibility (`op_dims`, `why_not_expressible`), the emitter's test.
-- `tiles`: proofs about one access inside a loop nest (coarse_tiling, staging).
+- `tiles`: proofs about one access inside a loop nest (the tiling passes, staging).
+- `tiling/`: the tiling library (tiling files, dim names, the loop transform, symbolic-length
+  tiling) that flash_attention, symbolic_lengths and coarse_tiling drive.
 - `layouts`: the stick layouts a pass builds for a buffer (stick_layout, matmul_padding).
 """

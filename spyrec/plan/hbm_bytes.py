@@ -2,7 +2,7 @@
 
 Why one: work division prices a split by the bytes each core moves (`plan/split_estimate.py`),
 `--tiling auto` and attention tiling compare candidates by the bytes a planned program moves
-(`passes/coarse_tiling/auto.py`, `passes/coarse_tiling/attention.py`), and LX placement says
+(`passes/coarse_tiling/auto.py`, `passes/flash_attention/search.py`), and LX placement says
 whether a consumer could take its producer's split at no more traffic
 (`plan/lx_placement.py`). Counted three
 ways they drifted (a gather was one stick per index element in one, its whole tensor per

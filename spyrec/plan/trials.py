@@ -25,13 +25,16 @@ from spyrec.plan.staging import StagingOptions, stage_inputs
 class Planning:
     """How the pipeline plans: work division's options (`split`), staging's (None when the
     pipeline stages nothing), the LX budget and whether intermediates may live in LX
-    (scratchpad_planning's), and the cost model's parameters every estimate uses."""
+    (scratchpad_planning's), the cost model's parameters every estimate uses, and how
+    symbolic_lengths will run ops over a symbolic length (flash attention's query tiles
+    depend on it)."""
 
     split: SplitOptions = SplitOptions()
     staging: StagingOptions | None = StagingOptions()
     lx_budget: int = LX_USABLE_BYTES_PER_CORE
     lx_intermediates: bool = True
     params: CostParams = DEFAULT_PARAMS
+    symbolic: str = "sized"       # symbolic_lengths' mode: how ops over a length will run
 
     @classmethod
     def of(cls, pipeline: list, params: CostParams = DEFAULT_PARAMS) -> Planning:
@@ -45,7 +48,8 @@ class Planning:
         lx = by_name.get("scratchpad_planning")
         return cls(split, staging,
                    getattr(lx, "budget_bytes", LX_USABLE_BYTES_PER_CORE),
-                   getattr(lx, "intermediates", True), params)
+                   getattr(lx, "intermediates", True), params,
+                   getattr(by_name.get("symbolic_lengths"), "mode", "sized"))
 
 
 def _options(configured, options_type: type):

@@ -320,7 +320,7 @@ def test_compile_tiles_a_dynamic_program_and_a_plain_load_refuses_it(tmp_path, c
     pt2 = _multiple_of_64(tmp_path)
     s = _only_symbol(read_program(pt2))
     code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "tiled", "--set",
-                         "coarse_tiling.symbolic=tiled")
+                         "symbolic_lengths.mode=tiled")
     assert code == 0 and "Traceback" not in err
     (row,) = json.loads((tmp_path / "tiled" / "report.json").read_text())["symbols"]
     assert {(lp["count_at_maximum"], lp["per_trip"]) for lp in row["loops"]} == {(32, 64)}

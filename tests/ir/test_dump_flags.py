@@ -16,10 +16,11 @@ from tests.cli_lines import error_line
 from tests.programs import Lambda, export
 
 STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir", "03_stick_layout.ir",
-         "04_matmul_padding.ir", "05_coarse_tiling.ir", "06_split_padding.ir",
-         "07_work_division.ir", "08_superdsc_legalize.ir", "09_stage_inputs.ir",
-         "10_length_shares.ir", "11_scratchpad_planning.ir",
-         "12_memory_planning.ir"]
+         "04_matmul_padding.ir", "05_flash_attention.ir", "06_symbolic_lengths.ir",
+         "07_coarse_tiling.ir", "08_split_padding.ir",
+         "09_work_division.ir", "10_superdsc_legalize.ir", "11_stage_inputs.ir",
+         "12_length_shares.ir", "13_scratchpad_planning.ir",
+         "14_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +58,10 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     # K = 40 is not a whole fp32 stick: matmul_padding adds the padded copy of y (args_1)
     assert "args_1__kpad" not in texts[3]
     assert "buffer args_1__kpad: intermediate float32[64, 16]" in texts[4]
-    assert " cores [" in texts[7] and " cores [" not in texts[6]
+    assert " cores [" in texts[9] and " cores [" not in texts[8]
     # each buffer in HBM (memory_planning) or in LX (scratchpad_planning), never both
     assert all((b.hbm_address is None) != (b.lx_address is None)
-               for b in graphs[12].buffers.values())
+               for b in graphs[14].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -96,8 +97,8 @@ def test_print_ir_before_and_dump_after_go_to_stderr(pt2, tmp_path, capsys):
 @pytest.mark.parametrize("flag", ["--print-ir-before", "--dump-after"])
 def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     assert run("compile", pt2, "-o", tmp_path / "out", flag, "work_divison") == 2
-    valid = ("gather_coordinates, split_outputs, stick_layout, matmul_padding, coarse_tiling, "
-             "split_padding, work_division, superdsc_legalize, stage_inputs, length_shares, "
+    valid = ("gather_coordinates, split_outputs, stick_layout, matmul_padding, flash_attention, "
+             "symbolic_lengths, coarse_tiling, split_padding, work_division, superdsc_legalize, stage_inputs, length_shares, "
              "scratchpad_planning, "
              "memory_planning")
     valid = f"all, lower, {valid}" if flag == "--dump-after" else valid

@@ -18,7 +18,7 @@ from samples.tiling import TILING_SAMPLES
 from spyrec.compiler import CompileOptions
 from spyrec.driver import compile_and_estimate
 from spyrec.errors import ConfigError
-from spyrec.passes.coarse_tiling.spec import read_tiling_file
+from spyrec.tiling_file import read_tiling_file
 from spyrec.sim.runner import simulate
 from tests.differential.harness import TOLERANCE, as_float, assert_close, host_array
 from tests.programs import Lambda, compile_pt2, export, load_json

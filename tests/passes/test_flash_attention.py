@@ -1,5 +1,5 @@
 """Flash attention (issue 29 §1): attention as a query-tile loop around a key-tile loop with an
-online softmax (passes/coarse_tiling/flash.py), equal to eager, with the scores never
+online softmax (passes/flash_attention/rewrite.py), equal to eager, with the scores never
 materialized whole: at these sizes the rewrite is forced (`attention=always`) with small tiles,
 so the same code path the long-context programs take runs in seconds."""
 
@@ -16,8 +16,8 @@ from tests.programs import Lambda, load_json
 
 
 def _flash(tq: int, tk: int) -> dict:
-    return {"sets": ["coarse_tiling.attention=always", f"coarse_tiling.query_tile={tq}",
-                     f"coarse_tiling.key_tile={tk}"]}
+    return {"sets": ["flash_attention.mode=always", f"flash_attention.query_tile={tq}",
+                     f"flash_attention.key_tile={tk}"]}
 
 
 def _qkv(b, h, hk, s, l, e, dtype=torch.float16, seed=0):
@@ -43,7 +43,7 @@ def _before_tiling(pt2, tmp_path, capsys):
 
     capsys.readouterr()
     compile_pt2(pt2, tmp_path / "out", print_ir_before="coarse_tiling",
-                sets=["coarse_tiling.attention=never"])
+                sets=["flash_attention.mode=never"])
     text = capsys.readouterr().err
     return parse(text[text.index("buffer "):text.index("\noutputs")].rstrip() + "\n" +
                  text[text.index("outputs"):].splitlines()[0])
@@ -109,8 +109,8 @@ def test_a_head_loop_outside_the_query_loop(tmp_path):
     q, k, v = _qkv(1, 8, 8, 128, 128, 32)
     out = run_and_compare(tmp_path, Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(
         q, k, v, is_causal=True)), (q, k, v),
-        sets=["coarse_tiling.attention=always", "coarse_tiling.query_tile=64",
-              "coarse_tiling.key_tile=64", "coarse_tiling.head_tile=2"])
+        sets=["flash_attention.mode=always", "flash_attention.query_tile=64",
+              "flash_attention.key_tile=64", "flash_attention.head_tile=2"])
     (row,) = _rows(out)
     assert (row["head_tile"], row["head_loop"], row["loops"]) == (2, 4, [2, 2])
 
@@ -295,8 +295,8 @@ def test_given_tiles_over_lx_or_the_loop_limit_are_refused(tmp_path):
     """Tiles a user gives are held to the hardware: their per-tile buffers must fit one
     core's LX (the need is named), and no loop may count more than 65,535 trips."""
     from spyrec.errors import ConfigError
-    from spyrec.passes.coarse_tiling.attention import given_tiles
-    from spyrec.passes.coarse_tiling.flash_site import AttentionSite
+    from spyrec.passes.flash_attention.search import given_tiles
+    from spyrec.passes.flash_attention.sites import AttentionSite
     from tests.programs import compile_pt2
 
     pt2 = _sdpa_pt2(tmp_path, *_qkv(1, 16, 16, 1024, 1024, 64))
@@ -322,7 +322,7 @@ def test_gqa_decode_priced_over_every_head_tile(tmp_path):
     fn = Lambda(lambda m, q, k, v, mask: F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=True))
     out = run_and_compare(tmp_path, fn, (q, k, v, filled),
-                          sets=["coarse_tiling.attention=always"])
+                          sets=["flash_attention.mode=always"])
     (row,) = _rows(out)
     assert row["loops"][0] == 1 and row["safe_softmax"]
 
@@ -331,8 +331,8 @@ def test_a_refused_rewrite_leaves_the_graph_as_it_was(tmp_path, capsys):
     """Key tiles of 32 split k's fp16 sticks: the rewrite's proof refuses them, and the
     buffers it had added are gone again (the tile choice then takes the next candidate)."""
     from spyrec.errors import ConfigError
-    from spyrec.passes.coarse_tiling.flash import rewrite
-    from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
+    from spyrec.passes.flash_attention.rewrite import rewrite
+    from spyrec.passes.flash_attention.sites import FlashTiles, find_sites
 
     graph = _before_tiling(_sdpa_pt2(tmp_path, *_qkv(1, 2, 2, 256, 256, 64)), tmp_path, capsys)
     before_buffers, before_ops = dict(graph.buffers), list(graph.ops)
@@ -347,9 +347,9 @@ def test_the_compute_floor_bounds_every_candidates_planned_time(tmp_path, capsys
     spread evenly over 32 cores at full PT efficiency) is over a price already found; that
     is sound only if the floor is never above the planned estimate, for every tile shape.
     It is also close (the flash body is compute-bound), which is why it prunes."""
-    from spyrec.passes.coarse_tiling.attention import _planned
+    from spyrec.passes.flash_attention.search import _planned
     from spyrec.plan.trials import Planning
-    from spyrec.passes.coarse_tiling.flash_site import FlashTiles, find_sites
+    from spyrec.passes.flash_attention.sites import FlashTiles, find_sites
     from spyrec.plan.whole_plan import planned_time_us
     from spyrec.plan.split_estimate import compute_floor_us
     from tests.programs import export

@@ -3,7 +3,7 @@
 
 from hypothesis import given, settings, strategies as st
 
-from spyrec.passes.coarse_tiling.flash_site import _with_copies
+from spyrec.passes.flash_attention.sites import _with_copies
 
 
 class Op:

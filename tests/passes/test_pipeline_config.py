@@ -10,6 +10,7 @@ def test_default_pipeline_reads():
     entries, where = read_pipeline_file(None)
     names = [p.name for p in build_pipeline(entries, where=where)]
     assert names == ["gather_coordinates", "split_outputs", "stick_layout", "matmul_padding",
+                     "flash_attention", "symbolic_lengths",
                      "coarse_tiling", "split_padding", "work_division", "superdsc_legalize",
                      "stage_inputs", "length_shares",
                      "scratchpad_planning", "memory_planning"]
@@ -18,7 +19,7 @@ def test_default_pipeline_reads():
 def test_set_overrides_one_option():
     entries, _ = read_pipeline_file(None)
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
-    assert describe(pipeline)[6] == {"pass": "work_division",
+    assert describe(pipeline)[8] == {"pass": "work_division",
                                      "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True,
                                                  "chain_moves": True, "k_split": True,
                                                  "replicas": True, "overlap_moves": False,
@@ -27,7 +28,7 @@ def test_set_overrides_one_option():
 
 def test_unknown_pass_lists_valid_names():
     with pytest.raises(ConfigError, match=r"unknown pass 'stick_layuot' \(did you mean "
-                                          r"'stick_layout'\?\); valid passes: coarse_tiling, gather_coordinates, "):
+                                          r"'stick_layout'\?\); valid passes: coarse_tiling, flash_attention, gather_coordinates, "):
         build_pipeline([{"pass": "stick_layuot"}])
 
 
@@ -110,3 +111,31 @@ def test_option_ranges_are_checked_when_the_pipeline_is_built():
 def test_stage_inputs_options_out_of_range(sets, message):
     with pytest.raises(ConfigError, match=message):
         build_pipeline([{"pass": "stage_inputs"}], sets)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("coarse_tiling.attention=never", "flash_attention.mode"),
+    ("coarse_tiling.key_tile=64", "flash_attention.key_tile"),
+    ("coarse_tiling.symbolic=tiled", "symbolic_lengths.mode"),
+])
+def test_an_option_that_moved_to_its_own_pass_names_the_new_place(old, new):
+    """Issue 58 split coarse_tiling: a `--set` (or pipeline file) in the old form is told the
+    new name, not "no such option"."""
+    entries, _ = read_pipeline_file(None)
+    with pytest.raises(ConfigError, match=rf"--set '{old}': {old.split('=')[0]} is now "
+                                          rf"{new} \(the pass of its own since issue 58\)"):
+        build_pipeline(entries, [old])
+
+
+def test_a_tiling_file_with_attention_entries_needs_the_flash_pass(tmp_path):
+    from spyrec.compile_plan import _with_tiling
+
+    path = tmp_path / "t.yaml"
+    path.write_text("attention:\n  - {query_tile: 64, key_tile: 64}\n")
+    entries, _ = read_pipeline_file(None)
+    pipeline = build_pipeline([e for e in entries if e["pass"] != "flash_attention"])
+    with pytest.raises(ConfigError, match=r"no flash_attention pass for its attention entries"):
+        _with_tiling(pipeline, path)
+    configured = _with_tiling(build_pipeline(entries), path)
+    assert [p.config for p in configured if p.name in ("flash_attention", "coarse_tiling")] \
+        == [str(path)] * 2

@@ -24,11 +24,10 @@ S = SymLength("s", 64, 128, 256, "input x dim 1")
 def _planned(pt2: Path, dims: dict[int, dict[int, str]], outputs: dict[int, dict[int, str]],
              mode: str = "tiled"):
     """The graph of `pt2` with symbol `S` on input/output dims (by position), through the
-    default pipeline with `coarse_tiling.symbolic` = `mode`; (graph, report)."""
+    default pipeline with `symbolic_lengths.mode` = `mode`; (graph, report)."""
     from spyrec.compiler import CompileOptions, plan
     from spyrec.frontend import load_program, lower_program
     from spyrec.passes.pipeline import run_passes
-    from spyrec.passes.registry import CompileContext
 
     graph = lower_program(load_program(pt2, "auto"))
     if dims:
@@ -36,8 +35,8 @@ def _planned(pt2: Path, dims: dict[int, dict[int, str]], outputs: dict[int, dict
         graph.symbolic_dims = {graph.inputs[i]: d for i, d in dims.items()} | \
             {graph.outputs[i]: d for i, d in outputs.items()}
     checked = plan(pt2, pt2.with_suffix(""),
-                   CompileOptions(sets=[f"coarse_tiling.symbolic={mode}"]))
-    ctx = CompileContext(layouts_config=checked.layouts)
+                   CompileOptions(sets=[f"symbolic_lengths.mode={mode}"]))
+    ctx = checked.context()
     run_passes(graph, checked.pipeline, ctx, [], [])
     return graph, ctx.report
 
@@ -56,8 +55,8 @@ def test_every_op_walking_the_length_runs_in_a_loop_bound_by_it(tmp_path):
             continue
         walked = [lp for lp in op.loops if lp.bound is not None]
         assert walked and walked[0].bound == LoopBound("s", 64) and walked[0].count == 4, op
-    (group,) = report["tiling"]["groups"]
-    assert report["tiling"]["config"] == "symbolic lengths"
+    (group,) = report["symbolic_tiling"]["groups"]
+    assert report["symbolic_tiling"]["mode"] == "tiled"
     assert group["loops"] == [{"dim": "s", "count": 4}]
 
 
@@ -92,7 +91,7 @@ def test_a_mean_over_the_length_is_refused_by_the_two_instances(tmp_path):
     """`mean` over tokens scales by 1/length: the instances at 256 and 192 tokens differ in
     that attribute, so no one program serves both."""
     from spyrec.frontend import load_program, lower_program
-    from spyrec.passes.coarse_tiling.symbolic import check_instances
+    from spyrec.plan.tiling.symbolic import check_instances
 
     graphs = []
     for n in (256, 192):
@@ -148,7 +147,7 @@ def test_sized_every_op_walking_the_length_runs_it_whole(tmp_path):
     for op in walking:
         (v, _), = op.lengths
         assert dict(op.ranges)[v] == 256 and 64 % op.core_splits[v] == 0, op
-    (group,) = report["tiling"]["groups"]
+    (group,) = report["symbolic_tiling"]["groups"]
     assert group["loops"] == [] and group["sized"]["symbol"] == "s"
     assert report["symbols"][0]["sized_ops"] == len(walking)
 

@@ -1,4 +1,4 @@
-"""The tiling config (spyrec/passes/coarse_tiling/config.py): YAML shape, name propagation and
+"""The tiling config (spyrec/plan/tiling/config.py): YAML shape, name propagation and
 the plan `resolve` gives for real exported programs after stick_layout and matmul_padding,
 and every error, message text included (DESIGN §6)."""
 
@@ -17,11 +17,12 @@ from samples.models import SAMPLES
 from samples.tiling import TILING_SAMPLES
 from spyrec.errors import ConfigError
 from spyrec.frontend import load_program, lower_program
-from spyrec.passes.coarse_tiling.config import (
-    GroupPlan, Level, TilingPlan, read_tiling_file, resolve,
+from spyrec.plan.tiling.config import (
+    GroupPlan, Level, TilingPlan, resolve,
 )
-from spyrec.passes.coarse_tiling.dimnames import propagate
-from spyrec.passes.coarse_tiling.spec import check_shape
+from spyrec.plan.tiling.dimnames import propagate
+from spyrec.tiling_file import read_tiling_file
+from spyrec.plan.tiling.spec import check_shape
 from spyrec.passes.pipeline import build_pipeline, read_pipeline_file, run_passes
 from spyrec.passes.registry import CompileContext
 from tests.programs import export

@@ -13,7 +13,6 @@ from spyrec.compiler import CompileOptions, plan
 from spyrec.frontend import load_program, lower_program
 from spyrec.ir.parser import parse
 from spyrec.ir.printer import format_graph
-from spyrec.passes.registry import CompileContext
 from spyrec.passes.work_division import WorkDivision
 from spyrec.plan.core_splits import divide_work, plan_work
 from spyrec.plan.split_plan import Plan, Split, apply_plan, plan_of
@@ -31,7 +30,7 @@ def _before_work_division(tmp_path, name: str, module=None, inputs=None):
     torch.export.save(torch.export.export(module, inputs), str(pt2))
     p = plan(pt2, tmp_path / "out", CompileOptions(verbose=-1))
     graph = lower_program(load_program(pt2, "auto"))
-    ctx = CompileContext(layouts_config=p.layouts)
+    ctx = p.context()
     for step in p.pipeline:
         if isinstance(step, WorkDivision):
             return graph, step

@@ -1,4 +1,4 @@
-"""Ops whose size is a symbolic length (issue 30, `coarse_tiling.symbolic: sized`): an op that
+"""Ops whose size is a symbolic length (issue 30, `symbolic_lengths.mode: sized`): an op that
 walks the length outside attention runs once over the whole length instead of in a loop of
 granularity tiles. Its files are planned at the maximum and say which dim is the length
 (`dimToSymbolMapping_`, opspecs.json `lengths`); each core runs the same share of the
@@ -24,7 +24,7 @@ from spyrec.errors import InputFileError
 from tests.programs import compile_pt2, export, load_json
 from tests.sealing import seal
 
-SIZED = ["coarse_tiling.symbolic=sized"]
+SIZED = ["symbolic_lengths.mode=sized"]
 # the minimum share length_shares chose, by length (up to length: share): 16 rows at every
 # length, 128 tokens / the broadcast cohort of 8 (a divisor of 64); the projection's 16
 # cores then run 8 busy at 128 tokens, all 16 from 256 (`plan/length_shares.py`)
@@ -234,9 +234,9 @@ def test_an_unknown_symbolic_mode_is_refused_naming_the_choices(tmp_path, capsys
 
     pt2 = export(tmp_path, _module(), (torch.randn(1, 256, 128),), "m")
     code, out, err = cli(capsys, "compile", pt2, "-o", tmp_path / "o", "--set",
-                         "coarse_tiling.symbolic=loops")
+                         "symbolic_lengths.mode=loops")
     assert code == 2 and not (tmp_path / "o").exists()
-    assert "coarse_tiling.symbolic must be one of sized, tiled, got 'loops'" in err
+    assert "symbolic_lengths.mode must be one of sized, tiled, got 'loops'" in err
 
 
 TEXT = """buffer x: input float32[256, 128]

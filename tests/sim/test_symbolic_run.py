@@ -309,7 +309,7 @@ def test_a_sum_over_attention_rows_adds_only_the_rows_the_length_has(tmp_path):
     x = torch.randn(1, 256, 64, generator=torch.Generator().manual_seed(0))
     pt2 = export(tmp_path, module, (x,), dynamic_shapes={
         "args": ({1: 64 * torch.export.Dim("s", max=4)},)})
-    tiled = compile_pt2(pt2, tmp_path / "tiled", sets=["coarse_tiling.symbolic=tiled"])
+    tiled = compile_pt2(pt2, tmp_path / "tiled", sets=["symbolic_lengths.mode=tiled"])
     sized = compile_pt2(pt2, tmp_path / "sized")
     for tokens in (128, 192):
         result = simulate(tiled, {"args_0": x[:, :tokens].numpy()})

@@ -27,7 +27,7 @@ from spyrec.ir.graph import nest_trips
 from spyrec.ir.parser import IRSyntaxError, parse
 from spyrec.ir.printer import format_graph
 from spyrec.ir.verify import verify
-from spyrec.passes.coarse_tiling.transform import unroll
+from spyrec.plan.tiling.transform import unroll
 from spyrec.passes.memory_planning import MemoryPlanning
 from spyrec.passes.registry import CompileContext
 from spyrec.passes.scratchpad_planning import ScratchpadPlanning

@@ -19,13 +19,13 @@ from fnmatch import fnmatchcase
 
 from spyrec.errors import ConfigError
 from spyrec.ir import Graph, Operation
-from spyrec.passes.coarse_tiling.checks import check_contiguous, check_whole_sticks
-from spyrec.passes.coarse_tiling.dimnames import DimNames, describe_op, propagate
-from spyrec.passes.coarse_tiling.spec import (
-    GroupSpec, TilingSpec, check_shape, group_where, near, read_tiling_file,
+from spyrec.plan.tiling.checks import check_contiguous, check_whole_sticks
+from spyrec.plan.tiling.dimnames import DimNames, describe_op, propagate
+from spyrec.plan.tiling.spec import (
+    GroupSpec, TilingSpec, check_shape, group_where, near,
 )
 
-__all__ = ["GroupPlan", "Level", "TilingPlan", "read_tiling_file", "resolve"]
+__all__ = ["GroupPlan", "Level", "TilingPlan", "resolve"]
 
 
 @dataclass(frozen=True)

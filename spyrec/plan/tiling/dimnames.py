@@ -25,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spyrec.errors import ConfigError
+from spyrec.indexing import Var
+from spyrec.indexing.coordinates import host_coordinates
+from spyrec.indexing.simplify import simplify_lin
 from spyrec.ir import Buffer, Graph, Operation
 from spyrec.ir.walks import var_extents, walked_dims
 
@@ -105,3 +108,20 @@ def _output_names(out: Buffer, op: Operation, current: tuple[str | None, ...],
                 f"written by {describe_op(op)}; give both the same name or leave one '_'")
         new[d] = name
     return tuple(new)
+
+
+def dim_vars(buf: Buffer, op: Operation) -> tuple[str | None, ...] | None:
+    """Per host dim of `buf` (written by `op`), the var the output index walks it with
+    (None: a size-1 dim), or None when a dim is not one plain var."""
+    out = []
+    coords = host_coordinates(buf.host_size, buf.host_strides, op.output.index)
+    for size, c in zip(buf.host_size, coords):
+        c = simplify_lin(c, op.var_ranges)
+        atom = c.as_atom()
+        if size == 1 and c.is_const:
+            out.append(None)
+        elif isinstance(atom, Var):
+            out.append(atom.name)
+        else:
+            return None
+    return tuple(out)

@@ -21,10 +21,8 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from spyrec.errors import ConfigError
-from spyrec.yamlfile import read_yaml_file
 
 TILING_FORM = ("{dims: {INPUT: [NAME|_, ...]}, groups: [{ops: [GLOB, ...] | scope: GLOB, "
                "loops: [{NAME: COUNT}, ...]}], attention: [{ops: [GLOB, ...], query_tile: N, "
@@ -59,14 +57,6 @@ class TilingSpec:
     dims: dict[str, tuple[str | None, ...]]   # tensor -> name per dim (None for `_`)
     groups: tuple[GroupSpec, ...]
     attention: tuple[AttentionSpec, ...] = ()
-
-
-def read_tiling_file(path: Path) -> dict:
-    """The YAML document of `--tiling FILE` (safe_load), its shape checked; ConfigError if
-    the file is missing, not YAML, or not a tiling file."""
-    data = read_yaml_file(Path(path), "tiling", "--tiling")
-    check_shape(data, str(path))
-    return data
 
 
 def near(name: str, choices) -> str:

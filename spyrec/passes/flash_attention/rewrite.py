@@ -45,10 +45,11 @@ from spyrec.errors import ConfigError
 from spyrec.indexing import Indirect, Lin, indirect, substitute, var
 from spyrec.ir import Access, Buffer, Graph, Loop, Operation
 from spyrec.layout.device_layout import SPARSE, stick_layout
-from spyrec.passes.coarse_tiling.flash_masks import key_spans, masking_ops, span_of, split_bodies
-from spyrec.passes.coarse_tiling.flash_site import (
-    FLT_MAX, AttentionSite, FlashTiles, dim_vars,
+from spyrec.passes.flash_attention.masks import key_spans, masking_ops, span_of, split_bodies
+from spyrec.passes.flash_attention.sites import (
+    FLT_MAX, AttentionSite, FlashTiles,
 )
+from spyrec.plan.tiling.dimnames import dim_vars
 from spyrec.plan.tiles import (
     host_advance, host_box, moving_tile_problem, retile_index, tile_buffer_layout,
 )

@@ -27,19 +27,19 @@ from fnmatch import fnmatchcase
 from spyrec.device import CORES, MAX_LOOP_TRIPS, STICK_BYTES
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph
-from spyrec.passes.coarse_tiling.auto import lacks_room, subgraph_of
-from spyrec.passes.coarse_tiling.spec import AttentionSpec
-from spyrec.passes.coarse_tiling.flash import rewrite
-from spyrec.passes.coarse_tiling.flash_site import (
+from spyrec.plan.tiling.spec import AttentionSpec
+from spyrec.passes.flash_attention.rewrite import rewrite
+from spyrec.passes.flash_attention.sites import (
     AttentionSite, FlashTiles, find_sites, unshare_masks,
 )
-from spyrec.passes.coarse_tiling.flash_masks import runtime_key_limit
-from spyrec.passes.coarse_tiling.symbolic import (
+from spyrec.passes.flash_attention.masks import runtime_key_limit
+from spyrec.plan.tiling.symbolic import (
     bind_attention_loops, keys_symbol, site_lengths, symbol_names,
 )
 from spyrec.plan.hbm_bytes import hbm_bytes
 from spyrec.plan.lx_placement import apply_lx
 from spyrec.plan.split_estimate import compute_floor_us
+from spyrec.plan.tiling.subgraphs import lacks_room, subgraph_of
 from spyrec.plan.trials import Planning, place_trial, plan_trial
 from spyrec.plan.whole_plan import planned_time_us
 

@@ -14,7 +14,7 @@ from spyrec.errors import ConfigError
 from spyrec.indexing import Var
 from spyrec.indexing.sticks import stick_info
 from spyrec.ir import Graph, Operation
-from spyrec.passes.coarse_tiling.dimnames import describe_op
+from spyrec.plan.tiling.dimnames import describe_op
 
 
 def check_whole_sticks(graph: Graph, op: Operation, var: str, dim: str, count: int,

@@ -15,10 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spyrec.indexing import Var
-from spyrec.indexing.coordinates import host_coordinates
-from spyrec.indexing.simplify import simplify_lin
-from spyrec.ir import Access, Buffer, Graph, Operation
+from spyrec.ir import Access, Graph, Operation
+from spyrec.plan.tiling.dimnames import dim_vars
 
 FLT_MAX = float(np.finfo(np.float32).max)
 # elementwise ops that may sit between q @ kᵀ and the softmax (scale, masks, casts)
@@ -59,7 +57,7 @@ class AttentionSite:
     query_granule: int = 0
     key_granule: int = 0
     query_shortest: int = 0     # the shortest admissible number of queries (symbolic)
-    # a symbolic number of queries that ops may run whole (`coarse_tiling.symbolic: sized`):
+    # a symbolic number of queries that ops may run whole (`symbolic_lengths.mode: sized`):
     # a tile of every query is then allowed, its ops sized by the length (no query loop)
     query_whole: bool = False
 
@@ -309,23 +307,6 @@ def _chain_back(graph, op, writer, only) -> tuple[list[Operation], Operation | N
     return chain, None
 
 
-def dim_vars(buf: Buffer, op: Operation) -> tuple[str | None, ...] | None:
-    """Per host dim of `buf` (written by `op`), the var the output index walks it with
-    (None: a size-1 dim), or None when a dim is not one plain var."""
-    out = []
-    coords = host_coordinates(buf.host_size, buf.host_strides, op.output.index)
-    for size, c in zip(buf.host_size, coords):
-        c = simplify_lin(c, op.var_ranges)
-        atom = c.as_atom()
-        if size == 1 and c.is_const:
-            out.append(None)
-        elif isinstance(atom, Var):
-            out.append(atom.name)
-        else:
-            return None
-    return tuple(out)
-
-
 @dataclass(frozen=True)
 class FlashTiles:
     """Rows of a query tile, keys of a key tile, and heads of a head tile (0: every head, no
@@ -341,4 +322,4 @@ class FlashTiles:
         return site.queries // self.queries, site.keys // self.keys
 
 
-__all__ = ["AttentionSite", "FlashTiles", "find_sites", "dim_vars", "FLT_MAX"]
+__all__ = ["AttentionSite", "FlashTiles", "find_sites", "FLT_MAX"]

@@ -17,7 +17,8 @@ from spyrec.indexing import Var, var
 from spyrec.ir import Access, Graph, Operation
 from spyrec.ir.graph import TripSpan
 from spyrec.ir.symbols import ValueSource
-from spyrec.passes.coarse_tiling.flash_site import AttentionSite, FlashTiles, dim_vars
+from spyrec.passes.flash_attention.sites import AttentionSite, FlashTiles
+from spyrec.plan.tiling.dimnames import dim_vars
 
 def key_spans(graph: Graph, site: AttentionSite, tiles: FlashTiles
               ) -> list[range] | None:

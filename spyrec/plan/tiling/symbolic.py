@@ -29,10 +29,10 @@ from spyrec.costmodel import DEFAULT_PARAMS, CostParams
 from spyrec.device import MAX_LOOP_TRIPS
 from spyrec.errors import ConfigError, UnsupportedProgram
 from spyrec.ir import Graph, LoopBound, Operation, SymLength, ValueSource
-from spyrec.passes.coarse_tiling.checks import check_contiguous, check_whole_sticks
-from spyrec.passes.coarse_tiling.config import GroupPlan, Level, TilingPlan
+from spyrec.plan.tiling.checks import check_contiguous, check_whole_sticks
+from spyrec.plan.tiling.config import GroupPlan, Level, TilingPlan
 from spyrec.ir.walks import var_extents, walked_dims
-from spyrec.passes.coarse_tiling.dimnames import DimNames, describe_op, propagate
+from spyrec.plan.tiling.dimnames import DimNames, describe_op, propagate
 
 WHERE = "symbolic lengths"
 
@@ -43,7 +43,7 @@ def tile_symbolic(graph: Graph, sized: bool = False,
     run the whole length itself (`Operation.lengths`; a sum over the length then sums the
     length's values) (one report row per group); UnsupportedProgram naming the op when the
     program depends on a length otherwise."""
-    from spyrec.passes.coarse_tiling.transform import tile_graph
+    from spyrec.plan.tiling.transform import tile_graph
 
     named = symbol_names(graph)
     groups = _groups(graph, named)
@@ -239,7 +239,7 @@ def _bind_loops(graph: Graph, groups: list[GroupPlan]) -> None:
 def site_lengths(graph: Graph, site, named: DimNames) -> tuple[str | None, str | None]:
     """The symbols of an attention site's queries and keys (None: a static length), from
     the dims its scores `q @ kᵀ` walk (`named`: `symbol_names(graph)`)."""
-    from spyrec.passes.coarse_tiling.flash_site import dim_vars
+    from spyrec.plan.tiling.dimnames import dim_vars
 
     op = next(o for o in graph.ops if o.name == site.scores)
     walks = dim_vars(graph.buffers[op.output.buffer], op) or (None, None)
