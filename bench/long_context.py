@@ -30,9 +30,10 @@ compile_s); report.json and manifest.json give:
   paged decode only the pages the block table selects (plus the table), not the pools;
 - attention: "flash QxK" (the query and key tiles) where coarse_tiling made the attention
   counted tile loops with an online softmax (report.json `attention`), else "materialized";
-- target: issue 29's, judged against roof_us (the issue's bound): prefill est <= 1.3 x roof
-  and traffic <= 1.5 x compulsory (and compile <= 5 s at 32K); decode est <= 1.2 x roof;
-  paged traffic <= 1.2 x compulsory.
+- target: prefill (issue 58): est <= 1.3 x causal_us, the bound of a kernel that skips the
+  masked tiles (and compile <= 5 s at 32K); issue 58 retired issue 29's traffic target for
+  prefill (a compute-bound flash kernel re-reads K and V by design; the time bound prices the
+  bytes). Decode (issue 29): est <= 1.2 x roof; paged traffic <= 1.2 x compulsory.
 A program whose export or compile fails, passes `--timeout` or `--max-rss-gb` keeps its
 row, with the cause in the last column (a failed `--simulate` run: in the check column).
 
@@ -67,10 +68,13 @@ import scale  # noqa: E402
 
 PY = sys.executable
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
-TARGETS = {"prefill": (1.3, 1.5), "decode": (1.2, None), "paged": (None, 1.2)}
+# kind -> (time limit, over which bound; traffic limit over compulsory)
+TARGETS = {"prefill": (1.3, "est_causal", None), "decode": (1.2, "est_roof", None),
+           "paged": (None, "est_roof", 1.2)}
 PREFILL_COMPILE_S = 5.0      # the issue's compile target, at 32K tokens
 COMPILE_TARGET_TOKENS = 32768
-TARGET_LABELS = {"est_roof": "est<={:g}x roof", "traffic_ratio": "traffic<={:g}x comp",
+TARGET_LABELS = {"est_roof": "est<={:g}x roof", "est_causal": "est<={:g}x causal",
+                 "traffic_ratio": "traffic<={:g}x comp",
                  "compile_s": "compile<={:g}s"}
 EXPORT_TIMEOUT_S = 600.0     # per program: torch.export of a 32K program is not what is measured
 
@@ -197,9 +201,9 @@ def compulsory_bytes(program: Program, manifest: dict, report: dict) -> int:
 
 
 def targets(program: Program) -> list[tuple[str, float]]:
-    """Issue 29's targets for `program`: (row key, the most it may be) pairs."""
-    time_x, traffic_x = TARGETS[program.kind]
-    checks = [("est_roof", time_x)] if time_x else []
+    """Issues 29 and 58's targets for `program`: (row key, the most it may be) pairs."""
+    time_x, bound, traffic_x = TARGETS[program.kind]
+    checks = [(bound, time_x)] if time_x else []
     checks += [("traffic_ratio", traffic_x)] if traffic_x else []
     if program.kind == "prefill" and program.tokens >= COMPILE_TARGET_TOKENS:
         checks.append(("compile_s", PREFILL_COMPILE_S))

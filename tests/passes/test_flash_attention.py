@@ -72,12 +72,13 @@ def test_sdpa_equals_eager_and_keeps_scores_in_tiles(tmp_path, causal):
     assert not row["safe_softmax"]
     _no_full_scores(out, 256, 256)
     # causal: query tile i runs key tiles 0..i only (10 of 16 tile pairs): tiles 0..i-1 keep
-    # every score and run without the mask (a loop of 15 ops per key tile), the diagonal
-    # tile runs masked (17: the compare and the where3 too). Per query tile 5 ops (3 fills,
-    # the q copy, the division), and once stage_inputs' copy of the -inf scalar
+    # every score and run without the mask (a loop of 14 ops per key tile: the scale rides on
+    # the query copy), the diagonal tile runs masked (16: the compare and the where3 too). Per
+    # query tile 5 ops (3 fills, the scaled q copy, the division), and once stage_inputs'
+    # copy of the -inf scalar
     assert row["key_span"] == ({"start": [0, 0], "stop": [1, 1]} if causal else None)
     executions = load_json(out / "report.json")["cost"]["totals"]["executions"]
-    assert executions == (4 * 5 + 15 * 6 + 17 * 4 + 1 if causal else 4 * 5 + 15 * 16)
+    assert executions == (4 * 5 + 14 * 6 + 16 * 4 + 1 if causal else 4 * 5 + 14 * 16)
     if causal:
         from spyrec.inspect_dir import inspect_directory
 

@@ -1,6 +1,8 @@
 """flash_attention, IR text in and out: the attention of `F.scaled_dot_product_attention(q, k,
 v)` over 128 queries and keys (head dim 64, fp32), given tiles of 64 queries x 64 keys, becomes a
-query loop fa0.0 around a key loop fa0.1: the score tile, its max and sum per tile buffers, the
+query loop fa0.0 around a key loop fa0.1: the query tile copied once per query tile with the
+scale 1/sqrt(64) folded in (not a multiply of every score), the score tile, its max and sum per
+tile buffers, the
 running max and sum and the output accumulator filled once per query tile and rescaled per key
 tile, and one divide of each output row at the end. That the loops compute what the
 materialized attention does is the simulator's job (tests/passes/test_flash_attention.py)."""
@@ -50,9 +52,8 @@ FLASH = """
     op o__flash_max.fill: o__flash_max[c2] = fill() over [c2<64] attrs {"value": -3.4028234663852886e+38} loops [2(c2)@fa0.0] node o
     op o__flash_sum.fill: o__flash_sum[c2] = fill() over [c2<64] attrs {"value": 0.0} loops [2(c2)@fa0.0] node o
     op o__flash_acc.fill: o__flash_acc[64*c2 + c3] = fill() over [c2<64, c3<64] attrs {"value": 0.0} loops [2(c2)@fa0.0] node o
-    op q__qtile.copy: q__qtile[64*c2 + r0] = identity(q[64*c2 + r0]) over [c2<64, r0<64] loops [2(c2)@fa0.0] node o
+    op q__qtile.copy: q__qtile[64*c2 + r0] = mul(q[64*c2 + r0]) over [c2<64, r0<64] attrs {"scalar": 0.125, "scalar_side": "rhs"} loops [2(c2)@fa0.0] node o
     op o__1: o__1__tile[64*c2 + c3] = batchmatmul(q__qtile[64*c2 + r0], k[64*c3 + r0]) over [c2<64, c3<64, r0<64] reduce [r0] loops [2(c2)@fa0.0, 2(c3)@fa0.1] node o
-    op o__2: o__1__tile[64*c2 + c3] = mul(o__1__tile[64*c2 + c3]) over [c2<64, c3<64] attrs {"scalar": 0.125, "scalar_side": "rhs"} loops [2(c2)@fa0.0, 2(c3)@fa0.1] node o
     op o__3: o__3__tile[c2] = max(o__1__tile[64*c2 + r0]) over [c2<64, r0<64] reduce [r0] loops [2(c2)@fa0.0, 2(r0)@fa0.1] node o
     op o__flash_newmax: o__flash_newmax[c2] = maximum(o__flash_max[c2], o__3__tile[c2]) over [c2<64] loops [2(c2)@fa0.0, 2()@fa0.1] node o
     op o__flash_rescale.step: o__flash_rescale[c2] = sub(o__flash_max[c2], o__flash_newmax[c2]) over [c2<64] loops [2(c2)@fa0.0, 2()@fa0.1] node o

@@ -134,6 +134,9 @@ class _Rewrite:
         self.masking = masking_ops(graph, site)
         self.bodies = split_bodies(graph, site, tiles, spans, self.span, self.nq, self.nk) \
             if spans is not None and self.masking else [("", self.span, False)]
+        # q @ kᵀ's scale (the chain's first op, a multiply by a constant) applied to the query
+        # tile as it is copied, once per query tile, not to every score of every key tile
+        self.scale = _folded_scale(graph, site, self.ops)
         self.tile_of: dict[str, Buffer] = {}     # full buffer -> the per-tile buffer replacing it
         self.body_key = ""                       # the key loop being emitted (`bodies`)
         self.sparse: dict[str, str] = {}         # block table -> its one-entry-per-stick copy
@@ -315,7 +318,8 @@ class _Rewrite:
         seq = [] if elide else [self._tiled_last_two(ops[n])
                                 for n in sorted(s.masks, key=list(s.ops).index)]
         seq.append(self.tiled(f.scores, f.s_dims[-2], f.s_dims[-1]))
-        seq += [self._tiled_last_two(ops[n]) for n in s.chain if n not in masking]
+        seq += [self._tiled_last_two(ops[n]) for n in s.chain
+                if n not in masking and (self.scale is None or n != s.chain[0])]
         return seq
 
     def _running_max(self, f: _Frame) -> list[Operation]:
@@ -464,7 +468,8 @@ class _Rewrite:
     def query_copy(self, scores: Operation, dims, scores_buf: Buffer
                    ) -> tuple[Operation, Operation]:
         """One query tile of q copied once per query tile into a per-tile buffer (so the key
-        loop reads it from LX), and q @ kᵀ reading that copy."""
+        loop reads it from LX), scaled by the folded scale on the way, and q @ kᵀ reading
+        that copy."""
         *lead, qv, kv = dims
         (ev,) = scores.reduced
         sizes = dict(scores.ranges)
@@ -475,9 +480,12 @@ class _Rewrite:
         hv = self.head_var(scores)
         ranges = tuple((v, self.tiles.queries if v == qv else self.heads if v == hv else n)
                        for v, n in scores.ranges if v != kv)
-        copy = Operation(f"{q_tile.name}.copy", "identity", ranges, (scores.inputs[0],),
-                         Access(q_tile.name, index), source=scores.source, node=scores.node,
-                         scope=scores.scope, loops=self.loops(qv, None, 1, hv))
+        kind, constants = ("identity", {}) if self.scale is None else \
+            ("mul", {"scalar": self.scale, "scalar_side": "rhs"})
+        copy = Operation(f"{q_tile.name}.copy", kind, ranges, (scores.inputs[0],),
+                         Access(q_tile.name, index), constants=constants, source=scores.source,
+                         node=scores.node, scope=scores.scope,
+                         loops=self.loops(qv, None, 1, hv))
         return copy, replace(scores, inputs=(Access(q_tile.name, index), *scores.inputs[1:]))
 
     def check_moves(self, seq: list[Operation]) -> None:
@@ -521,3 +529,20 @@ def _tile_index(buf: Buffer, dims: tuple[str | None, ...]) -> Lin:
         if v is not None and size > 1:
             total = total + var(v).scale(stride)
     return total
+
+
+def _folded_scale(graph: Graph, site: AttentionSite, ops: dict[str, Operation]) -> float | None:
+    """The constant the scores are multiplied by first, when it can move onto the query:
+    the chain's first op multiplies q @ kᵀ's output, in place in its tile (same dtype), by one
+    scalar; (c·q)·kᵀ = c·(q·kᵀ), each product rounded once to q's dtype on the way into LX
+    (what eager's math attention does with sqrt(scale) on q and k). None otherwise."""
+    if not site.chain:
+        return None
+    first, scores = ops[site.chain[0]], ops[site.scores]
+    scalar = first.constants.get("scalar")
+    if first.op != "mul" or len(first.inputs) != 1 or not isinstance(scalar, float) or \
+            first.inputs[0].buffer != scores.output.buffer or \
+            graph.buffers[first.output.buffer].host_dtype != \
+            graph.buffers[scores.output.buffer].host_dtype:
+        return None
+    return scalar
