@@ -53,6 +53,11 @@ def merge_in_place(graph: Graph) -> dict[str, str | None]:
         if init is None:
             why[fqn] = "the buffer has no stored initial value to update"
             continue
+        twin = _second_layout(graph, init)
+        if twin is not None:
+            why[fqn] = (f"its value is also stored in a second layout ({twin!r}) for another "
+                        f"reader, which a write into {init!r} would leave stale")
+            continue
         reason = None
         while graph.mutated_buffers[fqn] != init:
             target = _next_link(graph, init) or _overwrite(graph, fqn, init)
@@ -62,6 +67,13 @@ def merge_in_place(graph: Graph) -> dict[str, str | None]:
             _merge(graph, target, init)
         why[fqn] = reason
     return why
+
+
+def _second_layout(graph: Graph, init: str) -> str | None:
+    """Another constant holding `init`'s value (stick_layout's `__layout` copy), if any."""
+    value, source = graph.constants[init], graph.buffers[init].source
+    return next((n for n, b in graph.buffers.items() if n != init and b.role == "constant"
+                 and (graph.constants.get(n) is value or b.source == source)), None)
 
 
 def _next_link(graph: Graph, init: str) -> str | None:
