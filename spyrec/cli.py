@@ -197,6 +197,15 @@ def _register_run_command() -> None:
 _register_run_command()
 
 
+def _register_generate_command() -> None:
+    from spyrec.generate_command import generate_command
+
+    cli.add_command(generate_command, "generate")
+
+
+_register_generate_command()
+
+
 def debugging(argv: list[str]) -> bool:
     """Whether to show tracebacks: `-v`/`--verbose` anywhere on the command line (any
     subcommand), or SPYREC_DEBUG set to anything but "" or "0"."""
