@@ -104,9 +104,11 @@ def compile_command(models, out_dir, pipeline, tiling, layouts, sets, dump_after
         if len(models) == 1:
             reports = {None: compile_and_estimate(models[0], out_dir, opts)}
         else:
+            from spyrec.generate import write_serving_report
             from spyrec.multi_compile import compile_programs
             reports = compile_programs(list(models), out_dir,
-                                       lambda m, d: compile_and_estimate(m, d, opts))
+                                       lambda m, d: compile_and_estimate(m, d, opts),
+                                       write_serving_report)
     finally:
         ticker.done()
     for name, report in reports.items() if opts.verbose >= 0 else ():

@@ -159,6 +159,26 @@ def projection_text(p: dict) -> list[str]:
             f"{p['decode_us_at_end']:.3f} us, {p['hbm_bytes_per_token_at_end']} HBM bytes"]
 
 
+def write_serving_report(out: Path) -> None:
+    """OUT/report.txt of a directory of causal-LM programs: the projection for a prompt of
+    the prefill's length (one token without a prefill) and each program's estimate. Nothing
+    for programs that are not causal-LM steps."""
+    from spyrec.multi_compile import SUMMARY
+    from spyrec.session import Session
+
+    with Session(out) as session:
+        try:
+            lm = lm_programs(session)
+        except InputFileError:
+            return
+        costs = Costs(session)
+        proj = projection(lm, costs, lm.prefill_tokens or 1)
+    lines = ["spyrec serving report", f"programs: {', '.join(session.programs)} "
+             f"(decode: {lm.decode}, prefill: {lm.prefill or 'none'})", ""]
+    lines += projection_text(proj)
+    (Path(out) / SUMMARY).write_text("\n".join(lines) + "\n")
+
+
 # --- --check: the same loop in eager ------------------------------------------------------------
 
 def eager_generate(session, lm: LmPrograms, prompt: list[int], new_tokens: int):

@@ -25,6 +25,8 @@ from typing import Callable
 from spyrec.errors import ConfigError, OutputDirError
 from spyrec.programs_dir import INDEX, INDEX_FORMAT
 
+SUMMARY = "report.txt"      # the serving projection of causal-LM programs (`generate.py`)
+
 
 def program_names(models: list[Path]) -> list[str]:
     """Each program's name, its file stem; two programs of one name are refused (exit 2)."""
@@ -50,7 +52,7 @@ def check_multi_output(out: Path) -> Path:
     if not (target / INDEX).is_file():
         return check_output_dir(out)
     for entry in sorted(target.iterdir()):
-        if entry.name == INDEX:
+        if entry.name in (INDEX, SUMMARY):
             continue
         if entry.is_symlink() or not entry.is_dir():
             raise OutputDirError(f"-o {out}: this spyrec output directory also holds "
@@ -61,9 +63,11 @@ def check_multi_output(out: Path) -> Path:
 
 
 def compile_programs(models: list[Path], out: Path,
-                     compile_one: Callable[[Path, Path], dict]) -> dict[str, dict]:
+                     compile_one: Callable[[Path, Path], dict],
+                     finish: Callable[[Path], None] = lambda _: None) -> dict[str, dict]:
     """Compile each of `models` with `compile_one(model, directory)` into OUT/<stem>/, then
-    write the index; name -> that program's report."""
+    write the index and call `finish(directory)` (the serving projection, before OUT is
+    swapped in); name -> that program's report."""
     from spyrec.outdir import replace_directory
 
     names = program_names(models)
@@ -80,5 +84,6 @@ def compile_programs(models: list[Path], out: Path,
             reports[name] = compile_one(Path(model), tmp / name)
         (tmp / INDEX).write_text(json.dumps({"format": INDEX_FORMAT, "programs": names},
                                             indent=1) + "\n")
-    replace_directory(target, build)
+        finish(tmp)
+    replace_directory(target, build, check_multi_output)
     return reports

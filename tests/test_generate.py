@@ -67,6 +67,9 @@ def test_generate_equals_eager_and_check_passes(served, capsys):
     assert proj["prompt_tokens"] == 8 and proj["cache_slots"] == SLOTS
     assert proj["decode_us_at_end"] >= proj["decode_us_at_prompt"] > 0
     assert 0 < proj["hbm_write_bytes_per_token"] < 1 << 20   # rows, not the 256-slot caches
+    summary = (tmp / "out" / "report.txt").read_text()
+    assert "prefill of 8 tokens (prefill):" in summary
+    assert f"decode per token at the cache's end (position {SLOTS - 1}):" in summary
     report = json.loads((tmp / "out" / "decode" / "report.json").read_text())
     assert all(m["in_place"] for m in report["mutations"])
 

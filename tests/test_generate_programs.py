@@ -24,6 +24,10 @@ def test_run_program_picks_one_of_several_and_each_is_a_plain_directory(tmp_path
     b = export(tmp_path, Scale(3.0), (x,), name="triple")
     code, _, err = cli(capsys, "compile", a, b, "-o", tmp_path / "out", "-q")
     assert code == 0, err
+    code, _, err = cli(capsys, "compile", a, b, "-o", tmp_path / "out", "-q")  # again
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "double", "programs.json", "triple"]       # no serving report: not LM steps
     code, _, err = cli(capsys, "compile", a, "-o", tmp_path / "one", "-q")
     assert code == 0, err
     for name in ("bundle.mlir", "opspecs.json", "sdsc_0.json"):   # as a one-program compile
