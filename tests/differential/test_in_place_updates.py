@@ -102,3 +102,29 @@ def _specs(node):
     elif isinstance(node, list):
         for v in node:
             yield from _specs(v)
+
+
+class PagedWrite(torch.nn.Module):
+    """vLLM's `reshape_and_cache`: each new token's K row written through a slot mapping into
+    a page pool [pages, page_size, heads, head_dim] (slot s: page s // page_size, row s %
+    page_size), then the pool's pages of one sequence read through a block table."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_pool", torch.randn(6, 4, 2, 64,
+                                                   generator=torch.Generator().manual_seed(2)))
+
+    def forward(self, k, slots, table):
+        self.k_pool.index_put_((slots // 4, slots % 4), k)
+        return self.k_pool[table].sum(1) * 1
+
+
+@pytest.mark.parametrize("slots", [[5], [0, 9, 23], [7, 7]])
+def test_a_slot_mapping_write_into_a_page_pool_is_in_place(tmp_path, slots):
+    """Duplicate slots: the later row wins, as eager's CPU index_put_."""
+    k = torch.randn(len(slots), 2, 64, generator=torch.Generator().manual_seed(len(slots)))
+    out = run_and_compare(tmp_path, PagedWrite(), (k, torch.tensor(slots),
+                                                   torch.tensor([1, 5, 2])))
+    (row,) = load_json(out / "report.json")["mutations"]
+    assert row["buffer"] == "k_pool" and row["in_place"]
+    assert row["bytes_written"] == k.numel() * 4 and row["store"] == "rows"
