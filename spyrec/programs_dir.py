@@ -22,7 +22,7 @@ def program_dirs(out: Path) -> dict[str, Path]:
     """name -> the program's directory, in the directory's order."""
     out = Path(out)
     index = out / INDEX
-    if index.is_file():
+    if index.is_file() and not index.is_symlink():
         names = _index_names(index)
         return {name: out / name for name in names}
     return {_single_name(out): out}
@@ -44,8 +44,11 @@ def _index_names(index: Path) -> list[str]:
 
 def _single_name(out: Path) -> str:
     """The program's name in a one-program directory: its source's file stem."""
+    manifest = out / "manifest.json"
+    if manifest.is_symlink() or not manifest.is_file():
+        return "main"               # (the loader names what is wrong with it)
     try:
-        data = json.loads((out / "manifest.json").read_text())
+        data = json.loads(manifest.read_text())
         return Path(data["source"]["file"]).stem
     except (OSError, KeyError, TypeError, ValueError):
         return "main"
@@ -53,6 +56,8 @@ def _single_name(out: Path) -> str:
 
 def resolve_program(out: Path, name: str | None) -> Path:
     """The directory of program `name` in `out` (None: the only one); exit 2 otherwise."""
+    if name is None and not (Path(out) / INDEX).is_file():
+        return Path(out)            # one program: nothing to read here (run checks OUT)
     dirs = program_dirs(out)
     if name is None:
         if len(dirs) == 1:

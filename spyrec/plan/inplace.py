@@ -220,6 +220,12 @@ def _gathered(op: Operation) -> str:
     return next(leaf.tensor for leaf in op.output.index.free_atoms() if isinstance(leaf, Indirect))
 
 
+STORE_NOTES = {"rows": " (whole sticks, a strided store)",
+               "lanes": " (the written dim is the stick dim, as the matmul reading the buffer "
+                        "takes it: one lane of each stick)",
+               "whole": ""}
+
+
 def mutations_text(rows: list[dict] | None) -> list[str]:
     """report.txt's lines for the `mutations` section."""
     if not rows:
@@ -228,5 +234,5 @@ def mutations_text(rows: list[dict] | None) -> list[str]:
     for r in rows:
         where = "in place" if r["in_place"] else f"copied ({r['reason']})"
         lines.append(f"  {r['buffer']:<24} {r['bytes_written']:>10} of {r['buffer_bytes']} "
-                     f"bytes, {where}, store {r['store']}")
+                     f"bytes, {where}, store {r['store']}{STORE_NOTES[r['store']]}")
     return lines
