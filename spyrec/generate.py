@@ -166,7 +166,11 @@ def write_serving_report(out: Path) -> None:
     from spyrec.multi_compile import SUMMARY
     from spyrec.session import Session
 
-    with Session(out) as session:
+    try:
+        session = Session(out)
+    except InputFileError:      # programs that cannot share their buffers: no loop to project
+        return
+    with session:
         try:
             lm = lm_programs(session)
         except InputFileError:

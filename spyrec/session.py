@@ -128,8 +128,9 @@ class Session:
             if first != form:
                 raise InputFileError(f"{self.out}: program {loaded.name!r} stores buffer {fqn} "
                                      f"in another device layout than an earlier program "
-                                     f"({form[0]} vs {first[0]}); recompile the programs "
-                                     f"together (spyrec compile A.pt2 B.pt2 -o OUT)")
+                                     f"({form[0]} vs {first[0]}: their ops read it "
+                                     f"differently), so one set of device bytes cannot serve "
+                                     f"both; run them in separate sessions")
 
 
 def _load(name: str, path: Path) -> _Loaded:

@@ -66,3 +66,30 @@ def test_an_unknown_program_is_named(compiled):
     with spyrec.Session(compiled) as session:
         with pytest.raises(InputFileError, match="no program 'decode'; it holds model"):
             session.run("decode", {})
+
+
+class ReadsTransposed(torch.nn.Module):
+    """Writes buffer `cache`, then reads it as a matmul's transposed operand (its layout puts
+    the written dim on the stick) or element-wise (the last dim on the stick)."""
+
+    def __init__(self, transposed: bool):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(128, 64))
+        self.transposed = transposed
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, x)
+        return x @ self.cache.t() if self.transposed else self.cache * 2
+
+
+def test_programs_storing_a_shared_buffer_differently_are_refused(tmp_path, capsys):
+    from tests.programs import cli
+
+    x = torch.randn(1, 64)
+    a = export(tmp_path, ReadsTransposed(True), (x, torch.tensor([3])), name="a")
+    b = export(tmp_path, ReadsTransposed(False), (x, torch.tensor([3])), name="b")
+    code, _, err = cli(capsys, "compile", a, b, "-o", tmp_path / "out", "-q")
+    assert code == 0, err
+    with pytest.raises(InputFileError, match=r"program 'b' stores buffer cache in another "
+                                             r"device layout than an earlier program"):
+        spyrec.Session(tmp_path / "out")
