@@ -1,12 +1,13 @@
 """spyrec: an ahead-of-time compiler and functional simulator for IBM's Spyre accelerator.
 
-`spyrec.compile(...)` and `spyrec.run(...)` are the Python API (spyrec/api.py), loaded on first
-use: `import spyrec` itself imports nothing heavy (tests/cli/test_startup.py).
+`spyrec.compile(...)`, `spyrec.run(...)` and `spyrec.Session(OUT)` (state kept between calls,
+`spyrec/session.py`) are the Python API (spyrec/api.py), loaded on first use: `import spyrec`
+itself imports nothing heavy (tests/cli/test_startup.py).
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "compile", "run"]
+__all__ = ["__version__", "compile", "run", "Session"]
 
 
 def __getattr__(name: str):
@@ -14,4 +15,8 @@ def __getattr__(name: str):
         from spyrec import api
 
         return getattr(api, name)
+    if name == "Session":
+        from spyrec.session import Session
+
+        return Session
     raise AttributeError(f"module 'spyrec' has no attribute {name!r}")

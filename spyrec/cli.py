@@ -40,7 +40,8 @@ def cli() -> None:
     \b
     Commands arrive in this order: compile (a .pt2 into an output directory),
     run (simulate an output directory against inputs), inspect (layouts, plan, cost),
-    verify (every file of an output directory against its build record).
+    verify (every file of an output directory against its build record),
+    generate (greedy tokens over a directory's prefill and decode programs).
     """
 
 
@@ -49,7 +50,8 @@ def _verbosity(verbose: int, quiet: bool) -> int:
 
 
 @cli.command("compile")
-@click.argument("model", type=click.Path(path_type=Path))
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path),
+                metavar="MODEL.pt2...")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Output directory (replaced atomically).")
 @click.option("--pipeline", type=click.Path(path_type=Path),
@@ -82,10 +84,13 @@ def _verbosity(verbose: int, quiet: bool) -> int:
 @click.option("-v", "--verbose", count=True,
               help="Per-pass logging on stderr (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after, ir_dir,
+def compile_command(models, out_dir, pipeline, tiling, layouts, sets, dump_after, ir_dir,
                     print_ir_before, verify_each, frontend, self_contained, timings, verbose,
                     quiet):
-    """Compile MODEL.pt2 (from torch.export.save) into an output directory."""
+    """Compile MODEL.pt2 (from torch.export.save) into an output directory.
+
+    Several .pt2 files (a prefill and a decode step) make one directory of several programs,
+    each named by its file stem (run --program NAME, spyrec generate)."""
     from spyrec.compiler import CompileOptions
     from spyrec.driver import compile_and_estimate
     from spyrec.progress import Progress
@@ -96,12 +101,20 @@ def compile_command(model, out_dir, pipeline, tiling, layouts, sets, dump_after,
                           print_ir_before=print_ir_before, verify_each=verify_each,
                           progress=ticker.step, self_contained=self_contained)
     try:
-        report = compile_and_estimate(model, out_dir, opts)
+        if len(models) == 1:
+            reports = {None: compile_and_estimate(models[0], out_dir, opts)}
+        else:
+            from spyrec.generate import write_serving_report
+            from spyrec.multi_compile import compile_programs
+            reports = compile_programs(list(models), out_dir,
+                                       lambda m, d: compile_and_estimate(m, d, opts),
+                                       write_serving_report)
     finally:
         ticker.done()
-    if opts.verbose >= 0:
+    for name, report in reports.items() if opts.verbose >= 0 else ():
         r = report["restickify"]
-        click.echo(f"spyrec: wrote {out_dir} ({report['ops']} ops, {r['count']} restickify)",
+        where = out_dir if name is None else f"{out_dir} program {name}"
+        click.echo(f"spyrec: wrote {where} ({report['ops']} ops, {r['count']} restickify)",
                    err=True)
 
 
@@ -184,6 +197,15 @@ def _register_run_command() -> None:
 
 
 _register_run_command()
+
+
+def _register_generate_command() -> None:
+    from spyrec.generate_command import generate_command
+
+    cli.add_command(generate_command, "generate")
+
+
+_register_generate_command()
 
 
 def debugging(argv: list[str]) -> bool:

@@ -74,19 +74,21 @@ def check_output_dir(out: str | Path) -> Path:
     return target
 
 
-def replace_directory(target: Path, build: Callable[[Path], None]) -> list[str]:
+def replace_directory(target: Path, build: Callable[[Path], None],
+                      recheck: Callable[[Path], Path] | None = None) -> list[str]:
     """Build a new directory with `build(tmp)` and put it at `target`, all or nothing; the
     temporaries that could not be removed, each with the reason (a note for the user).
 
-    `target` is what `check_output_dir` returned. On any failure the temporary directory is
-    removed and an earlier `target` is left as it was."""
+    `target` is what `check_output_dir` returned (or `recheck`, which checks it again just
+    before the swap: a directory of several programs has its own rule). On any failure the
+    temporary directory is removed and an earlier `target` is left as it was."""
     failed: list[str] = []
     remove_stale_temporaries(target, failed)
     tmp = new_temporary(target)
     try:
         build(tmp)
         if target.is_dir():
-            check_output_dir(target)  # still ours? (a long compile leaves time for changes)
+            (recheck or check_output_dir)(target)  # still ours? (a long compile leaves time)
             failed += _swap_in(tmp, target)
         else:
             os.rename(tmp, target)

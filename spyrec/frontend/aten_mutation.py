@@ -11,7 +11,8 @@ scatter (`indexed.emit_scatter`): a copy of the destination, then one op whose o
 holds the index tensor's value. Copy rather than update in place: the IR is single-assignment
 (a buffer keeps the value it was made with, so a reader of the old cache before the write and
 one after both stay right, and `spyrec run` can run a directory twice from the same constants);
-the cost is one pass over the destination, which an aliasing memory plan could remove later.
+the cost is one pass over the destination, which memory_planning removes where the program
+cannot tell the two apart (`plan/inplace.py`: the rows land in the buffer's own memory).
 
 Duplicate indices: `scatter: add` sums every contribution (fp32, rounded once); `assign` lets
 the later iteration point win, which is what eager's CPU kernels do for index_copy, index_put

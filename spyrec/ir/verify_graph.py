@@ -15,6 +15,7 @@ from spyrec.ir.lx import (
     box_bytes, core_boxes, keeps_lx_slices, moves_with_loops, slice_boxes, writer_of,
 )
 from spyrec.ir.printer import format_access
+from spyrec.ir.verify_mutations import check_in_place
 
 
 def check_signature(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
@@ -169,4 +170,4 @@ def check_loop_keys(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
 
 GRAPH_CHECKS: tuple[Callable[[Graph, tuple[str, ...]], Iterator[str]], ...] = (
     check_signature, check_min_shares, check_def_use, check_facts, check_memory,
-    check_lx_slices, check_loop_keys)
+    check_lx_slices, check_loop_keys, check_in_place)

@@ -1,6 +1,11 @@
 """memory_planning — give every buffer a device (HBM) address, reusing the bytes of dead
 intermediates.
 
+First, a mutated buffer's new value is made the buffer itself where the program cannot tell
+them apart (`plan/inplace.py`): the copy of the whole buffer before a row write is deleted and
+the rows land in the buffer's own memory; the `mutations` report section says, per buffer,
+whether it is updated in place (and why not) and what its writes store per run.
+
 Reads: buffer layouts (device bytes), roles, `Buffer.lx_address`, `Operation.loops`, the
 signature and mutated buffers.  Writes: `Buffer.hbm_address` of every buffer not in LX; a
 `memory_planning` report row (total, peak live, bound).
@@ -31,7 +36,8 @@ from spyrec.device import ALIGN_BYTES, DEVICE_MEMORY_BYTES, format_bytes
 from spyrec.errors import UnsupportedProgram
 from spyrec.ir import Graph
 from spyrec.ir.graph import outer_loop_spans
-from spyrec.passes.registry import CompileContext, Pass, register_pass
+from spyrec.passes.registry import REPORT_OMIT, CompileContext, Pass, register_pass
+from spyrec.plan.inplace import merge_in_place, mutation_rows, mutations_text
 
 BOUND_FACTOR = 1.1   # issue 10 §3: total <= fixed + 1.1 x peak live intermediate bytes
 
@@ -43,7 +49,8 @@ class MemoryPlanning(Pass):
     reuse: bool = True
 
 
-    report_keys: ClassVar[dict] = {"hbm_bytes": 0, "memory_planning": None}
+    report_keys: ClassVar[dict] = {"hbm_bytes": 0, "memory_planning": None,
+                                   "mutations": REPORT_OMIT}
 
     @classmethod
     def report_text(cls, report: dict) -> list[str]:
@@ -55,9 +62,12 @@ class MemoryPlanning(Pass):
                          f"{plan['peak_live_bytes']}, "
                          f"{plan['without_reuse_bytes'] - plan['fixed_bytes']} without "
                          f"reuse); bound {plan['bound_bytes']}")
-        return lines
+        return lines + mutations_text(report.get("mutations"))
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
+        if graph.mutated_buffers:
+            why = merge_in_place(graph)
+            ctx.report["mutations"] = mutation_rows(graph, why)
         todo = [n for n, b in graph.buffers.items()
                 if b.hbm_address is None and b.lx_address is None]
         taken = [graph.buffers[n].hbm_address + _bytes(graph, n) for n in graph.buffers

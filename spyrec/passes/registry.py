@@ -140,8 +140,11 @@ PASSES: dict[str, PassLoader] = dict([
            writes=("Buffer.lx_address", "Operation.core_splits", "Operation.replicas",
                    "Operation.replicas_fastest")),
     # Reads every buffer's device bytes; addresses every buffer that has none.
+    # Also merges a mutated buffer's new value into the buffer (in place: ops and buffers).
     _entry("memory_planning", "MemoryPlanning", requires=("layouts",),
-           provides=("hbm_addresses",), writes=("Buffer.hbm_address",)),
+           provides=("hbm_addresses",),
+           writes=("Buffer.hbm_address", "ops", "buffers", "signature", "Operation.inputs",
+                   "Operation.output", "Operation.index_inputs")),
 ])
 
 

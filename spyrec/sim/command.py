@@ -38,6 +38,8 @@ from spyrec.stdout import emit
                    "else the path manifest.json records (its SHA-256 must match).")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The .pt2 OUT was compiled from, for --check (when it has moved).")
+@click.option("--program", "program_name", metavar="NAME",
+              help="In a directory of several programs, the one to run (its .pt2's stem).")
 @click.option("--report", is_flag=True, help="Print the estimated cost per op.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON document (outputs, --check results, --report cost).")
@@ -45,9 +47,12 @@ from spyrec.stdout import emit
               help="Log every op as it runs (and the traceback of an internal error).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def run_command(out: Path, inputs_path: Path, output_path: Path | None, check: bool,
-                model_path: Path | None, report: bool, as_json: bool, verbose: bool,
-                quiet: bool) -> None:
+                model_path: Path | None, program_name: str | None, report: bool,
+                as_json: bool, verbose: bool, quiet: bool) -> None:
     """Simulate the compiled program in OUT on the inputs in an .npz file."""
+    from spyrec.programs_dir import resolve_program
+
+    out = resolve_program(out, program_name)
     # Imported here, not at the top: `spyrec compile` and `--help` must not pay for them.
     from spyrec.sim.check import format_checks
     from spyrec.sim.cost import format_table

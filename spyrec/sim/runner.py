@@ -195,16 +195,20 @@ def _bundle(program: OutputProgram, name: str, lengths: dict[str, int]):
 
 
 def simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log = _quiet,
-             program: OutputProgram | None = None) -> SimResult:
+             program: OutputProgram | None = None,
+             state: dict[str, np.ndarray] | None = None) -> SimResult:
     """Run the compiled program in `out_dir` on `inputs` (name -> host array), with the
     cyclic collector paused (`no_automatic_collections`: the run's arrays and specs make no
-    cycles; loading pauses it too, `load_output_dir`)."""
+    cycles; loading pauses it too, `load_output_dir`). `state`: device bytes of the buffers
+    updated in place, by tensor name, that the run starts from and leaves its writes in (a
+    session's, `spyrec/session.py`); without it a run starts from the stored values."""
     with no_automatic_collections():
-        return _simulate(out_dir, inputs, log, program)
+        return _simulate(out_dir, inputs, log, program, state)
 
 
 def _simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log,
-              program: OutputProgram | None) -> SimResult:
+              program: OutputProgram | None,
+              state: dict[str, np.ndarray] | None = None) -> SimResult:
     start = time.perf_counter()
     threads.count()             # a bad SPYREC_SIM_THREADS fails now, not at the first big op
     program = program or load_output_dir(out_dir)
@@ -222,6 +226,7 @@ def _simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log,
         later: dict[str, Callable[[], None]] = {}
         constants = constant_bytes(program.weights_file, program.weights,
                                    program.manifest.tensors, later)
+        constants.update(_written_constants(manifest, constants, state))
         hbm = place_tensors(program, constants)
         lx = place_lx(program)
         for name, array in host_inputs.items():
@@ -236,6 +241,27 @@ def _simulate(out_dir: str | Path, inputs: dict[str, np.ndarray], log: Log,
     names = tuple(f"output_{i}" for i in range(len(manifest.outputs))) + tuple(
         fqn for fqn, _ in manifest.mutated_buffers)
     return SimResult(outputs, dtypes, program, time.perf_counter() - start, names)
+
+
+def in_place_tensors(manifest) -> list[str]:
+    """The constants a run writes: mutated buffers updated in place (docs/formats.md, the
+    alias), whose new value is the constant's own device memory."""
+    return [name for _, name in manifest.mutated_buffers
+            if manifest.tensors[name].role == "constant"]
+
+
+def _written_constants(manifest, constants: dict[str, np.ndarray],
+                       state: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The device bytes each in-place buffer is updated in: `state`'s (a session's, kept
+    from its last call; filled from the stored value on first use), else a private copy of
+    the stored value, so every plain run starts from weights.bin's."""
+    found = {}
+    for name in in_place_tensors(manifest):
+        if state is None:
+            found[name] = constants[name].copy()
+        else:
+            found[name] = state.setdefault(name, constants[name].copy())
+    return found
 
 
 def _weights_guard(program: OutputProgram):
