@@ -31,7 +31,7 @@ def generate_command(out: Path, prompt: str, new_tokens: str, check: bool, as_js
     inputs input_ids and cache_position, logits first out), with the K/V cache kept in
     simulated device memory between steps."""
     from spyrec.generate import (Costs, check_failure, check_generation, generate,
-                                 projection, projection_text, require_int)
+                                 projection, require_int)
     from spyrec.lm_programs import parse_prompt
 
     ids = parse_prompt(prompt)
