@@ -66,10 +66,10 @@ def _quantized(w: torch.Tensor, form: str) -> tuple[torch.Tensor, torch.Tensor]:
     elif form.endswith("_channel"):
         scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / top
         full = scale
-    elif form == "fp8_block":
-        b = 128
-        blocks = w.view(n // b, b, k // b, b).abs().amax(dim=(1, 3)).clamp(min=1e-8) / top
-        scale, full = blocks, blocks.repeat_interleave(b, 0).repeat_interleave(b, 1)
+    elif form == "fp8_block":       # 128 x 128, or the whole dim where it is shorter
+        bn, bk = min(128, n), min(128, k)
+        blocks = w.view(n // bn, bn, k // bk, bk).abs().amax(dim=(1, 3)).clamp(min=1e-8) / top
+        scale, full = blocks, blocks.repeat_interleave(bn, 0).repeat_interleave(bk, 1)
     else:
         g = int(form.removeprefix("int8_group"))
         scale = w.view(n, k // g, g).abs().amax(dim=2).clamp(min=1e-8) / top
