@@ -20,7 +20,7 @@ matmul (docs/formats.md, "batchmatmul"). Each access is the old one composed thr
 dense writes it replaces, so any view between them (a per-group `view`/`unsqueeze`) is kept.
 
 Applied when the weight is a constant of an 8-bit dtype (int8, fp8_e4m3, fp8_e5m2), the scale
-a constant one value across each stick of the other operand along K (`_whole_sticks`), every intermediate read only by the next op, each op outside loops and without
+a constant (one the matmul can address, else the program is refused: `_check_addressable`), every intermediate read only by the next op, each op outside loops and without
 index inputs, and the dequantized operand is the matmul's second (the weight of `x @ w.t()`).
 The scale is applied where the tile is converted, not after the product, so the numbers are
 eager's own (the product of weight and scale rounded once, as `mul` rounds it), whatever the
@@ -37,6 +37,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from spyrec.errors import UnsupportedProgram
 from spyrec.indexing import Lin, Var, const, evaluate, floordiv, mod, simplify, substitute
 from spyrec.ir import Graph, Operation
 from spyrec.ir.graph import Access
@@ -113,23 +114,47 @@ def _chain(graph: Graph, mm: Operation):
                    _writer_vars(graph, top, cast_read, cast).items()}
         weight = _weight(graph, cast, at_cast, mm)
         scale = Access(scale_read.buffer, _in(scale_read.index, at_top, mm))
-        if weight is not None and _whole_sticks(graph, mm, scale):
+        if weight is not None:
+            _check_addressable(graph, mm, weight, scale)
             return weight, scale, [cast, top]
     return None
 
 
-def _whole_sticks(graph: Graph, mm: Operation, scale: Access) -> bool:
-    """Whether the scale is one value across each stick of x along K (a group of 64 fp16
-    inputs or more, a 128-block): a scale that changes inside a stick (int8 groups of 32
-    beside fp16 activations) has no SuperDSC form in the matmul, so those ops stay apart."""
-    if len(mm.reduced) != 1:
-        return False
-    k = mm.reduced[0]
-    e = device_dtype_for(graph.buffers[mm.inputs[0].buffer].host_dtype).elems_per_stick
-    points = np.arange(dict(mm.ranges)[k])
-    env = {Var(v): (points if v == k else 0) for v, _ in mm.ranges}
+def _check_addressable(graph: Graph, mm: Operation, weight: Access, scale: Access) -> None:
+    """Refuse (exit 3) a scale the matmul cannot read: one that changes inside a stick without
+    changing at every lane, along K (a stick of x: 64 fp16 or 32 fp32 inputs) or along N (a
+    stick of the 8-bit weight: 128 outputs). Per tensor, per channel, groups of a whole stick
+    of x and 128 x 128 blocks are read a lane or a stick at a time; a group of 32 beside
+    fp16 activations, or a 64-row block, would need a scale per half stick, which no
+    SuperDSC coordinate expresses."""
+    x_stick = device_dtype_for(graph.buffers[mm.inputs[0].buffer].host_dtype).elems_per_stick
+    n_var = next((a.name for a, c in mm.output.index.terms if c == 1 and isinstance(a, Var)),
+                 None)
+    for v, e, along in ((mm.reduced[0], x_stick, "inputs (K)"), (n_var, 128, "outputs (N)")):
+        run = _split_run(mm, scale, v, e)
+        if run:
+            w, s = graph.buffers[weight.buffer], graph.buffers[scale.buffer]
+            raise UnsupportedProgram(
+                f"{mm.name} ({mm.source}): the scale {s.source or s.name} of the 8-bit weight "
+                f"{w.source or w.name} ({w.host_dtype}) changes every {run} {along}, inside a "
+                f"stick of {e}: the device converts a weight tile with one scale per lane or "
+                f"per stick (supported: a scale per tensor, per output channel, per group of "
+                f"a multiple of {x_stick} inputs, per 128 x 128 block); regroup the scales")
+
+
+def _split_run(mm: Operation, scale: Access, v: str | None, e: int) -> int | None:
+    """The length of the runs of one scale value along var `v` when they split a stick of
+    `e` lanes without being single lanes; None when the scale is per lane or per stick."""
+    if v is None:
+        return None
+    points = np.arange(dict(mm.ranges)[v])
+    env = {Var(u): (points if u == v else 0) for u, _ in mm.ranges}
     values = np.broadcast_to(np.asarray(evaluate(scale.index, env)), points.shape)
-    return bool(np.array_equal(values, values[points // e * e]))
+    if len(points) < 2 or np.array_equal(values, values[points // e * e]) or \
+            np.all(values[1:] != values[:-1]):
+        return None
+    changes = np.flatnonzero(values[1:] != values[:-1])
+    return int(changes[0]) + 1
 
 
 def _weight(graph: Graph, cast: Operation, at_cast: dict, mm: Operation) -> Access | None:

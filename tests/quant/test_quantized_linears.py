@@ -5,12 +5,14 @@ device format (128 per stick), and simulates to eager's numbers."""
 
 from __future__ import annotations
 
-import numpy as np
+import re
+
 import pytest
 import torch
 
+from spyrec.errors import UnsupportedProgram
 from tests.differential.harness import run_and_compare
-from tests.programs import load_json
+from tests.programs import compile_pt2, export, load_json
 from tests.quantized import FORMS, Linears
 
 FORMATS = {"fp8": "fp8_e4m3", "int8": "int8"}
@@ -55,13 +57,36 @@ def test_an_fp8_weight_read_without_a_scale_is_still_converted_on_chip(tmp_path)
     assert load_json(out / "report.json")["dequant_matmul"][0]["scale"] is None
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason="superdsc_legalize leaves a copy of "
-                   "the [N, K/32]-scaled weight whose lanes are not stick-compatible with the "
-                   "matmul (an internal error at verify): not fixed yet")
-def test_int8_groups_of_32_beside_fp16_activations_stay_separate_ops_and_equal_eager(tmp_path):
-    """A group of 32 changes scale inside a 64-lane stick of x: no SuperDSC form reads it in
-    the matmul, so the conversion and the multiply stay ops of their own (the 16-bit copy
-    issue 60 wants gone is still written: not built for groups below a stick)."""
+@pytest.mark.parametrize("form, what", [
+    ("int8_group32", r"changes every 32 inputs \(K\), inside a stick of 64"),
+])
+def test_a_scale_that_splits_a_stick_is_refused_naming_both_tensors(tmp_path, form, what):
+    """A group of 32 beside fp16 activations changes scale inside a 64-lane stick of x: no
+    SuperDSC coordinate reads it, so the program is refused (exit 3), never an internal
+    error and never a 16-bit copy of the weight."""
     x = torch.randn(2, 256, generator=torch.Generator().manual_seed(9)).half()
-    out = run_and_compare(tmp_path, Linears("int8_group32"), (x,))
-    assert load_json(out / "report.json")["dequant_matmul"] == []
+    pt2 = export(tmp_path, Linears(form), (x,))
+    with pytest.raises(UnsupportedProgram) as e:
+        compile_pt2(pt2, tmp_path / "out")
+    assert re.search(rf"linear \(quantized\.py:\d+ in forward \[up\]\): the scale up\.scale "
+                     rf"of the 8-bit weight up\.qweight \(int8\) {what}", str(e.value)), \
+        str(e.value)
+
+
+def test_an_e5m2_weight_with_64_row_blocks_is_refused(tmp_path):
+    class Blocks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = torch.Generator().manual_seed(5)
+            self.register_buffer("w", torch.randn(256, 256, generator=g).to(torch.float8_e5m2))
+            self.register_buffer("s", torch.rand(4, 2, generator=g).half())
+
+        def forward(self, x):
+            w = self.w.to(torch.float16).view(4, 64, 2, 128) * self.s[:, None, :, None]
+            return x @ w.view(256, 256).t()
+
+    x = torch.randn(2, 256, generator=torch.Generator().manual_seed(9)).half()
+    with pytest.raises(UnsupportedProgram) as e:
+        compile_pt2(export(tmp_path, Blocks(), (x,)), tmp_path / "out")
+    assert re.search(r"the scale s of the 8-bit weight w \(float8_e5m2\) changes every 64 "
+                     r"outputs \(N\), inside a stick of 128", str(e.value)), str(e.value)
