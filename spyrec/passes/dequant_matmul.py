@@ -200,7 +200,8 @@ def _writer_vars(graph: Graph, reader: Operation, read: Access, writer: Operatio
     """The writer's var values at each point of `reader`, {Var: Lin in reader's vars}: the
     read's flat index split back into the writer's output coordinates (a dense write)."""
     size = graph.buffers[read.buffer].host_size
-    strides = dict(zip(contiguous_strides(size), size))
+    # (a dim of one element shares its stride with the next: it must not hide that dim)
+    strides = {s: n for s, n in zip(contiguous_strides(size), size) if n > 1}
     values: dict = {Var(v): const(0) for v, _ in writer.ranges}     # vars of one value
     for atom, coeff in writer.output.index.terms:
         values[atom] = simplify(mod(floordiv(read.index, coeff), strides[coeff]),
