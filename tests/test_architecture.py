@@ -50,6 +50,7 @@ from tests.import_graph import ImportGraph, cycles, spyrec_graph, within
 LAYERS: dict[str, tuple[str, ...]] = {  # package -> what it may import besides itself
     "spyrec.device": (),
     "spyrec.bf16": (),
+    "spyrec.fp8": (),
     "spyrec.costmodel": ("spyrec.device",),
     "spyrec.layout": ("spyrec.device", "spyrec.bf16"),
     "spyrec.indexing": ("spyrec.device", "spyrec.layout", "spyrec.errors"),

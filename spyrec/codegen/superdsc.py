@@ -53,6 +53,8 @@ _LABELS = ("mb", "x", "y", "i", "j", "ki", "kj")
 _MATMUL_LABELS = ("ki", "kj", "y", "x", "mb", "out", "in")
 _LAYOUT_NAMES = ("OUTPUT", "KERNEL", "INPUT", "KERNEL_IDX")
 _MATMUL_LAYOUT_NAMES = ("INPUT", "KERNEL", "OUTPUT", "KERNEL_IDX")
+# a matmul that converts an 8-bit KERNEL on chip reads its scale as a fifth layout
+_SCALED_MATMUL_LAYOUT_NAMES = ("INPUT", "KERNEL", "KERNEL_SCALE", "OUTPUT", "KERNEL_IDX")
 _MASK_VALUE = {"max": -math.inf, "argmax": -math.inf, "min": math.inf, "argmin": math.inf}
 
 
@@ -246,7 +248,8 @@ class _Emitter(Placement):
 
     def _layouts(self) -> tuple[dict, list[dict]]:
         """`primaryDsInfo_` and, per tensor, its label, stick dim and node order (F §2.3)."""
-        names = _MATMUL_LAYOUT_NAMES if self.matmul else _LAYOUT_NAMES
+        names = _LAYOUT_NAMES if not self.matmul else _SCALED_MATMUL_LAYOUT_NAMES \
+            if self.spec["op_info"]["constants"].get("dequantize") else _MATMUL_LAYOUT_NAMES
         ref = self.dims.tensors[0 if self.spec["is_reduction"] and not self.matmul else -1]
         op_stick = ref.stick or next((t.stick for t in self.dims.tensors if t.stick), None) \
             or self.digits[-1]

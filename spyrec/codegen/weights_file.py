@@ -33,7 +33,8 @@ WEIGHTS_FILE = "weights.bin"
 WEIGHTS_ALIGNMENT = 4096        # bytes (a page); every tensor starts at a multiple
 # host dtype -> the numpy dtype of its host array (bf16 as its 16-bit patterns)
 HOST_NUMPY_DTYPES = {"float16": "f2", "bfloat16": "u2", "float32": "f4", "int32": "i4",
-                     "int64": "i8", "int8": "i1", "bool": "b1"}
+                     "int64": "i8", "int8": "i1", "bool": "b1",
+                     "float8_e4m3fn": "u1", "float8_e5m2": "u1"}   # fp8: bit patterns
 
 
 class WeightsBlob:

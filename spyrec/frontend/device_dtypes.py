@@ -2,9 +2,11 @@
 
 Constant folding (`fold.py`) removes what depends only on shapes and weights; everything left
 runs on the device. A tensor left in a dtype the device cannot store (float64, complex, uint16,
-int16, ...) or that spyrec does not compute with yet (float8 of every kind: 8-bit weights are
-to stay 8-bit on the device, DESIGN §3, which is not built) is refused here with exit 3, every
-one listed by name (input name, FQN or op), dtype and source line, with what to do. So no such
+int16, the float8 kinds without a device format: e4m3fnuz, e5m2fnuz, e8m0fnu) is refused here
+with exit 3, every one listed by name (input name, FQN or op), dtype and source line, with what
+to do. float8_e4m3fn and float8_e5m2 live on the device (SEN143_FP8, SEN152_FP8) as weights and
+values the program computes, but not at the host edge: a program input or output of either is
+refused too, since no input file format holds them (numpy has no 8-bit float). So no such
 tensor reaches the lowering or the weights writer, at any size, through either front end.
 """
 
@@ -24,8 +26,15 @@ STATE_KINDS = ("parameter", "buffer", "constant")
 
 def host_only(dtype: str) -> bool:
     """A host dtype no device tensor of spyrec's may have (float64, complex, uint8, int16,
-    uint16, float8, ...)."""
+    uint16, float8_e4m3fnuz, ...)."""
     return not computed_on_device(dtype)
+
+
+def _edge_only(dtype: str, node: Node, spec: InputSpec | None, outputs: set[str]) -> bool:
+    """A device dtype that cannot cross the host edge: an 8-bit float user input or program
+    output (the input and output files hold numpy arrays; numpy has no 8-bit float)."""
+    edge = (spec is not None and spec.kind == "user_input") or node.name in outputs
+    return edge and dtype.startswith("float8")
 
 
 def drop_unused_host_only_state(program: Program) -> Program:
@@ -54,12 +63,14 @@ def check_device_dtypes(program: Program, max_fold_bytes: int) -> None:
     is a clear refusal. `max_fold_bytes` is the folding limit the program was folded with: a
     weight whose conversion it left unfolded says so."""
     specs = {s.name: s for s in program.inputs}
+    outputs = {s.name for s in program.outputs if s.kind == "user_output"}
     lines = []
     for node in program.nodes:
-        val = next((v for v in _tensor_metas(node) if host_only(v.dtype)), None)
+        spec = specs.get(node.name)
+        val = next((v for v in _tensor_metas(node) if host_only(v.dtype)
+                    or _edge_only(v.dtype, node, spec, outputs)), None)
         if val is None:
             continue
-        spec = specs.get(node.name)
         lines.append(f"  {_what(node, spec)} is {val.dtype} {list(val.shape)} "
                      f"({_where(program, node, spec)}): {_hint(val.dtype, spec)}"
                      f"{_unfolded_note(program, node, spec, max_fold_bytes)}")
@@ -108,11 +119,15 @@ def _where(program: Program, node: Node, spec: InputSpec | None) -> str:
 
 def _hint(dtype: str, spec: InputSpec | None) -> str:
     if dtype.startswith("float8"):
-        what = "tensors" if spec is None else "inputs" if spec.kind == "user_input" else \
-            "weights"
-        return f"8-bit float {what} are not supported yet (8-bit weights are to stay 8-bit " \
-               f"on the device, which is not built); until then convert it to bfloat16 or " \
-               f"float16 before exporting"
+        if spec is not None and spec.kind == "user_input" or computed_on_device(dtype):
+            return "8-bit float inputs are not supported yet (no input file holds them): " \
+                   "pass float16 and convert in the model" if spec is not None else \
+                   "8-bit float outputs are not supported (no output file holds them): " \
+                   "return it converted to float16 or bfloat16"
+        return f"{dtype} has no device format (the device stores float8_e4m3fn as " \
+               f"SEN143_FP8 and float8_e5m2 as SEN152_FP8, each with a float16/32 scale " \
+               f"per tensor, per output channel or per block): convert it to one of those, " \
+               f"or to bfloat16 or float16, before exporting"
     if dtype == "float64":
         return "cast it to float32 in the model (`.float()`, or dtype=torch.float32)"
     return "cast it to a dtype the device stores (float16, bfloat16, float32, int32, int64, " \

@@ -54,6 +54,7 @@ from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
 from spyrec.frontend.host_dtypes import CONVERTED_ONLY, ITEMSIZE, NP_DTYPES, NotFoldable, cast
 from spyrec.frontend.lowerings import lowerable
 from spyrec.frontend.program import InputSpec, Node, Program, Ref, TensorMeta, refs_in
+from spyrec.frontend.quantized import kept_int8_weights
 
 MAX_FOLD_BYTES = 16 * 1024 * 1024
 MAX_GROWN_CONSTANT_BYTES = 1024 * 1024
@@ -269,11 +270,14 @@ def _constant_roots(program: Program) -> dict[str, str]:
     """Placeholder name -> FQN of the state folding may read: parameters, buffers no output
     mutates and lifted constants, of a dtype whose stored values numpy reads as the numbers
     they are (NP_DTYPES, CONVERTED_ONLY). A float8 payload is raw bytes, not its values: what
-    reads one is never folded (it stays for the device, which refuses it)."""
+    reads one is never folded (it stays 8-bit for the device, or is refused there); nor is
+    an int8 weight's dequantization (`quantized.kept_int8_weights`)."""
     mutated = {s.target for s in program.outputs if s.kind == "buffer_mutation"}
     readable = set(NP_DTYPES) | set(CONVERTED_ONLY)
+    kept = kept_int8_weights(program)       # dequantized on chip, never folded to 16 bits
     return {s.name: s.target for s in program.inputs
             if s.kind in ("parameter", "buffer", "constant") and s.target not in mutated
+            and s.name not in kept
             and s.target is not None
             and program.state_dtypes.get(program.aliases.get(s.target, s.target)) in readable}
 

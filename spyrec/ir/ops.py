@@ -44,7 +44,9 @@ DEVICE_OPS: dict[str, OpKind] = {
     "sum": OpKind("reduction", 1), "max": OpKind("reduction", 1),
     "min": OpKind("reduction", 1), "mean": OpKind("reduction", 1),
     "argmax": OpKind("reduction", 1), "argmin": OpKind("reduction", 1),
-    "batchmatmul": OpKind("matmul", 2),
+    # a third operand: the scale of an 8-bit second operand, converted on chip
+    # (constants["dequantize"] == "scale", passes/dequant_matmul.py)
+    "batchmatmul": OpKind("matmul", 3),
     "identity": OpKind("copy", 1), "ReStickifyOpHBM": OpKind("copy", 1),
     "fill": OpKind("fill", 0),
     # out = v + size if v < 0 else v, for v in -size..size-1; any other v is a fault naming the

@@ -46,16 +46,15 @@ HOST_TO_DEVICE = {
 }
 
 
-# Host dtypes with a device format that no lowering computes with yet: 8-bit float weights stay
-# 8-bit on the device (DESIGN §3), which is not built; until it is, a program holding one is
-# refused rather than converted on the host.
-NOT_COMPUTED_YET = frozenset({"float8_e4m3fn", "float8_e5m2"})
+# Host dtypes with a device format that no lowering computes with yet (none today: 8-bit
+# floats stay 8-bit on the device, DESIGN §3, converted on chip where they are read).
+NOT_COMPUTED_YET: frozenset[str] = frozenset()
 
 
 def computed_on_device(host_dtype: str) -> bool:
     """Whether the compiler keeps tensors of this host dtype on the device today: it has a
     storage format there and the lowering computes with it (not float64, complex, uint16,
-    any float8, ...)."""
+    float8_e4m3fnuz, ...)."""
     name = str(host_dtype).removeprefix("torch.")
     return name in HOST_TO_DEVICE and name not in NOT_COMPUTED_YET
 

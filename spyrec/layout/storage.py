@@ -33,12 +33,15 @@ from spyrec.bf16 import bf16_bits_to_float32
 from spyrec.layout.device_layout import DeviceLayout
 from spyrec.layout.transpose import copy_strided
 
-# The numpy dtype that stores each device dtype (fp8 formats are not stored yet).
+# The numpy dtype that stores each device dtype: fp8 as its bit patterns (spyrec/fp8.py
+# converts; the simulator decodes on every read and encodes on every store).
 STORAGE: dict[str, np.dtype] = {
     "fp16": np.dtype(np.float16),
     "fp32": np.dtype(np.float32),
     "int32": np.dtype(np.int32),
     "int8": np.dtype(np.int8),
+    "fp8_e4m3": np.dtype(np.uint8),
+    "fp8_e5m2": np.dtype(np.uint8),
 }
 
 # What device memory no value was written to holds: NaN for floats (a read of padding shows up
@@ -48,6 +51,8 @@ FILL_VALUE: dict[str, object] = {
     "fp32": np.float32(np.nan),
     "int32": np.int32(np.iinfo(np.int32).min),
     "int8": np.int8(np.iinfo(np.int8).min),
+    "fp8_e4m3": np.uint8(0x7F),     # NaN in both formats
+    "fp8_e5m2": np.uint8(0x7F),
 }
 
 

@@ -52,7 +52,7 @@ class MatmulPadding(Pass):
                                         "list": rows}
 
     def _pad(self, graph: Graph, op: Operation, new_ops: list, rows: list) -> Operation:
-        x, y = op.inputs
+        x, y = op.inputs[:2]        # a third: an 8-bit y's scale, read at the op's own points
         k = op.reduced[0]
         sizes = dict(op.ranges)
         e = graph.buffers[x.buffer].layout.elems_per_stick
@@ -90,7 +90,7 @@ class MatmulPadding(Pass):
                                  Access(buf.name, index), source=op.source, loops=op.loops, node=op.node, scope=op.scope))
         rows.append({"tensor": y.buffer, "padded": buf.name, "k": sizes[k], "k_padded": k_pad,
                      "elements": buf.layout.device_elems, "op": op.name})
-        return replace(op, inputs=(x, Access(buf.name, index)))
+        return replace(op, inputs=(x, Access(buf.name, index)) + op.inputs[2:])
 
 
 def _vars(access: Access) -> set[str]:

@@ -84,6 +84,10 @@ PASSES: dict[str, PassLoader] = dict([
     _entry("split_outputs", "SplitOutputs",
            invalidates=("layouts", "core_splits", "hbm_addresses"),
            writes=("ops", "buffers", "Operation.inputs")),
+    # An 8-bit weight's conversion and scale become its matmul's operands (ops removed).
+    _entry("dequant_matmul", "DequantMatmul",
+           invalidates=("layouts", "core_splits", "hbm_addresses"),
+           writes=("ops", "buffers", "Operation.inputs", "Operation.constants")),
     # Lays out every buffer and inserts restickify copies and view copies (new ops, buffers).
     _entry("stick_layout", "StickLayout", provides=("layouts",),
            invalidates=("core_splits", "hbm_addresses"),

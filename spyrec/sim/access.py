@@ -29,6 +29,7 @@ from spyrec.sim.binding import Binding
 from spyrec.sim.chunking import Chunk
 from spyrec.sim.core_map import broadcast_sum, core_parts, separable, thin_parts
 from spyrec.sim.memory import Hbm, Lx
+from spyrec.sim.numerics import FP8_FORMATS, decoded
 from spyrec.sim.specs import OpSpec
 from spyrec.sim.strided import Strided
 
@@ -71,6 +72,10 @@ class ChunkAccess:
         rel = self.relative(b) if form is None else None
         if b.lx is not None:
             self._check_lx_read(b)
+        if b.arg.device_dtype in FP8_FORMATS:       # bit patterns: decoded, never cast
+            raw = form.read(self.base_view(b), np.dtype(np.uint8), arena_order) \
+                if form is not None else np.take(self.base_view(b), rel)
+            return decoded(raw, b.arg.device_dtype, dtype)
         if form is not None:
             return form.read(self.base_view(b), dtype or self.base_view(b).dtype, arena_order)
         values = np.take(self.base_view(b), rel)

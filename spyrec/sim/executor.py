@@ -21,6 +21,7 @@ from spyrec.errors import SimulatorFault
 from spyrec.sim import threads
 from spyrec.sim.access import ChunkAccess, one_to_one
 from spyrec.sim.binding import Binding, bind
+from spyrec.sim.dequant import dequantized
 from spyrec.sim.chunking import Chunk, arg_vars, chunks
 from spyrec.sim.kernels import KERNELS, Kernel, KernelContext, scatter
 from spyrec.sim.memory import Hbm, Lx
@@ -77,6 +78,7 @@ def run_op(spec: OpSpec, ex: Execute, hbm: Hbm, lx: Lx | None = None) -> None:
                           shared[i] if i in shared else access.read(b, operands, arena_order),
                           len(chunk.shape)))
                       for i, b in enumerate(values_in)]
+            inputs = dequantized(spec, inputs)      # an 8-bit weight converted on chip
             ctx = KernelContext(spec.op, spec.constants, chunk.shape, reduced_axes, compute,
                                 chunk.lo, padding)
             result = kern.fn(ctx, inputs)

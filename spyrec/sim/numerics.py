@@ -19,11 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from spyrec.errors import SimulatorFault
+from spyrec.fp8 import FORMATS as FP8_FORMATS
 from spyrec.layout.storage import FILL_VALUE, STORAGE  # noqa: F401
 
-# Device dtypes the simulator can store (fp8 formats are in the contract but not simulated
-# yet) and what unwritten device memory holds: one definition, shared with the compiler's
-# weight writer.
+# Device dtypes the simulator can store and what unwritten device memory holds: one
+# definition, shared with the compiler's weight writer. fp8 is stored as its bit patterns:
+# `decoded` on every read, `to_storage` encodes (spyrec/fp8.py: torch's rounding).
 
 def storage_dtype(device_dtype: str) -> np.dtype:
     """The numpy dtype that holds `device_dtype` elements; a fault for formats not simulated."""
@@ -48,6 +49,8 @@ def to_storage(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:
     """
     target = storage_dtype(device_dtype)
     values = np.asarray(values)
+    if device_dtype in FP8_FORMATS:
+        return FP8_FORMATS[device_dtype].encode(values)
     if target.kind == "f":
         if values.dtype.kind in "iub":
             values = values.astype(np.float64)  # ints > 2**24 round once, not twice
@@ -57,6 +60,15 @@ def to_storage(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:
         return float_to_int(values, target)
     _check_int_range(values, target, device_dtype, what)
     return values.astype(target)
+
+
+def decoded(stored: np.ndarray, device_dtype: str, dtype: np.dtype | None) -> np.ndarray:
+    """Values read from device memory as `dtype`: fp8 bit patterns become their float32
+    values (exact) first; anything else is converted as numpy converts."""
+    if device_dtype in FP8_FORMATS:
+        return FP8_FORMATS[device_dtype].decode(stored).astype(dtype or np.float32,
+                                                                copy=False)
+    return stored if dtype is None else stored.astype(dtype, copy=False)
 
 
 def assignable(values: np.ndarray, device_dtype: str, what: str) -> np.ndarray:

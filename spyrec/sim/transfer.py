@@ -41,6 +41,10 @@ HOST_NUMPY = {
     "int64": np.dtype(np.int64),
     "int8": np.dtype(np.int8),
     "bool": np.dtype(np.bool_),
+    # an 8-bit float buffer the program mutates (a float8 KV cache) comes back as its bit
+    # patterns, as the device holds it (numpy has no 8-bit float; spyrec/fp8.py decodes)
+    "float8_e4m3fn": np.dtype(np.uint8),
+    "float8_e5m2": np.dtype(np.uint8),
 }
 
 

@@ -142,7 +142,7 @@ def test_dump_after_prints_the_ir(program, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "// ----- IR after stick_layout -----" in err and "device [4, 6, 32]" in err
     with pytest.raises(ConfigError, match="choose one of: all, lower, gather_coordinates, "
-                                            "split_outputs, stick_layout"):
+                                            "split_outputs, dequant_matmul, stick_layout"):
         compile_pt2(program, tmp_path / "out2", dump_after="nope")
 
 

@@ -10,7 +10,10 @@ import torch
 from spyrec.sim.runner import simulate
 from tests.programs import compile_pt2, export, load_json
 
-TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2,
+             # an 8-bit value quantized from a 16-bit one an ulp away may land one step over
+             torch.float8_e4m3fn: 2.0 ** -3, torch.float8_e5m2: 2.0 ** -2}
+FP8_FORMATS = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
 
 
 def host_array(t: torch.Tensor) -> np.ndarray:
@@ -22,6 +25,10 @@ def host_array(t: torch.Tensor) -> np.ndarray:
 def as_float(a: np.ndarray, dtype: torch.dtype) -> np.ndarray:
     if dtype == torch.bfloat16 and a.dtype == np.uint16:
         return (a.astype(np.uint32) << 16).view(np.float32)
+    if dtype in FP8_FORMATS and a.dtype == np.uint8:        # bit patterns
+        from spyrec.fp8 import FORMATS
+
+        return FORMATS[FP8_FORMATS[dtype]].decode(a).astype(np.float64)
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 

@@ -5,8 +5,8 @@ from their raw bytes, wrong in every element; at a larger size an internal error
 The weight form is the issue's, `x @ (w.to(torch.float32) * scale).t()`, plus a mask
 (`where(w != 0, x, 0)`). Weights that folding converts on the host (uint16/32/64, int16, uint8,
 float64, complex) are exact up to the folding limit and refused above it; weights of device
-dtypes are exact at any size; float8 of every kind is refused at any size (8-bit weights are
-to stay 8-bit on the device, not built yet). The larger-than-the-limit path is tested by
+dtypes are exact at any size, float8_e4m3fn and float8_e5m2 included (they stay 8-bit on the
+device, issue 60); the float8 kinds without a device format are refused at any size. The larger-than-the-limit path is tested by
 lowering the limit, not by building 16 MiB constants.
 """
 
@@ -34,6 +34,8 @@ pytestmark = [pytest.mark.filterwarnings("ignore:Casting complex values to real"
 
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
           "float8_e8m0fnu")
+DEVICE_FLOAT8 = FLOAT8[:2]      # SEN143_FP8, SEN152_FP8: computed on the device
+NO_FORMAT = FLOAT8[2:]          # no device format: refused
 DEVICE = ("bool", "int8", "int32", "int64", "float16", "bfloat16", "float32")  # computed there
 HOST = ("uint8", "int16", "uint16", "uint32", "uint64", "float64")  # converted at compile time
 COMPLEX = ("complex64", "complex128")  # converted (real part) at compile time, nothing else
@@ -158,16 +160,33 @@ LINE = r"\(read at test_weight_dtypes\.py:\d+ in forward\)"
 
 @pytest.mark.parametrize("limit", [None, LIMIT], ids=["folded_size", "above_the_limit"])
 @pytest.mark.parametrize("frontend", ["fast", "torch"])
-def test_float8_weights_of_every_kind_are_refused_by_name(tmp_path, monkeypatch, frontend,
-                                                          limit):
+def test_float8_weights_without_a_device_format_are_refused_by_name(tmp_path, monkeypatch,
+                                                                    frontend, limit):
     """Never folded from their raw bytes (issue 56: wrong in every element), never an internal
-    error at a size folding leaves alone: one exit-3 message listing each weight."""
+    error at a size folding leaves alone: one exit-3 message listing each weight and the
+    formats the device has."""
     if limit:
         monkeypatch.setattr(fold, "MAX_FOLD_BYTES", limit)
     message = _refusal(tmp_path, Weights(FLOAT8), (X,), frontend)
-    for d in FLOAT8:
-        assert re.search(rf"buffer w_{d} is {d} \[{ROWS}, {COLS}\] {LINE}: 8-bit float "
-                         rf"weights are not supported yet", message), message
+    for d in NO_FORMAT:
+        assert re.search(rf"buffer w_{d} is {d} \[{ROWS}, {COLS}\] {LINE}: {d} has no device "
+                         rf"format \(the device stores float8_e4m3fn as SEN143_FP8 and "
+                         rf"float8_e5m2 as SEN152_FP8", message), message
+    for d in DEVICE_FLOAT8:
+        assert f"w_{d} " not in message, message
+
+
+@pytest.mark.parametrize("limit", [None, LIMIT], ids=["folded_size", "above_the_limit"])
+def test_fp8_weights_equal_eager_in_both_front_ends(tmp_path, monkeypatch, limit):
+    """float8_e4m3fn / float8_e5m2 weights stay 8-bit on the device and compute exactly:
+    converted (bit-exact), multiplied, compared with zero."""
+    if limit:
+        monkeypatch.setattr(fold, "MAX_FOLD_BYTES", limit)
+    pt2, fast = _compile_and_compare(tmp_path, Weights(DEVICE_FLOAT8), (X,))
+    slow = compile_pt2(pt2, tmp_path / "out-torch", frontend="torch")
+    names = sorted(p.name for p in fast.iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(fast, slow, names, shallow=False)
+    assert set(mismatch) <= {"report.json", "report.txt"} and not errors, mismatch
 
 
 @pytest.mark.parametrize("frontend", ["fast", "torch"])

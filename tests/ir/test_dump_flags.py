@@ -15,12 +15,13 @@ from spyrec.ir.printer import format_graph
 from tests.cli_lines import error_line
 from tests.programs import Lambda, export
 
-STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir", "03_stick_layout.ir",
-         "04_matmul_padding.ir", "05_flash_attention.ir", "06_symbolic_lengths.ir",
-         "07_coarse_tiling.ir", "08_split_padding.ir",
-         "09_work_division.ir", "10_superdsc_legalize.ir", "11_stage_inputs.ir",
-         "12_length_shares.ir", "13_scratchpad_planning.ir",
-         "14_memory_planning.ir"]
+STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir",
+         "03_dequant_matmul.ir", "04_stick_layout.ir",
+         "05_matmul_padding.ir", "06_flash_attention.ir", "07_symbolic_lengths.ir",
+         "08_coarse_tiling.ir", "09_split_padding.ir",
+         "10_work_division.ir", "11_superdsc_legalize.ir", "12_stage_inputs.ir",
+         "13_length_shares.ir", "14_scratchpad_planning.ir",
+         "15_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +57,12 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     graphs = [parse(t) for t in texts]
     assert [format_graph(g) for g in graphs] == [t.split("\n", 1)[1] for t in texts]
     # K = 40 is not a whole fp32 stick: matmul_padding adds the padded copy of y (args_1)
-    assert "args_1__kpad" not in texts[3]
-    assert "buffer args_1__kpad: intermediate float32[64, 16]" in texts[4]
-    assert " cores [" in texts[9] and " cores [" not in texts[8]
+    assert "args_1__kpad" not in texts[4]
+    assert "buffer args_1__kpad: intermediate float32[64, 16]" in texts[5]
+    assert " cores [" in texts[10] and " cores [" not in texts[9]
     # each buffer in HBM (memory_planning) or in LX (scratchpad_planning), never both
     assert all((b.hbm_address is None) != (b.lx_address is None)
-               for b in graphs[14].buffers.values())
+               for b in graphs[15].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -97,7 +98,8 @@ def test_print_ir_before_and_dump_after_go_to_stderr(pt2, tmp_path, capsys):
 @pytest.mark.parametrize("flag", ["--print-ir-before", "--dump-after"])
 def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     assert run("compile", pt2, "-o", tmp_path / "out", flag, "work_divison") == 2
-    valid = ("gather_coordinates, split_outputs, stick_layout, matmul_padding, flash_attention, "
+    valid = ("gather_coordinates, split_outputs, dequant_matmul, stick_layout, matmul_padding, "
+             "flash_attention, "
              "symbolic_lengths, coarse_tiling, split_padding, work_division, superdsc_legalize, stage_inputs, length_shares, "
              "scratchpad_planning, "
              "memory_planning")

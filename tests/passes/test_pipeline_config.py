@@ -9,8 +9,8 @@ from spyrec.passes.pipeline import build_pipeline, describe, read_pipeline_file
 def test_default_pipeline_reads():
     entries, where = read_pipeline_file(None)
     names = [p.name for p in build_pipeline(entries, where=where)]
-    assert names == ["gather_coordinates", "split_outputs", "stick_layout", "matmul_padding",
-                     "flash_attention", "symbolic_lengths",
+    assert names == ["gather_coordinates", "split_outputs", "dequant_matmul", "stick_layout",
+                     "matmul_padding", "flash_attention", "symbolic_lengths",
                      "coarse_tiling", "split_padding", "work_division", "superdsc_legalize",
                      "stage_inputs", "length_shares",
                      "scratchpad_planning", "memory_planning"]
@@ -19,7 +19,7 @@ def test_default_pipeline_reads():
 def test_set_overrides_one_option():
     entries, _ = read_pipeline_file(None)
     pipeline = build_pipeline(entries, ["work_division.cores=8"])
-    assert describe(pipeline)[8] == {"pass": "work_division",
+    assert describe(pipeline)[9] == {"pass": "work_division",
                                      "options": {"cores": 8, "strategy": "cost", "lx_intermediates": True,
                                                  "chain_moves": True, "k_split": True,
                                                  "replicas": True, "overlap_moves": False,
@@ -28,7 +28,7 @@ def test_set_overrides_one_option():
 
 def test_unknown_pass_lists_valid_names():
     with pytest.raises(ConfigError, match=r"unknown pass 'stick_layuot' \(did you mean "
-                                          r"'stick_layout'\?\); valid passes: coarse_tiling, flash_attention, gather_coordinates, "):
+                                          r"'stick_layout'\?\); valid passes: coarse_tiling, dequant_matmul, flash_attention, gather_coordinates, "):
         build_pipeline([{"pass": "stick_layuot"}])
 
 

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from spyrec.sim import dequant
 from spyrec.sim.blas import single_threaded_blas
 from spyrec.sim.kernels.registry import KernelContext, kernel
 from spyrec.sim.torch_kernels import half_matmul
@@ -54,7 +55,7 @@ def min_(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     return np.min(x, axis=ctx.reduced_axes, keepdims=True)
 
 
-@kernel("batchmatmul", arity=2)
+@kernel("batchmatmul", arity=dequant.arity)
 def batchmatmul(ctx: KernelContext, inputs: list[np.ndarray]) -> np.ndarray:
     """sum over the reduced axes of x*y, as one batched sgemm (fp16 operands, read so when
     torch's half matmul is in use: one torch matmul, unless a reduced axis needs summing
