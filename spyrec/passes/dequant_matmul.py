@@ -32,7 +32,7 @@ per rewritten matmul (its name, the weight, its format and the scale).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
