@@ -213,10 +213,8 @@ def restickify_report(graph: Graph, inserted: set[str]) -> dict:
         if op.op == "identity" and src.host_dtype != dst.host_dtype:
             continue  # a cast, not a restickify
         graph.ops[i] = replace(op, op="ReStickifyOpHBM")
-        # a whole-buffer copy moves the larger of the slots it reads and writes (a sparse or
-        # more padded destination writes more than it reads; the search prices it so)
-        elements = max(src.layout.device_elems, dst.layout.device_elems) \
-            if op.inputs[0].index == op.output.index else dst.layout.device_elems
+        elements = src.layout.device_elems if op.inputs[0].index == op.output.index \
+            else dst.layout.device_elems  # a whole-buffer copy moves the source's slots
         if op.name in inserted:
             total += elements
             count += 1
