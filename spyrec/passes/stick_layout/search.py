@@ -5,9 +5,8 @@ so far (shared by later consumers at no extra cost), the per-input decisions, an
 device element slots moved. Ops are visited in program order; each state branches over the
 op's candidate output layouts (A-layout §4.3); for each candidate every operand is read
 directly when stick-compatible, else through an existing copy, else through a new restickified
-copy (cost: the slots it moves, the larger of the source's read and the destination's written,
-so a sparse destination costs its blow-up; none for a constant, which gets the layout at
-compile time), else through a copy of just the accessed view. States with the same layouts and copies
+copy (cost: the source's device slots; none for a constant, which gets the layout at compile
+time), else through a copy of just the accessed view. States with the same layouts and copies
 for every buffer still to be read are merged; the cheapest `beam_width` survive, ties broken by
 (cost, copies made), then first-found (candidate order), so the result is deterministic.
 
@@ -387,7 +386,7 @@ class LayoutSearch:
                     if not constant and view is not None and view[1] < source.device_elems:
                         break     # the view is smaller than the tensor (k of a fused qkv)
                     self._add_copy(i, s, (access.buffer, layout))
-                    s.cost += 0 if constant else max(source.device_elems, layout.device_elems)
+                    s.cost += 0 if constant else source.device_elems
                     s.inserted += 1
                     return Decision("copy", layout)
         if view is not None:  # from a sparse source it reads every (mostly padding) stick
