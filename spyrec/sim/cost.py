@@ -34,6 +34,7 @@ from spyrec.costmodel import (
 from spyrec.device import STICK_BYTES
 from spyrec.indexing.expr import FloorDiv, Lin, Mod, Var
 from spyrec.sim.footprint import ArgFootprint, support
+from spyrec.sim.fused_cost import price_fused
 from spyrec.sim.specs import CoreSplit, OpSpec
 
 
@@ -210,6 +211,7 @@ def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
     memo: dict[tuple, dict] = {}
     rows = [_shared_op_cost(spec, counts.get(f, 0), p, memo)
             for f, spec in sorted(ops.items(), key=lambda kv: kv[1].index)]
+    fused = price_fused(rows, {f: s.fused for f, s in ops.items() if s.fused}, p)
     by_file = {r["file"]: r for r in rows}
     per_bundle = [dict(name=name, **_totals([(by_file[f], n) for f, n in per_file.items()], 1, p))
                   for name, per_file in bundles.items()]
@@ -219,7 +221,8 @@ def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
         by_op[r["op"]] = _us(by_op.get(r["op"], 0.0) + r["time_us"] * r["executions"])
     totals["time_us_by_op"] = by_op
     totals["per_bundle"] = per_bundle
-    return {"model": "spyrec-cost/1", "params": asdict(p), "ops": rows, "totals": totals}
+    out = {"model": "spyrec-cost/1", "params": asdict(p), "ops": rows, "totals": totals}
+    return {**out, "fused": fused} if fused else out
 
 
 def _file_counts(bundles: dict[str, dict[str, int]]) -> dict[str, int]:
