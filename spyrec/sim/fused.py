@@ -70,9 +70,7 @@ def member_executes(ex: Execute, members: tuple[OpSpec, ...]) -> list[Execute]:
     bound = dict(zip(ex.symbol_ids, ex.operands))
     out = []
     for spec in members:
-        ids: list[int] = []
-        for arg in spec.args:
-            ids += [i for i in arg.symbols or () if i not in ids]
+        ids = dict.fromkeys(i for arg in spec.args for i in arg.symbols or ())
         known = [i for i in ids if i in bound]
         out.append(Execute(spec.file, tuple(bound[i] for i in known), ex.location,
                            tuple(known), ex.loop))
