@@ -268,7 +268,9 @@ def cost_at(cost: dict, bundles: dict[str, dict[str, int]], p: CostParams = DEFA
     counts = _file_counts(bundles)
     resized = resized or {}
     rows = [resized.get(r["file"], r) for r in cost["ops"]]
-    totals = _totals([(r, counts.get(r["file"], 0)) for r in rows], len(bundles), p)
+    # a fused file's members run as often as the file (their rows name it: `fused`)
+    totals = _totals([(r, counts.get(r["file"], counts.get(r.get("fused"), 0))) for r in rows],
+                     len(bundles), p)
     return {"time_us": totals["time_us"],
             "hbm_bytes": totals["hbm_read_bytes"] + totals["hbm_write_bytes"]}
 

@@ -17,7 +17,7 @@ units run as concurrent streams). One `sdsc_execute` binds the symbols of every 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 from spyrec.errors import InputFileError
 from spyrec.sim.specs import Execute, OpSpec
@@ -75,3 +75,10 @@ def member_executes(ex: Execute, members: tuple[OpSpec, ...]) -> list[Execute]:
         out.append(Execute(spec.file, tuple(bound[i] for i in known), ex.location,
                            tuple(known), ex.loop))
     return out
+
+
+def expand_executes(executes: Iterable[Execute], fused: Mapping[str, tuple[OpSpec, ...]]
+                    ) -> list[Execute]:
+    """`executes` with each execute of a fused file replaced by its members' (in order)."""
+    return [run for ex in executes for run in
+            (member_executes(ex, fused[ex.file]) if ex.file in fused else (ex,))]

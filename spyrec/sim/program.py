@@ -32,7 +32,7 @@ from spyrec.sim.lengths import read_symbols
 from spyrec.sim.specs import (
     Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout, fits_shares, share_floor,
     slice_share)
-from spyrec.sim.fused import is_fused, member_executes, read_fused
+from spyrec.sim.fused import expand_executes, is_fused, read_fused
 from spyrec.sim.superdsc import Resolver, SuperDscReader, lx_starts_of
 
 if TYPE_CHECKING:
@@ -75,6 +75,9 @@ class OutputProgram:
     ops: dict[str, OpSpec]                  # by file name
     trace: tuple[tuple[str, Execute], ...]  # (kernel name, execute) in execution order
     weights: Weights | None = None          # None: a foreign bundle (no constants file)
+    # a fused file -> the keys of its members in `ops`, in order: its executes run as theirs
+    # (sim/fused.py; the trace holds the members' executes)
+    fused: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # read from disk: the directory's handle (what else a run reads, it reads through it:
     # the same build) and weights.bin opened through it; None for in-memory documents. Handles,
     # not the program: two programs of the same documents are equal whatever they were read by
@@ -354,8 +357,7 @@ def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | 
                 for spec in members:
                     ops[spec.file] = spec
                     _check_lengths(out_dir / filename, spec, manifest)
-        runs = [run for ex in executes for run in
-                (member_executes(ex, fused[ex.file]) if ex.file in fused else (ex,))]
+        runs = expand_executes(executes, fused)
         trace += [(kernel.name, ex) for ex in runs]
         checked: set[tuple] = set()      # a loop's executions of one op bind alike
         for ex in runs:
@@ -363,7 +365,8 @@ def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | 
             if key not in checked:
                 check_symbols(ops[ex.file], ex)
                 checked.add(key)
-    return OutputProgram(out_dir, manifest, ops, tuple(trace), weights)
+    return OutputProgram(out_dir, manifest, ops, tuple(trace), weights,
+                         fused={f: tuple(m.file for m in members) for f, members in fused.items()})
 
 
 def _check_lengths(path: Path, spec: OpSpec, manifest: Manifest) -> None:

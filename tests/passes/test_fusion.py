@@ -190,3 +190,25 @@ def test_random_chains_fused_equal_unfused(tmp_path_factory, steps, matmul, dtyp
     y = torch.randn(rows, 128, generator=g).to(dtype)
     w = (torch.randn(128, 128, generator=g) / 12).to(dtype)
     _on_off(tmp, _chain(steps, matmul), (x, y, w))
+
+
+def test_the_compiler_prices_a_group_as_the_simulator_does(tmp_path):
+    """plan/fusion.py `fused_estimate_us` (from the IR, before any file) and the report's
+    `cost.fused` row (from the files) give the fused matmul + bias + GELU the same time,
+    at full overlap and serialized."""
+    from spyrec.ir.parser import parse
+    from spyrec.plan.fusion import fused_estimate_us, fusion_groups
+
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(3))
+    pt2 = export(tmp_path, Linear(), (x,))
+    for overlap in (1.0, 0.0):
+        out = compile_pt2(pt2, tmp_path / f"o{overlap}", sets=[f"cost.unit_overlap={overlap}"],
+                          print_ir_after_all=tmp_path / f"ir{overlap}")
+        text = next((tmp_path / f"ir{overlap}").glob("*_fusion.ir")).read_text()
+        graph = parse(text)
+        (group,) = fusion_groups(graph)
+        mine = fused_estimate_us(graph, group.ops, CostParams(unit_overlap=overlap))
+        (row,) = load_json(out / "report.json")["cost"]["fused"]
+        assert mine["time_us"] == pytest.approx(row["time_us"], rel=1e-3)
+        assert {k: mine[k] for k in ("pt", "sfp", "memory")} == pytest.approx(
+            {k: row[f"{k}_us"] for k in ("pt", "sfp", "memory")}, rel=1e-3, abs=1e-4)

@@ -61,3 +61,29 @@ def test_disabled_fuses_nothing(text):
     ctx = CompileContext()
     assert run_pass(Fusion(enabled=False), text, ctx, FACTS) == ir(text)
     assert ctx.report["fusion"] == []
+
+
+def test_an_op_that_only_feeds_the_chain_joins_it():
+    """x * x, kept in LX and read by the bias add only (as a causal mask computed in the K/V
+    loop feeds the flash body's `where`), reads no member's value but joins the group it
+    feeds: one SuperDSC of four compute ops."""
+    text = f"""
+    buffer x: input {F16}
+    buffer w: constant {W}
+    buffer s: intermediate {F16} @lx 2048
+    buffer h: intermediate {F16} @lx 0
+    buffer hb: intermediate {F16} @lx 1024
+    buffer y: output {F16}
+    op sq: s[256*c0 + c1] = mul(x[256*c0 + c1], x[256*c0 + c1]) over [c0<64, c1<256] {ROWS}{{f}}
+    op mm: h[256*c0 + c1] = batchmatmul(x[256*c0 + r0], w[c1 + 256*r0]) over [c0<64, c1<256, r0<256] reduce [r0] cores [c0:32, c1:1, r0:1]{{f}}
+    op bias: hb[256*c0 + c1] = add(h[256*c0 + c1], s[256*c0 + c1]) over [c0<64, c1<256] {ROWS}{{f}}
+    op act: y[256*c0 + c1] = gelufwd(hb[256*c0 + c1]) over [c0<64, c1<256] {ROWS}{{f}}
+    inputs [x]
+    outputs [y]
+"""
+    ctx = CompileContext()
+    assert run_pass(Fusion(), text.replace("{f}", ""), ctx, FACTS) == \
+        ir(text.replace("{f}", " fused sq"))
+    (row,) = ctx.report["fusion"]
+    assert row["units"] == ["sfp", "pt", "sfp", "sfp"] and row["kept"] == ["h", "s", "hb"]
+    assert row["hbm_bytes_kept"] == (2 + 2 + 2) * 64 * 256 * 2
