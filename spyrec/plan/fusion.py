@@ -12,7 +12,8 @@ when
   LX (scratchpad_planning placed it: each core finds its own slice there, and the value
   never travels through HBM);
 - neither is an op the fused form does not carry: an index check, a gather or scatter
-  (indirect accesses), an op sized by a symbolic length or replicated over core groups.
+  (indirect accesses), an op sized by a symbolic length. (A replicated op joins like any
+  other: each core runs its copy into its own LX, as its one-op file says.)
 
 An op that reads no member's value but only feeds the group after it (its output in LX, read
 by a member; a causal mask computed inside the K/V loop) joins that group. Ops that are not
@@ -51,7 +52,7 @@ def unit_of(op: Operation) -> str:
 
 def _fusible(op: Operation) -> bool:
     return (op.core_splits is not None and not op.index_inputs and not op.is_scatter
-            and not op.lengths and op.replicas == 1 and op.op != "wrapindex")
+            and not op.lengths and op.op != "wrapindex")
 
 
 def _cores(op: Operation) -> int:
