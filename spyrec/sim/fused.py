@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping
 from spyrec.errors import InputFileError
 from spyrec.sim.specs import Execute, OpSpec
 
-# (member key, member wrapper, member file key) -> the member's OpSpec
+# (member's JSON path for messages, member wrapper, member file key) -> the member's OpSpec
 MemberReader = Callable[[str, dict, str], OpSpec]
 
 
@@ -58,7 +58,8 @@ def read_fused(path, filename: str, key: str, wrapper: dict,
         if member["numCoresUsed_"] != wrapper["numCoresUsed_"]:
             fail(f"fusedDscs_[{j}]", f"member runs on {member['numCoresUsed_']} cores, the "
                  f"fused SuperDSC on {wrapper['numCoresUsed_']}")
-        spec = read_member(member_key, member, f"{filename}#{j}")
+        # messages name the member's fields by their path in the fused file
+        spec = read_member(f"{key}.fusedDscs_[{j}].{member_key}", member, f"{filename}#{j}")
         specs.append(replace(spec, fused=filename))
     return tuple(specs)
 

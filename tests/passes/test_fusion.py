@@ -212,3 +212,34 @@ def test_the_compiler_prices_a_group_as_the_simulator_does(tmp_path):
         assert mine["time_us"] == pytest.approx(row["time_us"], rel=1e-3)
         assert {k: mine[k] for k in ("pt", "sfp", "memory")} == pytest.approx(
             {k: row[f"{k}_us"] for k in ("pt", "sfp", "memory")}, rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda w: w["computeOp_"][1].update(exUnit="pt"),
+     r"at \$.0_fused.computeOp_\[1\]: says .* its member's computeOp_ says"),
+    (lambda w: w["computeOp_"][2].update(fusedDsc_=1),
+     r"at \$.0_fused.computeOp_\[2\].fusedDsc_: 1: compute ops name their members in order"),
+    (lambda w: w["computeOp_"].pop(),
+     r"at \$.0_fused.computeOp_: 2 compute ops for 3 members"),
+    (lambda w: next(iter(w["fusedDscs_"][1].values())).update(numCoresUsed_=7),
+     r"at \$.0_fused.fusedDscs_\[1\]: member runs on 7 cores, the fused SuperDSC on 32"),
+    (lambda w: (lambda m: m["coreIdToWkSlice_"].update({"1": m["coreIdToWkSlice_"]["0"]}))(
+        next(iter(w["fusedDscs_"][2].values()))),
+     r"at \$.0_fused.fusedDscs_\[2\].0_gelufwd.coreIdToWkSlice_: two cores run the same "
+     r"slice"),
+])
+def test_an_edited_fused_file_is_reported(tmp_path, edit, message):
+    """The fused form's own fields are checked, and a member's by the one-op reader, each
+    named by its path in the file."""
+    from spyrec.errors import InputFileError
+    from tests.sealing import seal
+
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(4))
+    out = compile_pt2(export(tmp_path, Linear(), (x,)), tmp_path / "out")
+    path = out / "sdsc_0.json"
+    doc = json.loads(path.read_text())
+    edit(doc["0_fused"])
+    path.write_text(json.dumps(doc))
+    seal(out)
+    with pytest.raises(InputFileError, match=message):
+        simulate(out, {"x": x.numpy()})
