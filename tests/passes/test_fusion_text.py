@@ -87,3 +87,20 @@ def test_an_op_that_only_feeds_the_chain_joins_it():
     (row,) = ctx.report["fusion"]
     assert row["units"] == ["sfp", "pt", "sfp", "sfp"] and row["kept"] == ["h", "s", "hb"]
     assert row["hbm_bytes_kept"] == (2 + 2 + 2) * 64 * 256 * 2
+
+
+H_IN_HBM = ("h: intermediate float16[64, 256] device [4, 64, 64] / [64, 256, 1] fp16 @lx 0",
+            "h: intermediate float16[64, 256] device [4, 64, 64] / [64, 256, 1] fp16")
+
+
+@pytest.mark.parametrize("text, problem", [
+    (ir(block(fused=(" fused mm",) * 3)).replace(*H_IN_HBM),
+     "fused SuperDSC 'mm': op 'bias' reads 'h', which a member writes, from HBM"),
+    (ir(block(fused=(" fused mm", " fused mm", "", " fused mm"))),
+     "fused SuperDSC 'mm': op 'sq' is not next to its members"),
+])
+def test_the_verifier_holds_a_fused_group_to_its_form(text, problem):
+    from spyrec.ir.parser import parse
+    from spyrec.ir.verify import verify
+
+    assert any(problem in p for p in verify(parse(text))), verify(parse(text))
