@@ -43,8 +43,9 @@ class Fusion(Pass):
         lines = ["", f"fused SuperDSCs: {len(rows)} ({sum(len(r['ops']) for r in rows)} ops); "
                      f"{sum(r['hbm_bytes_kept'] for r in rows)} bytes of intermediates kept "
                      f"in LX instead of an HBM round trip"]
-        return lines + [f"  {r['name']}: {' -> '.join(f'{o}/{u}' for o, u in zip(r['ops'], r['units']))}"
-                        for r in rows]
+        return lines + [f"  {r['name']}: {len(r['ops'])} compute ops ({r['units'].count('pt')} "
+                        f"PT, {r['units'].count('sfp')} SFP), {len(r['kept'])} intermediates "
+                        f"in LX ({r['hbm_bytes_kept']} bytes)" for r in rows]
 
     def run(self, graph: Graph, ctx: CompileContext) -> None:
         rows = []

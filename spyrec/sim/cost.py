@@ -310,6 +310,13 @@ def format_table(cost: dict) -> str:
         + (f"; LX {t['lx_read_bytes'] / 1024:.1f} KiB read / "
            f"{t['lx_write_bytes'] / 1024:.1f} KiB written"
            if t["lx_read_bytes"] + t["lx_write_bytes"] else ""))
+    fused = cost.get("fused") or []
+    if fused:       # one row per member above; each group's time counted once (fused_cost.py)
+        lines.append(
+            f"fused: {len(fused)} SuperDSC(s) of {sum(len(g['ops']) for g in fused)} compute ops, "
+            f"{sum(g['time_us'] * g['executions'] for g in fused):.3f} us as concurrent unit "
+            f"streams ({sum(g['serial_us'] * g['executions'] for g in fused):.3f} us one op "
+            f"after another; unit_overlap {cost['params'].get('unit_overlap', 1.0):g})")
     if len(t["per_bundle"]) > 1:
         for b in t["per_bundle"]:
             lines.append(f"  bundle {b['name']}: {b['executions']} op executions, "
