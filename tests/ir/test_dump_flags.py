@@ -19,8 +19,8 @@ STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir", "03_s
          "04_matmul_padding.ir", "05_flash_attention.ir", "06_symbolic_lengths.ir",
          "07_coarse_tiling.ir", "08_split_padding.ir",
          "09_work_division.ir", "10_superdsc_legalize.ir", "11_stage_inputs.ir",
-         "12_length_shares.ir", "13_scratchpad_planning.ir",
-         "14_memory_planning.ir"]
+         "12_length_shares.ir", "13_scratchpad_planning.ir", "14_fusion.ir",
+         "15_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     assert " cores [" in texts[9] and " cores [" not in texts[8]
     # each buffer in HBM (memory_planning) or in LX (scratchpad_planning), never both
     assert all((b.hbm_address is None) != (b.lx_address is None)
-               for b in graphs[14].buffers.values())
+               for b in graphs[15].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -99,7 +99,7 @@ def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     assert run("compile", pt2, "-o", tmp_path / "out", flag, "work_divison") == 2
     valid = ("gather_coordinates, split_outputs, stick_layout, matmul_padding, flash_attention, "
              "symbolic_lengths, coarse_tiling, split_padding, work_division, superdsc_legalize, stage_inputs, length_shares, "
-             "scratchpad_planning, "
+             "scratchpad_planning, fusion, "
              "memory_planning")
     valid = f"all, lower, {valid}" if flag == "--dump-after" else valid
     assert capsys.readouterr().err == (f"spyrec: {flag} 'work_divison': not a pass of this "
