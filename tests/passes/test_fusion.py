@@ -147,8 +147,8 @@ def test_flash_attention_tile_body_is_fused(tmp_path):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 256, 64, generator=g).to(torch.float16) for _ in range(3))
     sdpa = Lambda(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    sets = ["coarse_tiling.attention=always", "coarse_tiling.query_tile=64",
-            "coarse_tiling.key_tile=64"]
+    sets = ["flash_attention.mode=always", "flash_attention.query_tile=64",
+            "flash_attention.key_tile=64"]
     on, _ = _on_off(tmp_path, sdpa, (q, k, v), sets)
     units = [[c["exUnit"] for c in f["computeOp_"]] for f in _fused_files(on).values()]
     body = max(units, key=len)
