@@ -39,6 +39,8 @@ from spyrec.device import CORES, HBM_BYTES_PER_S
 # parameters that add a time (an overhead, a ring's hop): zero means free; every other parameter
 # is a rate, a size or a count and must be positive (`--set cost.NAME=VALUE` checks it)
 ADDED_TIME_PARAMS = ("psum_us_per_elem_hop", "op_overhead_us", "bundle_overhead_us")
+# parameters that are a fraction: 0 to 1, both ends included
+FRACTION_PARAMS = ("unit_overlap",)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,17 @@ class CostParams:
     # 143 µs on 4) also shows one core well short of the card. bench/hardware_plans.py prints
     # the decode estimates under card/32, card/8 and card as well.
     core_bytes_per_s: float = 36.0e9
+    # How far the units of a fused SuperDSC (PT, SFP, and the load/store stream) run at once:
+    # 1 = fully concurrent (the slowest unit plus a pipeline fill), 0 = serialized (the sum
+    # of the members, as one-op SuperDSCs). Low confidence: the units are separate and
+    # joined by FIFOs and the back-end's scheduler is called decoupled (reference/I §1a), but
+    # no public measurement of the PT/SFP overlap exists; `--set cost.unit_overlap=0`
+    # re-prices any program serialized.
+    unit_overlap: float = 1.0
+    # FIFO depth between a fused SuperDSC's units, in sticks: a unit downstream starts once
+    # one FIFO of vectors has passed (the pipeline fill). DS sample_device.mlir's depth-16
+    # FIFOs, a sample not labelled as Spyre (reference/I §1a) — low
+    fifo_sticks: int = 16
 
     def read_share(self, readers: int) -> float:
         """The part of its bytes each of `readers` cores reading one slice is charged."""
@@ -127,6 +140,22 @@ def compute_seconds(klass: str, points: int, m_rows: int, p: CostParams = DEFAUL
         return points / (p.pt_macs_per_s_per_core * eff)
     weight = p.transcendental_factor if klass == TRANSCENDENTAL else 1.0
     return points * weight / (p.vector_elems_per_cycle * p.clock_hz)
+
+
+def fused_us(units: dict[str, float], serial_us: float, points: int,
+             p: CostParams = DEFAULT_PARAMS) -> dict[str, float]:
+    """The time of one execution of a fused SuperDSC on a core (reference/I §1a; DESIGN §3):
+    `units` the busy time of each of its streams in µs (PT, SFP, memory), `serial_us` the sum
+    of its members' one-op times, `points` the most iteration points a member runs on a core.
+    Concurrent: the slowest stream, plus the fill while the first FIFO of vectors (`fifo_sticks`
+    sticks of `vector_elems_per_cycle` lanes, one of the work's `points` / that pieces) passes
+    every other stream; never more than serial. `unit_overlap` mixes the two linearly."""
+    slowest = max(units.values())
+    pieces = max(1.0, points / (p.fifo_sticks * p.vector_elems_per_cycle))
+    fill = (sum(units.values()) - slowest) / pieces
+    concurrent = min(slowest + fill, serial_us)
+    time = p.unit_overlap * concurrent + (1.0 - p.unit_overlap) * serial_us
+    return {"fill_us": fill, "concurrent_us": concurrent, "time_us": time}
 
 
 def matmul_m_vars(x_vars: set[str], y_vars: set[str], reduced) -> set[str]:

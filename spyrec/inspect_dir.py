@@ -135,7 +135,7 @@ def inspect_data(out_dir: Path, tensor: str | None = None) -> dict:
                              for name, spec, arg in _accesses(files, manifest, t)]}
     report = _report(files, manifest)
     cost = report.get("cost")
-    return {"out_dir": str(out_dir), "ops": len(_op_files(manifest)),
+    return {"out_dir": str(out_dir), "ops": len(_op_keys(files, manifest)),
             "hbm_bytes": manifest["hbm_bytes"], "inputs": manifest["inputs"],
             "outputs": manifest["outputs"],
             "tensors": [{k: t[k] for k in TENSOR_KEYS} for t in manifest["tensors"]],
@@ -191,8 +191,20 @@ def _op_files(manifest: dict) -> list[str]:
     return list(dict.fromkeys(f for k in manifest["kernels"] for f in k["ops"]))
 
 
+def _op_keys(files, manifest: dict) -> list[str]:
+    """Every op's name in execution order, as the simulator names it: its sdsc file, or
+    `<file>#<j>` for the j-th compute op of a fused file (docs/formats.md, Fused SuperDSCs).
+    One per OpSpec of opspecs.json."""
+    keys = []
+    for name in _op_files(manifest):
+        (key, body), = _load(files, name, "sdsc").items()
+        keys += [f"{name}#{j}" for j in range(len(body["fusedDscs_"]))] \
+            if key.endswith("_fused") else [name]
+    return keys
+
+
 def _summary(files, manifest: dict) -> str:
-    lines = [f"{files.path}: {len(_op_files(manifest))} ops, "
+    lines = [f"{files.path}: {len(_op_keys(files, manifest))} ops, "
              f"{manifest['hbm_bytes']} bytes of device memory",
              f"inputs {manifest['inputs']}  outputs {manifest['outputs']}"]
     lines += [_symbol_line(s) for s in manifest.get("symbols", [])] + [""]
@@ -242,7 +254,7 @@ def _op_tree(files, manifest: dict) -> list[str]:
     node name and module path a tiling config selects it by (DESIGN §6), one tile's
     iteration space, and where each arg lives (HBM, or LX at a per-core offset)."""
     opspecs = _load(files, "opspecs.json", "opspecs")
-    op_files = iter(_op_files(manifest))
+    op_files = iter(_op_keys(files, manifest))
     lines = ["ops (file, op, node [module path], one tile's iteration space, args):"]
 
     def walk(body: list, depth: int) -> None:
@@ -291,7 +303,7 @@ def _accesses(files, manifest: dict, t: dict):
     """(sdsc file, op spec, arg) for every arg of every op that names tensor `t` (from
     opspecs.json: sdsc files are SuperDSC, which names no tensors)."""
     opspecs = _load(files, "opspecs.json", "opspecs")
-    for name, spec in zip(_op_files(manifest), _flat_specs(opspecs)):
+    for name, spec in zip(_op_keys(files, manifest), _flat_specs(opspecs)):
         for arg in spec["args"]:
             if arg["name"] == t["name"]:
                 yield name, spec, arg

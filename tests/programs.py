@@ -114,3 +114,14 @@ def record_source(out: Path, pt2: Path | bytes) -> Path:
                               sha256=hashlib.sha256(copy.read_bytes()).hexdigest())
     (Path(out) / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return copy
+
+
+def op_documents(out: Path) -> list[dict]:
+    """The one-op SuperDSC document of every op of OUT in execution order: a file's, or each
+    member's of a fused file (docs/formats.md, Fused SuperDSCs)."""
+    docs = []
+    for n in range(len(list(Path(out).glob("sdsc_*.json")))):
+        doc = load_json(Path(out) / f"sdsc_{n}.json")
+        (key, wrapper), = doc.items()
+        docs += wrapper["fusedDscs_"] if key.endswith("_fused") else [doc]
+    return docs

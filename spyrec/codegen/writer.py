@@ -26,6 +26,7 @@ from spyrec import __version__
 from spyrec.build_record import build_id, file_record, sha256_of, stamp
 from spyrec.codegen.bundle import RunCounts, bundle_file
 from spyrec.codegen.opspec import op_spec, spec_tree
+from spyrec.codegen.fused import file_groups, fused_document, op_file_keys
 from spyrec.codegen.superdsc import superdsc_document
 from spyrec.codegen.symbols import SymbolTable
 from spyrec.errors import InputFileError
@@ -190,23 +191,30 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
     files: dict[str, bytes | str | JsonDoc | WeightsBlob | ManifestFile] = {}
     sdsc: dict[str, dict] = {}
     symbols = SymbolTable()
-    for i, (op, spec) in enumerate(zip(graph.ops, specs)):
-        name = f"sdsc_{i}.json"
-        accesses = list(op.accesses())
-        bufs = [graph.buffers[a.buffer] for _, a in accesses]
-        sdsc[name] = superdsc_document(i, spec, bufs, [r for r, _ in accesses], symbols, check)
+    groups = file_groups(graph.ops)     # one file per op, or per fused group of ops
+    for k, members in enumerate(groups):
+        name = f"sdsc_{k}.json"
+        docs = []
+        for i in members:
+            accesses = list(graph.ops[i].accesses())
+            bufs = [graph.buffers[a.buffer] for _, a in accesses]
+            docs.append(superdsc_document(k, specs[i], bufs, [r for r, _ in accesses],
+                                          symbols, check))
+        sdsc[name] = docs[0] if len(docs) == 1 else fused_document(k, docs)
         files[name] = JsonDoc(sdsc[name])
     sdsc_names = list(sdsc)
+    op_keys = op_file_keys(groups, sdsc_names)
     tree = spec_tree(graph.ops, specs)
     files["opspecs.json"] = JsonDoc({"format": OPSPECS_FORMAT,
                                      "kernels": [{"name": "main", "specs": tree}]})
     lengths = tuple(graph.symbols.values())
     files[BUNDLE_FILE], executions, run_counts = bundle_file(
-        sdsc_names, [op.loops for op in graph.ops],
-        [symbols.of(i) for i in range(len(graph.ops))], lengths)
+        sdsc_names, [graph.ops[members[0]].loops for members in groups],
+        [symbols.of(k) for k in range(len(groups))], lengths)
     blob = WeightsBlob.plan(graph)
     manifest_doc = manifest(graph, source, pipeline, configs, sdsc_names,
-                            report.get("hbm_bytes", 0), blob, self_contained, source_sha256)
+                            report.get("hbm_bytes", 0), blob, self_contained, source_sha256,
+                            op_keys)
     if cost_params:     # --set cost.NAME=VALUE: run --report and inspect price with them too
         manifest_doc["cost_params"] = dict(cost_params)
     files[MANIFEST_FILE] = ManifestFile(manifest_doc, source_sha256)
@@ -221,7 +229,11 @@ def build_outputs(graph: Graph, source: Path, pipeline: list[dict], configs: dic
 
 def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
              sdsc_names: list[str], hbm_bytes: int, blob: WeightsBlob | None = None,
-             self_contained: bool = False, source_sha256: Sha256Job | None = None) -> dict:
+             self_contained: bool = False, source_sha256: Sha256Job | None = None,
+             op_keys: list[str] | None = None) -> dict:
+    """manifest.json's document; `op_keys`: per op, the name its args are listed under
+    (`codegen/fused.py op_file_keys`; default: op i is file i)."""
+    op_keys = sdsc_names if op_keys is None else op_keys
     tensors = []
     writers: dict[str, list] = {}       # buffer -> the ops writing it (`_lx_fields`)
     for op in graph.ops:
@@ -245,8 +257,8 @@ def manifest(graph: Graph, source: Path, pipeline: list[dict], configs: dict,
         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
         **({"mutated_buffers": dict(graph.mutated_buffers)} if graph.mutated_buffers else {}),
         **_symbols(graph),
-        **_lx_args(graph, sdsc_names),
-        **_hbm_args(graph, sdsc_names),
+        **_lx_args(graph, op_keys),
+        **_hbm_args(graph, op_keys),
         "tensors": tensors,
         "kernels": [{"name": "main", "bundle": BUNDLE_FILE, "ops": sdsc_names}],
         "hbm_bytes": hbm_bytes,

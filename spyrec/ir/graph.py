@@ -223,6 +223,9 @@ class Operation:
     # of it, each core the same share of them (work_division splits such a var only by a
     # divisor of the granularity). The op's own size follows the length: no loop around it
     lengths: tuple[tuple[str, str], ...] = ()
+    # written by fusion: the fused SuperDSC this op is one `computeOp_` of (ops of one group
+    # are consecutive, in one loop nest, their intermediates in LX); "" for a one-op file
+    fused: str = ""
 
     __hash__ = None  # mutable (passes write core_splits)
 
@@ -235,7 +238,7 @@ class Operation:
         return (self.name, self.op, self.ranges, self.inputs, self.output, self.reduced,
                 constants_text(self.constants), self.index_inputs, self.source,
                 self.core_splits, self.loops, self.index_bounds, self.node, self.scope,
-                self.replicas, self.replicas_fastest, self.lengths)
+                self.replicas, self.replicas_fastest, self.lengths, self.fused)
 
     @property
     def is_reduction(self) -> bool:

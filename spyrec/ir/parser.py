@@ -200,11 +200,12 @@ class _Line:
         lengths = tuple(self.bracketed(self.length)) if self.keyword("lengths") else ()
         node = self.name() if self.keyword("node") else None
         scope = self.string() if self.keyword("scope") else ""
+        fused = self.name() if self.keyword("fused") else ""
         graph.ops.append(Operation(name, opcode, ranges, tuple(inputs), output, reduced,
                                    constants, gathers, self.source(), cores, loops,
                                    index_bounds=bounds, node=node, scope=scope,
                                    replicas=replicas, replicas_fastest=fastest,
-                                   lengths=lengths))
+                                   lengths=lengths, fused=fused))
 
     def access(self) -> Access:
         buffer = self.name()

@@ -19,7 +19,8 @@ tensor, the values it may hold), `attrs {JSON}` (op constants), `cores [VAR:SLIC
 `loops [COUNT(VARS)@KEY, ...]` (outermost first; a loop whose trips depend on the enclosing
 loop's index i adds `span(A*i+B, C*i+D)`: it runs j in [A*i+B, C*i+D), each end clamped to
 0..COUNT), `node NAME` (the FX node), `scope "..."`
-(its module path), `source "..."`. Buffers add `per_tile` (one tile of a loop body's
+(its module path), `fused NAME` (the fused SuperDSC it is one compute op of),
+`source "..."`. Buffers add `per_tile` (one tile of a loop body's
 intermediate) and `@lx OFFSET` (per-core LX) when set. Names that are not plain identifiers,
 and all source lines, are JSON strings. Constant *values* are not printed (weights are data,
 not IR).
@@ -100,6 +101,8 @@ def format_op(op: Operation) -> str:
         text += f" node {format_name(op.node)}"
     if op.scope:
         text += f" scope {_quote(op.scope)}"
+    if op.fused:
+        text += f" fused {format_name(op.fused)}"
     return text + _source(op.source)
 
 

@@ -18,7 +18,8 @@ assume what earlier ones establish):
 - `GRAPH_CHECKS` (`ir/verify_graph.py`, whole graph): the signature and constants, nothing
   read before it is written, the facts established by earlier passes (registry contracts)
   hold everywhere, buffers that are live at the same time do not share device memory, LX
-  buffers keep their slices, and the ops of one loop key agree on its count and trip span.
+  buffers keep their slices, the ops of one loop key agree on its count and trip span, and
+  the ops of one fused SuperDSC are consecutive, in one loop nest, passing values in LX.
 """
 
 from __future__ import annotations

@@ -168,6 +168,36 @@ def check_loop_keys(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
                        f"{first[1].span}; the ops of one loop share its count and span")
 
 
+def check_fused(graph: Graph, facts: tuple[str, ...]) -> Iterator[str]:
+    """The ops of one fused SuperDSC (`Operation.fused`, the fusion pass) are consecutive, in
+    one loop nest, and every value a member passes a later member lives in LX (never HBM)."""
+    seen: set[str] = set()
+    members: list = []
+    for op in graph.ops + [None]:
+        if members and (op is None or op.fused != members[0].fused):
+            yield from _fused_problems(graph, members)
+            seen.add(members[0].fused)
+            members = []
+        if op is not None and op.fused:
+            if op.fused in seen:
+                yield f"fused SuperDSC {op.fused!r}: op {op.name!r} is not next to its members"
+            members.append(op)
+
+
+def _fused_problems(graph: Graph, members: list) -> Iterator[str]:
+    name = members[0].fused
+    nests = {tuple(loop.identity for loop in op.loops) for op in members}
+    if len(nests) > 1:
+        yield f"fused SuperDSC {name!r}: its ops run in {len(nests)} loop nests, not one"
+    written: set[str] = set()
+    for op in members:
+        for a in op.reads():
+            if a.buffer in written and graph.buffers[a.buffer].lx_address is None:
+                yield (f"fused SuperDSC {name!r}: op {op.name!r} reads {a.buffer!r}, which a "
+                       f"member writes, from HBM (a fused value lives in LX)")
+        written.add(op.output.buffer)
+
+
 GRAPH_CHECKS: tuple[Callable[[Graph, tuple[str, ...]], Iterator[str]], ...] = (
     check_signature, check_min_shares, check_def_use, check_facts, check_memory,
-    check_lx_slices, check_loop_keys, check_in_place)
+    check_lx_slices, check_loop_keys, check_in_place, check_fused)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from spyrec.costmodel import ADDED_TIME_PARAMS, DEFAULT_PARAMS, CostParams
+from spyrec.costmodel import ADDED_TIME_PARAMS, DEFAULT_PARAMS, FRACTION_PARAMS, CostParams
 from spyrec.device import CORES
 from spyrec.errors import ConfigError
 from spyrec.passes.registry import CODEGEN_REQUIRES, FACTS, PASSES, Pass, get_pass, providers
@@ -116,6 +116,11 @@ def _cost_value(text: str, name: str, value, default: int | float) -> int | floa
     if not _type_ok(value, expected) or not math.isfinite(value):
         raise ConfigError(f"--set {text!r}: cost.{name} must be a finite "
                           f"{expected.__name__}, got {value!r}")
+    if name in FRACTION_PARAMS:
+        if not 0 <= value <= 1:
+            raise ConfigError(f"--set {text!r}: cost.{name} must be between 0 and 1, got "
+                              f"{value!r}")
+        return expected(value)
     free = name in ADDED_TIME_PARAMS          # zero: that time costs nothing
     if value < 0 or (value == 0 and not free) or (name == "cores" and value > CORES):
         bound = f"between 1 and {CORES}" if name == "cores" else \

@@ -143,6 +143,10 @@ PASSES: dict[str, PassLoader] = dict([
     _entry("scratchpad_planning", "ScratchpadPlanning", requires=("layouts", "core_splits"),
            writes=("Buffer.lx_address", "Operation.core_splits", "Operation.replicas",
                    "Operation.replicas_fastest")),
+    # Reads ops, loops, core splits and LX placement; names the fused SuperDSC of each op of
+    # a producer chain that passes its values through LX (no new ops).
+    _entry("fusion", "Fusion", requires=("layouts", "core_splits"),
+           writes=("Operation.fused",)),
     # Reads every buffer's device bytes; addresses every buffer that has none.
     # Also merges a mutated buffer's new value into the buffer (in place: ops and buffers).
     _entry("memory_planning", "MemoryPlanning", requires=("layouts",),

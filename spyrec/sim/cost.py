@@ -34,6 +34,7 @@ from spyrec.costmodel import (
 from spyrec.device import STICK_BYTES
 from spyrec.indexing.expr import FloorDiv, Lin, Mod, Var
 from spyrec.sim.footprint import ArgFootprint, support
+from spyrec.sim.fused_cost import price_fused
 from spyrec.sim.specs import CoreSplit, OpSpec
 
 
@@ -210,6 +211,7 @@ def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
     memo: dict[tuple, dict] = {}
     rows = [_shared_op_cost(spec, counts.get(f, 0), p, memo)
             for f, spec in sorted(ops.items(), key=lambda kv: kv[1].index)]
+    fused = price_fused(rows, {f: s.fused for f, s in ops.items() if s.fused}, p)
     by_file = {r["file"]: r for r in rows}
     per_bundle = [dict(name=name, **_totals([(by_file[f], n) for f, n in per_file.items()], 1, p))
                   for name, per_file in bundles.items()]
@@ -219,7 +221,8 @@ def estimate(ops: dict[str, OpSpec], bundles: dict[str, dict[str, int]],
         by_op[r["op"]] = _us(by_op.get(r["op"], 0.0) + r["time_us"] * r["executions"])
     totals["time_us_by_op"] = by_op
     totals["per_bundle"] = per_bundle
-    return {"model": "spyrec-cost/1", "params": asdict(p), "ops": rows, "totals": totals}
+    out = {"model": "spyrec-cost/1", "params": asdict(p), "ops": rows, "totals": totals}
+    return {**out, "fused": fused} if fused else out
 
 
 def _file_counts(bundles: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -265,7 +268,9 @@ def cost_at(cost: dict, bundles: dict[str, dict[str, int]], p: CostParams = DEFA
     counts = _file_counts(bundles)
     resized = resized or {}
     rows = [resized.get(r["file"], r) for r in cost["ops"]]
-    totals = _totals([(r, counts.get(r["file"], 0)) for r in rows], len(bundles), p)
+    # a fused file's members run as often as the file (their rows name it: `fused`)
+    totals = _totals([(r, counts.get(r["file"], counts.get(r.get("fused"), 0))) for r in rows],
+                     len(bundles), p)
     return {"time_us": totals["time_us"],
             "hbm_bytes": totals["hbm_read_bytes"] + totals["hbm_write_bytes"]}
 
@@ -305,6 +310,13 @@ def format_table(cost: dict) -> str:
         + (f"; LX {t['lx_read_bytes'] / 1024:.1f} KiB read / "
            f"{t['lx_write_bytes'] / 1024:.1f} KiB written"
            if t["lx_read_bytes"] + t["lx_write_bytes"] else ""))
+    fused = cost.get("fused") or []
+    if fused:       # one row per member above; each group's time counted once (fused_cost.py)
+        lines.append(
+            f"fused: {len(fused)} SuperDSC(s) of {sum(len(g['ops']) for g in fused)} compute ops, "
+            f"{sum(g['time_us'] * g['executions'] for g in fused):.3f} us as concurrent unit "
+            f"streams ({sum(g['serial_us'] * g['executions'] for g in fused):.3f} us one op "
+            f"after another; unit_overlap {cost['params'].get('unit_overlap', 1.0):g})")
     if len(t["per_bundle"]) > 1:
         for b in t["per_bundle"]:
             lines.append(f"  bundle {b['name']}: {b['executions']} op executions, "

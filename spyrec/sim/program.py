@@ -32,6 +32,7 @@ from spyrec.sim.lengths import read_symbols
 from spyrec.sim.specs import (
     Execute, KernelSpec, Manifest, OpSpec, TensorSpec, device_layout, fits_shares, share_floor,
     slice_share)
+from spyrec.sim.fused import expand_executes, is_fused, read_fused
 from spyrec.sim.superdsc import Resolver, SuperDscReader, lx_starts_of
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ class OutputProgram:
     ops: dict[str, OpSpec]                  # by file name
     trace: tuple[tuple[str, Execute], ...]  # (kernel name, execute) in execution order
     weights: Weights | None = None          # None: a foreign bundle (no constants file)
+    # a fused file -> the keys of its members in `ops`, in order: its executes run as theirs
+    # (sim/fused.py; the trace holds the members' executes)
+    fused: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # read from disk: the directory's handle (what else a run reads, it reads through it:
     # the same build) and weights.bin opened through it; None for in-memory documents. Handles,
     # not the program: two programs of the same documents are equal whatever they were read by
@@ -239,10 +243,12 @@ def _arg_names(path: Path, data: dict, tensors: dict, key: str, memory: str,
 
 
 def read_op(out_dir: Path, filename: str, doc: dict, manifest: Manifest,
-            first: Execute | None = None, lookup: tuple | None = None) -> OpSpec:
+            first: Execute | None = None, lookup: tuple | None = None
+            ) -> OpSpec | tuple[OpSpec, ...]:
     """The OpSpec of `doc`, the SuperDSC document (sim/superdsc.py) of `out_dir / filename` (an
-    `sdsc_<n>.json`). `first`: the op's first execution, whose operands name the tensors of
-    symbolic start addresses; `lookup`: `manifest_index(manifest)`, built once per program."""
+    `sdsc_<n>.json`), or of each compute op of a fused one (sim/fused.py). `first`: the op's
+    first execution, whose operands name the tensors of symbolic start addresses; `lookup`:
+    `manifest_index(manifest)`, built once per program."""
     path = out_dir / filename
     (key, wrapper), = doc.items()
     m = _SDSC_NAME.match(filename)
@@ -251,9 +257,14 @@ def read_op(out_dir: Path, filename: str, doc: dict, manifest: Manifest,
         raise InputFileError(f"{path}: the top key {key!r} is op {index}, but the file is "
                              f"named {filename}")
     resolve, lx_names, lx_starts = lookup or manifest_index(manifest)
-    return SuperDscReader(path, key, wrapper, resolve, first, lx_names,
-                          manifest.lx_args.get(filename, {}),
-                          _held_resolver(manifest, filename), lx_starts).op(filename, index)
+
+    def member(key: str, wrapper: dict, name: str) -> OpSpec:
+        return SuperDscReader(path, key, wrapper, resolve, first, lx_names,
+                              manifest.lx_args.get(name, {}),
+                              _held_resolver(manifest, name), lx_starts).op(name, index)
+    if is_fused(key):
+        return read_fused(path, filename, key, wrapper, member)
+    return member(key, wrapper, filename)
 
 
 def manifest_index(manifest: Manifest) -> tuple:
@@ -326,6 +337,7 @@ def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | 
     execution names the tensors of its symbolic start addresses (SuperDSC); a caller with
     OpSpecs in hand ignores it. `out_dir` names the files in messages."""
     ops: dict[str, OpSpec] = {}
+    fused: dict[str, tuple[OpSpec, ...]] = {}     # a fused file -> its members (sim/fused.py)
     trace: list[tuple[str, Execute]] = []
     for kernel in manifest.kernels:
         listed = set(kernel.ops)
@@ -336,18 +348,25 @@ def program_from_op_specs(out_dir: Path, manifest: Manifest, weights: Weights | 
                 raise InputFileError(f"{ex.location}: executes {ex.file}, which kernel "
                                      f"'{kernel.name}' of manifest.json does not list in ops")
             first.setdefault(ex.file, ex)
-            trace.append((kernel.name, ex))
         for filename in kernel.ops:
-            if filename not in ops:
-                ops[filename] = op_spec(filename, first.get(filename))
-                _check_lengths(out_dir / filename, ops[filename], manifest)
+            if filename not in ops and filename not in fused:
+                got = op_spec(filename, first.get(filename))
+                members = got if isinstance(got, tuple) else (got,)
+                if isinstance(got, tuple):
+                    fused[filename] = got
+                for spec in members:
+                    ops[spec.file] = spec
+                    _check_lengths(out_dir / filename, spec, manifest)
+        runs = expand_executes(executes, fused)
+        trace += [(kernel.name, ex) for ex in runs]
         checked: set[tuple] = set()      # a loop's executions of one op bind alike
-        for ex in executes:
+        for ex in runs:
             key = (ex.file, ex.symbol_ids, len(ex.operands))
             if key not in checked:
                 check_symbols(ops[ex.file], ex)
                 checked.add(key)
-    return OutputProgram(out_dir, manifest, ops, tuple(trace), weights)
+    return OutputProgram(out_dir, manifest, ops, tuple(trace), weights,
+                         fused={f: tuple(m.file for m in members) for f, members in fused.items()})
 
 
 def _check_lengths(path: Path, spec: OpSpec, manifest: Manifest) -> None:

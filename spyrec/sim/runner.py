@@ -31,6 +31,7 @@ from spyrec.sim.inputs import check_inputs
 from spyrec.sim.weights import constant_bytes
 from spyrec.sim.lengths import bind_lengths, padded_to_maximum
 from spyrec.sim.directory import load_output_dir
+from spyrec.sim.fused import expand_executes
 from spyrec.sim.program import OutputProgram
 from spyrec.device import CORES, LX_USABLE_BYTES_PER_CORE
 from spyrec.sim.memory import ALWAYS_LIVE, Allocation, Hbm, Lx
@@ -177,8 +178,9 @@ def at_lengths(program: OutputProgram, lengths: dict[str, int]) -> OutputProgram
     with those arguments (the loader's trace is at the maxima), and the ops whose size is a
     length at that length (`OpSpec.at`). The ops and the statements are those already read
     and checked; only the trips and those sizes differ."""
+    fused = {f: tuple(program.ops[k] for k in keys) for f, keys in program.fused.items()}
     trace = tuple((kernel.name, ex) for kernel in program.manifest.kernels
-                  for ex in _bundle(program, kernel.bundle, lengths))
+                  for ex in expand_executes(_bundle(program, kernel.bundle, lengths), fused))
     shares = program.manifest.min_shares
     ops = {name: spec.at(lengths, shares) for name, spec in program.ops.items()}
     return replace(program, trace=trace, ops=ops)

@@ -214,6 +214,9 @@ class OpSpec:
     # var -> values per core slice where that is not range / split (`at`: a short length's
     # minimum share, the slices past the length idle, the last busy one maybe short)
     shares: dict[str, int] = field(default_factory=dict)
+    # the fused SuperDSC file this op is one compute op of (its `file` is `<that>#<j>`),
+    # None for a one-op file (sim/fused.py)
+    fused: str | None = None
 
     def slice_size(self, v: str) -> int:
         """Values of var `v` in one core's slice (the last busy one may hold fewer)."""

@@ -286,20 +286,20 @@ ROWS: list[tuple[str, Callable[[Fixtures, Path], list], int, tuple[str, ...]]] =
                                                          fx.npz, "--check"), 2,
      ("program.pt2", "takes 2 inputs", "lists 1 [x]")),
     # inspect: a broken directory is refused by every view, naming the file
-    ("inspect-sdsc-missing", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_2.json", None)], 2,
-     ("sdsc_2.json", "no such file")),
+    ("inspect-sdsc-missing", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_1.json", None)], 2,
+     ("sdsc_1.json", "no such file")),
     ("inspect-tensor-sdsc-missing", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_0.json",
                                                                       None), "x"], 2,
      ("sdsc_0.json", "no such file")),
     ("inspect-json-sdsc-truncated", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_1.json", 40),
                                                    "--json"], 2,
      ("sdsc_1.json", "not valid JSON")),
-    ("inspect-svg-sdsc-not-json", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_3.json", b"x"),
+    ("inspect-svg-sdsc-not-json", lambda fx, d: ["inspect", _broken(fx, d, "sdsc_0.json", b"x"),
                                                  "x", "--svg", d / "x.svg"], 2,
-     ("sdsc_3.json", "not valid JSON")),
+     ("sdsc_0.json", "not valid JSON")),
     ("inspect-svg-trace-sdsc-truncated", lambda fx, d: [    # refused before the svg is drawn
-        "inspect", _broken(fx, d, "sdsc_4.json", 0), "x", "--svg", d / "x.svg", "--trace",
-        d / "t.json"], 2, ("sdsc_4.json", "not valid JSON")),
+        "inspect", _broken(fx, d, "sdsc_1.json", 0), "x", "--svg", d / "x.svg", "--trace",
+        d / "t.json"], 2, ("sdsc_1.json", "not valid JSON")),
     ("inspect-tensor-json-sdsc-schema", lambda fx, d: [
         "inspect", _broken(fx, d, "sdsc_0.json", b"[]"), "x", "--json"], 2,
      ("sdsc_0.json",)),
@@ -542,9 +542,9 @@ def test_no_row_touched_the_shared_output_directory(fx, outcomes):
     assert sorted(p.name for p in fx.out.iterdir()) == sorted(EXPECTED_OUT_FILES)
 
 
+# mlp_fp16: two fused SuperDSCs (each linear layer's matmul and its epilogue)
 EXPECTED_OUT_FILES = ["bundle.mlir", "manifest.json", "opspecs.json", "program.pt2",
-                      "report.json", "report.txt", "sdsc_0.json", "sdsc_1.json", "sdsc_2.json",
-                      "sdsc_3.json", "sdsc_4.json", "weights.bin"]
+                      "report.json", "report.txt", "sdsc_0.json", "sdsc_1.json", "weights.bin"]
 
 
 def test_run_output_is_written_under_exactly_the_name_given(fx, tmp_path):

@@ -22,7 +22,7 @@ import torch
 
 from spyrec.errors import SimulatorFault
 from spyrec.sim import simulate
-from tests.programs import compile_pt2, export
+from tests.programs import compile_pt2, export, op_documents
 
 
 class RepeatedHeads(torch.nn.Module):
@@ -42,7 +42,9 @@ def compiled(tmp_path_factory):
 
 
 def _wrapper(out, index: int) -> tuple[dict, dict]:
-    doc = json.loads((out / f"sdsc_{index}.json").read_text())
+    """The one-op document and wrapper of op `index`: its file's, or its member's in a
+    fused file (docs/formats.md, Fused SuperDSCs)."""
+    doc = op_documents(out)[index]
     return doc, next(iter(doc.values()))
 
 

@@ -14,7 +14,7 @@ import torch
 
 from spyrec.errors import UnsupportedProgram
 from tests.differential.harness import run_and_compare
-from tests.programs import Lambda, compile_pt2, export, load_json
+from tests.programs import Lambda, compile_pt2, export, load_json, op_documents
 
 DEFAULT = ["stick_layout.input_layouts=default"]
 
@@ -24,7 +24,8 @@ def r(*shape, dtype=torch.float16, seed=0):
 
 
 def _input_node(out, n: int) -> dict:
-    ((_, body),) = load_json(out / f"sdsc_{n}.json").items()
+    """Op n's input node (its file's, or its member's in a fused file)."""
+    ((_, body),) = op_documents(out)[n].items()
     ((_, dsc),) = body["dscs_"][0].items()
     return dsc, dsc["scheduleTree_"][0]
 

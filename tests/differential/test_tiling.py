@@ -237,9 +237,10 @@ def test_inspect_shows_the_loop_nest_tiles_placement_and_selectable_names(tmp_pa
     nest = text[text.index("ops (file"):].splitlines()
     assert nest[1] == "  loop 2x over [c0]"
     assert nest[2] == "    loop 4x over [c1]"
-    assert nest[3].split() == ["sdsc_0.json", "add", "node", "add", "[c0<512,", "c1<1024]",
+    # add and mul are one fused SuperDSC: its compute ops are sdsc_0.json#0 and #1
+    assert nest[3].split() == ["sdsc_0.json#0", "add", "node", "add", "[c0<512,", "c1<1024]",
                                "a@hbm,", "b@hbm,", "add@lx:0"]
-    assert nest[4].split()[:4] == ["sdsc_1.json", "mul", "node", "mul"]
+    assert nest[4].split()[:4] == ["sdsc_0.json#1", "mul", "node", "mul"]
     assert "scratchpad (LX per core)" in text or "add" in text
 
 

@@ -20,8 +20,8 @@ STEPS = ["00_lower.ir", "01_gather_coordinates.ir", "02_split_outputs.ir",
          "05_matmul_padding.ir", "06_flash_attention.ir", "07_symbolic_lengths.ir",
          "08_coarse_tiling.ir", "09_split_padding.ir",
          "10_work_division.ir", "11_superdsc_legalize.ir", "12_stage_inputs.ir",
-         "13_length_shares.ir", "14_scratchpad_planning.ir",
-         "15_memory_planning.ir"]
+         "13_length_shares.ir", "14_scratchpad_planning.ir", "15_fusion.ir",
+         "16_memory_planning.ir"]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_print_ir_after_all_writes_one_parsable_file_per_step(pt2, tmp_path, cap
     assert " cores [" in texts[10] and " cores [" not in texts[9]
     # each buffer in HBM (memory_planning) or in LX (scratchpad_planning), never both
     assert all((b.hbm_address is None) != (b.lx_address is None)
-               for b in graphs[15].buffers.values())
+               for b in graphs[16].buffers.values())
     assert capsys.readouterr().err == ""
 
 
@@ -101,7 +101,7 @@ def test_unknown_pass_names_list_the_valid_ones(flag, pt2, tmp_path, capsys):
     valid = ("gather_coordinates, split_outputs, dequant_matmul, stick_layout, matmul_padding, "
              "flash_attention, "
              "symbolic_lengths, coarse_tiling, split_padding, work_division, superdsc_legalize, stage_inputs, length_shares, "
-             "scratchpad_planning, "
+             "scratchpad_planning, fusion, "
              "memory_planning")
     valid = f"all, lower, {valid}" if flag == "--dump-after" else valid
     assert capsys.readouterr().err == (f"spyrec: {flag} 'work_divison': not a pass of this "

@@ -29,6 +29,9 @@ from tests.programs import Lambda, compile_pt2, export, load_json
     ("cost.op_overhead_us=-1", r"cost.op_overhead_us must be at least 0"),
     ("cost.clock_hz=0", r"cost.clock_hz must be above 0, got 0"),
     ("cost.broadcast_cohort", r"the cost model has no parameter 'broadcast_cohort'"),
+    ("cost.unit_overlap=1.5", r"cost.unit_overlap must be between 0 and 1, got 1.5"),
+    ("cost.unit_overlap=-0.1", r"cost.unit_overlap must be between 0 and 1"),
+    ("cost.unit_overlap=half", r"cost.unit_overlap must be a finite float"),
 ])
 def test_a_bad_cost_parameter_is_one_message(text, message):
     with pytest.raises(ConfigError, match=message):
@@ -44,6 +47,9 @@ def test_cost_parameters_are_read_as_their_type_and_only_changes_are_recorded():
     assert cost_overrides(params) == {"core_bytes_per_s": 9e9, "cores": 16,
                                       "bundle_overhead_us": 0.0}
     assert cost_params([]) == DEFAULT_PARAMS and cost_overrides(DEFAULT_PARAMS) == {}
+    # a fraction: both ends allowed, 0 (serialized units) as much as 1
+    assert cost_params(["cost.unit_overlap=0"]).unit_overlap == 0.0
+    assert cost_params(["cost.unit_overlap=1"]).unit_overlap == 1.0
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import torch
 
 from samples.models import SAMPLES
 from spyrec.sim import simulate
-from tests.programs import compile_pt2, export
+from tests.programs import compile_pt2, export, op_documents
 
 ROW_BYTES = 64 * 4                 # one K row of v: 64 fp32 = 2 sticks
 
@@ -34,7 +34,7 @@ def _start(out, name: str, arg: int) -> set[int]:
     """The start addresses of arg `arg` of the op named `name`, over its cores."""
     spec = json.loads((out / "opspecs.json").read_text())
     index = next(i for i, s in enumerate(spec["kernels"][0]["specs"]) if s["name"] == name)
-    wrapper = json.loads((out / f"sdsc_{index}.json").read_text())
+    wrapper = op_documents(out)[index]
     (dsc,) = next(iter(wrapper.values()))["dscs_"][0].values()
     node = dsc["scheduleTree_"][arg]
     assert node["component_"] == "lx"

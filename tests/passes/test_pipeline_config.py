@@ -13,7 +13,7 @@ def test_default_pipeline_reads():
                      "matmul_padding", "flash_attention", "symbolic_lengths",
                      "coarse_tiling", "split_padding", "work_division", "superdsc_legalize",
                      "stage_inputs", "length_shares",
-                     "scratchpad_planning", "memory_planning"]
+                     "scratchpad_planning", "fusion", "memory_planning"]
 
 
 def test_set_overrides_one_option():
@@ -28,7 +28,7 @@ def test_set_overrides_one_option():
 
 def test_unknown_pass_lists_valid_names():
     with pytest.raises(ConfigError, match=r"unknown pass 'stick_layuot' \(did you mean "
-                                          r"'stick_layout'\?\); valid passes: coarse_tiling, dequant_matmul, flash_attention, gather_coordinates, "):
+                                          r"'stick_layout'\?\); valid passes: coarse_tiling, dequant_matmul, flash_attention, fusion, gather_coordinates, "):
         build_pipeline([{"pass": "stick_layuot"}])
 
 

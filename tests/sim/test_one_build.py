@@ -45,8 +45,9 @@ def builds(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("builds")
     one = compile_pt2(export(tmp, Mlp(0), (X,), "one"), tmp / "one")
     two = compile_pt2(export(tmp, Mlp(1), (X,), "two"), tmp / "two")
+    # one-op files: two executes, a bundle unlike `one`'s (fused, both are one execute)
     other = compile_pt2(export(tmp, Lambda(lambda m, x: x * 3 - 1), (X,), "other"),
-                        tmp / "other")
+                        tmp / "other", sets=["fusion.enabled=false"])
     return {"one": one, "two": two, "other": other, "inputs": {"x": X.numpy()}}
 
 

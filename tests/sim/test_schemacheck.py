@@ -9,7 +9,7 @@ import random
 import pytest
 
 from spyrec.sim.directory import read_output_dir
-from spyrec.sim.files import SCHEMA_DIR, fast_check, validator
+from spyrec.sim.files import SCHEMA_DIR, fast_check, sdsc_schema, validator
 from spyrec.sim.schemacheck import Unsupported, compile_schema
 from tests.jsonpaths import json_paths
 from tests.programs import Lambda, compile_pt2, export
@@ -53,11 +53,15 @@ def documents(tmp_path_factory):
     docs = {"manifest": [json.loads((out / "manifest.json").read_text())],
             "opspecs": [json.loads((out / "opspecs.json").read_text())],
             "report": [json.loads((out / "report.json").read_text())],
-            "sdsc": [json.loads(p.read_text()) for p in sorted(out.glob("sdsc_*.json"))]}
+            "sdsc": [], "fused-sdsc": []}
+    for path in sorted(out.glob("sdsc_*.json")):   # one-op files, and fused ones (fusion)
+        doc = json.loads(path.read_text())
+        docs[sdsc_schema(doc)].append(doc)
+    assert docs["sdsc"] and docs["fused-sdsc"]
     return docs
 
 
-@pytest.mark.parametrize("schema", ["manifest", "sdsc", "opspecs", "report"])
+@pytest.mark.parametrize("schema", ["manifest", "sdsc", "fused-sdsc", "opspecs", "report"])
 def test_compiled_check_agrees_with_jsonschema_on_mutated_files(documents, schema):
     check, judge = compile_schema(SCHEMA_DIR, schema), validator(schema)
     rng = random.Random(f"schemacheck-{schema}")
@@ -95,7 +99,7 @@ def test_a_bool_is_not_an_integer_and_one_is_not_true(documents):
 
 def test_every_spyrec_schema_compiles(tmp_path):
     assert all(fast_check(s) is not None
-               for s in ("manifest", "sdsc", "superdsc", "opspecs", "report"))
+               for s in ("manifest", "sdsc", "fused-sdsc", "superdsc", "opspecs", "report"))
     (tmp_path / "x.schema.json").write_text(json.dumps({"anyOf": [{"type": "string"}]}))
     with pytest.raises(Unsupported, match="anyOf"):
         compile_schema(tmp_path, "x")

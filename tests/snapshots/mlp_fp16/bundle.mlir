@@ -2,9 +2,6 @@ module {
   func.func @sdsc_bundle() {
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_0.json"}
     sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_1.json"}
-    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_2.json"}
-    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_3.json"}
-    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_4.json"}
     func.return
   }
 }

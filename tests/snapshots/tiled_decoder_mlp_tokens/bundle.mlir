@@ -82,17 +82,6 @@ module {
       %addr_3 = affine.apply #map_0(%i_0)[%sym_3]
       %addr_4 = affine.apply #map_0(%i_0)[%sym_4]
       sdscbundle.sdsc_execute (%addr_1, %addr_2, %addr_3, %addr_4) {sdsc_filename = "sdsc_4.json", symbol_ids = [-1, -2, -3, -4]}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_5.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_6.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_7.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_8.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_9.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_10.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_11.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_12.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_13.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_14.json"}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_15.json"}
       %addr_5 = affine.apply #map_0(%i_0)[%sym_5]
       %addr_6 = affine.apply #map_0(%i_0)[%sym_6]
       %addr_7 = affine.apply #map_0(%i_0)[%sym_7]
@@ -157,7 +146,7 @@ module {
       %addr_66 = affine.apply #map_0(%i_0)[%sym_66]
       %addr_67 = affine.apply #map_0(%i_0)[%sym_67]
       %addr_68 = affine.apply #map_0(%i_0)[%sym_68]
-      sdscbundle.sdsc_execute (%addr_5, %addr_6, %addr_7, %addr_8, %addr_9, %addr_10, %addr_11, %addr_12, %addr_13, %addr_14, %addr_15, %addr_16, %addr_17, %addr_18, %addr_19, %addr_20, %addr_21, %addr_22, %addr_23, %addr_24, %addr_25, %addr_26, %addr_27, %addr_28, %addr_29, %addr_30, %addr_31, %addr_32, %addr_33, %addr_34, %addr_35, %addr_36, %addr_37, %addr_38, %addr_39, %addr_40, %addr_41, %addr_42, %addr_43, %addr_44, %addr_45, %addr_46, %addr_47, %addr_48, %addr_49, %addr_50, %addr_51, %addr_52, %addr_53, %addr_54, %addr_55, %addr_56, %addr_57, %addr_58, %addr_59, %addr_60, %addr_61, %addr_62, %addr_63, %addr_64, %addr_65, %addr_66, %addr_67, %addr_68) {sdsc_filename = "sdsc_16.json", symbol_ids = [-5, -6, -7, -8, -9, -10, -11, -12, -13, -14, -15, -16, -17, -18, -19, -20, -21, -22, -23, -24, -25, -26, -27, -28, -29, -30, -31, -32, -33, -34, -35, -36, -37, -38, -39, -40, -41, -42, -43, -44, -45, -46, -47, -48, -49, -50, -51, -52, -53, -54, -55, -56, -57, -58, -59, -60, -61, -62, -63, -64, -65, -66, -67, -68]}
+      sdscbundle.sdsc_execute (%addr_5, %addr_6, %addr_7, %addr_8, %addr_9, %addr_10, %addr_11, %addr_12, %addr_13, %addr_14, %addr_15, %addr_16, %addr_17, %addr_18, %addr_19, %addr_20, %addr_21, %addr_22, %addr_23, %addr_24, %addr_25, %addr_26, %addr_27, %addr_28, %addr_29, %addr_30, %addr_31, %addr_32, %addr_33, %addr_34, %addr_35, %addr_36, %addr_37, %addr_38, %addr_39, %addr_40, %addr_41, %addr_42, %addr_43, %addr_44, %addr_45, %addr_46, %addr_47, %addr_48, %addr_49, %addr_50, %addr_51, %addr_52, %addr_53, %addr_54, %addr_55, %addr_56, %addr_57, %addr_58, %addr_59, %addr_60, %addr_61, %addr_62, %addr_63, %addr_64, %addr_65, %addr_66, %addr_67, %addr_68) {sdsc_filename = "sdsc_5.json", symbol_ids = [-5, -6, -7, -8, -9, -10, -11, -12, -13, -14, -15, -16, -17, -18, -19, -20, -21, -22, -23, -24, -25, -26, -27, -28, -29, -30, -31, -32, -33, -34, -35, -36, -37, -38, -39, -40, -41, -42, -43, -44, -45, -46, -47, -48, -49, -50, -51, -52, -53, -54, -55, -56, -57, -58, -59, -60, -61, -62, -63, -64, -65, -66, -67, -68]}
     }
     func.return
   }

@@ -31,9 +31,8 @@ module {
       %addr_11 = affine.apply #map_0(%i_0)[%sym_11]
       %addr_12 = affine.apply #map_0(%i_0)[%sym_12]
       sdscbundle.sdsc_execute (%addr_1, %addr_2, %addr_3, %addr_4, %addr_5, %addr_6, %addr_7, %addr_8, %addr_9, %addr_10, %addr_11, %addr_12) {sdsc_filename = "sdsc_1.json", symbol_ids = [-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12]}
-      sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_2.json"}
     }
-    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_3.json"}
+    sdscbundle.sdsc_execute () {sdsc_filename = "sdsc_2.json"}
     func.return
   }
 }
