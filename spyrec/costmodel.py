@@ -158,6 +158,14 @@ def fused_us(units: dict[str, float], serial_us: float, points: int,
     return {"fill_us": fill, "concurrent_us": concurrent, "time_us": time}
 
 
+def fused_floor_us(compute_by_unit: dict[str, float], p: CostParams = DEFAULT_PARAMS) -> float:
+    """A lower bound of a program's fused time from each unit's compute summed over it: at
+    most fully concurrent (the busiest unit's total), serialized the sum; `unit_overlap`
+    mixes the two as `fused_us` does."""
+    slowest, summed = max(compute_by_unit.values(), default=0.0), sum(compute_by_unit.values())
+    return p.unit_overlap * slowest + (1.0 - p.unit_overlap) * summed
+
+
 def matmul_m_vars(x_vars: set[str], y_vars: set[str], reduced) -> set[str]:
     """A matmul's M: the vars of its first operand that its second does not use, K aside."""
     return (x_vars - y_vars) - set(reduced)

@@ -148,3 +148,20 @@ def fused_estimate_us(graph: Graph, ops: tuple[Operation, ...],
         serial += max(cost.compute_us, cost.memory_us)
         points = max(points, math.prod(core0_slice(op, op.core_splits).values()))
     return {**fused_us(units, serial, int(points), p), **units, "serial_us": serial}
+
+
+def fused_planned_time_us(graph: Graph, p: CostParams = DEFAULT_PARAMS) -> float:
+    """A planned, LX-placed graph's estimated time with the fusion pass's groups timed as
+    fused SuperDSCs (`fused_estimate_us`) and every other op as one-op SuperDSCs
+    (`whole_plan.planned_time_us`'s terms), each times the trips of its loops: what a
+    planner pricing a candidate tiling weighs when the pipeline fuses (flash attention's
+    tile search, issue 58)."""
+    from spyrec.plan.whole_plan import planned_estimates
+
+    groups = fusion_groups(graph)
+    grouped = {op.name for group in groups for op in group.ops}
+    total = sum(cost.time_us * nest_trips(op.loops)
+                for op, cost in planned_estimates(graph, p) if op.name not in grouped)
+    return total + sum(fused_estimate_us(graph, group.ops, p)["time_us"] *
+                       nest_trips(group.ops[0].loops) for group in groups)
+

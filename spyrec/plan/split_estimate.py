@@ -50,7 +50,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from spyrec.costmodel import (
-    DEFAULT_PARAMS, MATMUL, CostParams, card_seconds, compute_seconds, cost_class,
+    DEFAULT_PARAMS, MATMUL, CostParams, card_seconds, compute_seconds, cost_class, fused_floor_us,
     matmul_m_vars, memory_seconds, ring_us,
 )
 from spyrec.device import LX_USABLE_BYTES_PER_CORE, STICK_BYTES
@@ -305,18 +305,22 @@ def estimate_key(graph: Graph, op: Operation, producers: Producers) -> tuple:
             if op.output.buffer in producers.lx_candidates else None)
 
 
-def compute_floor_us(graph: Graph, cores: int, p: CostParams = DEFAULT_PARAMS) -> float:
+def compute_floor_us(graph: Graph, cores: int, p: CostParams = DEFAULT_PARAMS,
+                     fused: bool = False) -> float:
     """A lower bound of `core_splits.planned_time_us` under every work division of `graph`
     on at most `cores` cores: each op's compute spread evenly over all of them at the PT
     array's full efficiency, times its executions. An op's estimate is at least its compute
     (memory overlaps it, rings and penalties only add), a core's slice holds at least
     1/`cores` of the points, and a matmul's efficiency is at most 1; so a candidate whose
-    floor is over a plan already priced need not be planned to know it loses."""
-    total = 0.0
+    floor is over a plan already priced need not be planned to know it loses. `fused`: the
+    bound of `plan/fusion.fused_planned_time_us` instead, where the PT array's and the SFP's
+    work may overlap (`costmodel.fused_floor_us`)."""
+    by_unit = {"pt": 0.0, "sfp": 0.0}
     for op in graph.ops:
         points = math.prod(n for _, n in op.ranges) / cores
-        total += compute_seconds(cost_class(op.op), points, 1 << 30, p) * nest_trips(op.loops)
-    return total * 1e6
+        by_unit["pt" if op.op == "batchmatmul" else "sfp"] += \
+            compute_seconds(cost_class(op.op), points, 1 << 30, p) * nest_trips(op.loops) * 1e6
+    return fused_floor_us(by_unit, p) if fused else sum(by_unit.values())
 
 
 def _compute_s(op: Operation, extent: dict[str, int], p: CostParams) -> float:

@@ -27,7 +27,8 @@ class Planning:
     pipeline stages nothing), the LX budget and whether intermediates may live in LX
     (scratchpad_planning's), the cost model's parameters every estimate uses, and how
     symbolic_lengths will run ops over a symbolic length (flash attention's query tiles
-    depend on it)."""
+    depend on it) and whether the fusion pass will fuse (a fused tile body is priced as
+    concurrent unit streams)."""
 
     split: SplitOptions = SplitOptions()
     staging: StagingOptions | None = StagingOptions()
@@ -35,6 +36,7 @@ class Planning:
     lx_intermediates: bool = True
     params: CostParams = DEFAULT_PARAMS
     symbolic: str = "sized"       # symbolic_lengths' mode: how ops over a length will run
+    fusion: bool = False          # whether the fusion pass will run: candidates priced fused
 
     @classmethod
     def of(cls, pipeline: list, params: CostParams = DEFAULT_PARAMS) -> Planning:
@@ -49,7 +51,8 @@ class Planning:
         return cls(split, staging,
                    getattr(lx, "budget_bytes", LX_USABLE_BYTES_PER_CORE),
                    getattr(lx, "intermediates", True), params,
-                   getattr(by_name.get("symbolic_lengths"), "mode", "sized"))
+                   getattr(by_name.get("symbolic_lengths"), "mode", "sized"),
+                   getattr(by_name.get("fusion"), "enabled", False))
 
 
 def _options(configured, options_type: type):

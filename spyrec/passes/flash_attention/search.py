@@ -41,6 +41,7 @@ from spyrec.plan.lx_placement import apply_lx
 from spyrec.plan.split_estimate import compute_floor_us
 from spyrec.plan.tiling.subgraphs import lacks_room, subgraph_of
 from spyrec.plan.trials import Planning, place_trial, plan_trial
+from spyrec.plan.fusion import fused_planned_time_us
 from spyrec.plan.whole_plan import planned_time_us
 
 KEY_TILES = (128, 256, 512)       # key columns per tile: whole fp16 sticks
@@ -407,8 +408,16 @@ def _price(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
     if _spilled(planned, placement, budget, every=tiles is None):
         return None
     apply_lx(planned, placement)
-    return Priced(tiles, planned_time_us(planned, planning.params),
+    return Priced(tiles, _time_us(planned, planning),
                   hbm_bytes=hbm_bytes(planned, planning.params))
+
+
+def _time_us(planned: Graph, planning: Planning) -> float:
+    """A planned candidate's time as the pipeline will run it: its tile body one fused
+    SuperDSC where the fusion pass runs (`plan/fusion.py`), else one op after another."""
+    if planning.fusion:
+        return fused_planned_time_us(planned, planning.params)
+    return planned_time_us(planned, planning.params)
 
 
 def check_fits(graph: Graph, site: AttentionSite, tiles: FlashTiles, budget: int,
@@ -441,7 +450,7 @@ def _planned(graph: Graph, site: AttentionSite, tiles: FlashTiles | None,
             if check:
                 raise
             return None
-    if compute_floor_us(sub, planning.split.cores, planning.params) > beat:
+    if compute_floor_us(sub, planning.split.cores, planning.params, planning.fusion) > beat:
         return OUTPRICED
     plan_trial(sub, planning, memo)
     return sub
