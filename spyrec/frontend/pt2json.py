@@ -203,6 +203,9 @@ class _GraphReader:
         if outs and all("as_sym_int" in o for o in outs):
             return []  # sym_size and arithmetic on sizes: each use reads the value (`sym_int`)
         single = self._single(outs)
+        if single is not None and raw.get("is_hop_single_tensor_return") is False \
+                and raw.get("name"):
+            single = None  # a region returning a one-tuple: torch reads it through a getitem
         if single is not None:
             node = Node(single, "call_function", target, tuple(args), kwargs,
                         {**meta, "val": self.metas[single]})
