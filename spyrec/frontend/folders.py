@@ -464,3 +464,6 @@ def computes(node: Node, metas: dict[str, TensorMeta]) -> bool:
         return True
     src = node.args[0] if node.args else None
     return isinstance(src, Ref) and metas[src.name].dtype != node.meta["val"].dtype
+
+
+from spyrec.frontend import folders_norms  # noqa: E402,F401  (registers its entries here)
