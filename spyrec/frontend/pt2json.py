@@ -24,6 +24,7 @@ import numpy as np
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.functionalize import functionalize
 from spyrec.frontend.inline import inline_higher_order_ops
+from spyrec.frontend.view_writes import functional_view_writes
 from spyrec.frontend.program import (
     InputSpec, NeedsTorch, Node, OutputSpec, Program, Ref, StoredTensor, Subgraph, TensorMeta,
     check_program,
@@ -85,7 +86,7 @@ def _read(archive: Archive, bind: dict[str, int] | None) -> Program:
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast",
                       symbols=binding.symbols, symbolic_dims=binding.symbolic_dims)
     check_signature(program, str(archive.path))
-    return functionalize(inline_higher_order_ops(program))
+    return functionalize(functional_view_writes(inline_higher_order_ops(program)))
 
 
 def check_signature(program: Program, where: str) -> None:

@@ -179,3 +179,37 @@ def test_weight_norm_of_runtime_value(tmp_path):
 def test_einsum(tmp_path, eq, shapes):
     xs = [torch.randn(*s) for s in shapes]
     _run(tmp_path, lambda *t: torch.einsum(eq, *t) * 1.0, *xs)
+
+
+def _fill_steps(x):
+    """RecurrentGemma's scan output: a fresh tensor written one step at a time through a
+    view, read after all the writes; a nested slice-then-select write; a fill_."""
+    out = torch.zeros_like(x)
+    for t in range(x.shape[1]):
+        out[:, t] = x[:, t] * (t + 1)
+    out[:, 1:3][:, 0].fill_(7.0)
+    return out + 1
+
+
+def test_writes_into_views_of_a_fresh_tensor(tmp_path):
+    _run(tmp_path, _fill_steps, torch.randn(2, 5, 3))
+
+
+def test_slice_and_select_scatter(tmp_path):
+    src = torch.randn(2, 2, 3)
+    _run(tmp_path, lambda x: torch.slice_scatter(x, src, 1, 1, 3)
+         + torch.select_scatter(x, src[:, 0], 1, 4), torch.randn(2, 5, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masked_scatter(tmp_path, dtype):
+    """Image features placed at the image tokens (the mask from the runtime ids)."""
+    feats = torch.randn(1, 4, 8).to(dtype)
+    ids = torch.tensor([[5, 3, 3, 9, 3, 1, 3, 2]])
+    emb = torch.randn(1, 8, 8).to(dtype)
+
+    def place(i):
+        mask = (i == 3).unsqueeze(-1).expand(1, 8, 8)
+        return emb.masked_scatter(mask, feats) * 1
+
+    _run(tmp_path, place, ids)
