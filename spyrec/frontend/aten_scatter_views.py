@@ -71,8 +71,45 @@ def _fill(ctx, node, x, value):
     return filled(ctx, shape, dtype, value)
 
 
+def masked_put(ctx, x: TensorValue, indices: list, values, accumulate: bool):
+    """`x[mask] = values` (index_put with one boolean mask over x's leading dims), or None
+    for any other form: a single value is a select (`where`, or an add of it under
+    `accumulate`), several are placed in order as masked_scatter places them."""
+    mask = indices[0] if len(indices) == 1 else None
+    if not isinstance(mask, TensorValue) or mask.dtype != "bool" or \
+            tuple(mask.shape) != tuple(x.shape[:mask.rank]):
+        return None
+    wide = mask.reshape(list(mask.shape) + [1] * (x.rank - mask.rank)).expand(x.shape)
+    value = values if isinstance(values, TensorValue) else None
+    if value is not None and value.numel != 1:
+        if accumulate:
+            ctx.refuse("accumulating into a boolean mask", "add a masked tensor instead")
+        return masked_scatter(ctx, x, wide, value)
+    operands = [wide] + ([value.reshape([])] if value else [])
+    if accumulate:
+        constants = {"b_scalar": False if x.dtype == "bool" else 0}
+        if not value:
+            constants["a_scalar"] = _scalar(values)
+        picked = ctx.pointwise("where3", operands, constants=constants, out_dtype=x.dtype,
+                               shape=x.shape)
+        return ctx.pointwise("add", [x, picked], out_dtype=ctx.out_meta()[1], shape=x.shape)
+    operands.append(x)
+    constants = {} if value else {"a_scalar": _scalar(values)}
+    return ctx.pointwise("where3", operands, constants=constants, out_dtype=ctx.out_meta()[1],
+                         shape=x.shape)
+
+
+def _scalar(values):
+    from spyrec.frontend.aten_pointwise import _number
+    return _number(values.value if hasattr(values, "value") else values)
+
+
 @lowering("aten.masked_scatter.default")
 def _masked_scatter(ctx, node, x, mask, source):
+    return masked_scatter(ctx, x, mask, source)
+
+
+def masked_scatter(ctx, x: TensorValue, mask: TensorValue, source: TensorValue) -> TensorValue:
     shape, dtype = ctx.out_meta()
     count = ctx.pointwise("identity", [mask], out_dtype="int64", shape=shape)
     flat = count.reshape([count.numel])

@@ -213,3 +213,30 @@ def test_masked_scatter(tmp_path, dtype):
         return emb.masked_scatter(mask, feats) * 1
 
     _run(tmp_path, place, ids)
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_glu_and_expand_as(tmp_path, dim):
+    other = torch.zeros(3, 4, 6)
+    _run(tmp_path, lambda t: F.glu(t, dim).expand_as(other if dim == -1 else other[:, :2])
+         * 1.0, torch.randn(1, 4, 6) if dim == 1 else torch.randn(1, 4, 12))
+
+
+@pytest.mark.parametrize("form", ["scalar", "accumulate", "values"])
+def test_index_put_with_a_boolean_mask(tmp_path, form):
+    """Granite Speech's `ids[ids == audio_token] = 0` and its relatives."""
+    def put(x):
+        y = x.clone()
+        mask = x > 0.3
+        if form == "scalar":
+            y[mask] = 0.0
+        elif form == "accumulate":
+            y.index_put_((mask,), torch.tensor(2.5), accumulate=True)
+        else:
+            y[x[:, 0] > 0] = torch.arange(12.0).reshape(3, 4)
+        return y
+
+    x = torch.randn(5, 4)
+    x[:3, 0] = torch.rand(3) + 0.1
+    x[3:, 0] = -torch.rand(2) - 0.1
+    _run(tmp_path, put, x)
