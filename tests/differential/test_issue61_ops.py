@@ -240,3 +240,12 @@ def test_index_put_with_a_boolean_mask(tmp_path, form):
     x[:3, 0] = torch.rand(3) + 0.1
     x[3:, 0] = -torch.rand(2) - 0.1
     _run(tmp_path, put, x)
+
+
+@pytest.mark.parametrize("groups,padding", [(4, 3), (1, 3), (2, 0)])
+def test_bf16_convolution_with_constant_weights_ref_issue61(tmp_path, groups, padding):
+    """Granite 4 hybrid's depthwise causal conv in bf16: the constant weights are stored as
+    bf16 bits, and were read as integers (every output inf)."""
+    conv = torch.nn.Conv1d(4, 4, 4, padding=padding, groups=groups).to(torch.bfloat16)
+    run_and_compare(tmp_path, conv, (torch.randn(1, 4, 16).to(torch.bfloat16),),
+                    frontend="fast")

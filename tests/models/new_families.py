@@ -158,12 +158,71 @@ def _detr():
     return Out(_model(tf.DetrModel, config), "last_hidden_state"), (_image(64),)
 
 
+GRANITE4 = dict(layer_types=["mamba", "attention"], num_local_experts=4, num_experts_per_tok=2,
+                shared_intermediate_size=128, **MAMBA2)
+
+
+def granite4_hybrid(dtype: torch.dtype = torch.float32):
+    """Granite 4 hybrid prefill (Mamba-2 layer, attention layer, MoE with the default experts:
+    transformers' grouped_mm_fallback) in `dtype`: (Out(model), (input_ids,))."""
+    import transformers as tf
+    config = tf.GraniteMoeHybridConfig(**LM, **GRANITE4)
+    model = _model(tf.GraniteMoeHybridForCausalLM, config).to(dtype)
+    return Out(model, "logits"), (_ids(),)
+
+
+class HybridDecodeStep(torch.nn.Module):
+    """One decode step of a hybrid model over transformers' StaticCache, which holds a conv
+    and an SSM state per Mamba layer and K/V slots per attention layer. transformers' export
+    recipe (`TorchExportableModuleWithStaticCache`) registers only K/V caches, so this one
+    registers every state as a buffer (the step writes them in place: they come back under
+    their names). A prompt of `prompt` tokens is run first, so the states are not zeros."""
+
+    def __init__(self, model: torch.nn.Module, slots: int = 32, prompt: int = 5) -> None:
+        super().__init__()
+        from transformers.cache_utils import StaticCache
+        self.model = model
+        self.cache = StaticCache(config=model.config, max_cache_len=slots)
+        with torch.no_grad():
+            model(input_ids=_ids(prompt), past_key_values=self.cache,
+                  cache_position=torch.arange(prompt), use_cache=True)
+        for i, layer in enumerate(self.cache.layers):
+            states = {"key_cache": getattr(layer, "keys", None),
+                      "value_cache": getattr(layer, "values", None),
+                      "cumulative_length": getattr(layer, "cumulative_length", None)}
+            for kind in ("conv_states", "recurrent_states"):
+                for j, t in dict(getattr(layer, kind, None) or {}).items():
+                    states[f"{kind}_{j}"] = t
+            for kind, t in states.items():
+                if isinstance(t, torch.Tensor):
+                    self.register_buffer(f"{kind}_{i}", t, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, cache_position=cache_position,
+                          past_key_values=self.cache, use_cache=True).logits
+
+
+def granite4_hybrid_decode(dtype: torch.dtype = torch.float32, prompt: int = 5):
+    """(HybridDecodeStep, (input_ids [1, 1], cache_position [1] = prompt)); export strict."""
+    import transformers as tf
+    config = tf.GraniteMoeHybridConfig(**{**LM, "use_cache": True}, **GRANITE4)
+    model = _model(tf.GraniteMoeHybridForCausalLM, config).to(dtype)
+    step = HybridDecodeStep(model, prompt=prompt).eval()
+    return step, (torch.tensor([[7]]), torch.tensor([prompt]))
+
+
+def export_kwargs(name: str) -> dict:
+    """strict export for the decode steps (the caches are reached through the cache object;
+    non-strict export would lift them as constants), as hf.py's decode steps."""
+    return {"strict": True} if "_decode" in name else {}
+
+
 def _families() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple]]]:
     return {
-        "granite4_hybrid": _lm("GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
-                               layer_types=["mamba", "attention"], num_local_experts=4,
-                               num_experts_per_tok=2, shared_intermediate_size=128,
-                               **MAMBA2),
+        "granite4_hybrid": granite4_hybrid,
+        "granite4_hybrid_bf16": lambda: granite4_hybrid(torch.bfloat16),
+        "granite4_hybrid_decode": granite4_hybrid_decode,
+        "granite4_hybrid_decode_bf16": lambda: granite4_hybrid_decode(torch.bfloat16),
         "bamba": _lm("BambaForCausalLM", "BambaConfig", attn_layer_indices=[1], **MAMBA2),
         "falcon_h1": _lm("FalconH1ForCausalLM", "FalconH1Config", mamba_d_ssm=128, **MAMBA2),
         "jamba": _lm("JambaForCausalLM", "JambaConfig", num_experts=4, num_experts_per_tok=2,
