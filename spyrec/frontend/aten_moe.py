@@ -120,7 +120,7 @@ def _sort(ctx, node, x, *args, stable=None, dim=-1, descending=False):
     return _topk(ctx, node, x, x.shape[dim % x.rank], dim, descending, True)
 
 
-@lowering("aten.empty_like.default", "aten.empty.memory_format")
+@lowering("aten.empty_like.default", "aten.empty.memory_format", "aten.new_empty.default")
 def _empty_like(ctx, node, *args, **kwargs):
     """Uninitialized memory in eager: zeros here, so that no stale value is ever read."""
     shape, dtype = ctx.out_meta()
