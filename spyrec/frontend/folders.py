@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from spyrec.frontend.folders_norms import NORM_FOLDERS
 from spyrec.frontend.host_dtypes import (
     NotFoldable, cast, category, opmath, promote, scalar_dtype,
 )
@@ -466,4 +467,4 @@ def computes(node: Node, metas: dict[str, TensorMeta]) -> bool:
     return isinstance(src, Ref) and metas[src.name].dtype != node.meta["val"].dtype
 
 
-from spyrec.frontend import folders_norms  # noqa: E402,F401  (registers its entries here)
+FOLDERS.update(NORM_FOLDERS)
