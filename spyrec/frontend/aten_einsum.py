@@ -7,7 +7,8 @@ letters only one operand and the result keep are its M (left) or N (right), the 
 operands share but the result drops are K. Several letters in one role are merged by a
 reshape, a letter only one operand has and nothing else needs is summed first. Everything
 else is a permute or reshape (views: index arithmetic, no copy). More than two operands
-contract left to right, as torch.einsum does without opt_einsum.
+contract left to right, as torch.einsum does without opt_einsum. A pair sharing no dropped
+letter (an outer product) is one broadcast `mul`, not a matmul of inner size 1.
 """
 
 from __future__ import annotations
@@ -64,12 +65,27 @@ def _contract(ctx: LoweringContext, a: TensorValue, la: str, b: TensorValue, lb:
     m = [ch for ch in la if ch not in lb]
     n = [ch for ch in lb if ch not in la]
     size = {**dict(zip(la, a.shape)), **dict(zip(lb, b.shape))}
+    if not k:  # nothing to contract: a broadcast product (an outer product per batch)
+        left = _placed(a, la, batch + m + n)
+        right = _placed(b, lb, batch + m + n)
+        return ctx.pointwise("mul", [left, right], out_dtype=dtype,
+                             shape=[size[ch] for ch in batch + m + n]), "".join(batch + m + n)
     lead = [size[ch] for ch in batch]
     left = _grouped(a, la, batch, [m, k], size)
     right = _grouped(b, lb, batch, [k, n], size)
     product = matmul(ctx, left, right, dtype)
     shape = lead + [size[ch] for ch in m] + [size[ch] for ch in n]
     return product.reshape(shape), "".join(batch + m + n)
+
+
+def _placed(x: TensorValue, letters: str, order: list[str]) -> TensorValue:
+    """x permuted to `order`'s letters it has, with a size-1 dim for each it lacks."""
+    own = [ch for ch in order if ch in letters]
+    x = x.permute([letters.index(ch) for ch in own])
+    for i, ch in enumerate(order):
+        if ch not in letters:
+            x = x.unsqueeze(i)
+    return x
 
 
 def _grouped(x: TensorValue, letters: str, batch: list[str], groups: list[list[str]],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spyrec.frontend.aten_copies import advanced_index
 from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
@@ -113,21 +114,28 @@ def roll_view(x: TensorValue, shifts: list[int], dims: list[int]) -> TensorValue
           "aten.upsample_nearest1d.vec", "aten.upsample_nearest1d.default")
 def _upsample_nearest(ctx, node, x, output_size=None, *scales):
     """torch's nearest rule per spatial dim: src = min(floor(dst * scale), in - 1) in float32,
-    scale = 1/scale_factor when one is given, else in/out. Lowered as a view when that table
-    is floor(dst * in / out) exactly (every integer ratio and most others)."""
+    scale = 1/scale_factor when one is given, else in/out. A view when that table is
+    floor(dst * in / out) exactly (every integer ratio and most others), else a selection by
+    the constant table (`advanced_index`: copies of its runs, or one gather)."""
     spatial = 1 if "1d" in str(node.target) else 2
     out_shape = ctx.out_meta()[0]
     factors = _scale_factors(node, scales, spatial)
     coords = [var(f"v{i}") for i in range(x.rank)]
+    irregular: list[tuple[int, np.ndarray]] = []
     for k in range(spatial):
         d = x.rank - spatial + k
         n_in, n_out = x.shape[d], out_shape[d]
         table = nearest_table(n_in, n_out, factors[k])
         if not np.array_equal(table, (np.arange(n_out) * n_in) // n_out):
-            ctx.refuse(f"with a source index rule that is not floor(i * {n_in} / {n_out})",
-                       "resize to an integer multiple or fraction of the input size")
+            irregular.append((d, table))
+            continue
         coords[d] = floordiv(var(f"v{d}").scale(n_in), n_out) if n_in != n_out else coords[d]
-    return x.remap(out_shape, coords)
+    shape = [out_shape[d] if d not in dict(irregular) else x.shape[d] for d in range(x.rank)]
+    x = x.remap(shape, coords)
+    for d, table in irregular:  # a table float32 rounding made irregular: a static selection
+        index = ctx.new_constant(table.astype(np.int64), "int64", f"rows{d}")
+        x = advanced_index(ctx, x, [None] * d + [index])
+    return x
 
 
 def _scale_factors(node, scales, spatial: int) -> list[float | None]:
