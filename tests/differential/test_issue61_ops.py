@@ -252,3 +252,20 @@ def test_bf16_convolution_with_constant_weights_ref_issue61(tmp_path, groups, pa
     conv = torch.nn.Conv1d(4, 4, 4, padding=padding, groups=groups).to(torch.bfloat16)
     run_and_compare(tmp_path, conv, (torch.randn(1, 4, 16).to(torch.bfloat16),),
                     frontend="fast")
+
+
+def test_a_view_read_after_a_later_write_is_left_to_functionalize(tmp_path):
+    """`v = out[:, 0]`, then `out[:, 1] = x`, then v read: eager's v sees the write through
+    the shared storage; the rewrite would not, so it declines and the fast reader refuses."""
+    from spyrec.errors import UnsupportedProgram
+
+    def stale(x):
+        out = torch.zeros_like(x)
+        v = out[:, 0:2]
+        out[:, 1] = x[:, 1]
+        return v * 2
+
+    pt2 = export(tmp_path, Fn(stale), (torch.randn(2, 3),))
+    with pytest.raises(UnsupportedProgram, match="fast front end cannot read"):
+        compile_pt2(pt2, tmp_path / "out", frontend="fast")
+    run_and_compare(tmp_path, Fn(stale), (torch.randn(2, 3),), frontend="auto")
