@@ -6,13 +6,15 @@ often all zero), MobileNetV2 and EfficientNet pad before a convolution as Tensor
 Swin rolls its windows and pads them, DETR resizes its pixel mask by nearest neighbour.
 
 What can be a view is a view (index arithmetic, no device op): a pad whose widths are all zero
-or negative is a crop, a roll reads `(i - shift) mod n`, nearest upsampling by an integer rule
-reads `floor(i * in / out)`. A positive pad writes the value into the border regions (one
+or negative is a crop, nearest upsampling by an integer rule reads `floor(i * in / out)`. A
+roll is copies of blocks (its `mod` is no coordinate a SuperDSC can hold). A positive pad writes the value into the border regions (one
 `fill` per border slab, disjoint) and copies the input into the middle, so no element is
 written twice.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -20,7 +22,7 @@ from spyrec.frontend.aten_copies import advanced_index
 from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
-from spyrec.indexing import floordiv, mod, var
+from spyrec.indexing import floordiv, var
 from spyrec.ir import Access
 
 
@@ -94,20 +96,38 @@ def _roll(ctx, node, x, shifts, dims=()):
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
     if not dims:
-        return roll_view(x.reshape([x.numel]), [shifts[0]], [0]).reshape(x.shape)
+        flat = x.reshape([x.numel])
+        return rolled(ctx, flat, [shifts[0]], [0]).reshape(x.shape)
     if len(shifts) != len(dims):
         ctx.refuse(f"with {len(shifts)} shifts for {len(dims)} dims", "give one shift per dim")
-    return roll_view(x, shifts, dims)
+    return rolled(ctx, x, shifts, dims)
 
 
-def roll_view(x: TensorValue, shifts: list[int], dims: list[int]) -> TensorValue:
-    coords = [var(f"v{i}") for i in range(x.rank)]
+def rolled(ctx: LoweringContext, x: TensorValue, shifts: list[int], dims: list[int]):
+    """x rolled, as one copy per block: a dim rolled by s splits into [0, s) <- [n - s, n)
+    and [s, n) <- [0, n - s), and the blocks are the products of those splits (Swin's two
+    rolled dims: four copies). Not a view: `(i - s) mod n` is no digit of an iteration
+    variable, which a SuperDSC coordinate must be."""
+    splits = [[(0, 0, n)] for n in x.shape]     # (out start, in start, length) per dim
     for s, d in zip(shifts, dims):
         d %= x.rank
         n = x.shape[d]
-        if n and int(s) % n:
-            coords[d] = mod(coords[d] + (n - int(s) % n), n)
-    return x.remap(x.shape, coords)
+        s = int(s) % n if n else 0
+        if s:
+            splits[d] = [(0, n - s, s), (s, 0, n - s)]
+    if all(len(p) == 1 for p in splits):
+        return x
+    out = ctx.new_value(x.shape, x.dtype)
+    for block in itertools.product(*splits):
+        part = x
+        for d, (_, start, length) in enumerate(block):
+            if length != x.shape[d]:
+                part = part.slice(d, start, start + length)
+        cvars = iteration_vars(part.shape)
+        ctx.emit("identity", out, list(zip(names_of(cvars), part.shape)),
+                 [Access(part.buffer, part.at(cvars))],
+                 out.at([v + b[0] for v, b in zip(cvars, block)]))
+    return out
 
 
 @lowering("aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default",
