@@ -71,17 +71,24 @@ def _vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
 
 def vector_norm(ctx: LoweringContext, x: TensorValue, order, dim, keepdim: bool,
                 out_dtype: str) -> TensorValue:
-    """The 2-norm sqrt(sum x^2), the 1-norm sum |x| and the inf-norms max/min |x|."""
+    """The 2-norm sqrt(sum x^2), the 1-norm sum |x|, the inf-norms max/min |x|, the
+    0-"norm" (the count of non-zeros) and any other p as (sum |x|^p)^(1/p), in float32."""
     order = float(order)
     if order == 2:
         sq = ctx.pointwise("mul", [x, x], out_dtype=FP32)
         total = reduce(ctx, "sum", sq, dim, keepdim, FP32)
         return ctx.pointwise("sqrt", [total], out_dtype=out_dtype)
+    if order == 0:
+        nonzero = binary(ctx, "notequal", x, 0, out_dtype=FP32)
+        return reduce(ctx, "sum", nonzero, dim, keepdim, out_dtype)
     magnitude = ctx.pointwise("abs", [x], out_dtype=FP32)
     op = {1.0: "sum", float("inf"): "max", float("-inf"): "min"}.get(order)
-    if op is None:
-        ctx.refuse(f"of order {order}", "orders 1, 2 and +-inf are lowered")
-    return reduce(ctx, op, magnitude, dim, keepdim, out_dtype)
+    if op is not None:
+        return reduce(ctx, op, magnitude, dim, keepdim, out_dtype)
+    powered = ctx.pointwise("pow", [magnitude], out_dtype=FP32, constants={"exponent": order})
+    total = reduce(ctx, "sum", powered, dim, keepdim, FP32)
+    return ctx.pointwise("pow", [total], out_dtype=out_dtype,
+                         constants={"exponent": 1.0 / order})
 
 
 @lowering("aten._weight_norm.default")

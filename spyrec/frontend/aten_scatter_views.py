@@ -11,6 +11,8 @@ reads source's flat element k, found by a running count of the mask.
 
 from __future__ import annotations
 
+import math
+
 from spyrec.frontend.aten_copies import gather
 from spyrec.frontend.aten_pointwise import binary, filled
 from spyrec.frontend.aten_scan import scan_add
@@ -73,30 +75,38 @@ def _fill(ctx, node, x, value):
 
 def masked_put(ctx, x: TensorValue, indices: list, values, accumulate: bool):
     """`x[mask] = values` (index_put with one boolean mask over x's leading dims), or None
-    for any other form: a single value is a select (`where`, or an add of it under
-    `accumulate`), several are placed in order as masked_scatter places them."""
+    for any other form. Values that broadcast over the selected rows (a number, a row of
+    the trailing dims) make a select (`where`, or an add of it under `accumulate`); values
+    with one row per true position are placed in order, as masked_scatter places them."""
     mask = indices[0] if len(indices) == 1 else None
     if not isinstance(mask, TensorValue) or mask.dtype != "bool" or \
             tuple(mask.shape) != tuple(x.shape[:mask.rank]):
         return None
-    wide = mask.reshape(list(mask.shape) + [1] * (x.rank - mask.rank)).expand(x.shape)
+    trailing = x.shape[mask.rank:]
+    wide = mask.reshape(list(mask.shape) + [1] * len(trailing)).expand(x.shape)
     value = values if isinstance(values, TensorValue) else None
-    if value is not None and value.numel != 1:
-        if accumulate:
-            ctx.refuse("accumulating into a boolean mask", "add a masked tensor instead")
-        return masked_scatter(ctx, x, wide, value)
-    operands = [wide] + ([value.reshape([])] if value else [])
+    if value is not None and value.rank > len(trailing) and value.shape[0] == 1:
+        value = value.squeeze([0])
+    if value is not None and value.rank > len(trailing):
+        if accumulate or tuple(value.shape[1:]) != tuple(trailing):
+            ctx.refuse("with one row of values per true position" +
+                       (" accumulated" if accumulate else " broadcast"),
+                       "put a number or a row broadcast to every selected row")
+        rows = value.reshape([value.shape[0], math.prod(trailing)]) if trailing else value
+        flat_mask = mask.reshape([mask.numel]) if mask.rank != 1 else mask
+        placed = masked_scatter(ctx, x.reshape([mask.numel, math.prod(trailing)]),
+                                flat_mask.unsqueeze(1).expand([mask.numel, math.prod(
+                                    trailing)]), rows, shape=[mask.numel, math.prod(trailing)])
+        return placed.reshape(x.shape)
+    operands = [wide] + ([value] if value is not None else [])
+    constants = {} if value is not None else {"a_scalar": _scalar(values)}
     if accumulate:
-        constants = {"b_scalar": False if x.dtype == "bool" else 0}
-        if not value:
-            constants["a_scalar"] = _scalar(values)
+        constants["b_scalar"] = False if x.dtype == "bool" else 0
         picked = ctx.pointwise("where3", operands, constants=constants, out_dtype=x.dtype,
                                shape=x.shape)
         return ctx.pointwise("add", [x, picked], out_dtype=ctx.out_meta()[1], shape=x.shape)
-    operands.append(x)
-    constants = {} if value else {"a_scalar": _scalar(values)}
-    return ctx.pointwise("where3", operands, constants=constants, out_dtype=ctx.out_meta()[1],
-                         shape=x.shape)
+    return ctx.pointwise("where3", operands + [x], constants=constants,
+                         out_dtype=ctx.out_meta()[1], shape=x.shape)
 
 
 def _scalar(values):
@@ -109,8 +119,12 @@ def _masked_scatter(ctx, node, x, mask, source):
     return masked_scatter(ctx, x, mask, source)
 
 
-def masked_scatter(ctx, x: TensorValue, mask: TensorValue, source: TensorValue) -> TensorValue:
-    shape, dtype = ctx.out_meta()
+def masked_scatter(ctx, x: TensorValue, mask: TensorValue, source: TensorValue,
+                   shape=None) -> TensorValue:
+    """x with its true positions (mask broadcast to x, row-major) taking source's elements
+    in order; `shape`: of x when it is not the node's output shape."""
+    dtype = ctx.out_meta()[1]
+    shape = tuple(shape) if shape is not None else ctx.out_meta()[0]
     count = ctx.pointwise("identity", [mask], out_dtype="int64", shape=shape)
     flat = count.reshape([count.numel])
     rank = scan_add(ctx, flat, 0, "int64", "int64") if flat.numel > 1 else flat

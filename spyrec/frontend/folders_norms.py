@@ -43,6 +43,10 @@ def _norm(x: np.ndarray, order, axis, keepdims: bool) -> np.ndarray:
         if abs(order) == np.inf and x.size:
             pick = np.max if order > 0 else np.min
             return pick(np.abs(x), axis=axis, keepdims=keepdims)
+        if order == 0:
+            return np.sum(x != 0, axis=axis, keepdims=keepdims).astype(np.float64)
+        if abs(order) != np.inf:
+            return np.sum(np.abs(x) ** order, axis=axis, keepdims=keepdims) ** (1 / order)
     raise NotFoldable(f"a vector norm of order {order}")
 
 

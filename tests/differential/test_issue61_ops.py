@@ -134,7 +134,8 @@ def test_group_norm(tmp_path, groups, eps):
     run_and_compare(tmp_path, norm, (torch.randn(2, 8, 5) * 3 + 1,), frontend="fast")
 
 
-@pytest.mark.parametrize("order,dim", [(2, (1, 2)), (2, None), (1, -1), (float("inf"), 0)])
+@pytest.mark.parametrize("order,dim", [(2, (1, 2)), (2, None), (1, -1), (float("inf"), 0),
+                                       (0, 1), (3.0, None)])
 def test_vector_norm_runtime(tmp_path, order, dim):
     _run(tmp_path, lambda t: t / (torch.linalg.vector_norm(t, ord=order, dim=dim,
                                                            keepdim=True) + 1e-6),
@@ -225,7 +226,7 @@ def test_glu_and_expand_as(tmp_path, dim):
          * 1.0, torch.randn(1, 4, 6) if dim == 1 else torch.randn(1, 4, 12))
 
 
-@pytest.mark.parametrize("form", ["scalar", "accumulate", "values"])
+@pytest.mark.parametrize("form", ["scalar", "accumulate", "values", "row"])
 def test_index_put_with_a_boolean_mask(tmp_path, form):
     """Granite Speech's `ids[ids == audio_token] = 0` and its relatives."""
     def put(x):
@@ -235,8 +236,10 @@ def test_index_put_with_a_boolean_mask(tmp_path, form):
             y[mask] = 0.0
         elif form == "accumulate":
             y.index_put_((mask,), torch.tensor(2.5), accumulate=True)
-        else:
+        elif form == "values":
             y[x[:, 0] > 0] = torch.arange(12.0).reshape(3, 4)
+        else:  # one row broadcast to every selected row
+            y[x[:, 0] > 0] = torch.arange(4.0)
         return y
 
     x = torch.randn(5, 4)
