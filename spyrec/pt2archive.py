@@ -45,7 +45,8 @@ FOREIGN_OP_PREFIXES = ("torch.ops.aten.", "_operator.", "torch.ops.prims.")
 # ordinary ops (the rotary embedding's @torch.no_grad() in every Llama-style model).
 # Custom ops spyrec lowers by their semantics (spyrec/frontend/aten_moe.py): transformers'
 # default MoE experts call this grouped matmul, which no decomposition can remove.
-LOWERED_CUSTOM_OPS = ("torch.ops.transformers.grouped_mm_fallback.default",)
+LOWERED_CUSTOM_OPS = ("torch.ops.transformers.grouped_mm_fallback.default",
+                      "torch.sym_ite")  # resolved or refused by the reader (frontend/checks.py)
 INLINED_HIGHER_ORDER_OPS = ("torch.ops.higher_order.wrap_with_set_grad_enabled",
                             "torch.ops.higher_order.wrap_with_autocast")
 MAX_JSON_MEMBER_BYTES = 1 << 30  # a graph or config larger than this is a crafted file

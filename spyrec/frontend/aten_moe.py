@@ -120,7 +120,7 @@ def _sort(ctx, node, x, *args, stable=None, dim=-1, descending=False):
     return _topk(ctx, node, x, x.shape[dim % x.rank], dim, descending, True)
 
 
-@lowering("aten.empty_like.default", "aten.empty.memory_format")
+@lowering("aten.empty_like.default", "aten.empty.memory_format", "aten.new_empty.default")
 def _empty_like(ctx, node, *args, **kwargs):
     """Uninitialized memory in eager: zeros here, so that no stale value is ever read."""
     shape, dtype = ctx.out_meta()
@@ -196,3 +196,14 @@ def grouped_mm_dense(ctx, node, x, weight, offs):
                             shape=(rows,))
     return ctx.pointwise("where3", [covered.unsqueeze(1), picked], out_dtype=dtype,
                          shape=picked.shape, constants={"b_scalar": 0.0})
+
+
+@lowering("aten._grouped_mm.default")
+def _grouped_mm(ctx, node, mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """torch's grouped matmul (what transformers calls for bf16 experts instead of the
+    fallback): the 2-D x 3-D form with group offsets is `grouped_mm_dense`."""
+    if mat_a.rank != 2 or mat_b.rank != 3 or offs is None or bias is not None:
+        ctx.refuse(f"of a {mat_a.rank}-D by {mat_b.rank}-D form"
+                   f"{' with a bias' if bias is not None else ''}",
+                   "only a 2-D input by 3-D expert weights with offsets is lowered")
+    return grouped_mm_dense(ctx, node, mat_a, mat_b, offs)

@@ -22,6 +22,7 @@ and scatter (eager calls it undefined). Out-of-range indices fault in the simula
 from __future__ import annotations
 
 from spyrec.frontend.aten_pointwise import binary
+from spyrec.frontend.aten_scatter_views import masked_put
 from spyrec.frontend.context import Scalar
 from spyrec.frontend.indexed import (
     IndexUse, advanced_coordinates, advanced_shape, check_index, distinct_indices, emit_scatter,
@@ -41,6 +42,9 @@ def _copy(ctx, node, dst, src, non_blocking=False):
 @lowering("aten.index_put.default")
 def _index_put(ctx, node, x, indices, values, accumulate=False):
     """x with x[indices] = values (or += with accumulate), values broadcast to x[indices]."""
+    masked = masked_put(ctx, x, list(indices), values, accumulate)
+    if masked is not None:  # x[mask] = v: a select, no data-dependent shape
+        return masked
     indices = distinct_indices(ctx, x.shape, list(indices))
     shape = advanced_shape(x.shape, indices)
     src = values.value if isinstance(values, Scalar) else values

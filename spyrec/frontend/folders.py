@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from spyrec.frontend.folders_norms import NORM_FOLDERS
 from spyrec.frontend.host_dtypes import (
     NotFoldable, cast, category, opmath, promote, scalar_dtype,
 )
@@ -464,3 +465,6 @@ def computes(node: Node, metas: dict[str, TensorMeta]) -> bool:
         return True
     src = node.args[0] if node.args else None
     return isinstance(src, Ref) and metas[src.name].dtype != node.meta["val"].dtype
+
+
+FOLDERS.update(NORM_FOLDERS)

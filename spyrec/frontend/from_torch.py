@@ -12,6 +12,7 @@ import numpy as np
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.functionalize import functionalize
 from spyrec.frontend.inline import inline_higher_order_ops
+from spyrec.frontend.view_writes import functional_view_writes
 from spyrec.frontend.program import (
     InputSpec, Node, OutputSpec, Program, Ref, Subgraph, TensorMeta, check_program,
 )
@@ -41,7 +42,7 @@ def program_of(ep, bind: dict[str, int] | None = None,
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="torch",
                       symbols=binding.symbols, symbolic_dims=binding.symbolic_dims)
     check_program(program, where)
-    return functionalize(inline_higher_order_ops(program))
+    return functionalize(functional_view_writes(inline_higher_order_ops(program)))
 
 
 def host_array(tensor) -> tuple[np.ndarray, str]:

@@ -20,6 +20,8 @@ def register_lowerings() -> None:
     from spyrec.frontend import aten_batch_norm, aten_conv, aten_pooling  # noqa: F401
     from spyrec.frontend import aten_moe, aten_scan  # noqa: F401
     from spyrec.frontend import aten_scaled_mm  # noqa: F401
+    from spyrec.frontend import aten_einsum, aten_log1p, aten_norms, aten_padding  # noqa: F401
+    from spyrec.frontend import aten_conformer, aten_scatter_views  # noqa: F401
 
 
 def lowerable(target: str) -> bool:

@@ -23,7 +23,10 @@ import numpy as np
 
 from spyrec.errors import InputFileError, UnsupportedProgram
 from spyrec.frontend.functionalize import functionalize
+from spyrec.frontend.checks import drop_check_only, static_condition
+from spyrec.frontend.sources import source_for_message
 from spyrec.frontend.inline import inline_higher_order_ops
+from spyrec.frontend.view_writes import functional_view_writes
 from spyrec.frontend.program import (
     InputSpec, NeedsTorch, Node, OutputSpec, Program, Ref, StoredTensor, Subgraph, TensorMeta,
     check_program,
@@ -85,7 +88,7 @@ def _read(archive: Archive, bind: dict[str, int] | None) -> Program:
     program = Program(nodes, inputs, outputs, state, dtypes, aliases, frontend="fast",
                       symbols=binding.symbols, symbolic_dims=binding.symbolic_dims)
     check_signature(program, str(archive.path))
-    return functionalize(inline_higher_order_ops(program))
+    return functionalize(functional_view_writes(inline_higher_order_ops(program)))
 
 
 def check_signature(program: Program, where: str) -> None:
@@ -181,7 +184,7 @@ class _GraphReader:
     def nodes(self) -> list[Node]:
         names = [_tensor_name(a, self.archive) for a in self.graph["inputs"]]
         out = [Node(n, "placeholder", n, meta={"val": self.metas[n]}) for n in names]
-        for raw in self.graph["nodes"]:
+        for raw in drop_check_only(self.graph["nodes"], self.graph["outputs"]):
             out += self._call(raw)
         results = tuple(self._argument(a, "output") for a in self.graph["outputs"])
         vals = [self.metas.get(r.name) if isinstance(r, Ref) else r for r in results]
@@ -200,9 +203,14 @@ class _GraphReader:
                 args.append(value)
         meta = _metadata(raw.get("metadata") or {})
         outs = raw.get("outputs", [])
+        if target == "sym_ite":
+            static_condition(raw, name, source_for_message(Node(name, "", "", meta=meta)))
         if outs and all("as_sym_int" in o for o in outs):
             return []  # sym_size and arithmetic on sizes: each use reads the value (`sym_int`)
         single = self._single(outs)
+        if single is not None and raw.get("is_hop_single_tensor_return") is False \
+                and raw.get("name"):
+            single = None  # a region returning a one-tuple: torch reads it through a getitem
         if single is not None:
             node = Node(single, "call_function", target, tuple(args), kwargs,
                         {**meta, "val": self.metas[single]})

@@ -285,12 +285,12 @@ def test_a_derived_range_narrower_than_the_symbols_is_refused(tmp_path):
 def test_an_op_torch_cannot_decompose_in_a_dynamic_program_is_refused(tmp_path):
     """torch 2.13's run_decompositions fails on a loaded program with a derived Dim (64*s):
     the torch front end says so instead of a traceback."""
-    pt2 = export(tmp_path, Lambda(lambda m, x: x + torch.ones(x.shape[1], 8).triu()),
+    pt2 = export(tmp_path, Lambda(lambda m, x: x + torch.ones(x.shape[1], 8).cumprod(0)),
                  (torch.randn(1, 256, 8),), dynamic_shapes={"args": ({1: 64 * Dim("s", max=32)},)})
     with pytest.raises(UnsupportedProgram) as err:
         load_program(pt2, "torch", allow_symbols=True)
     assert str(err.value) == (
-        f"{pt2}: the graph uses aten.triu.default, which spyrec does not lower directly, and "
+        f"{pt2}: the graph uses aten.cumprod.default, which spyrec does not lower directly, and "
         f"torch {torch.__version__} cannot decompose this dynamic-shape program "
         f"(AssertionError: expected sympy.Symbol); compute what these ops build from the input "
         f"outside the model, or re-export with static shapes.")

@@ -91,3 +91,40 @@ def test_unsupported_ops_are_grouped_with_a_count(tmp_path):
     line = ManyUnsupported.forward.__code__.co_firstlineno + 1
     assert lines[1] == f"  aten.cumprod.default x3 (node cumprod, test_inline.py:{line} in forward)"
     assert len(lines) == 3
+
+
+class Positions(torch.nn.Module):
+    """Marian's and Pegasus's sinusoidal positions: a `no_grad` region returning one tensor,
+    named like an op inside it (`embedding_1`), whose result the outer graph reads through
+    `getitem` (the stored node says `is_hop_single_tensor_return: false`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(32, 16))
+
+    @torch.no_grad()
+    def forward(self, n: int):
+        return torch.nn.functional.embedding(torch.arange(n), self.weight)
+
+
+class MarianShape(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(64, 16)
+        self.positions = Positions()
+
+    def forward(self, ids):
+        return self.tokens(ids) * 4.0 + self.positions(ids.shape[1])
+
+
+def test_one_result_region_read_through_getitem_ref_issue61(tmp_path):
+    """A valid export was called "damaged ... reads 'getitem_5', which no earlier node
+    defines": the fast reader named the region by its result and dropped the getitem."""
+    ids = torch.randint(0, 64, (1, 12))
+    pt2 = export(tmp_path, MarianShape().eval(), (ids,))
+    fast, ref = read_program(pt2), program_of(load_exported(pt2))
+    assert [(n.name, n.target, n.args) for n in fast.nodes] \
+        == [(n.name, n.target, n.args) for n in ref.nodes]
+    (tmp_path / "run").mkdir()
+    out = run_and_compare(tmp_path / "run", MarianShape().eval(), (ids,), frontend="fast")
+    assert (out / "manifest.json").is_file()

@@ -84,6 +84,12 @@ OPS = [
     ("nn.functional.scaled_dot_product_attention", ""), ("baddbmm", ""),
     ("cumsum", ""), ("repeat", ""), ("repeat_interleave", ""), ("masked_fill", ""),
     ("isinf", ""), ("isnan", ""), ("isfinite", ""), ("any", ""), ("all", ""), ("baddbmm", ""),
+    # issue 61's families: state-space hybrids, speech and vision towers
+    ("nn.functional.pad", "constant"), ("log1p", ""), ("nn.functional.softplus", ""),
+    ("slice_scatter", ""), ("select_scatter", ""), ("masked_scatter", ""),
+    ("nn.functional.group_norm", ""), ("native_group_norm", ""), ("linalg.vector_norm", ""),
+    ("nn.functional.interpolate", "nearest"), ("roll", ""), ("tril", ""), ("triu", ""),
+    ("einsum", ""), ("nn.functional.glu", ""), ("fill", ""),
 ]
 
 SEED = 0
