@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spyrec.bf16 import bf16_bits_to_float32
 from spyrec.frontend.aten_reductions import FP32
 from spyrec.frontend.context import LoweringContext, Scalar, Unlowered
-from spyrec.frontend.indexed import constant_values
+from spyrec.frontend.indexed import constant_numbers
 from spyrec.frontend.program import Ref
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
@@ -102,15 +101,6 @@ def _parameter(ctx: LoweringContext, ref) -> np.ndarray | None:
     return np.asarray(value)
 
 
-def _numbers(ctx: LoweringContext, t: TensorValue) -> np.ndarray | None:
-    """The numbers of a constant `t`: a bf16 constant is stored as its uint16 bits, which
-    read as integers would make every statistic a huge number (every output -inf)."""
-    values = constant_values(ctx, t)
-    if values is not None and t.dtype == "bfloat16" and values.dtype == np.uint16:
-        return bf16_bits_to_float32(values)
-    return values
-
-
 @lowering("aten.batch_norm.default")
 def _batch_norm(ctx, node, x, weight, bias, running_mean, running_var, training, momentum,
                 eps, cudnn_enabled=True):
@@ -141,10 +131,11 @@ def batch_norm(ctx: LoweringContext, node, x: TensorValue, weight, bias, mean, v
     dtype = ctx.out_meta()[1]
     chan = [1] * x.rank
     chan[1 if x.rank > 1 else 0] = x.shape[1 if x.rank > 1 else 0]
-    stats = [_numbers(ctx, t) if isinstance(t, TensorValue) else None for t in (mean, var_)]
+    stats = [constant_numbers(ctx, t) if isinstance(t, TensorValue) else None
+             for t in (mean, var_)]
     if all(s is not None for s in stats) and all(
-            t is None or _numbers(ctx, t) is not None for t in (weight, bias)):
-        weight_values, bias_values = (None if t is None else _numbers(ctx, t)
+            t is None or constant_numbers(ctx, t) is not None for t in (weight, bias)):
+        weight_values, bias_values = (None if t is None else constant_numbers(ctx, t)
                                       for t in (weight, bias))
         scale, shift = _scale_shift(stats[0], stats[1], weight_values, bias_values, eps)
         s = ctx.new_constant(scale.astype(np.float32).reshape(chan), FP32, "scale")

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyrec.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
+from spyrec.bf16 import float32_to_bf16_bits
 from spyrec.frontend.aten_batch_norm import folded_batch_norm
 from spyrec.frontend.aten_pointwise import binary
 from spyrec.frontend.aten_reductions import FP32, matmul, reduce
 from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
 from spyrec.frontend.host_dtypes import cast
-from spyrec.frontend.indexed import constant_values
+from spyrec.frontend.indexed import constant_numbers
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
 from spyrec.frontend.windows import Geometry, channels_last, pair, tap_view
@@ -173,7 +173,7 @@ def _depthwise(ctx, node, x: TensorValue, weight: TensorValue, bias, g: Geometry
     n, c = x.shape[:2]
     xp = channels_last(ctx, x, g, 0.0)
     taps = g.taps
-    wvals = _values(ctx, weight)
+    wvals = constant_numbers(ctx, weight)
     wt, b = _depthwise_weights(ctx, node, weight, bias, wvals, fold, dtype)
     part = ctx.new_value([len(taps), n, g.oh, g.ow, c], FP32, role="taps")
     cv = iteration_vars(range(4))
@@ -191,7 +191,7 @@ def _depthwise_weights(ctx, node, weight, bias, wvals, fold, dtype: str):
     """The taps' weights as [T, C] (channels in the lanes) and the bias, with a batch norm
     folded in when `fold` says so."""
     c = weight.shape[0]
-    bvals = None if bias is None else _values(ctx, bias)
+    bvals = None if bias is None else constant_numbers(ctx, bias)
     if wvals is None:
         return weight.reshape([c, -1]).permute([1, 0]), bias
     if fold is not None and (bias is None or bvals is not None):
@@ -215,8 +215,8 @@ def _weights(ctx, node, weight: TensorValue, bias, groups: int, direct: bool, fo
     compile time; runtime weights are read through a view."""
     co, cg, kh, kw = weight.shape
     cog = co // groups
-    values = _values(ctx, weight)
-    bvals = None if bias is None else _values(ctx, bias)
+    values = constant_numbers(ctx, weight)
+    bvals = None if bias is None else constant_numbers(ctx, bias)
     if fold is not None and values is not None and (bias is None or bvals is not None):
         scale, shift = fold
         values = values.astype(np.float64) * scale.reshape(-1, 1, 1, 1)
@@ -245,12 +245,3 @@ def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
     its uint16 bits, as every bf16 constant)."""
     out = np.ascontiguousarray(cast(np.asarray(values, dtype=np.float64), dtype))
     return float32_to_bf16_bits(out) if dtype == "bfloat16" else out
-
-
-def _values(ctx, t: TensorValue) -> np.ndarray | None:
-    """The numbers of a constant `t` (a bf16 constant is stored as bits: read as float32)."""
-    values = constant_values(ctx, t)
-    if values is not None and t.dtype == "bfloat16" and values.dtype == np.uint16:
-        return bf16_bits_to_float32(values)
-    return values
-

@@ -55,15 +55,21 @@ def concatenate(ctx: LoweringContext, values: list[TensorValue], dim: int) -> Te
     dim = dim % len(shape)
     offset = 0
     for v in values:
-        if v.numel == 0:
-            continue
-        cvars = iteration_vars(v.shape)
-        out_idx = list(cvars)
-        out_idx[dim] = cvars[dim] + offset
-        ctx.emit("identity", out, list(zip(names_of(cvars), v.shape)),
-                 [Access(v.buffer, v.at(cvars))], out.at(out_idx))
+        copy_at(ctx, out, v, dim, offset)
         offset += v.shape[dim]
     return out
+
+
+def copy_at(ctx: LoweringContext, out: TensorValue, part: TensorValue, dim: int,
+            offset: int) -> None:
+    """`part` copied into `out` at `offset` along `dim` (one `identity` op; none when empty)."""
+    if part.numel == 0:
+        return
+    cvars = iteration_vars(part.shape)
+    at = list(cvars)
+    at[dim] = cvars[dim] + offset
+    ctx.emit("identity", out, list(zip(names_of(cvars), part.shape)),
+             [Access(part.buffer, part.at(cvars))], out.at(at))
 
 
 # --- gathers ---------------------------------------------------------------------------------

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import math
 
-from spyrec.frontend.aten_copies import gather
+from spyrec.frontend.aten_copies import copy_at, gather
 from spyrec.frontend.aten_pointwise import binary, filled
 from spyrec.frontend.aten_scan import scan_add
-from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
+from spyrec.frontend.context import LoweringContext
 from spyrec.frontend.registry import lowering
 from spyrec.frontend.views import TensorValue
-from spyrec.ir import Access
 
 
 @lowering("aten.slice_scatter.default")
@@ -45,23 +44,13 @@ def box_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int
     out = ctx.new_value(shape, dtype)
     for lo, hi in ((0, start), (end, x.shape[dim])):
         if hi > lo:
-            _copy_box(ctx, out, x.slice(dim, lo, hi), dim, lo)
+            copy_at(ctx, out, x.slice(dim, lo, hi), dim, lo)
     if end > start:
         box = list(x.shape)
         box[dim] = end - start
-        _copy_box(ctx, out, src.expand(box) if tuple(src.shape) != tuple(box) else src, dim,
+        copy_at(ctx, out, src.expand(box) if tuple(src.shape) != tuple(box) else src, dim,
                   start)
     return out
-
-
-def _copy_box(ctx, out: TensorValue, part: TensorValue, dim: int, offset: int) -> None:
-    if part.numel == 0:
-        return
-    cvars = iteration_vars(part.shape)
-    at = list(cvars)
-    at[dim] = cvars[dim] + offset
-    ctx.emit("identity", out, list(zip(names_of(cvars), part.shape)),
-             [Access(part.buffer, part.at(cvars))], out.at(at))
 
 
 @lowering("aten.fill.Scalar", "aten.fill.Tensor")

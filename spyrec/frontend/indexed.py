@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from spyrec.bf16 import bf16_bits_to_float32
 from spyrec.errors import UnsupportedProgram
 from spyrec.frontend.context import LoweringContext, iteration_vars, names_of
 from spyrec.frontend.sources import source_for_message
@@ -204,6 +205,15 @@ def constant_values(ctx: LoweringContext, value: TensorValue) -> np.ndarray | No
     grid = np.indices(value.shape, dtype=np.int64) if value.rank else []
     flat = evaluate(value.index, {f"v{i}": g for i, g in enumerate(grid)})
     return np.asarray(stored).reshape(-1)[np.broadcast_to(flat, value.shape)]
+
+
+def constant_numbers(ctx: LoweringContext, value: TensorValue) -> np.ndarray | None:
+    """`constant_values` as numbers: a bf16 constant is stored as its uint16 bits, which read
+    as integers make every folded number wrong (a batch norm's statistics, a conv's weights)."""
+    values = constant_values(ctx, value)
+    if values is not None and value.dtype == "bfloat16" and values.dtype == np.uint16:
+        return bf16_bits_to_float32(values)
+    return values
 
 
 def static_selection(ctx: LoweringContext, x: TensorValue, indices: Sequence,
